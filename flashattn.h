@@ -894,8 +894,9 @@ FLASHATTN__CPU_DEF fa_status fa_merge(int rows, int dv, int parts, const float *
 /* ============================================================================================== */
 
 #if defined(FLASHATTN_CUDA) && defined(__CUDACC__)
-/* CUDA-BACKEND-BEGIN */
-/* CUDA-BACKEND-END */
+/* ---- 8a. CUDA: runtime checks, helpers, generic kernels (any dtype, any head_dim) ------------- */
+/* ---- 8b. CUDA: tensor-core kernel for fp16/bf16 (mma.sync m16n8k16, ldmatrix, cp.async) ------ */
+/* ---- 8c. CUDA: entry points fa_cuda_naive, fa_cuda_tiled, fa_cuda_merge ------------------------ */
 #endif
 
 #endif /* FLASHATTN__IMPLEMENTATION_DONE */
