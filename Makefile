@@ -16,25 +16,28 @@ EXAMPLES := quickstart naive_vs_tiled split_keys
 all: deps $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench
 
 # ---- dependencies: Debian's libopenblas-dev and libcmocka-dev ----------------------------------
+# Installed with apt-get when missing and we are root; otherwise deps stops and prints the exact
+# command. Without dpkg (not Debian), a one-line compile and link against both libraries decides.
+DEPS_PKGS := libopenblas-dev libcmocka-dev
 deps:
 	@missing=""; \
-	for pkg in libopenblas-dev libcmocka-dev; do \
-	  if command -v dpkg-query >/dev/null 2>&1; then \
+	if command -v dpkg-query >/dev/null 2>&1; then \
+	  for pkg in $(DEPS_PKGS); do \
 	    dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$pkg"; \
-	  fi; \
-	done; \
-	if ! command -v dpkg-query >/dev/null 2>&1; then \
+	  done; \
+	else \
 	  printf '#include <cblas.h>\n#include <stdarg.h>\n#include <stddef.h>\n#include <setjmp.h>\n#include <stdint.h>\n#include <cmocka.h>\nint main(void){return 0;}\n' \
 	    | $(CC) -x c - -o /dev/null -lopenblas -lcmocka 2>/dev/null || { \
-	    echo "deps: OpenBLAS and cmocka are needed (headers and libraries): install libopenblas-dev and libcmocka-dev"; exit 1; }; \
+	    echo "deps: OpenBLAS and cmocka (headers and libraries) are needed and were not found;"; \
+	    echo "deps: install them with your package manager (Debian: apt-get install -y $(DEPS_PKGS))"; exit 1; }; \
 	fi; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "deps: installing$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || { \
-	      echo "deps: apt-get failed; run: sudo apt-get install -y$$missing"; exit 1; }; \
+	    echo "deps: installing$$missing with apt-get"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$missing >/dev/null; } || { \
+	      echo "deps: apt-get failed; run this, then make again:"; echo "    apt-get install -y$$missing"; exit 1; }; \
 	  else \
-	    echo "deps: missing$$missing; run: sudo apt-get install -y$$missing"; exit 1; \
+	    echo "deps: missing$$missing; run this, then make again:"; echo "    sudo apt-get install -y$$missing"; exit 1; \
 	  fi; \
 	fi
 
@@ -45,7 +48,10 @@ $(BUILD):
 $(BUILD)/%: examples/%.c flashattn.h | $(BUILD)
 	$(CC) $(CFLAGS) $(CSTD) $(WARN) -I. $< -o $@ $(LDLIBS)
 
-run: deps $(BUILD)/naive_vs_tiled
+# the two quick examples, then the article's experiments (about half a minute on 2 cores)
+run: deps $(addprefix $(BUILD)/,$(EXAMPLES))
+	./$(BUILD)/quickstart
+	./$(BUILD)/split_keys
 	./$(BUILD)/naive_vs_tiled
 
 # ---- bench -------------------------------------------------------------------------------------
