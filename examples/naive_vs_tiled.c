@@ -108,9 +108,9 @@ static void cpu_model(char *buf, size_t len)
    several times slower; naive attention would then be timed against a crippled GEMM. When that
    happens on a CPU with AVX-512 (or AVX2+FMA), run this program again with OPENBLAS_CORETYPE set,
    which OpenBLAS reads only when it is loaded. A user's own OPENBLAS_CORETYPE is left alone. */
+#ifdef HAVE_OPENBLAS
 static const char *openblas_version(void)
 {
-#ifdef HAVE_OPENBLAS
     static char buf[64];                     /* OPENBLAS_VERSION is " OpenBLAS 0.3.21 " */
     const char *s = OPENBLAS_VERSION;
     size_t n;
@@ -119,10 +119,8 @@ static const char *openblas_version(void)
     while (n > 0 && s[n - 1] == ' ') n--;
     snprintf(buf, sizeof buf, "%.*s", (int)n, s);
     return buf;
-#else
-    return "no OpenBLAS";
-#endif
 }
+#endif
 
 static void fix_openblas_core(char **argv)
 {

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+static float uniform(void) { return (float)(rand() / (double)RAND_MAX) - 0.5f; }
+
 int main(void)
 {
     fa_params p = {0};                     /* zero means the default: packed, fp32, 1/sqrt(D) */
@@ -20,11 +22,7 @@ int main(void)
     o_naive = malloc(n * sizeof *o_naive); o_tiled = malloc(n * sizeof *o_tiled);
     if (!q || !k || !v || !o_naive || !o_tiled) return 1;
     srand(1);
-    for (i = 0; i < n; i++) {
-        q[i] = (float)rand() / RAND_MAX - 0.5f;
-        k[i] = (float)rand() / RAND_MAX - 0.5f;
-        v[i] = (float)rand() / RAND_MAX - 0.5f;
-    }
+    for (i = 0; i < n; i++) { q[i] = uniform(); k[i] = uniform(); v[i] = uniform(); }
     st = fa_tiled(&p, q, k, v, o_tiled);                    /* online softmax, O(tile) memory */
     if (st == FA_OK) st = fa_naive(&p, q, k, v, o_naive, NULL);  /* textbook, O(S^2) memory */
     if (st != FA_OK) { fprintf(stderr, "flashattn: %s\n", fa_status_string(st)); return 1; }
