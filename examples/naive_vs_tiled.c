@@ -319,9 +319,9 @@ static int timing(void)
                 break;
             }
             if (elapsed + predicted > TIME_BUDGET_S) {
-                printf("stopped before S=%d: timing it would take about %.0f s, and this section has %.0f s of\n"
-                       "  its %.0f s budget left (naive would allocate %s there, which fits in memory)\n",
-                       S, predicted, TIME_BUDGET_S - elapsed, TIME_BUDGET_S, human(nws, b1, sizeof b1));
+                printf("stopped before S=%d: timing it would take about %.0f s, and this section has used\n"
+                       "  %.0f s of its %.0f s budget (naive would allocate %s there, which fits in memory)\n",
+                       S, predicted, elapsed, TIME_BUDGET_S, human(nws, b1, sizeof b1));
                 break;
             }
         }
