@@ -297,7 +297,7 @@ static int timing(void)
     printf("== (c) wall-clock timing on this CPU: B=%d, H=%d, D=%d, fp32, non-causal ==\n", B, H, D);
     printf("median wall time of `runs` calls (clock_gettime MONOTONIC), GFLOP/s counts 4*B*H*S*S*D,\n"
            "ws = fa_*_workspace_bytes; the two outputs are checked allclose at every length\n");
-    printf("%7s | %10s %4s %7s | %10s %4s %7s | %-20s | %10s %10s\n", "S", "naive ms", "runs", "GFLOP/s",
+    printf("%7s | %10s %4s %7s | %10s %4s %7s | %-21s | %10s %10s\n", "S", "naive ms", "runs", "GFLOP/s",
            "tiled ms", "runs", "GFLOP/s", "tiled/naive time", "naive ws", "tiled ws");
     for (S = 512;; S *= 2) {
         fa_params p;
