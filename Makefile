@@ -62,32 +62,45 @@ bench: deps $(BUILD)/bench
 	./$(BUILD)/bench
 
 # ---- tests -------------------------------------------------------------------------------------
-TEST_SRC := tests/test_flashattn.c
+# One suite, three builds: plain (OpenBLAS, the best SIMD path of this CPU), FLASHATTN_NO_BLAS with
+# the portable C kernels (FLASHATTN_ISA=0), and ASan+UBSan. Each takes a few seconds.
+TEST_SRC  := tests/test_flashattn.c
+TEST_DEPS := $(TEST_SRC) tests/ref.h flashattn.h
 TEST_LIBS := -lcmocka $(LDLIBS)
+SAN_ENV   := ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1
+CLANG     ?= $(shell command -v clang 2>/dev/null)
 
-$(BUILD)/test_flashattn: $(TEST_SRC) tests/ref.h flashattn.h | $(BUILD)
+$(BUILD)/test_flashattn: $(TEST_DEPS) | $(BUILD)
 	$(CC) $(CFLAGS) $(CSTD) $(WARN) -I. $< -o $@ $(TEST_LIBS)
 
-$(BUILD)/test_flashattn_san: $(TEST_SRC) tests/ref.h flashattn.h | $(BUILD)
+$(BUILD)/test_flashattn_san: $(TEST_DEPS) | $(BUILD)
 	$(CC) -O1 -g $(SAN) $(CSTD) $(WARN) -I. $< -o $@ $(TEST_LIBS)
 
-$(BUILD)/test_flashattn_noblas: $(TEST_SRC) tests/ref.h flashattn.h | $(BUILD)
-	$(CC) $(CFLAGS) $(CSTD) $(WARN) -DFLASHATTN_NO_BLAS -I. $< -o $@ -lcmocka -lm -lpthread
+$(BUILD)/test_flashattn_noblas: $(TEST_DEPS) | $(BUILD)
+	$(CC) $(CFLAGS) $(CSTD) $(WARN) -DFLASHATTN_NO_BLAS -DFLASHATTN_ISA=0 -I. $< -o $@ -lcmocka -lm -lpthread
 
 test: deps test-compile $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench \
       $(BUILD)/test_flashattn $(BUILD)/test_flashattn_san $(BUILD)/test_flashattn_noblas test-cuda-compile
 	./$(BUILD)/test_flashattn
 	./$(BUILD)/test_flashattn_noblas
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./$(BUILD)/test_flashattn_san
+	$(SAN_ENV) ./$(BUILD)/test_flashattn_san
 
-# compile checks: C99 pedantic, C++, FLASHATTN_STATIC, FLASHATTN_NO_BLAS, two translation units
+# compile checks, each linked and run: C99 -pedantic with two translation units (impl.c holds the
+# implementation, user.c only the declarations); the same as C++ (g++ -pedantic); FLASHATTN_NO_BLAS;
+# FLASHATTN_STATIC with two private copies in one program (static.c + static2.c); clang if present.
+.PHONY: test-compile
 test-compile: | $(BUILD)
 	$(CC) $(CSTD) $(WARN) -O2 -I. -c tests/compile/impl.c -o $(BUILD)/cc_impl.o
 	$(CC) $(CSTD) $(WARN) -O2 -I. -c tests/compile/user.c -o $(BUILD)/cc_user.o
 	$(CC) $(BUILD)/cc_impl.o $(BUILD)/cc_user.o -o $(BUILD)/cc_two_tu $(LDLIBS) && ./$(BUILD)/cc_two_tu
 	$(CC) $(CSTD) $(WARN) -O2 -I. -DFLASHATTN_NO_BLAS tests/compile/impl.c tests/compile/user.c -o $(BUILD)/cc_noblas -lm -lpthread && ./$(BUILD)/cc_noblas
-	$(CC) $(CSTD) $(WARN) -O2 -I. tests/compile/static.c -o $(BUILD)/cc_static $(LDLIBS) && ./$(BUILD)/cc_static
-	$(CXX) $(WARN) -O2 -I. -x c++ tests/compile/impl.c -x c++ tests/compile/user.c -o $(BUILD)/cc_cpp $(LDLIBS) && ./$(BUILD)/cc_cpp
+	$(CC) $(CSTD) $(WARN) -O2 -I. tests/compile/static.c tests/compile/static2.c -o $(BUILD)/cc_static $(LDLIBS) && ./$(BUILD)/cc_static
+	$(CXX) $(WARN) -pedantic -O2 -I. -x c++ tests/compile/impl.c -x c++ tests/compile/user.c -o $(BUILD)/cc_cpp $(LDLIBS) && ./$(BUILD)/cc_cpp
+	$(CXX) $(WARN) -pedantic -O2 -I. -x c++ tests/compile/static.c -x c++ tests/compile/static2.c -o $(BUILD)/cc_cpp_static $(LDLIBS) && ./$(BUILD)/cc_cpp_static
+	@if [ -n "$(CLANG)" ]; then \
+	  echo "$(CLANG) $(CSTD) $(WARN) tests/compile/impl.c tests/compile/user.c"; \
+	  $(CLANG) $(CSTD) $(WARN) -O2 -I. tests/compile/impl.c tests/compile/user.c -o $(BUILD)/cc_clang $(LDLIBS) && ./$(BUILD)/cc_clang; \
+	else echo "SKIPPED: clang not found"; fi
 
 # ---- CUDA (the GPU machine; CI compiles only) -------------------------------------------------
 test-cuda-compile:

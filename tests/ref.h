@@ -1,0 +1,470 @@
+/* tests/ref.h - the float64 reference attention of flashattn.h's test suites, and their helpers.
+
+   Plain C99 that also compiles as C++ and under nvcc; every function is static inline (so a
+   suite that uses a part gets no unused-function warnings); no test framework in here.
+   Include "flashattn.h" (declarations) before this file.
+
+   ref_attention() is API.md's "Meaning" and "Masks and score modifiers" sections written as
+   directly as possible, in double, one (batch, head, row) at a time: no tiling, no online
+   softmax, no shortcuts shared with the library. The helpers give every suite the same inputs:
+   a seeded N(0,1) generator, tensors allocated and filled for a given fa_params (with its
+   strides), NaN poisoning, and fp16/bf16 rounding for the CUDA suite. */
+#ifndef FLASHATTN_TESTS_REF_H
+#define FLASHATTN_TESTS_REF_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- random numbers: splitmix64 seeding an xorshift64*, N(0,1) by Box-Muller -------------- */
+
+typedef struct ref_rng {
+    uint64_t s;
+    int have_spare;
+    double spare;
+} ref_rng;
+
+static inline uint64_t ref__splitmix(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static inline void ref_seed(ref_rng *r, uint64_t seed)
+{
+    r->s = ref__splitmix(seed);
+    if (r->s == 0) r->s = 0x2545F4914F6CDD1Dull;
+    r->have_spare = 0;
+    r->spare = 0.0;
+}
+
+static inline uint64_t ref_next(ref_rng *r)
+{
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 0x2545F4914F6CDD1Dull;
+}
+
+/* uniform in (0, 1), never 0 */
+static inline double ref_uniform(ref_rng *r)
+{
+    return ((double)(ref_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+static inline int ref_randint(ref_rng *r, int lo, int hi) /* in [lo, hi] */
+{
+    return lo + (int)(ref_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+static inline double ref_normal(ref_rng *r)
+{
+    double u, v, rad;
+    if (r->have_spare) {
+        r->have_spare = 0;
+        return r->spare;
+    }
+    u = ref_uniform(r);
+    v = ref_uniform(r);
+    rad = sqrt(-2.0 * log(u));
+    r->spare = rad * sin(6.283185307179586 * v);
+    r->have_spare = 1;
+    return rad * cos(6.283185307179586 * v);
+}
+
+static inline void ref_fill_normal(ref_rng *r, float *x, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = (float)ref_normal(r);
+}
+
+/* ---- the request resolved: defaults filled in, the way API.md defines them ---------------- */
+
+typedef struct ref_dims {
+    int B, Hq, Hkv, Sq, Sk, D, Dv;
+    int64_t qs[3], ks[3], vs[3], os[3], bs[4];
+    double scale;
+} ref_dims;
+
+static inline void ref__packed(int64_t n1, int64_t n2, int64_t n3, const int64_t *given, int64_t st[3])
+{
+    if (given[0] == 0 && given[1] == 0 && given[2] == 0) {
+        st[0] = n1 * n2 * n3;
+        st[1] = n2 * n3;
+        st[2] = n3;
+    } else {
+        st[0] = given[0];
+        st[1] = given[1];
+        st[2] = given[2];
+    }
+}
+
+static inline void ref_dims_of(const fa_params *p, ref_dims *d)
+{
+    memset(d, 0, sizeof *d);
+    d->B = p->batch;
+    d->Hq = p->heads;
+    d->Hkv = p->kv_heads ? p->kv_heads : p->heads;
+    d->Sq = p->seq_q;
+    d->Sk = p->seq_k;
+    d->D = p->head_dim;
+    d->Dv = p->head_dim_v ? p->head_dim_v : p->head_dim;
+    d->scale = p->scale != 0.0f ? (double)p->scale : 1.0 / sqrt((double)p->head_dim);
+    ref__packed(d->Hq, d->Sq, d->D, p->q_stride, d->qs);
+    ref__packed(d->Hkv, d->Sk, d->D, p->k_stride, d->ks);
+    ref__packed(d->Hkv, d->Sk, d->Dv, p->v_stride, d->vs);
+    ref__packed(d->Hq, d->Sq, d->Dv, p->o_stride, d->os);
+    if (p->bias_stride[0] == 0 && p->bias_stride[1] == 0 && p->bias_stride[2] == 0 &&
+        p->bias_stride[3] == 0) {
+        d->bs[0] = (int64_t)d->Hq * d->Sq * d->Sk;
+        d->bs[1] = (int64_t)d->Sq * d->Sk;
+        d->bs[2] = d->Sk;
+        d->bs[3] = 1;
+    } else {
+        memcpy(d->bs, p->bias_stride, sizeof d->bs);
+    }
+}
+
+/* Elements a strided [n0][n1][n2][row] tensor spans from its base pointer (non-negative strides). */
+static inline size_t ref_extent(int64_t n0, int64_t n1, int64_t n2, int64_t row, const int64_t st[3])
+{
+    if (n0 <= 0 || n1 <= 0 || n2 <= 0 || row <= 0) return 0;
+    return (size_t)((n0 - 1) * st[0] + (n1 - 1) * st[1] + (n2 - 1) * st[2] + row);
+}
+
+enum { REF_Q = 0, REF_K = 1, REF_V = 2, REF_O = 3 };
+
+/* Elements the buffer of q, k, v or o needs for p (at least 1, so that allocating it never
+   returns NULL for an empty tensor). */
+static inline size_t ref_tensor_elems(const fa_params *p, int which)
+{
+    ref_dims d;
+    size_t n = 0;
+    ref_dims_of(p, &d);
+    switch (which) {
+    case REF_Q: n = ref_extent(d.B, d.Hq, d.Sq, d.D, d.qs); break;
+    case REF_K: n = ref_extent(d.B, d.Hkv, d.Sk, d.D, d.ks); break;
+    case REF_V: n = ref_extent(d.B, d.Hkv, d.Sk, d.Dv, d.vs); break;
+    default: n = ref_extent(d.B, d.Hq, d.Sq, d.Dv, d.os); break;
+    }
+    return n ? n : 1;
+}
+
+/* Elements of a bias buffer for p's bias strides (packed when all zero). */
+static inline size_t ref_bias_elems(const fa_params *p)
+{
+    ref_dims d;
+    int64_t n[4], e = 0;
+    int a;
+    ref_dims_of(p, &d);
+    n[0] = d.B; n[1] = d.Hq; n[2] = d.Sq; n[3] = d.Sk;
+    for (a = 0; a < 4; a++) {
+        if (n[a] == 0) return 1;
+        e += (n[a] - 1) * d.bs[a];
+    }
+    return (size_t)e + 1;
+}
+
+static inline float *ref_alloc(size_t n)
+{
+    float *x = (float *)malloc((n ? n : 1) * sizeof(float));
+    return x;
+}
+
+/* NaN in every element (bytes 0xFF: a quiet NaN with all payload bits set). */
+static inline void ref_poison(void *x, size_t bytes) { memset(x, 0xFF, bytes); }
+
+/* 1 when every byte of x[0..bytes) still holds ref_poison's pattern. */
+static inline int ref_is_poison(const void *x, size_t bytes)
+{
+    const unsigned char *c = (const unsigned char *)x;
+    size_t i;
+    for (i = 0; i < bytes; i++)
+        if (c[i] != 0xFF) return 0;
+    return 1;
+}
+
+/* Inputs for p: q, k, v allocated with p's strides and filled with N(0,1) everywhere (the gaps
+   between rows too); o allocated the same way and poisoned. Returns 0 on allocation failure. */
+typedef struct ref_tensors {
+    float *q, *k, *v, *o;
+    size_t nq, nk, nv, no;   /* elements */
+} ref_tensors;
+
+static inline void ref_tensors_free(ref_tensors *t)
+{
+    free(t->q); free(t->k); free(t->v); free(t->o);
+    memset(t, 0, sizeof *t);
+}
+
+static inline int ref_tensors_make(const fa_params *p, ref_rng *r, ref_tensors *t)
+{
+    memset(t, 0, sizeof *t);
+    t->nq = ref_tensor_elems(p, REF_Q);
+    t->nk = ref_tensor_elems(p, REF_K);
+    t->nv = ref_tensor_elems(p, REF_V);
+    t->no = ref_tensor_elems(p, REF_O);
+    t->q = ref_alloc(t->nq); t->k = ref_alloc(t->nk); t->v = ref_alloc(t->nv); t->o = ref_alloc(t->no);
+    if (!t->q || !t->k || !t->v || !t->o) {
+        ref_tensors_free(t);
+        return 0;
+    }
+    ref_fill_normal(r, t->q, t->nq);
+    ref_fill_normal(r, t->k, t->nk);
+    ref_fill_normal(r, t->v, t->nv);
+    ref_poison(t->o, t->no * sizeof(float));
+    return 1;
+}
+
+/* o's rows (strided, as p says) copied into packed [B][Hq][Sq][Dv]. */
+static inline void ref_gather_o(const fa_params *p, const float *o, float *packed)
+{
+    ref_dims d;
+    int b, h, i;
+    ref_dims_of(p, &d);
+    for (b = 0; b < d.B; b++)
+        for (h = 0; h < d.Hq; h++)
+            for (i = 0; i < d.Sq; i++)
+                memcpy(packed + (((size_t)b * d.Hq + h) * d.Sq + i) * d.Dv,
+                       o + b * d.os[0] + h * d.os[1] + i * d.os[2], (size_t)d.Dv * sizeof(float));
+}
+
+/* 1 when every element of o's buffer that is not in one of o's rows still holds the poison. */
+static inline int ref_o_gaps_untouched(const fa_params *p, const float *o, size_t n_elems)
+{
+    ref_dims d;
+    unsigned char *in_row = (unsigned char *)calloc(n_elems ? n_elems : 1, 1);
+    int b, h, i, ok = 1;
+    size_t e;
+    if (!in_row) return 0;
+    ref_dims_of(p, &d);
+    for (b = 0; b < d.B; b++)
+        for (h = 0; h < d.Hq; h++)
+            for (i = 0; i < d.Sq; i++) {
+                size_t at = (size_t)(b * d.os[0] + h * d.os[1] + i * d.os[2]);
+                if (at + (size_t)d.Dv <= n_elems) memset(in_row + at, 1, (size_t)d.Dv);
+            }
+    for (e = 0; e < n_elems && ok; e++)
+        if (!in_row[e] && !ref_is_poison(o + e, sizeof(float))) ok = 0;
+    free(in_row);
+    return ok;
+}
+
+/* ---- the reference ------------------------------------------------------------------------- */
+
+/* API.md's attention in double. q, k, v are p's fp32 tensors with p's strides; the modifiers
+   (scale, causal, windows, softcap, ALiBi, bias) are read from p. Outputs, each optional:
+   o_ref packed [B][Hq][Sq][Dv], lse_ref [B][Hq][Sq], scores_ref [B][Hq][Sq][Sk] (step 4's
+   values, -INFINITY where hidden), all fp32 rounded from double. Returns 0 if out of memory. */
+static inline int ref_attention(const fa_params *p, const float *q, const float *k, const float *v,
+                         float *o_ref, float *lse_ref, float *scores_ref)
+{
+    ref_dims d;
+    double *s, *acc;
+    unsigned char *vis;
+    int b, h, i, j, t;
+    ref_dims_of(p, &d);
+    s = (double *)malloc(((size_t)d.Sk + 1) * sizeof(double));
+    acc = (double *)malloc(((size_t)d.Dv + 1) * sizeof(double));
+    vis = (unsigned char *)malloc((size_t)d.Sk + 1);
+    if (!s || !acc || !vis) {
+        free(s); free(acc); free(vis);
+        return 0;
+    }
+    for (b = 0; b < d.B; b++)
+        for (h = 0; h < d.Hq; h++) {
+            int g = h / (d.Hq / d.Hkv);
+            double slope = p->alibi_slopes ? (double)p->alibi_slopes[(int64_t)b * p->alibi_stride + h] : 0.0;
+            for (i = 0; i < d.Sq; i++) {
+                const float *qi = q + b * d.qs[0] + h * d.qs[1] + i * d.qs[2];
+                int64_t diag = (int64_t)i + d.Sk - d.Sq;
+                size_t row = ((size_t)b * d.Hq + h) * d.Sq + i;
+                double mx = -INFINITY, sum = 0.0;
+                int any = 0;
+                for (j = 0; j < d.Sk; j++) {
+                    const float *kj = k + b * d.ks[0] + g * d.ks[1] + j * d.ks[2];
+                    double x = 0.0;
+                    int hidden = 0;
+                    for (t = 0; t < d.D; t++) x += (double)qi[t] * (double)kj[t];
+                    x *= d.scale;                                                   /* 1 */
+                    if (p->softcap > 0.0f) x = p->softcap * tanh(x / p->softcap);   /* 2 */
+                    if (p->alibi_slopes) x -= slope * fabs((double)(diag - j));      /* 3 */
+                    if (p->bias)                                                    /* 4 */
+                        x += (double)p->bias[b * d.bs[0] + h * d.bs[1] + i * d.bs[2] + j * d.bs[3]];
+                    if (p->causal && j > diag) hidden = 1;                          /* 5 */
+                    if (p->window_left > 0 && j < diag - p->window_left) hidden = 1;
+                    if (p->window_right > 0 && j > diag + p->window_right) hidden = 1;
+                    if (x == -INFINITY) hidden = 1;
+                    vis[j] = (unsigned char)!hidden;
+                    s[j] = hidden ? -INFINITY : x;
+                    if (scores_ref) scores_ref[row * d.Sk + j] = hidden ? -INFINITY : (float)x;
+                    if (!hidden) {
+                        any = 1;
+                        if (x > mx || x != x) mx = x;
+                    }
+                }
+                for (t = 0; t < d.Dv; t++) acc[t] = 0.0;
+                if (!any) {
+                    if (o_ref) for (t = 0; t < d.Dv; t++) o_ref[row * d.Dv + t] = 0.0f;
+                    if (lse_ref) lse_ref[row] = -INFINITY;
+                    continue;
+                }
+                for (j = 0; j < d.Sk; j++) {
+                    const float *vj = v + b * d.vs[0] + g * d.vs[1] + j * d.vs[2];
+                    double e;
+                    if (!vis[j]) continue;
+                    e = exp(s[j] - mx);
+                    sum += e;
+                    for (t = 0; t < d.Dv; t++) acc[t] += e * (double)vj[t];
+                }
+                if (o_ref) for (t = 0; t < d.Dv; t++) o_ref[row * d.Dv + t] = (float)(acc[t] / sum);
+                if (lse_ref) lse_ref[row] = (float)(mx + log(sum));
+            }
+        }
+    free(s); free(acc); free(vis);
+    return 1;
+}
+
+/* fa_merge's rule in double, for the merge tests: parts packed [rows][dv], lse [rows]. */
+static inline void ref_merge(int rows, int dv, int parts, const float *const *o_parts,
+                      const float *const *lse_parts, float *o, float *lse)
+{
+    int r, p, t;
+    for (r = 0; r < rows; r++) {
+        double mx = -INFINITY, sum = 0.0;
+        for (p = 0; p < parts; p++)
+            if ((double)lse_parts[p][r] > mx) mx = lse_parts[p][r];
+        if (mx == -INFINITY) {
+            for (t = 0; t < dv; t++) o[(size_t)r * dv + t] = 0.0f;
+            if (lse) lse[r] = -INFINITY;
+            continue;
+        }
+        for (p = 0; p < parts; p++)
+            if (lse_parts[p][r] != -INFINITY) sum += exp((double)lse_parts[p][r] - mx);
+        for (t = 0; t < dv; t++) {
+            double a = 0.0;
+            for (p = 0; p < parts; p++)
+                if (lse_parts[p][r] != -INFINITY)
+                    a += exp((double)lse_parts[p][r] - mx) * (double)o_parts[p][(size_t)r * dv + t];
+            o[(size_t)r * dv + t] = (float)(a / sum);
+        }
+        if (lse) lse[r] = (float)(mx + log(sum));
+    }
+}
+
+/* ---- comparisons --------------------------------------------------------------------------- */
+
+/* ||out - ref||_2 / ||ref||_2 in double (API.md's fp16/bf16 measure); NaN if out has a NaN;
+   0 when both are all zero. */
+static inline double ref_rel_error(const float *out, const float *ref, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        double e = (double)out[i] - (double)ref[i];
+        if (out[i] != out[i]) return NAN;
+        num += e * e;
+        den += (double)ref[i] * (double)ref[i];
+    }
+    if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
+    return sqrt(num / den);
+}
+
+/* Index of the element that breaks |a-b| <= atol + rtol*|b| the most (or (size_t)-1 if none):
+   for failure messages. */
+static inline size_t ref_worst(const float *a, const float *b, size_t n, double rtol, double atol)
+{
+    size_t i, w = (size_t)-1;
+    double worst = 0.0;
+    for (i = 0; i < n; i++) {
+        double x = a[i], y = b[i], ex;
+        if (x == y) continue;
+        if (x != x || y != y) return i;
+        ex = fabs(x - y) - (atol + rtol * fabs(y));
+        if (ex > worst) { worst = ex; w = i; }
+    }
+    return w;
+}
+
+/* ---- fp16 / bf16 storage (round to nearest even), for suites that feed half-precision data - */
+
+static inline uint16_t ref_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);   /* NaN stays NaN */
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float ref_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t ref_f32_to_f16(float f)
+{
+    uint32_t u, sign, mant;
+    int exp;
+    memcpy(&u, &f, 4);
+    sign = (u >> 16) & 0x8000u;
+    exp = (int)((u >> 23) & 0xFF);
+    mant = u & 0x7FFFFFu;
+    if (exp == 0xFF) return (uint16_t)(sign | 0x7C00u | (mant ? 0x200u : 0u));
+    exp = exp - 127 + 15;
+    if (exp >= 0x1F) return (uint16_t)(sign | 0x7C00u);                 /* overflow: inf */
+    if (exp <= 0) {                                                      /* subnormal or zero */
+        uint32_t m, half, rem, r;
+        int shift;
+        if (exp < -10) return (uint16_t)sign;
+        m = mant | 0x800000u;
+        shift = 14 - exp;
+        r = m >> shift;
+        rem = m & ((1u << shift) - 1u);
+        half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1u))) r++;
+        return (uint16_t)(sign | r);
+    }
+    {
+        uint32_t r = ((uint32_t)exp << 10) | (mant >> 13), rem = mant & 0x1FFFu;
+        if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;          /* may carry into inf */
+        return (uint16_t)(sign | r);
+    }
+}
+
+static inline float ref_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu, u;
+    float f;
+    if (exp == 0x1F) u = sign | 0x7F800000u | (mant << 13);
+    else if (exp == 0) {
+        if (mant == 0) u = sign;
+        else {
+            int e = -1;
+            do { mant <<= 1; e++; } while (!(mant & 0x400u));
+            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3FFu) << 13);
+        }
+    } else u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* x[i] rounded through fp16 (dtype FA_F16) or bf16 (FA_BF16) storage and back, in place: the
+   values a half-precision kernel really sees, to feed the reference. */
+static inline void ref_round_to(fa_dtype dt, float *x, size_t n)
+{
+    size_t i;
+    if (dt == FA_F16)
+        for (i = 0; i < n; i++) x[i] = ref_f16_to_f32(ref_f32_to_f16(x[i]));
+    else if (dt == FA_BF16)
+        for (i = 0; i < n; i++) x[i] = ref_bf16_to_f32(ref_f32_to_bf16(x[i]));
+}
+
+#endif /* FLASHATTN_TESTS_REF_H */

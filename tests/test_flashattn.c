@@ -1,0 +1,1491 @@
+/* tests/test_flashattn.c - the CPU suite of flashattn.h (cmocka, C99).
+
+   fa_naive and fa_tiled are checked against tests/ref.h's float64 reference with
+   fa_allclose(out, ref, 1e-5, 1e-5) on fresh N(0,1) inputs (a new seed per case), over the grids
+   of issues #2 and #5. Every call gets outputs poisoned with NaN and is checked to have written
+   all of o (and lse, scores) and nothing else: not the gaps of a strided o, not the bytes past
+   the end of any buffer. The implementation is compiled here with a counting, failable
+   allocator behind FLASHATTN_MALLOC/FLASHATTN_FREE, so that every call also checks that its
+   peak allocation equals fa_*_workspace_bytes exactly and that nothing leaks, and so that
+   injected allocation failures can be checked to give FA_ERR_NO_MEMORY with outputs untouched.
+
+   Seeds are deterministic (a case counter mixed with FA_TEST_SEED, default 20261129), and
+   every failure prints the case's name and seed. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <pthread.h>
+#include <cmocka.h>
+
+/* ---- the counting, failable allocator the implementation is compiled with -------------------- */
+
+#define TA_HDR 64   /* keeps malloc's alignment and holds the block's size */
+
+static pthread_mutex_t ta_mu = PTHREAD_MUTEX_INITIALIZER;
+static size_t ta_live, ta_peak;        /* bytes the library holds now, and the most since reset */
+static long ta_calls;                  /* allocations since reset */
+static long ta_fail_in = -1;           /* the allocation (0 = the next) that fails; -1: none */
+static int ta_failed;                  /* an injected failure happened since reset */
+
+static void *ta_malloc(size_t n)
+{
+    unsigned char *b;
+    pthread_mutex_lock(&ta_mu);
+    ta_calls++;
+    if (ta_fail_in == 0) {
+        ta_fail_in = -1;
+        ta_failed = 1;
+        pthread_mutex_unlock(&ta_mu);
+        return NULL;
+    }
+    if (ta_fail_in > 0) ta_fail_in--;
+    b = n > SIZE_MAX - TA_HDR ? NULL : (unsigned char *)malloc(n + TA_HDR);
+    if (b) {
+        memcpy(b, &n, sizeof n);
+        ta_live += n;
+        if (ta_live > ta_peak) ta_peak = ta_live;
+    }
+    pthread_mutex_unlock(&ta_mu);
+    return b ? b + TA_HDR : NULL;
+}
+
+static void ta_free(void *p)
+{
+    unsigned char *b;
+    size_t n;
+    if (!p) return;
+    b = (unsigned char *)p - TA_HDR;
+    memcpy(&n, b, sizeof n);
+    pthread_mutex_lock(&ta_mu);
+    ta_live -= n;
+    pthread_mutex_unlock(&ta_mu);
+    free(b);
+}
+
+/* Starts a measurement; returns the bytes live before it (0 unless a concurrent test runs). */
+static size_t ta_reset(long fail_in)
+{
+    size_t live;
+    pthread_mutex_lock(&ta_mu);
+    ta_peak = ta_live;
+    ta_calls = 0;
+    ta_fail_in = fail_in;
+    ta_failed = 0;
+    live = ta_live;
+    pthread_mutex_unlock(&ta_mu);
+    return live;
+}
+
+#define FLASHATTN_MALLOC(n) ta_malloc(n)
+#define FLASHATTN_FREE(p) ta_free(p)
+#define FLASHATTN_IMPLEMENTATION
+#include "flashattn.h"
+#include "tests/ref.h"
+
+#ifdef __SANITIZE_ADDRESS__
+/* The overflow test asks for petabytes: under ASan, malloc must say NULL rather than abort. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+#endif
+
+/* ---- cases: a request, its inputs and its float64 reference ------------------------------------ */
+
+enum { NAIVE = 0, TILED = 1 };
+static const char *const path_name[2] = { "fa_naive", "fa_tiled" };
+
+static uint64_t g_seed_base = 20261129u;
+static uint64_t g_case_counter;
+static int g_concurrent;   /* two callers at once: the peak and leak checks are off */
+
+typedef struct tcase {
+    char name[160];
+    uint64_t seed;
+    fa_params p;
+    ref_rng rng;
+    ref_tensors t;
+    float *bias, *alibi;
+    size_t rows, n_o, n_scores;        /* rows = B*Hq*Sq; packed o and scores elements */
+    float *ref_o, *ref_lse, *ref_scores;
+} tcase;
+
+/* Copies p, draws the case's seed and the inputs. Attach modifiers (tc_bias, tc_alibi) next,
+   then tc_ref. */
+static void tc_init(tcase *c, const fa_params *p, const char *fmt, ...)
+{
+    va_list ap;
+    memset(c, 0, sizeof *c);
+    va_start(ap, fmt);
+    vsnprintf(c->name, sizeof c->name, fmt, ap);
+    va_end(ap);
+    c->p = *p;
+    c->seed = g_seed_base * 0x100000001B3ull + (++g_case_counter);
+    ref_seed(&c->rng, c->seed);
+    assert_true(ref_tensors_make(&c->p, &c->rng, &c->t));
+}
+
+/* A bias with strides {s0, s1, s2, s3} (all zero: packed), filled with N(0,1). */
+static float *tc_bias(tcase *c, int64_t s0, int64_t s1, int64_t s2, int64_t s3)
+{
+    size_t n;
+    c->p.bias_stride[0] = s0; c->p.bias_stride[1] = s1; c->p.bias_stride[2] = s2; c->p.bias_stride[3] = s3;
+    n = ref_bias_elems(&c->p);
+    c->bias = ref_alloc(n);
+    assert_non_null(c->bias);
+    ref_fill_normal(&c->rng, c->bias, n);
+    c->p.bias = c->bias;
+    return c->bias;
+}
+
+/* ALiBi slopes: rows of Hq slopes 2^(-8(h+1)/Hq) (times 1 + b/4 for batch b), `stride` apart
+   when per_batch, one row otherwise. */
+static void tc_alibi(tcase *c, int per_batch, int64_t stride)
+{
+    int B = per_batch ? c->p.batch : 1, b, h, Hq = c->p.heads;
+    size_t n = per_batch ? (size_t)(B - 1) * (size_t)stride + (size_t)Hq : (size_t)Hq;
+    c->alibi = ref_alloc(n);
+    assert_non_null(c->alibi);
+    ref_poison(c->alibi, n * sizeof(float));
+    for (b = 0; b < B; b++)
+        for (h = 0; h < Hq; h++)
+            c->alibi[(size_t)b * (size_t)(per_batch ? stride : 0) + (size_t)h] =
+                (float)(pow(2.0, -8.0 * (h + 1) / Hq) * (1.0 + 0.25 * b));
+    c->p.alibi_slopes = c->alibi;
+    c->p.alibi_stride = per_batch ? stride : 0;
+}
+
+static void tc_ref(tcase *c)
+{
+    ref_dims d;
+    ref_dims_of(&c->p, &d);
+    c->rows = (size_t)d.B * d.Hq * d.Sq;
+    c->n_o = c->rows * d.Dv;
+    c->n_scores = c->rows * d.Sk;
+    c->ref_o = ref_alloc(c->n_o);
+    c->ref_lse = ref_alloc(c->rows);
+    c->ref_scores = ref_alloc(c->n_scores);
+    assert_true(c->ref_o && c->ref_lse && c->ref_scores);
+    assert_true(ref_attention(&c->p, c->t.q, c->t.k, c->t.v, c->ref_o, c->ref_lse, c->ref_scores));
+}
+
+static void tc_free(tcase *c)
+{
+    ref_tensors_free(&c->t);
+    free(c->bias); free(c->alibi);
+    free(c->ref_o); free(c->ref_lse); free(c->ref_scores);
+    memset(c, 0, sizeof *c);
+}
+
+static fa_status call_path(int path, const fa_params *p, const void *q, const void *k, const void *v,
+                           void *o, float *scores)
+{
+    return path == NAIVE ? fa_naive(p, q, k, v, o, scores) : fa_tiled(p, q, k, v, o);
+}
+
+static size_t ws_path(int path, const fa_params *p)
+{
+    return path == NAIVE ? fa_naive_workspace_bytes(p) : fa_tiled_workspace_bytes(p);
+}
+
+/* Compares out with ref (n elements, rows of `width`); prints the worst element on failure.
+   skip_row: optional flags, rows whose comparison is skipped. */
+static int close_rows(const tcase *c, const char *what, const float *out, const float *ref, size_t rows,
+                      size_t width, const unsigned char *skip_row)
+{
+    size_t r;
+    for (r = 0; r < rows; r++) {
+        const float *a = out + r * width, *b = ref + r * width;
+        if (skip_row && skip_row[r]) continue;
+        if (!fa_allclose(a, b, width, 1e-5f, 1e-5f)) {
+            size_t w = ref_worst(a, b, width, 1e-5, 1e-5);
+            if (w == (size_t)-1) w = 0;
+            print_error("%s [seed %llu]: %s row %zu (b,h,i flat) col %zu: got %.9g, want %.9g\n", c->name,
+                        (unsigned long long)c->seed, what, r, w, (double)a[w], (double)b[w]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+#define GUARD 32   /* poisoned elements past the end of every output buffer */
+
+enum { WITH_LSE = 1, WITH_SCORES = 2 };
+
+/* One call of `path` on the case with the given threads and blocks; 1 when everything holds:
+   status FA_OK, o's rows (strided) allclose to the reference and nothing else of o's buffer
+   written, lse and scores likewise, peak allocation == workspace bytes, nothing leaked.
+   skip_row (optional) exempts rows from the comparisons (the NaN tests). Never asserts, so that
+   it can run on threads other than cmocka's. */
+static int tc_run(const tcase *c, int path, int threads, int bq, int bk, int flags,
+                  const unsigned char *skip_row)
+{
+    fa_params p = c->p;
+    float *o = ref_alloc(c->t.no + GUARD), *lse = ref_alloc(c->rows + GUARD);
+    float *scores = ref_alloc(c->n_scores + GUARD), *packed = ref_alloc(c->n_o);
+    size_t ws, base, peak, live;
+    fa_status st;
+    int ok = 1;
+    if (!o || !lse || !scores || !packed) {
+        print_error("%s: test allocation failed\n", c->name);
+        free(o); free(lse); free(scores); free(packed);
+        return 0;
+    }
+    ref_poison(o, (c->t.no + GUARD) * sizeof(float));
+    ref_poison(lse, (c->rows + GUARD) * sizeof(float));
+    ref_poison(scores, (c->n_scores + GUARD) * sizeof(float));
+    p.threads = threads;
+    p.block_q = bq;
+    p.block_k = bk;
+    p.lse = (flags & WITH_LSE) ? lse : NULL;
+    if (path != NAIVE) flags &= ~WITH_SCORES;
+    ws = ws_path(path, &p);
+    base = g_concurrent ? 0 : ta_reset(-1);
+    st = call_path(path, &p, c->t.q, c->t.k, c->t.v, o, (flags & WITH_SCORES) ? scores : NULL);
+    if (!g_concurrent) {
+        pthread_mutex_lock(&ta_mu);
+        peak = ta_peak - base;
+        live = ta_live - base;
+        pthread_mutex_unlock(&ta_mu);
+        if (peak != ws) {
+            print_error("%s [seed %llu] %s threads=%d bq=%d bk=%d: peak allocation %zu != workspace_bytes %zu\n",
+                        c->name, (unsigned long long)c->seed, path_name[path], threads, bq, bk, peak, ws);
+            ok = 0;
+        }
+        if (live != 0) {
+            print_error("%s: %s leaked %zu bytes\n", c->name, path_name[path], live);
+            ok = 0;
+        }
+    }
+    if (st != FA_OK) {
+        print_error("%s [seed %llu] %s threads=%d bq=%d bk=%d: status %d (%s)\n", c->name,
+                    (unsigned long long)c->seed, path_name[path], threads, bq, bk, (int)st, fa_status_string(st));
+        ok = 0;
+    } else {
+        char what[96];
+        ref_gather_o(&p, o, packed);
+        snprintf(what, sizeof what, "%s threads=%d bq=%d bk=%d o", path_name[path], threads, bq, bk);
+        ok &= close_rows(c, what, packed, c->ref_o, c->rows, c->n_o / (c->rows ? c->rows : 1), skip_row);
+        if (!ref_o_gaps_untouched(&p, o, c->t.no) || !ref_is_poison(o + c->t.no, GUARD * sizeof(float))) {
+            print_error("%s: %s wrote outside o's rows\n", c->name, path_name[path]);
+            ok = 0;
+        }
+        if (flags & WITH_LSE) {
+            snprintf(what, sizeof what, "%s threads=%d bq=%d bk=%d lse", path_name[path], threads, bq, bk);
+            ok &= close_rows(c, what, lse, c->ref_lse, c->rows, 1, skip_row);
+        }
+        if (!ref_is_poison(lse + ((flags & WITH_LSE) ? c->rows : 0),
+                           ((flags & WITH_LSE) ? GUARD : c->rows + GUARD) * sizeof(float))) {
+            print_error("%s: %s wrote lse past its end (or without lse)\n", c->name, path_name[path]);
+            ok = 0;
+        }
+        if (flags & WITH_SCORES) {
+            snprintf(what, sizeof what, "%s threads=%d scores", path_name[path], threads);
+            ok &= close_rows(c, what, scores, c->ref_scores, c->rows, c->n_scores / (c->rows ? c->rows : 1),
+                             skip_row);
+        }
+        if (!ref_is_poison(scores + ((flags & WITH_SCORES) ? c->n_scores : 0),
+                           ((flags & WITH_SCORES) ? GUARD : c->n_scores + GUARD) * sizeof(float))) {
+            print_error("%s: %s wrote scores past their end (or without scores)\n", c->name, path_name[path]);
+            ok = 0;
+        }
+    }
+    free(o); free(lse); free(scores); free(packed);
+    return ok;
+}
+
+/* The standard battery: naive with 1 thread (scores, lse) and 2 threads (neither); tiled with
+   1 thread at the library's blocks and 2 threads at (bq, bk), both with lse. */
+static void tc_check(const tcase *c, int bq, int bk)
+{
+    assert_true(tc_run(c, NAIVE, 1, 0, 0, WITH_LSE | WITH_SCORES, NULL));
+    assert_true(tc_run(c, NAIVE, 2, 0, 0, 0, NULL));
+    assert_true(tc_run(c, TILED, 1, 0, 0, WITH_LSE, NULL));
+    assert_true(tc_run(c, TILED, 2, bq, bk, WITH_LSE, NULL));
+}
+
+/* Sets up, checks and frees a case in one go. */
+static void check_case(const fa_params *p, int bq, int bk, const char *name)
+{
+    tcase c;
+    tc_init(&c, p, "%s", name);
+    tc_ref(&c);
+    tc_check(&c, bq, bk);
+    tc_free(&c);
+}
+
+static fa_params shape(int B, int Hq, int Hkv, int Sq, int Sk, int D, int Dv, int causal)
+{
+    fa_params p;
+    memset(&p, 0, sizeof p);
+    p.batch = B; p.heads = Hq; p.kv_heads = Hkv; p.seq_q = Sq; p.seq_k = Sk;
+    p.head_dim = D; p.head_dim_v = Dv; p.causal = causal;
+    return p;
+}
+
+/* [B][S][H][D] strides for q, k, v and o. */
+static void set_bshd(fa_params *p)
+{
+    int Hkv = p->kv_heads ? p->kv_heads : p->heads, Dv = p->head_dim_v ? p->head_dim_v : p->head_dim;
+    int64_t H = p->heads;
+    p->q_stride[0] = (int64_t)p->seq_q * H * p->head_dim; p->q_stride[1] = p->head_dim; p->q_stride[2] = H * p->head_dim;
+    p->k_stride[0] = (int64_t)p->seq_k * Hkv * p->head_dim; p->k_stride[1] = p->head_dim; p->k_stride[2] = (int64_t)Hkv * p->head_dim;
+    p->v_stride[0] = (int64_t)p->seq_k * Hkv * Dv; p->v_stride[1] = Dv; p->v_stride[2] = (int64_t)Hkv * Dv;
+    p->o_stride[0] = (int64_t)p->seq_q * H * Dv; p->o_stride[1] = Dv; p->o_stride[2] = H * Dv;
+}
+
+/* ============================================================================================== */
+/* Issue #2: the grid                                                                             */
+/* ============================================================================================== */
+
+/* S from 1 to 1031, tile multiples and not, square, causal and not. */
+static void test_seq_lengths(void **state)
+{
+    static const int S[] = { 1, 2, 3, 5, 8, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 257, 513, 1031 };
+    size_t i;
+    int causal;
+    (void)state;
+    for (i = 0; i < sizeof S / sizeof S[0]; i++)
+        for (causal = 0; causal <= 1; causal++) {
+            int big = S[i] > 300;
+            fa_params p = shape(1, big ? 1 : 2, 0, S[i], S[i], big ? 64 : 16, 0, causal);
+            char name[64];
+            snprintf(name, sizeof name, "seq S=%d causal=%d", S[i], causal);
+            check_case(&p, 16, 48, name);
+        }
+    {   /* a long non-square one: Sq > Sk and Sq < Sk near 1031 */
+        fa_params p = shape(1, 1, 0, 1031, 700, 32, 0, 1);
+        check_case(&p, 64, 64, "seq Sq=1031 Sk=700 causal");
+        p = shape(1, 1, 0, 300, 1031, 32, 0, 1);
+        check_case(&p, 37, 100, "seq Sq=300 Sk=1031 causal");
+    }
+}
+
+static void test_head_dims(void **state)
+{
+    static const int D[] = { 1, 3, 64, 80, 128, 256 };
+    size_t i;
+    int causal;
+    (void)state;
+    for (i = 0; i < sizeof D / sizeof D[0]; i++)
+        for (causal = 0; causal <= 1; causal++) {
+            fa_params p = shape(2, 2, 0, 67, 131, D[i], 0, causal);
+            char name[64];
+            snprintf(name, sizeof name, "head_dim D=%d causal=%d", D[i], causal);
+            check_case(&p, 32, 32, name);
+        }
+}
+
+/* Block sizes 1, odd, equal to and larger than S, on a non-square causal and non-causal case. */
+static void test_block_sizes(void **state)
+{
+    static const int blk[][2] = { { 1, 1 }, { 1, 5 }, { 3, 7 }, { 7, 3 }, { 13, 17 }, { 45, 77 }, { 46, 78 },
+                                  { 100, 200 }, { 64, 64 }, { 32, 1 }, { 1, 128 }, { 5, 1000 } };
+    size_t i;
+    int causal;
+    (void)state;
+    for (causal = 0; causal <= 1; causal++) {
+        tcase c;
+        fa_params p = shape(1, 2, 0, 45, 77, 32, 0, causal);
+        tc_init(&c, &p, "blocks causal=%d", causal);
+        tc_ref(&c);
+        assert_true(tc_run(&c, NAIVE, 1, 0, 0, WITH_LSE | WITH_SCORES, NULL));
+        for (i = 0; i < sizeof blk / sizeof blk[0]; i++) {
+            assert_true(tc_run(&c, TILED, 1, blk[i][0], blk[i][1], WITH_LSE, NULL));
+            assert_true(tc_run(&c, TILED, 2, blk[i][0], blk[i][1], WITH_LSE, NULL));
+            /* the block sizes of a naive request are ignored, not an error */
+            assert_true(tc_run(&c, NAIVE, 2, blk[i][0], blk[i][1], WITH_LSE, NULL));
+        }
+        tc_free(&c);
+    }
+    {   /* Sq > Sk with blocks larger than either */
+        fa_params p = shape(2, 1, 0, 90, 20, 8, 0, 1);
+        check_case(&p, 128, 64, "blocks Sq>Sk large blocks");
+        check_case(&p, 1, 1, "blocks Sq>Sk blocks of 1");
+    }
+}
+
+static void test_gqa_mqa(void **state)
+{
+    static const int hh[][2] = { { 8, 2 }, { 6, 3 }, { 4, 1 }, { 5, 5 }, { 1, 1 }, { 7, 1 } };
+    size_t i;
+    int causal;
+    (void)state;
+    for (i = 0; i < sizeof hh / sizeof hh[0]; i++)
+        for (causal = 0; causal <= 1; causal++) {
+            fa_params p = shape(2, hh[i][0], hh[i][1], 33, 70, 24, 0, causal);
+            char name[64];
+            snprintf(name, sizeof name, "gqa Hq=%d Hkv=%d causal=%d", hh[i][0], hh[i][1], causal);
+            check_case(&p, 16, 16, name);
+        }
+    {   /* kv_heads = 0 means heads */
+        fa_params p = shape(1, 3, 0, 20, 20, 8, 0, 0);
+        check_case(&p, 0, 0, "gqa kv_heads=0");
+    }
+}
+
+/* Bottom-right causal with Sq < Sk (decode, chunked prefill) and Sq > Sk (leading empty rows). */
+static void test_causal_shapes(void **state)
+{
+    static const int qk[][2] = { { 1, 1 }, { 1, 200 }, { 2, 200 }, { 37, 130 }, { 130, 37 }, { 200, 1 },
+                                 { 64, 64 }, { 65, 128 }, { 128, 65 }, { 3, 300 }, { 300, 3 } };
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof qk / sizeof qk[0]; i++) {
+        fa_params p = shape(2, 2, 1, qk[i][0], qk[i][1], 16, 0, 1);
+        tcase c;
+        tc_init(&c, &p, "causal Sq=%d Sk=%d", qk[i][0], qk[i][1]);
+        tc_ref(&c);
+        tc_check(&c, 16, 16);
+        assert_true(tc_run(&c, TILED, 2, 5, 7, WITH_LSE, NULL));
+        assert_true(tc_run(&c, TILED, 1, 64, 1, WITH_LSE, NULL));
+        tc_free(&c);
+    }
+}
+
+/* [B][S][H][D] layouts, Dv != D, and layouts with gaps whose bytes must stay untouched. */
+static void test_strides_and_dv(void **state)
+{
+    static const int dd[][2] = { { 64, 64 }, { 64, 32 }, { 32, 80 }, { 3, 1 }, { 1, 7 }, { 128, 256 } };
+    size_t i;
+    int causal;
+    (void)state;
+    for (i = 0; i < sizeof dd / sizeof dd[0]; i++)
+        for (causal = 0; causal <= 1; causal++) {
+            fa_params p = shape(2, 4, 2, 50, 90, dd[i][0], dd[i][1], causal);
+            char name[80];
+            snprintf(name, sizeof name, "packed D=%d Dv=%d causal=%d", dd[i][0], dd[i][1], causal);
+            check_case(&p, 16, 32, name);
+            set_bshd(&p);
+            snprintf(name, sizeof name, "bshd D=%d Dv=%d causal=%d", dd[i][0], dd[i][1], causal);
+            check_case(&p, 16, 32, name);
+        }
+    {   /* every tensor its own layout, with padding: q [S][B][H][D+3], k [B][H][S][D+1],
+           v [H][B][S][Dv+2], o [B][H][S][Dv+5] with 7 extra elements between heads */
+        int B = 2, H = 3, Hkv = 3, Sq = 21, Sk = 40, D = 12, Dv = 10;
+        fa_params p = shape(B, H, Hkv, Sq, Sk, D, Dv, 1);
+        p.q_stride[0] = (int64_t)H * (D + 3); p.q_stride[1] = D + 3; p.q_stride[2] = (int64_t)B * H * (D + 3);
+        p.k_stride[0] = (int64_t)Hkv * Sk * (D + 1); p.k_stride[1] = (int64_t)Sk * (D + 1); p.k_stride[2] = D + 1;
+        p.v_stride[0] = (int64_t)Sk * (Dv + 2); p.v_stride[1] = (int64_t)B * Sk * (Dv + 2); p.v_stride[2] = Dv + 2;
+        p.o_stride[1] = (int64_t)Sq * (Dv + 5) + 7; p.o_stride[0] = H * p.o_stride[1]; p.o_stride[2] = Dv + 5;
+        check_case(&p, 8, 8, "mixed padded layouts");
+        p.causal = 0;
+        p.kv_heads = 1;   /* MQA with the same layouts: k and v hold one head */
+        check_case(&p, 5, 9, "mixed padded layouts MQA");
+    }
+    {   /* Sq = 1 with an o token stride of 0 is fine (one row per head) */
+        fa_params p = shape(2, 2, 0, 1, 33, 8, 0, 0);
+        p.o_stride[0] = 2 * 8 + 3; p.o_stride[1] = 8; p.o_stride[2] = 0;
+        check_case(&p, 0, 0, "o token stride 0 with Sq=1");
+    }
+}
+
+/* An explicit scale, and logits far beyond the range of exp (|s| > 100). For the large logits the
+   inputs are N(0,1) rounded to multiples of 1/16 and the scale is a power of two, so that every
+   fp32 dot product is exact: what is tested is the softmax's handling of |s| > 88, not the fp32
+   rounding of a 200-sized logit (an error of 1e-5 in a logit moves a weight by 1e-5). */
+static void test_scale_and_large_logits(void **state)
+{
+    int causal;
+    (void)state;
+    for (causal = 0; causal <= 1; causal++) {
+        fa_params p = shape(2, 2, 0, 40, 57, 16, 0, causal);
+        p.scale = 0.37f;
+        check_case(&p, 16, 16, causal ? "scale 0.37 causal" : "scale 0.37");
+        p.scale = -0.5f;
+        check_case(&p, 7, 9, causal ? "scale -0.5 causal" : "scale -0.5");
+    }
+    for (causal = 0; causal <= 1; causal++) {
+        tcase c;
+        fa_params p = shape(1, 2, 0, 70, 130, 64, 0, causal);
+        size_t i;
+        float big = 0.0f;
+        p.scale = 8.0f;
+        tc_init(&c, &p, "large logits causal=%d", causal);
+        for (i = 0; i < c.t.nq; i++) c.t.q[i] = floorf(c.t.q[i] * 16.0f + 0.5f) / 16.0f;
+        for (i = 0; i < c.t.nk; i++) c.t.k[i] = floorf(c.t.k[i] * 16.0f + 0.5f) / 16.0f;
+        tc_ref(&c);
+        for (i = 0; i < c.n_scores; i++)
+            if (c.ref_scores[i] != -INFINITY && fabsf(c.ref_scores[i]) > big) big = fabsf(c.ref_scores[i]);
+        assert_true(big > 150.0f);    /* the case really has logits beyond exp's range */
+        tc_check(&c, 16, 32);
+        tc_free(&c);
+    }
+    {   /* every logit of a row near +120: exp(s) alone would overflow */
+        tcase c;
+        fa_params p = shape(1, 1, 0, 9, 50, 4, 0, 0);
+        size_t i;
+        p.scale = 1.0f;
+        tc_init(&c, &p, "logits all near 120");
+        for (i = 0; i < c.t.nq; i += 4) { c.t.q[i] = 12.0f; c.t.q[i + 1] = floorf(c.t.q[i + 1] * 8.0f) / 8.0f; }
+        for (i = 0; i < c.t.nk; i += 4) { c.t.k[i] = 10.0f; c.t.k[i + 1] = floorf(c.t.k[i + 1] * 8.0f) / 8.0f; }
+        for (i = 0; i < c.t.nq; i += 4) { c.t.q[i + 2] = c.t.q[i + 3] = 0.0f; }
+        tc_ref(&c);
+        tc_check(&c, 4, 8);
+        tc_free(&c);
+    }
+}
+
+/* threads 0 (all cores), 1, 2, 3 and more than the work items. */
+static void test_threads(void **state)
+{
+    static const int T[] = { 0, 1, 2, 3, 7, 64 };
+    size_t i;
+    int shp;
+    (void)state;
+    for (shp = 0; shp < 3; shp++) {
+        tcase c;
+        fa_params p = shp == 0 ? shape(1, 1, 0, 5, 40, 8, 0, 0)
+                    : shp == 1 ? shape(3, 5, 0, 33, 33, 16, 0, 1) : shape(1, 4, 2, 1, 900, 32, 0, 0);
+        tc_init(&c, &p, "threads shape %d", shp);
+        tc_ref(&c);
+        for (i = 0; i < sizeof T / sizeof T[0]; i++) {
+            assert_true(tc_run(&c, NAIVE, T[i], 0, 0, WITH_LSE | WITH_SCORES, NULL));
+            assert_true(tc_run(&c, TILED, T[i], 0, 0, WITH_LSE, NULL));
+            assert_true(tc_run(&c, TILED, T[i], 8, 16, WITH_LSE, NULL));
+        }
+        tc_free(&c);
+    }
+}
+
+/* Two caller threads at once, each running both paths with 2 worker threads. */
+typedef struct caller_arg { const tcase *c; int ok; } caller_arg;
+
+static void *caller_main(void *arg)
+{
+    caller_arg *a = (caller_arg *)arg;
+    int it;
+    a->ok = 1;
+    for (it = 0; it < 4; it++) {
+        a->ok &= tc_run(a->c, TILED, 2, 16, 16, WITH_LSE, NULL);
+        a->ok &= tc_run(a->c, NAIVE, 2, 0, 0, WITH_LSE | WITH_SCORES, NULL);
+        a->ok &= tc_run(a->c, TILED, 1, 0, 0, WITH_LSE, NULL);
+    }
+    return NULL;
+}
+
+static void test_two_callers(void **state)
+{
+    tcase c[2];
+    caller_arg a[2];
+    pthread_t th[2];
+    fa_params p0 = shape(2, 4, 2, 100, 130, 32, 0, 1), p1 = shape(1, 3, 1, 77, 77, 64, 48, 0);
+    int i;
+    size_t live;
+    (void)state;
+    tc_init(&c[0], &p0, "caller 0");
+    tc_ref(&c[0]);
+    tc_init(&c[1], &p1, "caller 1");
+    tc_ref(&c[1]);
+    g_concurrent = 1;
+    for (i = 0; i < 2; i++) {
+        a[i].c = &c[i];
+        assert_int_equal(pthread_create(&th[i], NULL, caller_main, &a[i]), 0);
+    }
+    for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    g_concurrent = 0;
+    pthread_mutex_lock(&ta_mu);
+    live = ta_live;
+    pthread_mutex_unlock(&ta_mu);
+    assert_true(a[0].ok);
+    assert_true(a[1].ok);
+    assert_int_equal(live, 0);    /* nothing leaked by either caller */
+    tc_free(&c[0]);
+    tc_free(&c[1]);
+}
+
+/* seq_q = 0: a successful no-op that allocates nothing and writes nothing. */
+static void test_seq_q_zero(void **state)
+{
+    fa_params p = shape(2, 2, 0, 0, 10, 8, 0, 1);
+    float buf[64], lse[8], scores[8];
+    int path;
+    (void)state;
+    for (path = 0; path < 2; path++) {
+        ref_poison(buf, sizeof buf);
+        ref_poison(lse, sizeof lse);
+        ref_poison(scores, sizeof scores);
+        p.lse = lse;
+        ta_reset(-1);
+        assert_int_equal(call_path(path, &p, buf, buf, buf, buf, scores), FA_OK);
+        assert_int_equal(ta_calls, 0);
+        assert_true(ref_is_poison(lse, sizeof lse) && ref_is_poison(scores, sizeof scores));
+        assert_true(ref_is_poison(buf, sizeof buf));
+        /* no tensor is needed at all */
+        assert_int_equal(call_path(path, &p, NULL, NULL, NULL, NULL, NULL), FA_OK);
+        assert_int_equal(ws_path(path, &p), 0);
+        p.seq_k = 0;
+        assert_int_equal(call_path(path, &p, NULL, NULL, NULL, NULL, NULL), FA_OK);
+        p.seq_k = 10;
+    }
+}
+
+/* seq_k = 0: every row has no key: o = 0 and lse = -inf; k and v may be NULL. */
+static void test_seq_k_zero(void **state)
+{
+    int causal, path;
+    (void)state;
+    for (causal = 0; causal <= 1; causal++) {
+        tcase c;
+        fa_params p = shape(2, 3, 1, 7, 0, 5, 6, causal);
+        tc_init(&c, &p, "seq_k=0 causal=%d", causal);
+        tc_ref(&c);
+        tc_check(&c, 3, 3);
+        for (path = 0; path < 2; path++) {   /* with NULL k and v */
+            float o[2 * 3 * 7 * 6], lse[2 * 3 * 7];
+            size_t i;
+            p.lse = lse;
+            ref_poison(o, sizeof o);
+            ref_poison(lse, sizeof lse);
+            assert_int_equal(call_path(path, &p, c.t.q, NULL, NULL, o, NULL), FA_OK);
+            for (i = 0; i < sizeof o / sizeof o[0]; i++) assert_true(o[i] == 0.0f);
+            for (i = 0; i < sizeof lse / sizeof lse[0]; i++) assert_true(lse[i] == -INFINITY);
+        }
+        tc_free(&c);
+    }
+}
+
+/* A NaN in one query row reaches no other row; a NaN in a key or value reaches only the rows
+   that see that key (by the reference: rows it leaves finite must match). */
+static void test_nan_isolation(void **state)
+{
+    int causal, which;
+    (void)state;
+    for (which = 0; which < 3; which++)
+        for (causal = 0; causal <= 1; causal++) {
+            tcase c;
+            fa_params p = shape(2, 4, 2, 40, 60, 16, 0, causal);
+            unsigned char *skip;
+            size_t r, nskip = 0;
+            int t, path;
+            tc_init(&c, &p, "nan in %s causal=%d", which == 0 ? "q" : which == 1 ? "k" : "v", causal);
+            if (which == 0) c.t.q[(1 * 4 + 2) * 40 * 16 + 5 * 16 + 3] = NAN;   /* b=1 h=2 i=5 */
+            if (which == 1) c.t.k[(0 * 2 + 1) * 60 * 16 + 45 * 16 + 7] = NAN;  /* b=0 g=1 j=45 */
+            if (which == 2) c.t.v[(1 * 2 + 0) * 60 * 16 + 50 * 16 + 0] = NAN;  /* b=1 g=0 j=50 */
+            tc_ref(&c);
+            skip = (unsigned char *)calloc(c.rows, 1);
+            assert_non_null(skip);
+            for (r = 0; r < c.rows; r++) {
+                int bad = c.ref_lse[r] != c.ref_lse[r];
+                for (t = 0; t < 16; t++) bad |= c.ref_o[r * 16 + t] != c.ref_o[r * 16 + t];
+                skip[r] = (unsigned char)bad;
+                nskip += (size_t)bad;
+            }
+            if (which == 0) assert_int_equal(nskip, 1);
+            else assert_true(nskip >= 1 && nskip <= c.rows / 4);   /* one (batch, kv head) at most */
+            for (path = 0; path < 2; path++)
+                for (t = 1; t <= 2; t++) {
+                    assert_true(tc_run(&c, path, t, 0, 0, WITH_LSE, skip));
+                    assert_true(tc_run(&c, path, t, 8, 8, WITH_LSE, skip));
+                }
+            free(skip);
+            tc_free(&c);
+        }
+}
+
+/* ============================================================================================== */
+/* Issue #2: errors, memory                                                                       */
+/* ============================================================================================== */
+
+/* Calls both paths on p and checks the status, that o, lse and scores are untouched and that
+   nothing was left allocated. */
+static void expect_status(const fa_params *p0, int with_q, int with_k, int with_v, int with_o, fa_status want,
+                          const char *what)
+{
+    static float q[4096], k[4096], v[4096], o[4096], lse[512], scores[4096];
+    int path;
+    for (path = 0; path < 2; path++) {
+        fa_params p;
+        fa_status st;
+        if (p0) p = *p0;
+        else memset(&p, 0, sizeof p);
+        ref_poison(o, sizeof o);
+        ref_poison(lse, sizeof lse);
+        ref_poison(scores, sizeof scores);
+        memset(q, 0, sizeof q); memset(k, 0, sizeof k); memset(v, 0, sizeof v);
+        p.lse = lse;
+        ta_reset(-1);
+        st = call_path(path, p0 ? &p : NULL, with_q ? q : NULL, with_k ? k : NULL, with_v ? v : NULL,
+                       with_o ? o : NULL, scores);
+        if (st != want) {
+            print_error("%s: %s returned %d (%s), expected %d\n", what, path_name[path], (int)st,
+                        fa_status_string(st), (int)want);
+            fail();
+        }
+        if (want != FA_OK &&
+            (!ref_is_poison(o, sizeof o) || !ref_is_poison(lse, sizeof lse) || !ref_is_poison(scores, sizeof scores))) {
+            print_error("%s: %s wrote an output on failure\n", what, path_name[path]);
+            fail();
+        }
+        assert_int_equal(ta_live, 0);
+    }
+}
+
+static void test_errors_invalid(void **state)
+{
+    fa_params ok = shape(2, 4, 2, 8, 8, 16, 0, 0), p;
+    (void)state;
+    /* the base request works with these buffers (4096 floats each are enough) */
+    expect_status(&ok, 1, 1, 1, 1, FA_OK, "base request");
+    expect_status(NULL, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "p NULL");
+    expect_status(&ok, 0, 1, 1, 1, FA_ERR_INVALID_ARG, "q NULL");
+    expect_status(&ok, 1, 0, 1, 1, FA_ERR_INVALID_ARG, "k NULL");
+    expect_status(&ok, 1, 1, 0, 1, FA_ERR_INVALID_ARG, "v NULL");
+    expect_status(&ok, 1, 1, 1, 0, FA_ERR_INVALID_ARG, "o NULL");
+#define BAD(field, value, msg) do { p = ok; p.field = value; expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, msg); \
+        assert_int_equal(fa_naive_workspace_bytes(&p), 0); assert_int_equal(fa_tiled_workspace_bytes(&p), 0); } while (0)
+    BAD(batch, 0, "batch 0");
+    BAD(batch, -1, "batch -1");
+    BAD(heads, 0, "heads 0");
+    BAD(heads, -3, "heads -3");
+    BAD(kv_heads, -1, "kv_heads -1");
+    BAD(kv_heads, 3, "heads 4 % kv_heads 3");
+    BAD(kv_heads, 8, "kv_heads 8 > heads 4");
+    BAD(seq_q, -1, "seq_q -1");
+    BAD(seq_k, -1, "seq_k -1");
+    BAD(head_dim, 0, "head_dim 0");
+    BAD(head_dim, -2, "head_dim -2");
+    BAD(head_dim_v, -1, "head_dim_v -1");
+    BAD(window_left, -1, "window_left -1");
+    BAD(window_right, -5, "window_right -5");
+    BAD(scale, NAN, "scale NaN");
+    BAD(scale, INFINITY, "scale inf");
+    BAD(scale, -INFINITY, "scale -inf");
+    BAD(softcap, NAN, "softcap NaN");
+    BAD(softcap, -1.0f, "softcap -1");
+    BAD(softcap, INFINITY, "softcap inf");
+    BAD(block_q, -1, "block_q -1");
+    BAD(block_k, -8, "block_k -8");
+    BAD(threads, -1, "threads -1");
+    BAD(dtype, (fa_dtype)7, "dtype 7");
+    BAD(dtype, (fa_dtype)-1, "dtype -1");
+    {
+        static const float slopes[4] = { 0.5f, 0.25f, 0.125f, 0.0625f };
+        p = ok; p.alibi_slopes = slopes; p.alibi_stride = -4;
+        expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "alibi_stride -4");
+    }
+    /* o strides: a zero stride on an axis with more than one index, a negative one, and token
+       rows that overlap */
+    p = ok; p.o_stride[0] = 4 * 8 * 16; p.o_stride[1] = 0; p.o_stride[2] = 16;
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o head stride 0");
+    p = ok; p.o_stride[0] = 4 * 8 * 16; p.o_stride[1] = 8 * 16; p.o_stride[2] = 0;
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o token stride 0");
+    p = ok; p.o_stride[0] = 0; p.o_stride[1] = 8 * 16; p.o_stride[2] = 16;
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o batch stride 0 with batch 2");
+    p = ok; p.o_stride[0] = -(4 * 8 * 16); p.o_stride[1] = 8 * 16; p.o_stride[2] = 16;
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o batch stride negative");
+    p = ok; p.o_stride[0] = 4 * 8 * 16; p.o_stride[1] = 8 * 16; p.o_stride[2] = 15;
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o token rows overlap");
+    /* the fp16 and bf16 storage types are valid requests the CPU cannot serve */
+    p = ok; p.dtype = FA_F16;
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_UNSUPPORTED, "fp16 on CPU");
+    p = ok; p.dtype = FA_BF16;
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_UNSUPPORTED, "bf16 on CPU");
+    /* validation before pointers are needed: an invalid size with NULL pointers is INVALID_ARG */
+    p = ok; p.batch = 0;
+    expect_status(&p, 0, 0, 0, 0, FA_ERR_INVALID_ARG, "batch 0, NULL tensors");
+#undef BAD
+    assert_int_equal(fa_naive_workspace_bytes(NULL), 0);
+    assert_int_equal(fa_tiled_workspace_bytes(NULL), 0);
+}
+
+/* A score matrix that cannot be allocated (Sq = Sk = 2^20, 1024 heads: 4 PiB) and one whose byte
+   count overflows size_t: FA_ERR_NO_MEMORY, never a crash, outputs untouched. */
+static void test_errors_no_memory(void **state)
+{
+    static float dummy[64], o[64], lse[64], scores[64];
+    fa_params p = shape(1, 1024, 0, 1 << 20, 1 << 20, 1, 0, 0);
+    size_t ws;
+    (void)state;
+    p.lse = lse;
+    ws = fa_naive_workspace_bytes(&p);
+    assert_true(ws >= ((size_t)1 << 52));           /* at least the 4 PiB of scores */
+    ref_poison(o, sizeof o); ref_poison(lse, sizeof lse); ref_poison(scores, sizeof scores);
+    ta_reset(-1);
+    assert_int_equal(fa_naive(&p, dummy, dummy, dummy, o, scores), FA_ERR_NO_MEMORY);
+    assert_true(ref_is_poison(o, sizeof o) && ref_is_poison(lse, sizeof lse) && ref_is_poison(scores, sizeof scores));
+    assert_int_equal(ta_live, 0);
+    /* the tiled path's workspace does not grow with Sq x Sk */
+    p.threads = 2;
+    assert_true(fa_tiled_workspace_bytes(&p) > 0);
+    assert_true(fa_tiled_workspace_bytes(&p) < ((size_t)64 << 20));
+    /* 2^20 heads x 2^20 rows x 2^30 keys x 4 bytes overflows size_t */
+    p = shape(1, 1 << 20, 1, 1 << 20, 1 << 30, 1, 0, 0);
+    p.lse = lse;
+    assert_true(fa_naive_workspace_bytes(&p) == SIZE_MAX);
+    ta_reset(-1);
+    assert_int_equal(fa_naive(&p, dummy, dummy, dummy, o, scores), FA_ERR_NO_MEMORY);
+    assert_int_equal(ta_calls, 0);     /* the overflow is seen before any allocation */
+    assert_true(ref_is_poison(o, sizeof o) && ref_is_poison(lse, sizeof lse) && ref_is_poison(scores, sizeof scores));
+}
+
+/* Every allocation the call makes is failed in turn: each gives FA_ERR_NO_MEMORY with outputs
+   untouched and nothing leaked; then the call runs clean. */
+static void alloc_failures(const tcase *c, int path, int threads, int bq, int bk)
+{
+    fa_params p = c->p;
+    float *o = ref_alloc(c->t.no), *lse = ref_alloc(c->rows), *scores = ref_alloc(c->n_scores);
+    long n;
+    assert_true(o && lse && scores);
+    p.threads = threads; p.block_q = bq; p.block_k = bk; p.lse = lse;
+    for (n = 0; n < 64; n++) {
+        fa_status st;
+        int failed;
+        ref_poison(o, c->t.no * sizeof(float));
+        ref_poison(lse, c->rows * sizeof(float));
+        ref_poison(scores, c->n_scores * sizeof(float));
+        ta_reset(n);
+        st = call_path(path, &p, c->t.q, c->t.k, c->t.v, o, scores);
+        pthread_mutex_lock(&ta_mu);
+        failed = ta_failed;
+        ta_fail_in = -1;
+        pthread_mutex_unlock(&ta_mu);
+        assert_int_equal(ta_live, 0);
+        if (!failed) {   /* the call made fewer than n+1 allocations: it must have succeeded */
+            assert_int_equal(st, FA_OK);
+            if (n == 0) assert_int_equal(ws_path(path, &p), 0);
+            break;
+        }
+        if (st != FA_ERR_NO_MEMORY) {
+            print_error("%s: %s threads=%d, allocation %ld failed: status %d\n", c->name, path_name[path],
+                        threads, n, (int)st);
+            fail();
+        }
+        assert_true(ref_is_poison(o, c->t.no * sizeof(float)));
+        assert_true(ref_is_poison(lse, c->rows * sizeof(float)));
+        assert_true(ref_is_poison(scores, c->n_scores * sizeof(float)));
+    }
+    assert_true(n < 64);
+    free(o); free(lse); free(scores);
+}
+
+static void test_alloc_failure(void **state)
+{
+    static const int shp[][7] = {   /* B Hq Hkv Sq Sk D causal */
+        { 2, 4, 2, 50, 70, 16, 1 }, { 1, 8, 2, 1, 3000, 64, 0 }, { 1, 1, 0, 200, 200, 8, 0 }
+    };
+    size_t i;
+    int t;
+    (void)state;
+    for (i = 0; i < sizeof shp / sizeof shp[0]; i++) {
+        tcase c;
+        fa_params p = shape(shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4], shp[i][5], 0, shp[i][6]);
+        tc_init(&c, &p, "alloc failure shape %zu", i);
+        tc_ref(&c);
+        for (t = 1; t <= 2; t++) {
+            alloc_failures(&c, NAIVE, t, 0, 0);
+            alloc_failures(&c, TILED, t, 0, 0);
+            alloc_failures(&c, TILED, t, 16, 16);
+        }
+        tc_free(&c);
+    }
+}
+
+/* The workspace functions: what the memory tables print. Exactness against the allocator is
+   checked by every tc_run; here the shapes of the numbers. */
+static void test_workspace_bytes(void **state)
+{
+    fa_params p = shape(2, 8, 0, 4096, 4096, 64, 0, 0), q;
+    size_t n1, n2, t1, t2;
+    (void)state;
+    p.threads = 2;
+    n1 = fa_naive_workspace_bytes(&p);
+    assert_true(n1 >= (size_t)2 * 8 * 4096 * 4096 * sizeof(float));
+    t1 = fa_tiled_workspace_bytes(&p);
+    assert_true(t1 > 0 && t1 < ((size_t)16 << 20));
+    q = p; q.seq_q = q.seq_k = 16384;
+    n2 = fa_naive_workspace_bytes(&q);
+    t2 = fa_tiled_workspace_bytes(&q);
+    assert_true(n2 >= 16 * n1 - ((size_t)1 << 20));   /* the score matrix: O(Sq x Sk) */
+    assert_true(t2 < ((size_t)16 << 20));                /* the tiles: not O(Sq x Sk) */
+    assert_true(t2 <= 2 * t1);
+    /* a no-op allocates nothing */
+    q = p; q.seq_q = 0;
+    assert_int_equal(fa_naive_workspace_bytes(&q), 0);
+    assert_int_equal(fa_tiled_workspace_bytes(&q), 0);
+}
+
+/* ============================================================================================== */
+/* Issue #5: masks and score modifiers                                                             */
+/* ============================================================================================== */
+
+static void test_windows(void **state)
+{
+    /* wl, wr, causal, Sq, Sk */
+    static const int w[][5] = {
+        { 1, 0, 0, 100, 100 }, { 1, 0, 1, 100, 100 }, { 5, 0, 1, 100, 100 }, { 7, 0, 0, 60, 130 },
+        { 3, 0, 1, 130, 60 }, { 110, 0, 1, 100, 100 }, { 500, 0, 0, 40, 90 }, { 0, 1, 0, 100, 100 },
+        { 0, 3, 0, 70, 110 }, { 0, 105, 0, 100, 100 }, { 0, 2, 1, 50, 50 }, { 4, 2, 0, 100, 100 },
+        { 1, 1, 0, 33, 77 }, { 9, 5, 0, 90, 40 }, { 16, 0, 1, 100, 100 }, { 0, 16, 0, 100, 100 }
+    };
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof w / sizeof w[0]; i++) {
+        tcase c;
+        fa_params p = shape(2, 2, 1, w[i][3], w[i][4], 16, 0, w[i][2]);
+        p.window_left = w[i][0];
+        p.window_right = w[i][1];
+        tc_init(&c, &p, "window left=%d right=%d causal=%d Sq=%d Sk=%d", w[i][0], w[i][1], w[i][2], w[i][3], w[i][4]);
+        tc_ref(&c);
+        tc_check(&c, 8, 8);                 /* small tiles: many lie wholly outside the window */
+        assert_true(tc_run(&c, TILED, 1, 1, 1, WITH_LSE, NULL));
+        assert_true(tc_run(&c, TILED, 2, 7, 13, WITH_LSE, NULL));
+        tc_free(&c);
+    }
+}
+
+static void test_softcap(void **state)
+{
+    static const float cap[] = { 1.5f, 30.0f };
+    size_t i;
+    int causal, sc;
+    (void)state;
+    for (i = 0; i < 2; i++)
+        for (causal = 0; causal <= 1; causal++)
+            for (sc = 0; sc < 2; sc++) {
+                tcase c;
+                fa_params p = shape(2, 2, 0, 45, 70, 32, 0, causal);
+                p.softcap = cap[i];
+                p.scale = sc ? 2.0f : 0.0f;  /* with scale 2 the logits reach the cap of 30 too */
+                tc_init(&c, &p, "softcap %g causal=%d scale=%g", (double)cap[i], causal, (double)p.scale);
+                tc_ref(&c);
+                tc_check(&c, 16, 16);
+                tc_free(&c);
+            }
+}
+
+static void test_alibi(void **state)
+{
+    int causal, mode;
+    (void)state;
+    for (mode = 0; mode < 3; mode++)
+        for (causal = 0; causal <= 1; causal++) {
+            tcase c;
+            fa_params p = shape(3, 4, 2, 40, 75, 16, 0, causal);
+            tc_init(&c, &p, "alibi %s causal=%d", mode == 0 ? "[Hq]" : mode == 1 ? "[B][Hq]" : "[B][Hq+3]", causal);
+            tc_alibi(&c, mode > 0, mode == 2 ? 4 + 3 : 4);
+            tc_ref(&c);
+            tc_check(&c, 16, 16);
+            tc_free(&c);
+        }
+    {   /* Sq > Sk, non-causal: the distance |d - j| is measured from the bottom-right diagonal */
+        tcase c;
+        fa_params p = shape(1, 2, 0, 50, 20, 8, 0, 0);
+        tc_init(&c, &p, "alibi Sq>Sk");
+        tc_alibi(&c, 0, 0);
+        tc_ref(&c);
+        tc_check(&c, 7, 7);
+        tc_free(&c);
+    }
+}
+
+/* Sets key-padding -inf on the last pad[b] keys of batch b, for a bias with strides {Sk,0,0,1}. */
+static void bias_pad_keys(tcase *c, const int *pad)
+{
+    int b, j, Sk = c->p.seq_k;
+    for (b = 0; b < c->p.batch; b++)
+        for (j = Sk - pad[b]; j < Sk; j++) c->bias[(size_t)b * Sk + j] = -INFINITY;
+}
+
+static void test_bias_patterns(void **state)
+{
+    int B = 2, H = 3, Sq = 37, Sk = 66, causal, pat;
+    (void)state;
+    for (pat = 0; pat < 7; pat++)
+        for (causal = 0; causal <= 1; causal++) {
+            static const char *const names[] = { "packed [B][H][Sq][Sk]", "full with padding", "key padding [B][Sk]",
+                                                  "shared [Sq][Sk]", "per head [H][Sk]", "key-major [B][H][Sk][Sq]",
+                                                  "scalar per batch [B]" };
+            tcase c;
+            fa_params p = shape(B, H, 1, Sq, Sk, 16, 0, causal);
+            tc_init(&c, &p, "bias %s causal=%d", names[pat], causal);
+            switch (pat) {
+            case 0: tc_bias(&c, 0, 0, 0, 0); break;
+            case 1: tc_bias(&c, (int64_t)H * Sq * (Sk + 5) + 11, (int64_t)Sq * (Sk + 5), Sk + 5, 1); break;
+            case 2: {
+                static const int pad[2] = { 0, 13 };
+                tc_bias(&c, Sk, 0, 0, 1);
+                bias_pad_keys(&c, pad);
+                break;
+            }
+            case 3: tc_bias(&c, 0, 0, Sk, 1); break;
+            case 4: tc_bias(&c, 0, Sk, 0, 1); break;
+            case 5: tc_bias(&c, (int64_t)H * Sk * Sq, (int64_t)Sk * Sq, 1, Sq); break;
+            default: tc_bias(&c, 1, 0, 0, 0); break;
+            }
+            tc_ref(&c);
+            tc_check(&c, 16, 16);
+            assert_true(tc_run(&c, TILED, 2, 5, 9, WITH_LSE, NULL));
+            tc_free(&c);
+        }
+}
+
+/* A bias that hides whole rows, whole tiles in the middle of rows, and a whole (batch, head):
+   those rows give 0 and -inf, the others are unaffected, nothing is NaN. */
+static void test_bias_hides_rows_and_tiles(void **state)
+{
+    int B = 2, H = 2, Sq = 48, Sk = 96, causal;
+    (void)state;
+    for (causal = 0; causal <= 1; causal++) {
+        tcase c;
+        fa_params p = shape(B, H, 0, Sq, Sk, 16, 0, causal);
+        float *bias;
+        int b, h, i, j;
+        tc_init(&c, &p, "bias hides rows and tiles causal=%d", causal);
+        bias = tc_bias(&c, 0, 0, 0, 0);
+        for (b = 0; b < B; b++)
+            for (h = 0; h < H; h++)
+                for (i = 0; i < Sq; i++)
+                    for (j = 0; j < Sk; j++) {
+                        float *x = bias + (((size_t)b * H + h) * Sq + i) * Sk + j;
+                        if (i == 3 || i == Sq - 1) *x = -INFINITY;             /* whole rows */
+                        if (j >= 16 && j < 48) *x = -INFINITY;                   /* whole tiles of 16 */
+                        if (i >= 20 && i < 30 && j >= 48) *x = -INFINITY;        /* all but the first tile */
+                        if (i >= 30 && i < 36 && j < 64) *x = -INFINITY;         /* all but the last two */
+                        if (b == 1 && h == 0) *x = -INFINITY;                    /* a whole (batch, head) */
+                    }
+        tc_ref(&c);
+        tc_check(&c, 16, 16);
+        assert_true(tc_run(&c, TILED, 1, 8, 16, WITH_LSE, NULL));
+        assert_true(tc_run(&c, TILED, 2, 16, 32, WITH_LSE, NULL));
+        assert_true(tc_run(&c, TILED, 2, 3, 5, WITH_LSE, NULL));
+        {   /* check directly: the hidden rows are exactly 0 and -inf */
+            size_t r = ((size_t)0 * H + 1) * Sq + 3;
+            assert_true(c.ref_lse[r] == -INFINITY && c.ref_o[r * 16] == 0.0f);
+        }
+        tc_free(&c);
+    }
+    {   /* a window and a bias that together hide every key of some rows */
+        tcase c;
+        fa_params p = shape(1, 2, 0, 40, 40, 8, 0, 1);
+        int i, j;
+        p.window_left = 3;
+        tc_init(&c, &p, "window plus bias hide rows");
+        tc_bias(&c, 0, 0, 40, 1);
+        for (i = 10; i < 20; i++)
+            for (j = i - 3; j <= i; j++) c.bias[(size_t)i * 40 + j] = -INFINITY;
+        tc_ref(&c);
+        tc_check(&c, 4, 4);
+        tc_free(&c);
+    }
+}
+
+/* Each modifier alone is above; here all of them at once, with causal, GQA, [B][S][H][D]
+   strides and Sq != Sk both ways. */
+static void test_all_modifiers(void **state)
+{
+    static const int qk[][2] = { { 45, 97 }, { 97, 45 }, { 1, 150 }, { 64, 64 } };
+    size_t i;
+    int causal;
+    (void)state;
+    for (i = 0; i < sizeof qk / sizeof qk[0]; i++)
+        for (causal = 0; causal <= 1; causal++) {
+            static const int pad[2] = { 5, 17 };
+            tcase c;
+            fa_params p = shape(2, 6, 2, qk[i][0], qk[i][1], 32, 24, causal);
+            set_bshd(&p);
+            p.window_left = 20;
+            p.window_right = causal ? 0 : 9;
+            p.softcap = 2.5f;
+            p.scale = 0.3f;
+            tc_init(&c, &p, "all modifiers Sq=%d Sk=%d causal=%d", qk[i][0], qk[i][1], causal);
+            tc_alibi(&c, 1, 6);
+            tc_bias(&c, qk[i][1], 0, 0, 1);
+            bias_pad_keys(&c, pad);
+            tc_ref(&c);
+            tc_check(&c, 16, 16);
+            assert_true(tc_run(&c, TILED, 2, 3, 11, WITH_LSE, NULL));
+            assert_true(tc_run(&c, TILED, 1, 200, 200, WITH_LSE, NULL));
+            tc_free(&c);
+        }
+}
+
+/* Strides for an [n0][n1][n2][row] tensor with its three outer axes nested in a random order,
+   random padding after each row and each axis: a layout with gaps, never overlapping. */
+static void random_layout(ref_rng *r, int64_t n0, int64_t n1, int64_t n2, int row, int64_t st[3])
+{
+    int perm[3] = { 0, 1, 2 }, a, k;
+    int64_t n[3], cur = row + ref_randint(r, 0, 3);
+    n[0] = n0; n[1] = n1; n[2] = n2;
+    for (a = 2; a > 0; a--) {
+        int j = ref_randint(r, 0, a), x = perm[a];
+        perm[a] = perm[j]; perm[j] = x;
+    }
+    for (k = 2; k >= 0; k--) {
+        st[perm[k]] = cur;
+        cur = cur * (n[perm[k]] > 0 ? n[perm[k]] : 1) + ref_randint(r, 0, 2);
+    }
+}
+
+/* Random requests mixing every feature: shapes (Sk = 0, Sq = 1, Sq > Sk ...), GQA, head dims,
+   layouts with gaps, scale, causal, windows, softcap, ALiBi, bias in every broadcast pattern with
+   -inf entries, block sizes and threads. FA_TEST_RANDOM sets the count (default 150). */
+static void test_random_configs(void **state)
+{
+    static const int Ds[] = { 1, 2, 3, 4, 7, 8, 15, 16, 31, 32, 33, 48, 64, 80, 96, 128 };
+    const char *env = getenv("FA_TEST_RANDOM");
+    int n = env && *env ? atoi(env) : 150, it;
+    ref_rng g;
+    (void)state;
+    ref_seed(&g, g_seed_base ^ 0xABCDEF);
+    for (it = 0; it < n; it++) {
+        tcase c;
+        fa_params p;
+        int Hkv = ref_randint(&g, 1, 3), grp = ref_randint(&g, 1, 4), B = ref_randint(&g, 1, 3);
+        int Sq = ref_randint(&g, 0, 9) == 0 ? 1 : ref_randint(&g, 1, 160);
+        int Sk = ref_randint(&g, 0, 14) == 0 ? 0 : ref_randint(&g, 1, 220);
+        int D = Ds[ref_randint(&g, 0, 15)], Dv = ref_randint(&g, 0, 2) == 0 ? Ds[ref_randint(&g, 0, 15)] : 0;
+        int bias_kind = ref_randint(&g, 0, 3) == 0 ? ref_randint(&g, 0, 2) : -1, thr;
+        if (B * Hkv * grp > 12) grp = 1;
+        p = shape(B, Hkv * grp, Hkv, Sq, Sk, D, Dv, ref_randint(&g, 0, 1));
+        if (ref_randint(&g, 0, 3) == 0) p.window_left = ref_randint(&g, 1, Sk + 5);
+        if (ref_randint(&g, 0, 4) == 0) p.window_right = ref_randint(&g, 1, Sk + 5);
+        if (ref_randint(&g, 0, 4) == 0) p.softcap = ref_randint(&g, 0, 1) ? 1.5f : 30.0f;
+        /* an explicit scale, kept to logits of N(0,1) size: API.md's accuracy is for N(0,1) inputs;
+           large logits are test_scale_and_large_logits's, on inputs that make them exact */
+        if (ref_randint(&g, 0, 2) == 0) p.scale = (float)((ref_uniform(&g) * 2.0 - 0.5) / sqrt((double)D));
+        if (ref_randint(&g, 0, 1)) {
+            int Dq = p.head_dim, Dvv = Dv ? Dv : D;
+            random_layout(&g, B, p.heads, Sq, Dq, p.q_stride);
+            random_layout(&g, B, Hkv, Sk, Dq, p.k_stride);
+            random_layout(&g, B, Hkv, Sk, Dvv, p.v_stride);
+            random_layout(&g, B, p.heads, Sq, Dvv, p.o_stride);
+        }
+        tc_init(&c, &p, "random config %d: B=%d Hq=%d Hkv=%d Sq=%d Sk=%d D=%d Dv=%d causal=%d wl=%d wr=%d cap=%g",
+                it, B, p.heads, Hkv, Sq, Sk, D, Dv, p.causal, p.window_left, p.window_right, (double)p.softcap);
+        if (ref_randint(&g, 0, 4) == 0) tc_alibi(&c, ref_randint(&g, 0, 1), p.heads + ref_randint(&g, 0, 2));
+        if (bias_kind >= 0) {
+            /* keys innermost, or key-major; any outer axis may broadcast */
+            int64_t st[4] = { 0, 0, 0, 0 }, nn[4], cur = ref_randint(&g, 1, 2);
+            int order[4] = { 0, 1, 2, 3 }, a;
+            float frac = bias_kind == 0 ? 0.0f : bias_kind == 1 ? 0.1f : 0.9f;
+            size_t e, ne;
+            float *bias;
+            nn[0] = B; nn[1] = p.heads; nn[2] = Sq; nn[3] = Sk;
+            if (ref_randint(&g, 0, 3) == 0) { order[2] = 3; order[3] = 2; }
+            for (a = 3; a >= 0; a--) {
+                int ax = order[a];
+                if (ax != 3 && ref_randint(&g, 0, 2) == 0) continue;   /* broadcast this axis */
+                st[ax] = cur;
+                cur = cur * (nn[ax] > 0 ? nn[ax] : 1) + ref_randint(&g, 0, 2);
+            }
+            bias = tc_bias(&c, st[0], st[1], st[2], st[3]);
+            ne = ref_bias_elems(&c.p);
+            for (e = 0; e < ne; e++)
+                if (ref_uniform(&g) < frac) bias[e] = -INFINITY;
+        }
+        tc_ref(&c);
+        thr = ref_randint(&g, 1, 3);
+        if (!tc_run(&c, NAIVE, thr, 0, 0, WITH_LSE | WITH_SCORES, NULL) ||
+            !tc_run(&c, TILED, thr, 0, 0, WITH_LSE, NULL) ||
+            !tc_run(&c, TILED, ref_randint(&g, 1, 2), ref_randint(&g, 1, Sq + 3), ref_randint(&g, 1, Sk + 3),
+                    WITH_LSE, NULL))
+            fail();
+        tc_free(&c);
+    }
+}
+
+/* ============================================================================================== */
+/* Issue #5: fa_merge                                                                              */
+/* ============================================================================================== */
+
+/* Keys split into parts [cut[i], cut[i+1]) (one of them empty), each attended with lse by
+   alternating paths, merged, compared with the reference over all keys. */
+static void test_merge_split_keys(void **state)
+{
+    int variant;
+    (void)state;
+    for (variant = 0; variant < 3; variant++) {
+        static const int cuts[3][6] = { { 0, 30, 30, 64, 100, -1 }, { 0, 0, 1, 99, 100, -1 }, { 0, 50, 100, 100, -1, -1 } };
+        const int *cut = cuts[variant];
+        int parts = 0, P, t;
+        tcase c;
+        fa_params p = shape(2, 4, 2, 33, 100, 16, 12, 0);
+        ref_dims d;
+        float *op[8], *lp[8], *o, *lse;
+        while (cut[parts + 1] >= 0) parts++;
+        if (variant == 1) set_bshd(&p);
+        tc_init(&c, &p, "merge split keys variant %d", variant);
+        if (variant == 2) {
+            static const int pad[2] = { 0, 60 };   /* batch 1 sees keys 0..39 only: part 2 is empty for it */
+            tc_bias(&c, 100, 0, 0, 1);
+            bias_pad_keys(&c, pad);
+        }
+        tc_ref(&c);
+        ref_dims_of(&c.p, &d);
+        for (P = 0; P < parts; P++) {
+            fa_params pp = c.p;
+            int j0 = cut[P], j1 = cut[P + 1];
+            op[P] = ref_alloc(c.n_o);
+            lp[P] = ref_alloc(c.rows);
+            assert_true(op[P] && lp[P]);
+            pp.seq_k = j1 - j0;
+            memcpy(pp.k_stride, d.ks, sizeof d.ks);
+            memcpy(pp.v_stride, d.vs, sizeof d.vs);
+            memset(pp.o_stride, 0, sizeof pp.o_stride);   /* parts are packed [B][Hq][Sq][Dv] */
+            if (c.p.bias) { memcpy(pp.bias_stride, d.bs, sizeof d.bs); pp.bias = c.p.bias + j0 * d.bs[3]; }
+            pp.lse = lp[P];
+            pp.threads = 2;
+            ref_poison(op[P], c.n_o * sizeof(float));
+            assert_int_equal(call_path(P % 2 ? NAIVE : TILED, &pp, c.t.q, c.t.k + j0 * d.ks[2], c.t.v + j0 * d.vs[2],
+                                       op[P], NULL), FA_OK);
+        }
+        o = ref_alloc(c.n_o + GUARD);
+        lse = ref_alloc(c.rows + GUARD);
+        assert_true(o && lse);
+        for (t = 0; t < 3; t++) {
+            /* t = 0: separate outputs; t = 1: lse NULL; t = 2: in place into part 0 */
+            float *oo = t == 2 ? op[0] : o, *ll = t == 2 ? lp[0] : (t == 1 ? NULL : lse);
+            ref_poison(o, (c.n_o + GUARD) * sizeof(float));
+            ref_poison(lse, (c.rows + GUARD) * sizeof(float));
+            assert_int_equal(fa_merge((int)c.rows, d.Dv, parts, (const float *const *)op, (const float *const *)lp,
+                                      oo, ll), FA_OK);
+            assert_true(close_rows(&c, "merged o", oo, c.ref_o, c.rows, (size_t)d.Dv, NULL));
+            if (ll) assert_true(close_rows(&c, "merged lse", ll, c.ref_lse, c.rows, 1, NULL));
+            if (t != 2) assert_true(ref_is_poison(o + c.n_o, GUARD * sizeof(float)));
+            if (t == 0) assert_true(ref_is_poison(lse + c.rows, GUARD * sizeof(float)));
+            if (t == 1) assert_true(ref_is_poison(lse, (c.rows + GUARD) * sizeof(float)));
+        }
+        for (P = 0; P < parts; P++) { free(op[P]); free(lp[P]); }
+        free(o); free(lse);
+        tc_free(&c);
+    }
+}
+
+/* fa_merge against ref_merge on random parts: lse values spread far beyond exp's range, some
+   parts -inf, rows where every part is -inf (0 and -inf), in place into another part than 0. */
+static void test_merge_random(void **state)
+{
+    enum { ROWS = 57, DV = 9, PARTS = 4 };
+    float *op[PARTS], *lp[PARTS], *cop[PARTS], *clp[PARTS], ro[ROWS * DV], rl[ROWS], o[ROWS * DV + GUARD], l[ROWS + GUARD];
+    ref_rng rng;
+    int P, r, inplace;
+    (void)state;
+    ref_seed(&rng, g_seed_base + 977);
+    for (P = 0; P < PARTS; P++) {
+        op[P] = ref_alloc(ROWS * DV); lp[P] = ref_alloc(ROWS);
+        cop[P] = ref_alloc(ROWS * DV); clp[P] = ref_alloc(ROWS);
+        assert_true(op[P] && lp[P] && cop[P] && clp[P]);
+        ref_fill_normal(&rng, op[P], ROWS * DV);
+        for (r = 0; r < ROWS; r++) {
+            double u = ref_uniform(&rng);
+            lp[P][r] = (float)(ref_normal(&rng) * (r % 3 == 0 ? 300.0 : 3.0) + (r % 5 == 1 ? 500.0 : 0.0));
+            if (u < 0.25) lp[P][r] = -INFINITY;
+            if (r % 11 == 4) lp[P][r] = -INFINITY;                 /* rows empty in every part */
+            if (r % 13 == 6 && P != 2) lp[P][r] = -INFINITY;       /* rows with one part only */
+        }
+    }
+    ref_merge(ROWS, DV, PARTS, (const float *const *)op, (const float *const *)lp, ro, rl);
+    for (inplace = 0; inplace < 2; inplace++) {
+        float *oo = o, *ll = l;
+        for (P = 0; P < PARTS; P++) {
+            memcpy(cop[P], op[P], ROWS * DV * sizeof(float));
+            memcpy(clp[P], lp[P], ROWS * sizeof(float));
+        }
+        ref_poison(o, sizeof o);
+        ref_poison(l, sizeof l);
+        if (inplace) { oo = cop[0]; ll = clp[0]; }
+        assert_int_equal(fa_merge(ROWS, DV, PARTS, (const float *const *)cop, (const float *const *)clp, oo, ll), FA_OK);
+        assert_true(fa_allclose(oo, ro, ROWS * DV, 1e-5f, 1e-5f));
+        assert_true(fa_allclose(ll, rl, ROWS, 1e-5f, 1e-5f));
+        for (r = 0; r < ROWS; r++)
+            if (r % 11 == 4) assert_true(ll[r] == -INFINITY && oo[r * DV] == 0.0f && oo[r * DV + DV - 1] == 0.0f);
+        if (!inplace) assert_true(ref_is_poison(o + ROWS * DV, GUARD * sizeof(float)) && ref_is_poison(l + ROWS, GUARD * sizeof(float)));
+    }
+    /* one part: a copy; rows = 0: nothing written */
+    ref_poison(o, sizeof o);
+    assert_int_equal(fa_merge(ROWS, DV, 1, (const float *const *)op, (const float *const *)lp, o, NULL), FA_OK);
+    ref_merge(ROWS, DV, 1, (const float *const *)op, (const float *const *)lp, ro, rl);
+    assert_true(fa_allclose(o, ro, ROWS * DV, 1e-6f, 0.0f));
+    ref_poison(o, sizeof o);
+    assert_int_equal(fa_merge(0, DV, PARTS, (const float *const *)op, (const float *const *)lp, o, l), FA_OK);
+    assert_true(ref_is_poison(o, sizeof o));
+    for (P = 0; P < PARTS; P++) { free(op[P]); free(lp[P]); free(cop[P]); free(clp[P]); }
+}
+
+static void test_merge_bad_args(void **state)
+{
+    float a[6] = { 1, 2, 3, 4, 5, 6 }, b[6] = { 1, 2, 3, 4, 5, 6 }, la[3] = { 0, 1, 2 }, lb[3] = { 2, 1, 0 };
+    float o[6 + GUARD], l[3 + GUARD];
+    const float *op[2] = { a, b }, *lp[2] = { la, lb }, *op_null[2] = { a, NULL }, *lp_null[2] = { NULL, lb };
+    int i;
+    (void)state;
+    for (i = 0; i < 9; i++) {
+        fa_status st = FA_OK;
+        ref_poison(o, sizeof o);
+        ref_poison(l, sizeof l);
+        switch (i) {
+        case 0: st = fa_merge(-1, 2, 2, op, lp, o, l); break;
+        case 1: st = fa_merge(3, 0, 2, op, lp, o, l); break;
+        case 2: st = fa_merge(3, -2, 2, op, lp, o, l); break;
+        case 3: st = fa_merge(3, 2, 0, op, lp, o, l); break;
+        case 4: st = fa_merge(3, 2, 2, NULL, lp, o, l); break;
+        case 5: st = fa_merge(3, 2, 2, op, NULL, o, l); break;
+        case 6: st = fa_merge(3, 2, 2, op, lp, NULL, l); break;
+        case 7: st = fa_merge(3, 2, 2, op_null, lp, o, l); break;
+        default: st = fa_merge(3, 2, 2, op, lp_null, o, l); break;
+        }
+        if (st != FA_ERR_INVALID_ARG) {
+            print_error("fa_merge bad argument case %d: status %d\n", i, (int)st);
+            fail();
+        }
+        assert_true(ref_is_poison(o, sizeof o) && ref_is_poison(l, sizeof l));
+    }
+    /* the good call works */
+    assert_int_equal(fa_merge(3, 2, 2, op, lp, o, l), FA_OK);
+    assert_true(ref_is_poison(o + 6, GUARD * sizeof(float)) && ref_is_poison(l + 3, GUARD * sizeof(float)));
+    assert_true(fabsf(l[1] - (1.0f + logf(2.0f))) < 1e-6f);
+    assert_true(fabsf(o[2] - 3.0f) < 1e-6f && fabsf(o[3] - 4.0f) < 1e-6f);
+}
+
+/* ============================================================================================== */
+/* Common: fa_status_string, fa_allclose, fa_max_abs_diff                                          */
+/* ============================================================================================== */
+
+static void test_status_string(void **state)
+{
+    static const int v[] = { FA_OK, FA_ERR_INVALID_ARG, FA_ERR_NO_MEMORY, FA_ERR_UNSUPPORTED, FA_ERR_DEVICE, 5, 99, -1, 1 << 30 };
+    size_t i, j;
+    (void)state;
+    for (i = 0; i < sizeof v / sizeof v[0]; i++) {
+        const char *s = fa_status_string((fa_status)v[i]);
+        assert_non_null(s);
+        assert_true(strlen(s) > 0);
+        assert_ptr_equal(s, fa_status_string((fa_status)v[i]));   /* a fixed sentence */
+    }
+    for (i = 0; i < 5; i++)   /* the known ones are distinct, and none is the unknown one */
+        for (j = 0; j < sizeof v / sizeof v[0]; j++)
+            if (i != j) assert_string_not_equal(fa_status_string((fa_status)v[i]), fa_status_string((fa_status)v[j]));
+}
+
+static void test_allclose(void **state)
+{
+    float a[4] = { 1.0f, 2.0f, -3.0f, 0.0f }, b[4] = { 1.0f, 2.0f, -3.0f, 0.0f };
+    float x, y;
+    (void)state;
+    assert_true(fa_allclose(a, b, 4, 0.0f, 0.0f));
+    assert_true(fa_allclose(a, b, 0, 0.0f, 0.0f));
+    assert_true(fa_allclose(NULL, NULL, 0, 1e-5f, 1e-5f));
+    /* |a-b| <= atol + rtol*|b|, with b the reference (asymmetric, as torch) */
+    x = 2.0f; y = 1.0f;
+    assert_true(fa_allclose(&x, &y, 1, 0.5f, 0.5f));     /* 1 <= 0.5 + 0.5 */
+    assert_false(fa_allclose(&x, &y, 1, 0.5f, 0.25f));   /* 1 >  0.25 + 0.5 */
+    x = 1.0f; y = 2.0f;
+    assert_true(fa_allclose(&x, &y, 1, 0.25f, 0.5f));    /* 1 <= 0.5 + 0.25*2 */
+    x = 2.0f; y = 1.0f;
+    assert_false(fa_allclose(&x, &y, 1, 0.25f, 0.5f));   /* 1 >  0.5 + 0.25*1 */
+    x = 1.0f + 1e-5f; y = 1.0f;
+    assert_true(fa_allclose(&x, &y, 1, 1e-5f, 1e-5f));
+    x = 1.0f + 3e-5f;
+    assert_false(fa_allclose(&x, &y, 1, 1e-5f, 1e-5f));
+    /* NaN anywhere fails, even against NaN and with huge tolerances */
+    x = NAN; y = 1.0f;
+    assert_false(fa_allclose(&x, &y, 1, 1e30f, 1e30f));
+    assert_false(fa_allclose(&y, &x, 1, 1e30f, 1e30f));
+    y = NAN;
+    assert_false(fa_allclose(&x, &y, 1, 1e30f, 1e30f));
+    b[3] = NAN;
+    assert_false(fa_allclose(a, b, 4, 1.0f, 1.0f));
+    /* equal infinities pass; different ones, or inf against finite, fail */
+    x = INFINITY; y = INFINITY;
+    assert_true(fa_allclose(&x, &y, 1, 0.0f, 0.0f));
+    x = -INFINITY; y = -INFINITY;
+    assert_true(fa_allclose(&x, &y, 1, 0.0f, 0.0f));
+    x = INFINITY; y = -INFINITY;
+    assert_false(fa_allclose(&x, &y, 1, 1e30f, 1e30f));
+    x = INFINITY; y = 1e30f;
+    assert_false(fa_allclose(&x, &y, 1, 1.0f, 1.0f));
+    x = 1e30f; y = INFINITY;
+    assert_false(fa_allclose(&x, &y, 1, 1.0f, 1.0f));
+    /* fa_max_abs_diff */
+    b[3] = 0.5f;
+    assert_true(fa_max_abs_diff(a, b, 4) == 0.5);
+    assert_true(fa_max_abs_diff(a, a, 4) == 0.0);
+    x = INFINITY; y = INFINITY;
+    assert_true(fa_max_abs_diff(&x, &y, 1) == 0.0);
+    x = NAN;
+    assert_true(fa_max_abs_diff(&x, &y, 1) != fa_max_abs_diff(&x, &y, 1));
+}
+
+/* The reference itself, against a hand-computed case, so that its mistakes cannot hide. */
+static void test_reference_sanity(void **state)
+{
+    fa_params p = shape(1, 1, 0, 2, 3, 1, 0, 1);
+    float q[2] = { 1.0f, 2.0f }, k[3] = { 1.0f, 0.0f, -1.0f }, v[3] = { 10.0f, 20.0f, 30.0f };
+    float o[2], lse[2], s[6];
+    double e0, e1;
+    (void)state;
+    p.scale = 1.0f;
+    /* Sk - Sq = 1: row 0 sees keys 0..1, row 1 sees 0..2 */
+    assert_true(ref_attention(&p, q, k, v, o, lse, s));
+    assert_true(s[0] == 1.0f && s[1] == 0.0f && s[2] == -INFINITY);
+    assert_true(s[3] == 2.0f && s[4] == 0.0f && s[5] == -2.0f);
+    e0 = exp(1.0); e1 = 1.0;
+    assert_true(fabs(o[0] - (10 * e0 + 20 * e1) / (e0 + e1)) < 1e-5);
+    assert_true(fabs(lse[0] - log(e0 + e1)) < 1e-6);
+    /* window_left = window_right = 1, no causal, Sq = Sk = 3: row i sees keys i-1..i+1 */
+    p = shape(1, 1, 0, 3, 3, 1, 0, 0);
+    p.window_left = 1; p.window_right = 1; p.scale = 1.0f;
+    {
+        float q3[3] = { 1, 1, 1 }, o3[3], l3[3], s3[9];
+        assert_true(ref_attention(&p, q3, k, v, o3, l3, s3));
+        assert_true(s3[2] == -INFINITY && s3[6] == -INFINITY && s3[3] == 1.0f && s3[5] == -1.0f);
+    }
+    /* ALiBi: s -= slope * |d - j|; softcap before it */
+    {
+        float slope = 0.5f, q1 = 1.0f, s1[3], o1, l1;
+        p = shape(1, 1, 0, 1, 3, 1, 0, 0);
+        p.scale = 1.0f; p.alibi_slopes = &slope; p.softcap = 100.0f;
+        assert_true(ref_attention(&p, &q1, k, v, &o1, &l1, s1));
+        assert_true(fabs(s1[0] - (100.0 * tanh(0.01) - 1.0)) < 1e-6);
+        assert_true(fabs(s1[1] - (0.0 - 0.5)) < 1e-6 && fabs(s1[2] - 100.0 * tanh(-0.01)) < 1e-6);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reference_sanity),
+        cmocka_unit_test(test_status_string),
+        cmocka_unit_test(test_allclose),
+        cmocka_unit_test(test_seq_lengths),
+        cmocka_unit_test(test_head_dims),
+        cmocka_unit_test(test_block_sizes),
+        cmocka_unit_test(test_gqa_mqa),
+        cmocka_unit_test(test_causal_shapes),
+        cmocka_unit_test(test_strides_and_dv),
+        cmocka_unit_test(test_scale_and_large_logits),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_two_callers),
+        cmocka_unit_test(test_seq_q_zero),
+        cmocka_unit_test(test_seq_k_zero),
+        cmocka_unit_test(test_nan_isolation),
+        cmocka_unit_test(test_errors_invalid),
+        cmocka_unit_test(test_errors_no_memory),
+        cmocka_unit_test(test_alloc_failure),
+        cmocka_unit_test(test_workspace_bytes),
+        cmocka_unit_test(test_windows),
+        cmocka_unit_test(test_softcap),
+        cmocka_unit_test(test_alibi),
+        cmocka_unit_test(test_bias_patterns),
+        cmocka_unit_test(test_bias_hides_rows_and_tiles),
+        cmocka_unit_test(test_all_modifiers),
+        cmocka_unit_test(test_random_configs),
+        cmocka_unit_test(test_merge_split_keys),
+        cmocka_unit_test(test_merge_random),
+        cmocka_unit_test(test_merge_bad_args),
+    };
+    const char *seed = getenv("FA_TEST_SEED");
+    if (seed && *seed) g_seed_base = (uint64_t)strtoull(seed, NULL, 10);
+    print_message("flashattn.h CPU suite, seed base %llu%s\n", (unsigned long long)g_seed_base,
+#ifdef FLASHATTN_NO_BLAS
+                  " (FLASHATTN_NO_BLAS)"
+#else
+                  ""
+#endif
+    );
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
