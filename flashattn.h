@@ -76,7 +76,11 @@
 #define FLASHATTN_VERSION_PATCH 0
 
 #ifdef FLASHATTN_STATIC
+#if defined(__GNUC__) || defined(__clang__)
+#define FLASHATTN_DEF static __attribute__((unused))  /* a file that calls part of the API builds -Werror clean */
+#else
 #define FLASHATTN_DEF static
+#endif
 #else
 #define FLASHATTN_DEF extern
 #endif
@@ -216,7 +220,8 @@ FLASHATTN__CPU_DEF int fa_allclose(const float *a, const float *b, size_t n, flo
         double x = a[i], y = b[i];
         if (x == y) continue;                       /* equal infinities are close, as in torch */
         if (x != x || y != y) return 0;             /* NaN fails */
-        if (!(fabs(x - y) <= (double)atol + (double)rtol * fabs(y))) return 0;
+        /* unequal with an infinity: never close (torch needs a finite error), whatever rtol */
+        if (fabs(x - y) == INFINITY || !(fabs(x - y) <= (double)atol + (double)rtol * fabs(y))) return 0;
     }
     return 1;
 }
@@ -565,6 +570,20 @@ typedef struct fa__naive_ctx {
     float *o, *S, *scores;
 } fa__naive_ctx;
 
+#ifndef FLASHATTN_NO_BLAS
+/* 1 when the rows x cols floats (rows `stride` apart) are all finite. */
+static int fa__finite_rows(const float *x, int rows, int64_t stride, int cols)
+{
+    int i, t;
+    for (i = 0; i < rows; i++)
+        for (t = 0; t < cols; t++) {
+            float y = x[i * stride + t];
+            if (y - y != 0.0f) return 0;     /* NaN - NaN and inf - inf are NaN */
+        }
+    return 1;
+}
+#endif
+
 /* One (batch, head): S = scale Q K^T, modifiers and mask, softmax, O = P V. */
 static void fa__naive_head(void *vctx, int64_t item, int tid)
 {
@@ -616,7 +635,10 @@ static void fa__naive_head(void *vctx, int64_t item, int tid)
         if (d->lse) d->lse[((int64_t)b * d->Hq + h) * Sq + i] = m + logf(sum);
     }
 #ifndef FLASHATTN_NO_BLAS
-    if (d->vs[2] >= Dv && d->os[2] >= Dv && d->vs[2] <= INT_MAX && d->os[2] <= INT_MAX)
+    /* 0 * NaN is NaN: with hidden keys (weight 0) a non-finite v would reach, through the GEMM,
+       rows that never see its key; the loop below skips zero weights */
+    if (d->vs[2] >= Dv && d->os[2] >= Dv && d->vs[2] <= INT_MAX && d->os[2] <= INT_MAX &&
+        !((mask || d->bias) && !fa__finite_rows(v, Sk, d->vs[2], Dv)))
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Sq, Dv, Sk, 1.0f, S, Sk, v, (int)d->vs[2],
                     0.0f, o, (int)d->os[2]);
     else
