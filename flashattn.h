@@ -378,35 +378,40 @@ static int fa__has_modifiers(const fa__dims *d)
     return d->softcap > 0.0f || d->alibi != NULL || d->bias != NULL;
 }
 
-/* Steps 2-5 of the contract on the scaled scores s[0..n) of row i, keys j0..j0+n: softcap,
-   ALiBi, bias, then -INFINITY where hidden. With mask == 0 the position rules are skipped (the
-   caller knows every key of the block is visible). */
+/* Steps 2-5 of the contract on the scaled scores of row i, keys j0..j0+n, held at s[t * stride]
+   (stride 1 for a row-major score row, the tile width for the tiled path's transposed tile):
+   softcap, ALiBi, bias, then -INFINITY where hidden. With mask == 0 the position rules are skipped
+   (the caller knows every key of the block is visible). */
 static void fa__modify_row(const fa__dims *d, int b, int h, int64_t i, int64_t j0, int n,
-                           float *s, int mask)
+                           float *s, int64_t stride, int mask)
 {
     int t;
     int64_t diag = i + d->Sk - d->Sq;
     if (d->softcap > 0.0f) {
         float c = d->softcap, ic = 1.0f / d->softcap;
-        for (t = 0; t < n; t++) s[t] = c * tanhf(s[t] * ic);
+        for (t = 0; t < n; t++) s[t * stride] = c * tanhf(s[t * stride] * ic);
     }
     if (d->alibi) {
         float slope = d->alibi[(int64_t)b * d->alibi_stride + h];
         for (t = 0; t < n; t++) {
             int64_t dist = diag - (j0 + t);
-            s[t] -= slope * (float)(dist < 0 ? -dist : dist);
+            s[t * stride] -= slope * (float)(dist < 0 ? -dist : dist);
         }
     }
     if (d->bias) {
         const float *br = d->bias + (int64_t)b * d->bs[0] + (int64_t)h * d->bs[1] + i * d->bs[2];
         int64_t ks = d->bs[3];
-        for (t = 0; t < n; t++) s[t] += br[(j0 + t) * ks];
+        for (t = 0; t < n; t++) s[t * stride] += br[(j0 + t) * ks];
     }
     if (mask) {
-        int64_t lo, hi;
+        int64_t lo, hi, a, e;
         fa__key_range(d, i, &lo, &hi);
-        for (t = 0; t < n; t++)
-            if (j0 + t < lo || j0 + t >= hi) s[t] = -INFINITY;
+        /* visible keys are the run [lo, hi): hide the two ends of the block around it */
+        a = lo - j0 < n ? lo - j0 : n;
+        e = hi - j0 > 0 ? hi - j0 : 0;
+        if (e < a) e = a;
+        for (t = 0; t < (int)a; t++) s[t * stride] = -INFINITY;
+        for (t = (int)e; t < n; t++) s[t * stride] = -INFINITY;
     }
 }
 
@@ -442,7 +447,7 @@ static inline float fa__expf(float x)
 }
 
 /* s[t] = exp(s[t] - m); returns the sum. m must be finite. */
-static float fa__exp_sum(float *s, int n, float m)
+static float fa__exp_sum_c(float *s, int n, float m)
 {
     float sum = 0.0f;
     int t;
@@ -455,12 +460,478 @@ static float fa__exp_sum(float *s, int n, float m)
 }
 
 /* max that lets NaN through, so that a NaN row stays NaN */
-static float fa__row_max(const float *s, int n, float m)
+static float fa__row_max_c(const float *s, int n, float m)
 {
     int t;
     for (t = 0; t < n; t++)
         if (!(s[t] <= m)) m = s[t];
     return m;
+}
+
+/* SIMD. The running CPU picks the path at every call (no -march needed, no state kept):
+   2 = AVX-512F, 1 = AVX2+FMA, 0 = portable C. Defining FLASHATTN_ISA to 0, 1 or 2 caps it (tests).
+   The x86 kernels are functions with target attributes, so plain -O2 builds still get them. */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(FLASHATTN_NO_SIMD)
+#define FLASHATTN__X86 1
+#ifdef __cplusplus
+}
+#endif
+#include <immintrin.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+#define FA__AVX512 __attribute__((target("avx512f")))
+#define FA__AVX2 __attribute__((target("avx2,fma")))
+/* vmaxps/vminps through the zero-masked forms: g++ 12 warns on the plain intrinsics' undefined
+   pass-through operand. Either returns its second operand when one is NaN. */
+#define fa__max16(a, b) _mm512_maskz_max_ps((__mmask16)0xFFFF, (a), (b))
+#define fa__min16(a, b) _mm512_maskz_min_ps((__mmask16)0xFFFF, (a), (b))
+#endif
+
+static int fa__isa(void)
+{
+    int isa = 0;
+#ifdef FLASHATTN__X86
+    if (__builtin_cpu_supports("avx512f")) isa = 2;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isa = 1;
+#endif
+#ifdef FLASHATTN_ISA
+    if (isa > FLASHATTN_ISA) isa = FLASHATTN_ISA;
+#endif
+    return isa;
+}
+
+/* The exp coefficients of fa__expf, shared by every path. */
+#define FA__EXP_C6 1.3981999507e-3f
+#define FA__EXP_C5 8.3334519073e-3f
+#define FA__EXP_C4 4.1665795894e-2f
+#define FA__EXP_C3 1.6666665459e-1f
+#define FA__EXP_C2 5.0000001201e-1f
+#define FA__LOG2E 1.44269504088896341f
+#define FA__LN2HI 0.693359375f
+#define FA__LN2LO (-2.12194440e-4f)
+
+#ifdef FLASHATTN__X86
+/* exp on 16 lanes, fa__expf's method: x clamped to [-104, 88] (NaN passes: max/min return their
+   second operand on NaN), k = round(x log2e), r = x - k ln2 in two parts, 2^k by vscalefps, which
+   rounds the denormal range correctly and gives exactly 0 below exp(-104). */
+FA__AVX512 static inline __m512 fa__exp16(__m512 x)
+{
+    __m512 k, r, p;
+    x = fa__max16(_mm512_set1_ps(-104.0f), x);
+    x = fa__min16(_mm512_set1_ps(88.0f), x);
+    k = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(x, _mm512_set1_ps(FA__LOG2E)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(FA__LN2HI), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(FA__LN2LO), r);
+    p = _mm512_set1_ps(FA__EXP_C6);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA__EXP_C5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA__EXP_C4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA__EXP_C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA__EXP_C2));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_maskz_scalef_ps(0xFFFF, p, k);
+}
+
+/* The same on 8 lanes; 2^k as two halves multiplied in, as fa__expf does (no denormal exponent). */
+FA__AVX2 static inline __m256 fa__exp8(__m256 x)
+{
+    __m256 k, r, p;
+    __m256i ki, k1, k2;
+    x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);
+    x = _mm256_min_ps(_mm256_set1_ps(88.0f), x);
+    k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(FA__LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(FA__LN2HI), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(FA__LN2LO), r);
+    p = _mm256_set1_ps(FA__EXP_C6);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA__EXP_C5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA__EXP_C4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA__EXP_C3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA__EXP_C2));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    ki = _mm256_cvtps_epi32(k);
+    k1 = _mm256_srai_epi32(ki, 1);
+    k2 = _mm256_sub_epi32(ki, k1);
+    p = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, _mm256_set1_epi32(127)), 23)));
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, _mm256_set1_epi32(127)), 23)));
+}
+
+FA__AVX512 static float fa__exp_sum_avx512(float *s, int n, float m)
+{
+    __m512 vm = _mm512_set1_ps(m), acc = _mm512_setzero_ps(), e;
+    int t;
+    for (t = 0; t + 16 <= n; t += 16) {
+        e = fa__exp16(_mm512_sub_ps(_mm512_loadu_ps(s + t), vm));
+        _mm512_storeu_ps(s + t, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (t < n) {
+        __mmask16 k = (__mmask16)((1u << (n - t)) - 1u);
+        e = fa__exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + t), vm));
+        _mm512_mask_storeu_ps(s + t, k, e);
+        acc = _mm512_mask_add_ps(acc, k, acc, e);
+    }
+    {
+        float buf[16];
+        int u;
+        _mm512_storeu_ps(buf, acc);
+        for (u = 1; u < 16; u++) buf[0] += buf[u];
+        return buf[0];
+    }
+}
+
+FA__AVX2 static float fa__exp_sum_avx2(float *s, int n, float m)
+{
+    __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps(), e;
+    float buf[8];
+    int t, u;
+    for (t = 0; t + 8 <= n; t += 8) {
+        e = fa__exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
+        _mm256_storeu_ps(s + t, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    _mm256_storeu_ps(buf, acc);
+    for (; t < n; t++) {
+        s[t] = s[t] == -INFINITY ? 0.0f : fa__expf(s[t] - m);
+        buf[0] += s[t];
+    }
+    for (u = 1; u < 8; u++) buf[0] += buf[u];
+    return buf[0];
+}
+#endif
+
+#ifdef FLASHATTN__X86
+FA__AVX512 static float fa__row_max_avx512(const float *s, int n, float m)
+{
+    __m512 acc = _mm512_set1_ps(m);
+    int t;
+    for (t = 0; t + 16 <= n; t += 16) acc = fa__max16(acc, _mm512_loadu_ps(s + t));
+    if (t < n) {
+        __mmask16 k = (__mmask16)((1u << (n - t)) - 1u);
+        acc = _mm512_mask_max_ps(acc, k, acc, _mm512_maskz_loadu_ps(k, s + t));
+    }
+    {
+        float buf[16];
+        _mm512_storeu_ps(buf, acc);
+        return fa__row_max_c(buf, 16, m);
+    }
+}
+
+FA__AVX512 static void fa__scale_avx512(float *s, int n, float c)
+{
+    __m512 vc = _mm512_set1_ps(c);
+    int t;
+    for (t = 0; t + 16 <= n; t += 16) _mm512_storeu_ps(s + t, _mm512_mul_ps(_mm512_loadu_ps(s + t), vc));
+    for (; t < n; t++) s[t] *= c;
+}
+
+FA__AVX2 static float fa__row_max_avx2(const float *s, int n, float m)
+{
+    __m256 acc = _mm256_set1_ps(m);
+    float buf[8];
+    int t;
+    for (t = 0; t + 8 <= n; t += 8) acc = _mm256_max_ps(acc, _mm256_loadu_ps(s + t));
+    _mm256_storeu_ps(buf, acc);
+    return fa__row_max_c(s + t, n - t, fa__row_max_c(buf, 8, m));
+}
+
+FA__AVX2 static void fa__scale_avx2(float *s, int n, float c)
+{
+    __m256 vc = _mm256_set1_ps(c);
+    int t;
+    for (t = 0; t + 8 <= n; t += 8) _mm256_storeu_ps(s + t, _mm256_mul_ps(_mm256_loadu_ps(s + t), vc));
+    for (; t < n; t++) s[t] *= c;
+}
+#endif
+
+/* s[t] = exp(s[t] - m) (0 for -INFINITY), returns the sum; m must be finite. */
+static float fa__exp_sum(int isa, float *s, int n, float m)
+{
+#ifdef FLASHATTN__X86
+    if (isa == 2) return fa__exp_sum_avx512(s, n, m);
+    if (isa == 1) return fa__exp_sum_avx2(s, n, m);
+#endif
+    (void)isa;
+    return fa__exp_sum_c(s, n, m);
+}
+
+/* A softmax of one score row in place; returns its lse. A row with no visible key (max -INFINITY)
+   becomes zeros, lse -INFINITY; a NaN anywhere in the row makes the row NaN. */
+static float fa__softmax_row(int isa, float *s, int n)
+{
+    float m, sum, inv;
+    int t;
+#ifdef FLASHATTN__X86
+    if (isa == 2) m = fa__row_max_avx512(s, n, -INFINITY);
+    else if (isa == 1) m = fa__row_max_avx2(s, n, -INFINITY);
+    else
+#endif
+    m = fa__row_max_c(s, n, -INFINITY);
+    if (m == -INFINITY) {
+        memset(s, 0, (size_t)n * sizeof(float));
+        return -INFINITY;
+    }
+    sum = fa__exp_sum(isa, s, n, m);
+    inv = 1.0f / sum;
+#ifdef FLASHATTN__X86
+    if (isa == 2) fa__scale_avx512(s, n, inv);
+    else if (isa == 1) fa__scale_avx2(s, n, inv);
+    else
+#endif
+    for (t = 0; t < n; t++) s[t] *= inv;
+    return m + logf(sum);
+}
+
+/* ---- The tiled path's microkernels ---------------------------------------------------------
+   The tiled path keeps its tiles transposed, with query rows along the SIMD lanes: Qt [D][ld],
+   St [block_k][ld] (scores, then probabilities), Ot [Dv][ld] (the accumulator), ld a multiple of 16.
+   Both products are then one shape, C[a][:] (+)= sum_x A(a, x) * B[x][:] over nv 16-lane vectors:
+     scores  St[j][:]  = sum_t K[j][t] * Qt[t][:]   (A = K rows: sa = key stride, sx = 1)
+     output  Ot[t][:] += sum_j V[j][t] * St[j][:]   (A = V columns: sa = 1, sx = value stride)
+   acc: 0 C =, 1 C +=, 2 C += leaving lanes whose B is 0 untouched (blocks with hidden keys: a
+   NaN or inf in a hidden key's V must reach no row, and 0 * NaN is NaN).
+   A is read as broadcast scalars straight from the caller's K and V (any stride, no packing), B
+   and C are contiguous lane vectors; a register block is 8 A-rows x 48 lanes (AVX-512) or
+   6 x 16 (AVX2). The max, exp and rescale of the online softmax are vertical, one lane per row. */
+#ifdef FLASHATTN__X86
+#define FA__Z3(a) __m512 c##a##0 = _mm512_setzero_ps(), c##a##1 = c##a##0, c##a##2 = c##a##0
+#define FA__L3(a) __m512 c##a##0 = _mm512_loadu_ps(C + ra[a] * ldc), c##a##1 = _mm512_loadu_ps(C + ra[a] * ldc + 16), \
+                         c##a##2 = _mm512_loadu_ps(C + ra[a] * ldc + 32)
+#define FA__F3(a) do { __m512 w_ = _mm512_set1_ps(pa[a][off]); c##a##0 = _mm512_fmadd_ps(w_, b0, c##a##0); \
+                       c##a##1 = _mm512_fmadd_ps(w_, b1, c##a##1); c##a##2 = _mm512_fmadd_ps(w_, b2, c##a##2); } while (0)
+#define FA__S3(a) do { if (a < na - a0) { _mm512_storeu_ps(C + (a0 + a) * ldc, c##a##0); \
+                       _mm512_storeu_ps(C + (a0 + a) * ldc + 16, c##a##1); _mm512_storeu_ps(C + (a0 + a) * ldc + 32, c##a##2); } } while (0)
+#define FA__Z1(a) __m512 c##a##0 = _mm512_setzero_ps()
+#define FA__L1(a) __m512 c##a##0 = _mm512_loadu_ps(C + ra[a] * ldc)
+#define FA__F1(a) c##a##0 = _mm512_fmadd_ps(_mm512_set1_ps(pa[a][off]), b0, c##a##0)
+#define FA__S1(a) do { if (a < na - a0) _mm512_storeu_ps(C + (a0 + a) * ldc, c##a##0); } while (0)
+/* the same FMAs, leaving lanes whose B is 0 untouched (so a hidden key's NaN/inf V adds nothing) */
+#define FA__M3(a) do { __m512 w_ = _mm512_set1_ps(pa[a][off]); c##a##0 = _mm512_mask3_fmadd_ps(w_, b0, c##a##0, k0); \
+                       c##a##1 = _mm512_mask3_fmadd_ps(w_, b1, c##a##1, k1); c##a##2 = _mm512_mask3_fmadd_ps(w_, b2, c##a##2, k2); } while (0)
+#define FA__M1(a) c##a##0 = _mm512_mask3_fmadd_ps(_mm512_set1_ps(pa[a][off]), b0, c##a##0, k0)
+#define FA__NZ(b) _mm512_cmp_ps_mask((b), _mm512_setzero_ps(), _CMP_NEQ_UQ)
+#define FA__X8(M) M(0); M(1); M(2); M(3); M(4); M(5); M(6); M(7)
+
+FA__AVX512 static void fa__gemm_avx512(const float *A, int64_t sa, int64_t sx, int na, int nx,
+                                       const float *B, int64_t ldb, float *C0, int64_t ldc, int nv, int acc)
+{
+    int a0, v, x, a;
+    for (a0 = 0; a0 < na; a0 += 8) {
+        const float *pa[8];
+        int64_t ra[8];
+        for (a = 0; a < 8; a++) {          /* rows past the end repeat the last one, never stored */
+            ra[a] = a0 + a < na ? a0 + a : na - 1;
+            pa[a] = A + ra[a] * sa;
+        }
+        for (v = 0; v + 3 <= nv; v += 3) {
+            const float *b = B + v * 16;
+            float *C = C0 + v * 16;
+            int64_t off = 0;
+            if (acc == 2) {
+                FA__X8(FA__L3);
+                for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                    __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
+                    __mmask16 k0 = FA__NZ(b0), k1 = FA__NZ(b1), k2 = FA__NZ(b2);
+                    FA__X8(FA__M3);
+                }
+                FA__X8(FA__S3);
+            } else if (acc) {
+                FA__X8(FA__L3);
+                for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                    __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
+                    FA__X8(FA__F3);
+                }
+                FA__X8(FA__S3);
+            } else {
+                FA__X8(FA__Z3);
+                for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                    __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
+                    FA__X8(FA__F3);
+                }
+                FA__X8(FA__S3);
+            }
+        }
+        for (; v < nv; v++) {
+            const float *b = B + v * 16;
+            float *C = C0 + v * 16;
+            int64_t off = 0;
+            if (acc == 2) {
+                FA__X8(FA__L1);
+                for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                    __m512 b0 = _mm512_loadu_ps(b);
+                    __mmask16 k0 = FA__NZ(b0);
+                    FA__X8(FA__M1);
+                }
+                FA__X8(FA__S1);
+            } else if (acc) {
+                FA__X8(FA__L1);
+                for (x = 0; x < nx; x++, off += sx, b += ldb) { __m512 b0 = _mm512_loadu_ps(b); FA__X8(FA__F1); }
+                FA__X8(FA__S1);
+            } else {
+                FA__X8(FA__Z1);
+                for (x = 0; x < nx; x++, off += sx, b += ldb) { __m512 b0 = _mm512_loadu_ps(b); FA__X8(FA__F1); }
+                FA__X8(FA__S1);
+            }
+        }
+    }
+}
+
+#define FA__Y2(a) __m256 c##a##0 = acc ? _mm256_loadu_ps(C + ra[a] * ldc) : _mm256_setzero_ps(), \
+                         c##a##1 = acc ? _mm256_loadu_ps(C + ra[a] * ldc + 8) : _mm256_setzero_ps()
+#define FA__G2(a) do { __m256 w_ = _mm256_set1_ps(pa[a][off]); c##a##0 = _mm256_fmadd_ps(w_, b0, c##a##0); \
+                       c##a##1 = _mm256_fmadd_ps(w_, b1, c##a##1); } while (0)
+#define FA__N2(a) do { __m256 w_ = _mm256_set1_ps(pa[a][off]); \
+                       c##a##0 = _mm256_blendv_ps(c##a##0, _mm256_fmadd_ps(w_, b0, c##a##0), n0); \
+                       c##a##1 = _mm256_blendv_ps(c##a##1, _mm256_fmadd_ps(w_, b1, c##a##1), n1); } while (0)
+#define FA__T2(a) do { if (a < na - a0) { _mm256_storeu_ps(C + (a0 + a) * ldc, c##a##0); \
+                       _mm256_storeu_ps(C + (a0 + a) * ldc + 8, c##a##1); } } while (0)
+#define FA__X6(M) M(0); M(1); M(2); M(3); M(4); M(5)
+
+FA__AVX2 static void fa__gemm_avx2(const float *A, int64_t sa, int64_t sx, int na, int nx,
+                                   const float *B, int64_t ldb, float *C0, int64_t ldc, int nv, int acc)
+{
+    int a0, v, x, a;
+    for (a0 = 0; a0 < na; a0 += 6) {
+        const float *pa[6];
+        int64_t ra[6];
+        for (a = 0; a < 6; a++) {
+            ra[a] = a0 + a < na ? a0 + a : na - 1;
+            pa[a] = A + ra[a] * sa;
+        }
+        for (v = 0; v < nv; v++) {
+            const float *b = B + v * 16;
+            float *C = C0 + v * 16;
+            int64_t off = 0;
+            FA__X6(FA__Y2);
+            if (acc == 2)
+                for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                    __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+                    __m256 n0 = _mm256_cmp_ps(b0, _mm256_setzero_ps(), _CMP_NEQ_UQ);
+                    __m256 n1 = _mm256_cmp_ps(b1, _mm256_setzero_ps(), _CMP_NEQ_UQ);
+                    FA__X6(FA__N2);
+                }
+            else
+                for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                    __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+                    FA__X6(FA__G2);
+                }
+            FA__X6(FA__T2);
+        }
+    }
+}
+#endif
+
+static void fa__gemm(int isa, const float *A, int64_t sa, int64_t sx, int na, int nx,
+                     const float *B, int64_t ldb, float *C, int64_t ldc, int nv, int acc)
+{
+    int a, x, l, nl = nv * 16;
+#ifdef FLASHATTN__X86
+    if (isa == 2) { fa__gemm_avx512(A, sa, sx, na, nx, B, ldb, C, ldc, nv, acc); return; }
+    if (isa == 1) { fa__gemm_avx2(A, sa, sx, na, nx, B, ldb, C, ldc, nv, acc); return; }
+#endif
+    (void)isa;
+    for (a = 0; a < na; a++) {
+        float *c = C + a * ldc;
+        if (!acc) for (l = 0; l < nl; l++) c[l] = 0.0f;
+        for (x = 0; x < nx; x++) {
+            const float w = A[a * sa + x * sx], *b = B + x * ldb;
+            if (acc == 2) {
+                for (l = 0; l < nl; l++)
+                    if (b[l] != 0.0f) c[l] += w * b[l];
+            } else {
+                for (l = 0; l < nl; l++) c[l] += w * b[l];
+            }
+        }
+    }
+}
+
+/* One block of the online softmax on the transposed tile, every lane a query row:
+   m_new = max(m, max_j S[j]); S[j] = exp(S[j] - m_new); l = alpha l + sum_j S[j] with
+   alpha = exp(m - m_new); O *= alpha. A lane with m_new = -INFINITY (no visible key yet) subtracts
+   0 instead, so its exps and alpha are exactly 0. `tmp` holds 16 * nv floats (the alphas). */
+#ifdef FLASHATTN__X86
+FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, float *m, float *l,
+                                         float *O, int64_t ldo, int Dv, float *tmp)
+{
+    int v, j, t, rescale = 0;
+    for (v = 0; v < nv; v++) {
+        float *s = S + v * 16;
+        __m512 mo = _mm512_loadu_ps(m + v * 16), mx = mo, ms, al, sum = _mm512_setzero_ps();
+        for (j = 0; j < nk; j++) mx = fa__max16(mx, _mm512_loadu_ps(s + j * lds));
+        ms = _mm512_mask_mov_ps(mx, _mm512_cmp_ps_mask(mx, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ), _mm512_setzero_ps());
+        al = fa__exp16(_mm512_sub_ps(mo, ms));
+        for (j = 0; j < nk; j++) {
+            __m512 e = fa__exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j * lds), ms));
+            _mm512_storeu_ps(s + j * lds, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        _mm512_storeu_ps(l + v * 16, _mm512_fmadd_ps(al, _mm512_loadu_ps(l + v * 16), sum));
+        _mm512_storeu_ps(m + v * 16, mx);
+        _mm512_storeu_ps(tmp + v * 16, al);
+        if (_mm512_cmp_ps_mask(al, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ)) rescale = 1;
+    }
+    if (rescale)
+        for (t = 0; t < Dv; t++)
+            for (v = 0; v < nv; v++)
+                _mm512_storeu_ps(O + t * ldo + v * 16, _mm512_mul_ps(_mm512_loadu_ps(O + t * ldo + v * 16),
+                                                                     _mm512_loadu_ps(tmp + v * 16)));
+}
+
+FA__AVX2 static void fa__online_avx2(float *S, int64_t lds, int nk, int nv, float *m, float *l,
+                                     float *O, int64_t ldo, int Dv, float *tmp)
+{
+    int v, j, t, rescale = 0;
+    for (v = 0; v < 2 * nv; v++) {
+        float *s = S + v * 8;
+        __m256 mo = _mm256_loadu_ps(m + v * 8), mx = mo, ms, al, sum = _mm256_setzero_ps();
+        for (j = 0; j < nk; j++) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j * lds));
+        ms = _mm256_blendv_ps(mx, _mm256_setzero_ps(), _mm256_cmp_ps(mx, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
+        al = fa__exp8(_mm256_sub_ps(mo, ms));
+        for (j = 0; j < nk; j++) {
+            __m256 e = fa__exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j * lds), ms));
+            _mm256_storeu_ps(s + j * lds, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        _mm256_storeu_ps(l + v * 8, _mm256_fmadd_ps(al, _mm256_loadu_ps(l + v * 8), sum));
+        _mm256_storeu_ps(m + v * 8, mx);
+        _mm256_storeu_ps(tmp + v * 8, al);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(al, _mm256_set1_ps(1.0f), _CMP_NEQ_UQ))) rescale = 1;
+    }
+    if (rescale)
+        for (t = 0; t < Dv; t++)
+            for (v = 0; v < 2 * nv; v++)
+                _mm256_storeu_ps(O + t * ldo + v * 8, _mm256_mul_ps(_mm256_loadu_ps(O + t * ldo + v * 8),
+                                                                    _mm256_loadu_ps(tmp + v * 8)));
+}
+#endif
+
+static void fa__online(int isa, float *S, int64_t lds, int nk, int nv, float *m, float *l,
+                       float *O, int64_t ldo, int Dv, float *tmp)
+{
+    int r, j, t, nl = nv * 16, rescale = 0;
+#ifdef FLASHATTN__X86
+    if (isa == 2) { fa__online_avx512(S, lds, nk, nv, m, l, O, ldo, Dv, tmp); return; }
+    if (isa == 1) { fa__online_avx2(S, lds, nk, nv, m, l, O, ldo, Dv, tmp); return; }
+#endif
+    (void)isa;
+    for (r = 0; r < nl; r++) {
+        float mx = m[r], ms, al, sum = 0.0f;
+        for (j = 0; j < nk; j++) mx = fa__row_max_c(S + j * lds + r, 1, mx);
+        ms = mx == -INFINITY ? 0.0f : mx;
+        al = m[r] == -INFINITY ? 0.0f : fa__expf(m[r] - ms);
+        for (j = 0; j < nk; j++) {
+            float *sj = S + j * lds + r;
+            *sj = *sj == -INFINITY ? 0.0f : fa__expf(*sj - ms);
+            sum += *sj;
+        }
+        l[r] = al * l[r] + sum;
+        m[r] = mx;
+        tmp[r] = al;
+        if (al != 1.0f) rescale = 1;
+    }
+    if (rescale)
+        for (t = 0; t < Dv; t++)
+            for (r = 0; r < nl; r++) O[t * ldo + r] *= tmp[r];
 }
 
 /* ============================================================================================== */
@@ -566,6 +1037,7 @@ static void fa__naive_plan_make(const fa__dims *d, fa__naive_plan *pl)
 
 typedef struct fa__naive_ctx {
     const fa__dims *d;
+    int isa;
     const float *q, *k, *v;
     float *o, *S, *scores;
 } fa__naive_ctx;
@@ -619,20 +1091,12 @@ static void fa__naive_head(void *vctx, int64_t item, int tid)
             S[(size_t)i * Sk + j] = d->scale * acc;
         }
     for (i = 0; i < Sq; i++) {
-        float *s = S + (size_t)i * Sk, m, sum, inv;
-        if (mask || fa__has_modifiers(d)) fa__modify_row(d, b, h, i, 0, Sk, s, mask);
+        float *s = S + (size_t)i * Sk, lse;
+        if (mask || fa__has_modifiers(d)) fa__modify_row(d, b, h, i, 0, Sk, s, 1, mask);
         if (c->scores)
             memcpy(c->scores + ((size_t)item * Sq + i) * Sk, s, (size_t)Sk * sizeof(float));
-        m = fa__row_max(s, Sk, -INFINITY);
-        if (m == -INFINITY) {
-            memset(s, 0, (size_t)Sk * sizeof(float));
-            if (d->lse) d->lse[((int64_t)b * d->Hq + h) * Sq + i] = -INFINITY;
-            continue;
-        }
-        sum = fa__exp_sum(s, Sk, m);
-        inv = 1.0f / sum;
-        for (j = 0; j < Sk; j++) s[j] *= inv;
-        if (d->lse) d->lse[((int64_t)b * d->Hq + h) * Sq + i] = m + logf(sum);
+        lse = fa__softmax_row(c->isa, s, Sk);
+        if (d->lse) d->lse[((int64_t)b * d->Hq + h) * Sq + i] = lse;
     }
 #ifndef FLASHATTN_NO_BLAS
     /* 0 * NaN is NaN: with hidden keys (weight 0) a non-finite v would reach, through the GEMM,
@@ -687,7 +1151,7 @@ FLASHATTN__CPU_DEF fa_status fa_naive(const fa_params *p, const void *q, const v
     mem = FLASHATTN_MALLOC(pl.total);
     if (!mem) return FA_ERR_NO_MEMORY;
     c.d = &d; c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v;
-    c.o = (float *)o; c.scores = scores;
+    c.o = (float *)o; c.scores = scores; c.isa = fa__isa();
     c.S = (float *)((char *)fa__align64(mem) + pl.pool_bytes);
     {
 #ifdef FLASHATTN__OPENBLAS
@@ -707,122 +1171,187 @@ FLASHATTN__CPU_DEF fa_status fa_naive(const fa_params *p, const void *q, const v
 /* 6. CPU: the tiled online-softmax path                                                          */
 /* ============================================================================================== */
 
+/* The tiling of a call, made by one function for fa_tiled and fa_tiled_workspace_bytes alike.
+   A tile is `hpt` query heads (of one kv head) x `nq` query rows of one batch: hpt = 1 and nq =
+   block_q normally; with few query rows (decoding) and block_q left to the library, the heads that
+   share a kv head go in one tile, so each K/V row is read once for all of them. When there are few
+   tiles for the threads, the key range of each tile is split into `nsplit` parts whose partial
+   results are merged by log-sum-exp (fa__merge_row, section 7). */
 typedef struct fa__tiled_plan {
-    int bq, bk, nthreads;
-    int64_t qtiles, items;
-    size_t thread_floats, pool_bytes, total;
+    int nq, bk, hpt, rows, ld, nsplit, nthreads;
+    int64_t qtiles, tiles, items;
+    size_t thread_floats, part_floats, pool_bytes, total;
 } fa__tiled_plan;
 
 static size_t fa__round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 static void fa__tiled_plan_make(const fa__dims *d, fa__tiled_plan *pl)
 {
-    size_t f;
+    int64_t want = d->threads ? d->threads : fa__online_cores();
+    size_t f, ld;
     memset(pl, 0, sizeof *pl);
     if (d->Sq == 0) return;
-    pl->bq = d->block_q ? d->block_q : 64;
+    pl->hpt = 1;
+    if (d->block_q == 0 && d->group > 1 && d->Sq <= 16) {
+        int h;
+        for (h = d->group; h > 1; h--)
+            if (d->group % h == 0 && (int64_t)h * d->Sq <= 64) break;
+        pl->hpt = h;
+    }
+    if (pl->hpt > 1) pl->nq = d->Sq;
+    else if (d->block_q) pl->nq = d->block_q < d->Sq ? d->block_q : d->Sq;
+    else {
+        /* 96 rows = two 48-lane register panels; fewer when that would leave threads idle */
+        static const int cand[4] = { 96, 48, 32, 16 };
+        int c;
+        for (c = 0; c < 4; c++) {
+            pl->nq = cand[c];
+            if ((int64_t)d->B * d->Hq * ((d->Sq + cand[c] - 1) / cand[c]) >= 2 * want) break;
+        }
+        if (pl->nq > d->Sq) pl->nq = d->Sq;
+    }
     pl->bk = d->block_k ? d->block_k : 64;
-    if (pl->bq > d->Sq) pl->bq = d->Sq;
     if (pl->bk > d->Sk) pl->bk = d->Sk > 0 ? d->Sk : 1;
-    pl->qtiles = (d->Sq + pl->bq - 1) / pl->bq;
-    pl->items = pl->qtiles * d->B * d->Hq;
+    pl->rows = pl->hpt * pl->nq;
+    ld = fa__round16((size_t)pl->rows);
+    pl->ld = (int)ld;
+    pl->qtiles = (d->Sq + pl->nq - 1) / pl->nq;
+    pl->tiles = pl->qtiles * d->B * (d->Hq / pl->hpt);
+    pl->nsplit = 1;
+    if (pl->tiles < 8 * want && d->Sk >= 8 * (int64_t)pl->bk) {
+        int64_t ns = (8 * want + pl->tiles - 1) / pl->tiles, mx = d->Sk / (4 * (int64_t)pl->bk);
+        if (ns > mx) ns = mx;
+        if (ns > 64) ns = 64;
+        if (ns > 1) pl->nsplit = (int)ns;
+    }
+    pl->items = pl->tiles * pl->nsplit;
     pl->nthreads = fa__nthreads(d, pl->items);
-    /* per thread: Q tile [bq][D], scores [bq][bk], accumulator [bq][Dv], m and l [bq] */
-    f = fa__round16((size_t)pl->bq * d->D);
-    f = fa__add_size(f, fa__round16(fa__mul_size((size_t)pl->bq, (size_t)pl->bk)));
-    f = fa__add_size(f, fa__round16((size_t)pl->bq * d->Dv));
-    f = fa__add_size(f, 2 * fa__round16((size_t)pl->bq));
+    /* per thread: Qt [D][ld], St [bk][ld], Ot [Dv][ld], m, l and the alphas [ld] */
+    f = fa__mul_size(ld, (size_t)d->D);
+    f = fa__add_size(f, fa__mul_size(ld, (size_t)pl->bk));
+    f = fa__add_size(f, fa__mul_size(ld, (size_t)d->Dv));
+    f = fa__add_size(f, 3 * ld);
     pl->thread_floats = f;
+    /* split keys: each part's o [rows][Dv] and lse [rows] */
+    if (pl->nsplit > 1)
+        pl->part_floats = fa__round16(fa__mul_size(fa__mul_size((size_t)pl->tiles * pl->nsplit, (size_t)pl->rows),
+                                                   (size_t)d->Dv + 1));
     pl->pool_bytes = fa__pool_bytes(pl->nthreads);
-    pl->total = fa__add_size(fa__add_size(fa__mul_size(fa__mul_size(f, sizeof(float)), (size_t)pl->nthreads),
-                                          pl->pool_bytes), 64);
+    pl->total = fa__add_size(fa__mul_size(fa__add_size(fa__mul_size(f, (size_t)pl->nthreads), pl->part_floats),
+                                          sizeof(float)), fa__add_size(pl->pool_bytes, 64));
 }
 
 typedef struct fa__tiled_ctx {
     const fa__dims *d;
     const fa__tiled_plan *pl;
     const float *q, *k, *v;
-    float *o, *ws;
+    float *o, *ws, *parts;
+    int isa;
 } fa__tiled_ctx;
 
+/* Where tile `tile` sits: batch b, first head h0, first query row i0, rows per head nqr. */
+static void fa__tile_pos(const fa__dims *d, const fa__tiled_plan *pl, int64_t tile, int *b, int *h0,
+                         int64_t *i0, int *nqr)
+{
+    int64_t hg = d->Hq / pl->hpt, per = d->B * hg;
+    int64_t qt = pl->qtiles - 1 - tile / per, bh = tile % per;     /* the longest causal rows first */
+    *b = (int)(bh / hg);
+    *h0 = (int)(bh % hg) * pl->hpt;
+    *i0 = qt * pl->nq;
+    *nqr = (int)((*i0 + pl->nq < d->Sq ? *i0 + pl->nq : d->Sq) - *i0);
+}
+
+/* One tile over one part of its key range: pack Q^T, walk K/V in blocks (scores, mask and
+   modifiers where needed, online softmax, P V), then write o and lse, or the part's partials. */
 static void fa__tiled_item(void *vctx, int64_t item, int tid)
 {
     const fa__tiled_ctx *c = (const fa__tiled_ctx *)vctx;
     const fa__dims *d = c->d;
     const fa__tiled_plan *pl = c->pl;
-    int64_t bh = item % ((int64_t)d->B * d->Hq);
-    int64_t qt = pl->qtiles - 1 - item / ((int64_t)d->B * d->Hq);   /* the longest rows first */
-    int b = (int)(bh / d->Hq), h = (int)(bh % d->Hq), g = h / d->group;
-    int D = d->D, Dv = d->Dv, bk = pl->bk, r, t, j;
-    int64_t i0 = qt * pl->bq, i1 = i0 + pl->bq < d->Sq ? i0 + pl->bq : d->Sq, klo, khi, k0;
-    int nr = (int)(i1 - i0);
-    float *Q = c->ws + (size_t)tid * pl->thread_floats;
-    float *S = Q + fa__round16((size_t)pl->bq * D);
-    float *acc = S + fa__round16((size_t)pl->bq * bk);
-    float *m = acc + fa__round16((size_t)pl->bq * Dv);
-    float *l = m + fa__round16((size_t)pl->bq);
-    const float *kb = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
-    const float *vb = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+    int64_t tile = item / pl->nsplit, i0, klo, khi, nblk, per, blk, blk1, ld = pl->ld;
+    int sp = (int)(item % pl->nsplit), b, h0, nqr, g, nr, nv, r, t, D = d->D, Dv = d->Dv, isa = c->isa;
+    float *Qt = c->ws + (size_t)tid * pl->thread_floats, *St = Qt + ld * D, *Ot = St + ld * pl->bk;
+    float *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
+    const float *kb, *vb;
     int mods = fa__has_modifiers(d);
 
+    fa__tile_pos(d, pl, tile, &b, &h0, &i0, &nqr);
+    g = h0 / d->group;
+    nr = pl->hpt * nqr;
+    nv = (nr + 15) / 16;
+    kb = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
+    vb = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
     for (r = 0; r < nr; r++) {
-        const float *qi = c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1] + (i0 + r) * d->qs[2];
-        for (t = 0; t < D; t++) Q[r * D + t] = qi[t] * d->scale;
-        for (t = 0; t < Dv; t++) acc[r * Dv + t] = 0.0f;
-        m[r] = -INFINITY; l[r] = 0.0f;
+        const float *qr = c->q + (int64_t)b * d->qs[0] + (int64_t)(h0 + r / nqr) * d->qs[1] + (i0 + r % nqr) * d->qs[2];
+        for (t = 0; t < D; t++) Qt[t * ld + r] = qr[t] * d->scale;
     }
-    fa__rows_range(d, i0, i1, &klo, &khi);
-    /* blocks aligned to bk from klo */
-    for (k0 = klo; k0 < khi; k0 += bk) {
-        int64_t k1 = k0 + bk < khi ? k0 + bk : khi;
-        int nk = (int)(k1 - k0);
-        int mask = !fa__block_unmasked(d, i0, i1, k0, k1);
-        /* S = Q K^T on the block */
-        for (r = 0; r < nr; r++) {
-            const float *qr = Q + r * D;
-            for (j = 0; j < nk; j++) {
-                const float *kj = kb + (k0 + j) * d->ks[2];
-                float s = 0.0f;
-                for (t = 0; t < D; t++) s += qr[t] * kj[t];
-                S[r * bk + j] = s;
-            }
-        }
-        /* online softmax update per row */
-        for (r = 0; r < nr; r++) {
-            float *s = S + r * bk, mnew, alpha, ms;
-            if (mask || mods) fa__modify_row(d, b, h, i0 + r, k0, nk, s, mask);
-            mnew = fa__row_max(s, nk, m[r]);
-            if (mnew == -INFINITY) { memset(s, 0, (size_t)nk * sizeof(float)); continue; }
-            ms = mnew;
-            alpha = m[r] == -INFINITY ? 0.0f : fa__expf(m[r] - ms);
-            l[r] = alpha * l[r] + fa__exp_sum(s, nk, ms);
-            m[r] = mnew;
-            if (alpha != 1.0f) for (t = 0; t < Dv; t++) acc[r * Dv + t] *= alpha;
-        }
-        /* acc += P V */
-        for (r = 0; r < nr; r++) {
-            float *ar = acc + r * Dv;
-            const float *s = S + r * bk;
-            for (j = 0; j < nk; j++) {
-                const float *vj = vb + (k0 + j) * d->vs[2];
-                float pj = s[j];
-                if (pj == 0.0f) continue;
-                for (t = 0; t < Dv; t++) ar[t] += pj * vj[t];
-            }
-        }
+    for (t = 0; t < D; t++) for (r = nr; r < nv * 16; r++) Qt[t * ld + r] = 0.0f;
+    for (t = 0; t < Dv; t++) for (r = 0; r < nv * 16; r++) Ot[t * ld + r] = 0.0f;
+    for (r = 0; r < nv * 16; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
+
+    fa__rows_range(d, i0, i0 + nqr, &klo, &khi);
+    nblk = (khi - klo + pl->bk - 1) / pl->bk;
+    per = (nblk + pl->nsplit - 1) / pl->nsplit;
+    blk1 = (sp + 1) * per < nblk ? (sp + 1) * per : nblk;
+    for (blk = sp * per; blk < blk1; blk++) {
+        int64_t k0 = klo + blk * pl->bk, k1 = k0 + pl->bk < khi ? k0 + pl->bk : khi;
+        int nk = (int)(k1 - k0), mask = !fa__block_unmasked(d, i0, i0 + nqr, k0, k1);
+        fa__gemm(isa, kb + k0 * d->ks[2], d->ks[2], 1, nk, D, Qt, ld, St, ld, nv, 0);
+        if (mask || mods)
+            for (r = 0; r < nr; r++)
+                fa__modify_row(d, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask);
+        fa__online(isa, St, ld, nk, nv, m, l, Ot, ld, Dv, tmp);
+        fa__gemm(isa, vb + k0 * d->vs[2], 1, d->vs[2], Dv, nk, St, ld, Ot, ld, nv, mask || d->bias ? 2 : 1);
     }
+
     for (r = 0; r < nr; r++) {
-        float *orow = c->o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1] + (i0 + r) * d->os[2];
-        if (l[r] > 0.0f || l[r] != l[r]) {        /* NaN stays NaN */
-            float inv = 1.0f / l[r];
-            for (t = 0; t < Dv; t++) orow[t] = acc[r * Dv + t] * inv;
+        int h = h0 + r / nqr;
+        int64_t i = i0 + r % nqr;
+        float lr = l[r], lse, *orow, *lsep;
+        if (pl->nsplit == 1) {
+            orow = c->o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1] + i * d->os[2];
+            lsep = d->lse ? d->lse + ((int64_t)b * d->Hq + h) * d->Sq + i : NULL;
+        } else {
+            orow = c->parts + ((size_t)item * pl->rows + r) * Dv;
+            lsep = c->parts + (size_t)pl->items * pl->rows * Dv + (size_t)item * pl->rows + r;
+        }
+        if (lr > 0.0f || lr != lr) {             /* NaN stays NaN */
+            float inv = 1.0f / lr;
+            for (t = 0; t < Dv; t++) orow[t] = Ot[t * ld + r] * inv;
+            lse = m[r] + logf(lr);
         } else {
             for (t = 0; t < Dv; t++) orow[t] = 0.0f;
+            lse = -INFINITY;
         }
-        if (d->lse) {
-            float lse = l[r] > 0.0f ? m[r] + logf(l[r]) : (l[r] != l[r] ? l[r] : -INFINITY);
-            d->lse[((int64_t)b * d->Hq + h) * d->Sq + i0 + r] = lse;
-        }
+        if (lsep) *lsep = lse;
+    }
+}
+
+static void fa__merge_row(int dv, int parts, const float *const *op, const float *const *lp, int64_t r,
+                          float *orow, float *lse);
+
+/* The split-key parts of one tile merged into o and lse. */
+static void fa__tiled_merge(void *vctx, int64_t tile, int tid)
+{
+    const fa__tiled_ctx *c = (const fa__tiled_ctx *)vctx;
+    const fa__dims *d = c->d;
+    const fa__tiled_plan *pl = c->pl;
+    const float *op[64], *lp[64];
+    const float *lse0 = c->parts + (size_t)pl->items * pl->rows * d->Dv;
+    int64_t i0;
+    int b, h0, nqr, r, p;
+    float *lse;
+    (void)tid;
+    fa__tile_pos(d, pl, tile, &b, &h0, &i0, &nqr);
+    for (p = 0; p < pl->nsplit; p++) {
+        op[p] = c->parts + (size_t)(tile * pl->nsplit + p) * pl->rows * d->Dv;
+        lp[p] = lse0 + (size_t)(tile * pl->nsplit + p) * pl->rows;
+    }
+    /* a tile's rows are contiguous in lse: one head's rows from i0, or all rows of hpt heads */
+    lse = d->lse ? d->lse + ((int64_t)b * d->Hq + h0) * d->Sq + i0 : NULL;
+    for (r = 0; r < pl->hpt * nqr; r++) {
+        float *orow = c->o + (int64_t)b * d->os[0] + (int64_t)(h0 + r / nqr) * d->os[1] + (i0 + r % nqr) * d->os[2];
+        fa__merge_row(d->Dv, pl->nsplit, op, lp, r, orow, lse);
     }
 }
 
@@ -850,8 +1379,10 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
     mem = FLASHATTN_MALLOC(pl.total);
     if (!mem) return FA_ERR_NO_MEMORY;
     c.d = &d; c.pl = &pl; c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v;
-    c.o = (float *)o; c.ws = (float *)fa__align64(mem);
-    fa__run(fa__tiled_item, &c, pl.items, pl.nthreads, c.ws + pl.thread_floats * pl.nthreads);
+    c.o = (float *)o; c.ws = (float *)fa__align64(mem); c.isa = fa__isa();
+    c.parts = c.ws + pl.thread_floats * pl.nthreads;
+    fa__run(fa__tiled_item, &c, pl.items, pl.nthreads, c.parts + pl.part_floats);
+    if (pl.nsplit > 1) fa__run(fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
     FLASHATTN_FREE(mem);
     return FA_OK;
 }
