@@ -144,6 +144,20 @@ static void fix_openblas_core(char **argv)
 #endif
 }
 
+/* other work on the machine skews every timing below; say how busy it was */
+static void print_load(void)
+{
+    double l1 = -1.0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l1) != 1) l1 = -1.0;
+        fclose(f);
+    }
+    if (l1 >= 0.0)
+        printf("load average (1 min) before the timings: %.2f on %ld cores%s\n", l1, sysconf(_SC_NPROCESSORS_ONLN),
+               l1 >= 1.0 ? " - other programs were running, so the timings are noisy" : "");
+}
+
 static void print_machine(void)
 {
     char model[200];
@@ -166,6 +180,7 @@ static void print_machine(void)
 #else
     printf("BLAS: a CBLAS other than OpenBLAS (core name unknown)\n");
 #endif
+    print_load();
     printf("flashattn.h %d.%d.%d, fp32, threads = 0 (all online cores) in every call\n\n",
            FLASHATTN_VERSION_MAJOR, FLASHATTN_VERSION_MINOR, FLASHATTN_VERSION_PATCH);
 }
