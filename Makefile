@@ -62,8 +62,9 @@ bench: deps $(BUILD)/bench
 	./$(BUILD)/bench
 
 # ---- tests -------------------------------------------------------------------------------------
-# One suite, three builds: plain (OpenBLAS, the best SIMD path of this CPU), FLASHATTN_NO_BLAS with
-# the portable C kernels (FLASHATTN_ISA=0), and ASan+UBSan. Each takes a few seconds.
+# One suite, four builds: plain (OpenBLAS, the best SIMD path of this CPU), FLASHATTN_NO_BLAS with
+# the portable C kernels (FLASHATTN_ISA=0), the AVX2 kernels (FLASHATTN_ISA=1, where the CPU has
+# AVX-512), and ASan+UBSan. Each takes seconds.
 TEST_SRC  := tests/test_flashattn.c
 TEST_DEPS := $(TEST_SRC) tests/ref.h flashattn.h
 TEST_LIBS := -lcmocka $(LDLIBS)
@@ -79,10 +80,15 @@ $(BUILD)/test_flashattn_san: $(TEST_DEPS) | $(BUILD)
 $(BUILD)/test_flashattn_noblas: $(TEST_DEPS) | $(BUILD)
 	$(CC) $(CFLAGS) $(CSTD) $(WARN) -DFLASHATTN_NO_BLAS -DFLASHATTN_ISA=0 -I. $< -o $@ -lcmocka -lm -lpthread
 
+$(BUILD)/test_flashattn_avx2: $(TEST_DEPS) | $(BUILD)
+	$(CC) $(CFLAGS) $(CSTD) $(WARN) -DFLASHATTN_ISA=1 -I. $< -o $@ $(TEST_LIBS)
+
 test: deps test-compile $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench \
-      $(BUILD)/test_flashattn $(BUILD)/test_flashattn_san $(BUILD)/test_flashattn_noblas test-cuda-compile
+      $(BUILD)/test_flashattn $(BUILD)/test_flashattn_san $(BUILD)/test_flashattn_noblas \
+      $(BUILD)/test_flashattn_avx2 test-cuda-compile
 	./$(BUILD)/test_flashattn
 	./$(BUILD)/test_flashattn_noblas
+	./$(BUILD)/test_flashattn_avx2
 	$(SAN_ENV) ./$(BUILD)/test_flashattn_san
 
 # compile checks, each linked and run: C99 -pedantic with two translation units (impl.c holds the

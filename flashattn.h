@@ -401,7 +401,10 @@ static void fa__modify_row(const fa__dims *d, int b, int h, int64_t i, int64_t j
     if (d->bias) {
         const float *br = d->bias + (int64_t)b * d->bs[0] + (int64_t)h * d->bs[1] + i * d->bs[2];
         int64_t ks = d->bs[3];
-        for (t = 0; t < n; t++) s[t * stride] += br[(j0 + t) * ks];
+        for (t = 0; t < n; t++) {   /* -INFINITY hides the key, even where the score is NaN */
+            float x = br[(j0 + t) * ks];
+            s[t * stride] = x == -INFINITY ? x : s[t * stride] + x;
+        }
     }
     if (mask) {
         int64_t lo, hi, a, e;

@@ -293,8 +293,11 @@ static inline int ref_attention(const fa_params *p, const float *q, const float 
                     x *= d.scale;                                                   /* 1 */
                     if (p->softcap > 0.0f) x = p->softcap * tanh(x / p->softcap);   /* 2 */
                     if (p->alibi_slopes) x -= slope * fabs((double)(diag - j));      /* 3 */
-                    if (p->bias)                                                    /* 4 */
-                        x += (double)p->bias[b * d.bs[0] + h * d.bs[1] + i * d.bs[2] + j * d.bs[3]];
+                    if (p->bias) {                                                  /* 4 */
+                        double bij = (double)p->bias[b * d.bs[0] + h * d.bs[1] + i * d.bs[2] + j * d.bs[3]];
+                        x += bij;
+                        if (bij == -INFINITY) hidden = 1;   /* hides the key, even a NaN score */
+                    }
                     if (p->causal && j > diag) hidden = 1;                          /* 5 */
                     if (p->window_left > 0 && j < diag - p->window_left) hidden = 1;
                     if (p->window_right > 0 && j > diag + p->window_right) hidden = 1;

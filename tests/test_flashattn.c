@@ -141,6 +141,14 @@ static float *tc_bias(tcase *c, int64_t s0, int64_t s1, int64_t s2, int64_t s3)
     return c->bias;
 }
 
+/* Sets key-padding -inf on the last pad[b] keys of batch b, for a bias with strides {Sk,0,0,1}. */
+static void bias_pad_keys(tcase *c, const int *pad)
+{
+    int b, j, Sk = c->p.seq_k;
+    for (b = 0; b < c->p.batch; b++)
+        for (j = Sk - pad[b]; j < Sk; j++) c->bias[(size_t)b * Sk + j] = -INFINITY;
+}
+
 /* ALiBi slopes: rows of Hq slopes 2^(-8(h+1)/Hq) (times 1 + b/4 for batch b), `stride` apart
    when per_batch, one row otherwise. */
 static void tc_alibi(tcase *c, int per_batch, int64_t stride)
@@ -649,39 +657,89 @@ static void test_seq_k_zero(void **state)
 }
 
 /* A NaN in one query row reaches no other row; a NaN in a key or value reaches only the rows
-   that see that key (by the reference: rows it leaves finite must match). */
+   that see that key: rows the reference (on the same input) leaves finite must match it. The key
+   is hidden from some rows by causal, by a window, or from every row by a -inf bias; a decode
+   shape (4 query rows, 4 query heads per kv head, 600 keys) puts several heads in one tile and
+   splits the keys, so the NaN must not cross heads or parts either. */
 static void test_nan_isolation(void **state)
 {
-    int causal, which;
+    static const char *const mask_name[4] = { "none", "causal", "window", "bias" };
+    int which, mask, decode;
     (void)state;
-    for (which = 0; which < 3; which++)
-        for (causal = 0; causal <= 1; causal++) {
-            tcase c;
-            fa_params p = shape(2, 4, 2, 40, 60, 16, 0, causal);
-            unsigned char *skip;
-            size_t r, nskip = 0;
-            int t, path;
-            tc_init(&c, &p, "nan in %s causal=%d", which == 0 ? "q" : which == 1 ? "k" : "v", causal);
-            if (which == 0) c.t.q[(1 * 4 + 2) * 40 * 16 + 5 * 16 + 3] = NAN;   /* b=1 h=2 i=5 */
-            if (which == 1) c.t.k[(0 * 2 + 1) * 60 * 16 + 45 * 16 + 7] = NAN;  /* b=0 g=1 j=45 */
-            if (which == 2) c.t.v[(1 * 2 + 0) * 60 * 16 + 50 * 16 + 0] = NAN;  /* b=1 g=0 j=50 */
-            tc_ref(&c);
-            skip = (unsigned char *)calloc(c.rows, 1);
-            assert_non_null(skip);
-            for (r = 0; r < c.rows; r++) {
-                int bad = c.ref_lse[r] != c.ref_lse[r];
-                for (t = 0; t < 16; t++) bad |= c.ref_o[r * 16 + t] != c.ref_o[r * 16 + t];
-                skip[r] = (unsigned char)bad;
-                nskip += (size_t)bad;
-            }
-            if (which == 0) assert_int_equal(nskip, 1);
-            else assert_true(nskip >= 1 && nskip <= c.rows / 4);   /* one (batch, kv head) at most */
-            for (path = 0; path < 2; path++)
-                for (t = 1; t <= 2; t++) {
-                    assert_true(tc_run(&c, path, t, 0, 0, WITH_LSE, skip));
-                    assert_true(tc_run(&c, path, t, 8, 8, WITH_LSE, skip));
+    for (decode = 0; decode <= 1; decode++)
+        for (which = 0; which < 3; which++)
+            for (mask = 0; mask < 4; mask++) {
+                int B = 2, Hq = decode ? 8 : 4, Hkv = 2, Sq = decode ? 4 : 40, Sk = decode ? 600 : 60, D = 16;
+                int qi = decode ? 2 : 5, kj = Sk - 15, vj = Sk - 10, t, path;
+                fa_params p = shape(B, Hq, Hkv, Sq, Sk, D, 0, mask == 1);
+                unsigned char *skip;
+                size_t r, nskip = 0;
+                tcase c;
+                if (mask == 2) { p.window_left = 5; p.window_right = 3; }
+                tc_init(&c, &p, "nan in %s, mask %s, %s", which == 0 ? "q" : which == 1 ? "k" : "v", mask_name[mask],
+                        decode ? "decode" : "prefill");
+                if (which == 0) c.t.q[(((size_t)1 * Hq + 2) * Sq + qi) * D + 3] = NAN;   /* b=1 h=2 */
+                if (which == 1) c.t.k[(((size_t)0 * Hkv + 1) * Sk + kj) * D + 7] = NAN;  /* b=0 g=1 */
+                if (which == 2) c.t.v[(((size_t)1 * Hkv + 0) * Sk + vj) * D + 0] = NAN;  /* b=1 g=0 */
+                if (mask == 3) {   /* key padding [B][Sk] that hides the NaN key in its batch */
+                    tc_bias(&c, Sk, 0, 0, 1);
+                    if (which == 1) c.bias[(size_t)0 * Sk + kj] = -INFINITY;
+                    if (which == 2) c.bias[(size_t)1 * Sk + vj] = -INFINITY;
                 }
-            free(skip);
+                tc_ref(&c);
+                skip = (unsigned char *)calloc(c.rows, 1);
+                assert_non_null(skip);
+                for (r = 0; r < c.rows; r++) {
+                    int bad = c.ref_lse[r] != c.ref_lse[r];
+                    for (t = 0; t < D; t++) bad |= c.ref_o[r * D + t] != c.ref_o[r * D + t];
+                    skip[r] = (unsigned char)bad;
+                    nskip += (size_t)bad;
+                }
+                if (which == 0) assert_int_equal(nskip, 1);
+                else if (mask == 3) assert_int_equal(nskip, 0);
+                else assert_true(nskip <= c.rows / 4);   /* one (batch, kv head) at most */
+                for (path = 0; path < 2; path++)
+                    for (t = 1; t <= 2; t++) {
+                        assert_true(tc_run(&c, path, t, 0, 0, WITH_LSE | WITH_SCORES, skip));
+                        assert_true(tc_run(&c, path, t, 8, 8, WITH_LSE | WITH_SCORES, skip));
+                    }
+                free(skip);
+                tc_free(&c);
+            }
+}
+
+/* Decoding shapes: few query rows, GQA groups of 1 to 8, long key ranges: the tiled path packs the
+   heads of a group into one tile and splits the keys over the threads, merging by log-sum-exp.
+   With causal, windows, ALiBi, a key-padding bias, lse, threads 1, 2 and 3. */
+static void test_decode(void **state)
+{
+    static const int cfg[][4] = {   /* Sq, Hq, Hkv, Sk */
+        { 1, 8, 1, 3000 }, { 1, 8, 2, 777 }, { 4, 8, 2, 1500 }, { 16, 4, 1, 700 }, { 2, 6, 3, 513 }, { 1, 1, 1, 4097 },
+        { 3, 16, 2, 1000 }, { 17, 4, 2, 600 }
+    };
+    size_t i;
+    int variant, t;
+    (void)state;
+    for (i = 0; i < sizeof cfg / sizeof cfg[0]; i++)
+        for (variant = 0; variant < 3; variant++) {
+            static const int pad[2] = { 0, 77 };
+            tcase c;
+            fa_params p = shape(2, cfg[i][1], cfg[i][2], cfg[i][0], cfg[i][3], 64, 0, variant != 0);
+            if (variant == 2) { p.window_left = 300; p.softcap = 5.0f; }
+            tc_init(&c, &p, "decode Sq=%d Hq=%d Hkv=%d Sk=%d variant %d", cfg[i][0], cfg[i][1], cfg[i][2], cfg[i][3],
+                    variant);
+            if (variant == 2) {
+                tc_alibi(&c, 1, cfg[i][1]);
+                tc_bias(&c, cfg[i][3], 0, 0, 1);
+                bias_pad_keys(&c, pad);
+            }
+            tc_ref(&c);
+            assert_true(tc_run(&c, NAIVE, 2, 0, 0, WITH_LSE | WITH_SCORES, NULL));
+            for (t = 1; t <= 3; t++) {
+                assert_true(tc_run(&c, TILED, t, 0, 0, WITH_LSE, NULL));
+                assert_true(tc_run(&c, TILED, t, 0, 0, 0, NULL));
+            }
+            assert_true(tc_run(&c, TILED, 2, 0, 37, WITH_LSE, NULL));
             tc_free(&c);
         }
 }
@@ -980,14 +1038,6 @@ static void test_alibi(void **state)
         tc_check(&c, 7, 7);
         tc_free(&c);
     }
-}
-
-/* Sets key-padding -inf on the last pad[b] keys of batch b, for a bias with strides {Sk,0,0,1}. */
-static void bias_pad_keys(tcase *c, const int *pad)
-{
-    int b, j, Sk = c->p.seq_k;
-    for (b = 0; b < c->p.batch; b++)
-        for (j = Sk - pad[b]; j < Sk; j++) c->bias[(size_t)b * Sk + j] = -INFINITY;
 }
 
 static void test_bias_patterns(void **state)
@@ -1463,6 +1513,7 @@ int main(void)
         cmocka_unit_test(test_seq_q_zero),
         cmocka_unit_test(test_seq_k_zero),
         cmocka_unit_test(test_nan_isolation),
+        cmocka_unit_test(test_decode),
         cmocka_unit_test(test_errors_invalid),
         cmocka_unit_test(test_errors_no_memory),
         cmocka_unit_test(test_alloc_failure),
