@@ -111,6 +111,8 @@ typedef struct tcase {
     float *bias, *alibi;
     size_t rows, n_o, n_scores;        /* rows = B*Hq*Sq; packed o and scores elements */
     float *ref_o, *ref_lse, *ref_scores;
+    size_t n_alibi;
+    uint64_t in_hash;                  /* of q, k, v, bias and slopes: the calls must not write them */
 } tcase;
 
 /* Copies p, draws the case's seed and the inputs. Attach modifiers (tc_bias, tc_alibi) next,
@@ -156,6 +158,7 @@ static void tc_alibi(tcase *c, int per_batch, int64_t stride)
     int B = per_batch ? c->p.batch : 1, b, h, Hq = c->p.heads;
     size_t n = per_batch ? (size_t)(B - 1) * (size_t)stride + (size_t)Hq : (size_t)Hq;
     c->alibi = ref_alloc(n);
+    c->n_alibi = n;
     assert_non_null(c->alibi);
     ref_poison(c->alibi, n * sizeof(float));
     for (b = 0; b < B; b++)
@@ -164,6 +167,25 @@ static void tc_alibi(tcase *c, int per_batch, int64_t stride)
                 (float)(pow(2.0, -8.0 * (h + 1) / Hq) * (1.0 + 0.25 * b));
     c->p.alibi_slopes = c->alibi;
     c->p.alibi_stride = per_batch ? stride : 0;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *x, size_t bytes)
+{
+    const unsigned char *c = (const unsigned char *)x;
+    size_t i;
+    for (i = 0; i < bytes; i++) h = (h ^ c[i]) * 0x100000001B3ull;
+    return h;
+}
+
+static uint64_t tc_inputs_hash(const tcase *c)
+{
+    uint64_t h = 0xCBF29CE484222325ull;
+    h = fnv1a(h, c->t.q, c->t.nq * sizeof(float));
+    h = fnv1a(h, c->t.k, c->t.nk * sizeof(float));
+    h = fnv1a(h, c->t.v, c->t.nv * sizeof(float));
+    if (c->bias) h = fnv1a(h, c->bias, ref_bias_elems(&c->p) * sizeof(float));
+    if (c->alibi) h = fnv1a(h, c->alibi, c->n_alibi * sizeof(float));
+    return h;
 }
 
 static void tc_ref(tcase *c)
@@ -178,6 +200,7 @@ static void tc_ref(tcase *c)
     c->ref_scores = ref_alloc(c->n_scores);
     assert_true(c->ref_o && c->ref_lse && c->ref_scores);
     assert_true(ref_attention(&c->p, c->t.q, c->t.k, c->t.v, c->ref_o, c->ref_lse, c->ref_scores));
+    c->in_hash = tc_inputs_hash(c);
 }
 
 static void tc_free(tcase *c)
@@ -267,6 +290,10 @@ static int tc_run(const tcase *c, int path, int threads, int bq, int bk, int fla
             print_error("%s: %s leaked %zu bytes\n", c->name, path_name[path], live);
             ok = 0;
         }
+    }
+    if (tc_inputs_hash(c) != c->in_hash) {
+        print_error("%s: %s wrote into its inputs\n", c->name, path_name[path]);
+        ok = 0;
     }
     if (st != FA_OK) {
         print_error("%s [seed %llu] %s threads=%d bq=%d bk=%d: status %d (%s)\n", c->name,
@@ -483,6 +510,13 @@ static void test_strides_and_dv(void **state)
         p.causal = 0;
         p.kv_heads = 1;   /* MQA with the same layouts: k and v hold one head */
         check_case(&p, 5, 9, "mixed padded layouts MQA");
+    }
+    {   /* inputs with zero strides: the same queries for every batch, one K shared by every kv
+           head (the feature dim is all that must be contiguous) */
+        fa_params p = shape(2, 4, 2, 19, 45, 16, 8, 1);
+        p.q_stride[0] = 0; p.q_stride[1] = 19 * 16; p.q_stride[2] = 16;
+        p.k_stride[0] = 45 * 16; p.k_stride[1] = 0; p.k_stride[2] = 16;
+        check_case(&p, 8, 8, "zero input strides");
     }
     {   /* Sq = 1 with an o token stride of 0 is fine (one row per head) */
         fa_params p = shape(2, 2, 0, 1, 33, 8, 0, 0);
