@@ -103,6 +103,9 @@ test-compile: | $(BUILD)
 	$(CC) $(CSTD) $(WARN) -O2 -I. tests/compile/static.c tests/compile/static2.c -o $(BUILD)/cc_static $(LDLIBS) && ./$(BUILD)/cc_static
 	$(CXX) $(WARN) -pedantic -O2 -I. -x c++ tests/compile/impl.c -x c++ tests/compile/user.c -o $(BUILD)/cc_cpp $(LDLIBS) && ./$(BUILD)/cc_cpp
 	$(CXX) $(WARN) -pedantic -O2 -I. -x c++ tests/compile/static.c -x c++ tests/compile/static2.c -o $(BUILD)/cc_cpp_static $(LDLIBS) && ./$(BUILD)/cc_cpp_static
+	@if $(CC) $(CSTD) -I. -DFLASHATTN_MALLOC=malloc -fsyntax-only tests/compile/impl.c 2>/dev/null; then \
+	  echo "FAILED: FLASHATTN_MALLOC without FLASHATTN_FREE compiled"; exit 1; \
+	else echo "ok: FLASHATTN_MALLOC without FLASHATTN_FREE is a compile error"; fi
 	@if [ -n "$(CLANG)" ]; then \
 	  echo "$(CLANG) $(CSTD) $(WARN) tests/compile/impl.c tests/compile/user.c"; \
 	  $(CLANG) $(CSTD) $(WARN) -O2 -I. tests/compile/impl.c tests/compile/user.c -o $(BUILD)/cc_clang $(LDLIBS) && ./$(BUILD)/cc_clang; \
