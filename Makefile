@@ -93,7 +93,8 @@ test: deps test-compile $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench \
 
 # compile checks, each linked and run: C99 -pedantic with two translation units (impl.c holds the
 # implementation, user.c only the declarations); the same as C++ (g++ -pedantic); FLASHATTN_NO_BLAS;
-# FLASHATTN_STATIC with two private copies in one program (static.c + static2.c); clang if present.
+# FLASHATTN_STATIC with two private copies in one program (static.c + static2.c); FLASHATTN_MALLOC
+# alone is an error; clang if present.
 .PHONY: test-compile
 test-compile: | $(BUILD)
 	$(CC) $(CSTD) $(WARN) -O2 -I. -c tests/compile/impl.c -o $(BUILD)/cc_impl.o
