@@ -718,62 +718,66 @@ static float fa__softmax_row(int isa, float *s, int n)
 FA__AVX512 static void fa__gemm_avx512(const float *A, int64_t sa, int64_t sx, int na, int nx,
                                        const float *B, int64_t ldb, float *C0, int64_t ldc, int nv, int acc)
 {
-    int a0, v, x, a;
-    for (a0 = 0; a0 < na; a0 += 8) {
-        const float *pa[8];
-        int64_t ra[8];
-        for (a = 0; a < 8; a++) {          /* rows past the end repeat the last one, never stored */
-            ra[a] = a0 + a < na ? a0 + a : na - 1;
-            pa[a] = A + ra[a] * sa;
-        }
-        for (v = 0; v + 3 <= nv; v += 3) {
-            const float *b = B + v * 16;
-            float *C = C0 + v * 16;
-            int64_t off = 0;
-            if (acc == 2) {
-                FA__X8(FA__L3);
-                for (x = 0; x < nx; x++, off += sx, b += ldb) {
-                    __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
-                    __mmask16 k0 = FA__NZ(b0), k1 = FA__NZ(b1), k2 = FA__NZ(b2);
-                    FA__X8(FA__M3);
-                }
-                FA__X8(FA__S3);
-            } else if (acc) {
-                FA__X8(FA__L3);
-                for (x = 0; x < nx; x++, off += sx, b += ldb) {
-                    __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
-                    FA__X8(FA__F3);
-                }
-                FA__X8(FA__S3);
-            } else {
-                FA__X8(FA__Z3);
-                for (x = 0; x < nx; x++, off += sx, b += ldb) {
-                    __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
-                    FA__X8(FA__F3);
-                }
-                FA__X8(FA__S3);
+    int a0, v, x, a, vp, ve;
+    /* one panel of up to 48 lanes of B at a time (it stays in L1) against every group of 8 A-rows */
+    for (vp = 0; vp < nv; vp = ve) {
+        ve = vp + 3 <= nv ? vp + 3 : nv;
+        for (a0 = 0; a0 < na; a0 += 8) {
+            const float *pa[8];
+            int64_t ra[8], off = 0;
+            for (a = 0; a < 8; a++) {          /* rows past the end repeat the last one, never stored */
+                ra[a] = a0 + a < na ? a0 + a : na - 1;
+                pa[a] = A + ra[a] * sa;
             }
-        }
-        for (; v < nv; v++) {
-            const float *b = B + v * 16;
-            float *C = C0 + v * 16;
-            int64_t off = 0;
-            if (acc == 2) {
-                FA__X8(FA__L1);
-                for (x = 0; x < nx; x++, off += sx, b += ldb) {
-                    __m512 b0 = _mm512_loadu_ps(b);
-                    __mmask16 k0 = FA__NZ(b0);
-                    FA__X8(FA__M1);
+            if (ve - vp == 3) {
+                const float *b = B + vp * 16;
+                float *C = C0 + vp * 16;
+                if (acc == 2) {
+                    FA__X8(FA__L3);
+                    for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
+                        __mmask16 k0 = FA__NZ(b0), k1 = FA__NZ(b1), k2 = FA__NZ(b2);
+                        FA__X8(FA__M3);
+                    }
+                    FA__X8(FA__S3);
+                } else if (acc) {
+                    FA__X8(FA__L3);
+                    for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
+                        FA__X8(FA__F3);
+                    }
+                    FA__X8(FA__S3);
+                } else {
+                    FA__X8(FA__Z3);
+                    for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
+                        FA__X8(FA__F3);
+                    }
+                    FA__X8(FA__S3);
                 }
-                FA__X8(FA__S1);
-            } else if (acc) {
-                FA__X8(FA__L1);
-                for (x = 0; x < nx; x++, off += sx, b += ldb) { __m512 b0 = _mm512_loadu_ps(b); FA__X8(FA__F1); }
-                FA__X8(FA__S1);
-            } else {
-                FA__X8(FA__Z1);
-                for (x = 0; x < nx; x++, off += sx, b += ldb) { __m512 b0 = _mm512_loadu_ps(b); FA__X8(FA__F1); }
-                FA__X8(FA__S1);
+                continue;
+            }
+            for (v = vp; v < ve; v++) {
+                const float *b = B + v * 16;
+                float *C = C0 + v * 16;
+                off = 0;
+                if (acc == 2) {
+                    FA__X8(FA__L1);
+                    for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                        __m512 b0 = _mm512_loadu_ps(b);
+                        __mmask16 k0 = FA__NZ(b0);
+                        FA__X8(FA__M1);
+                    }
+                    FA__X8(FA__S1);
+                } else if (acc) {
+                    FA__X8(FA__L1);
+                    for (x = 0; x < nx; x++, off += sx, b += ldb) { __m512 b0 = _mm512_loadu_ps(b); FA__X8(FA__F1); }
+                    FA__X8(FA__S1);
+                } else {
+                    FA__X8(FA__Z1);
+                    for (x = 0; x < nx; x++, off += sx, b += ldb) { __m512 b0 = _mm512_loadu_ps(b); FA__X8(FA__F1); }
+                    FA__X8(FA__S1);
+                }
             }
         }
     }
@@ -905,6 +909,97 @@ FA__AVX2 static void fa__online_avx2(float *S, int64_t lds, int nk, int nv, floa
             for (v = 0; v < 2 * nv; v++)
                 _mm256_storeu_ps(O + t * ldo + v * 8, _mm256_mul_ps(_mm256_loadu_ps(O + t * ldo + v * 8),
                                                                     _mm256_loadu_ps(tmp + v * 8)));
+}
+#endif
+
+/* Few query rows (decoding: one token, the heads of a GQA group): lanes along the query rows would
+   sit mostly idle, so the AVX-512 path runs these tiles along the feature dim instead. Scores are
+   dot products, 4 rows x 4 keys at a time, reduced 16 -> 1 vector, and written to the transposed St
+   as usual (the online softmax is shared); the accumulator is row-major O [rows][Dv]. */
+#ifdef FLASHATTN__X86
+#define fa__unlo(a, b) _mm512_maskz_unpacklo_ps((__mmask16)0xFFFF, (a), (b))
+#define fa__unhi(a, b) _mm512_maskz_unpackhi_ps((__mmask16)0xFFFF, (a), (b))
+#define fa__unlo64(a, b) _mm512_castpd_ps(_mm512_maskz_unpacklo_pd((__mmask8)0xFF, _mm512_castps_pd(a), _mm512_castps_pd(b)))
+#define fa__unhi64(a, b) _mm512_castpd_ps(_mm512_maskz_unpackhi_pd((__mmask8)0xFF, _mm512_castps_pd(a), _mm512_castps_pd(b)))
+#define fa__sh128(a, b, i) _mm512_maskz_shuffle_f32x4((__mmask16)0xFFFF, (a), (b), (i))
+
+/* s[r][j] = dot(Q[r], K[j]) for r < nr and j < nk (4 x 4 per pass), into S[j * lds + r]. */
+#define FA__DZ(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0
+#define FA__DF(r) do { __m512 q_ = LD(qp[r] + t); c##r##0 = _mm512_fmadd_ps(q_, k0, c##r##0); \
+                       c##r##1 = _mm512_fmadd_ps(q_, k1, c##r##1); c##r##2 = _mm512_fmadd_ps(q_, k2, c##r##2); \
+                       c##r##3 = _mm512_fmadd_ps(q_, k3, c##r##3); } while (0)
+#define FA__DSTEP do { __m512 k0 = LD(kp[0] + t), k1 = LD(kp[1] + t), k2 = LD(kp[2] + t), k3 = LD(kp[3] + t); \
+                       FA__DF(0); FA__DF(1); FA__DF(2); FA__DF(3); } while (0)
+#define FA__PAIR(a, b) _mm512_add_ps(fa__unlo(a, b), fa__unhi(a, b))
+#define FA__QUAD(a, b) _mm512_add_ps(fa__unlo64(a, b), fa__unhi64(a, b))
+#define FA__HALF(a, b) _mm512_add_ps(fa__sh128(a, b, 0x88), fa__sh128(a, b, 0xDD))
+
+FA__AVX512 static void fa__dots_avx512(const float *Q, int nr, const float *K, int64_t ks, int nk, int D,
+                                       float *S, int64_t lds)
+{
+    int j0, r0, a, r, t;
+    __mmask16 tail = (__mmask16)((1u << (D & 15)) - 1u);
+    for (j0 = 0; j0 < nk; j0 += 4) {
+        const float *kp[4];
+        for (a = 0; a < 4; a++) kp[a] = K + (int64_t)(j0 + a < nk ? j0 + a : nk - 1) * ks;
+        for (r0 = 0; r0 < nr; r0 += 4) {
+            const float *qp[4];
+            float out[16];
+            __m512 x, y;
+            FA__DZ(0); FA__DZ(1); FA__DZ(2); FA__DZ(3);
+            for (r = 0; r < 4; r++) qp[r] = Q + (int64_t)(r0 + r < nr ? r0 + r : nr - 1) * D;
+#define LD(p) _mm512_loadu_ps(p)
+            for (t = 0; t + 16 <= D; t += 16) FA__DSTEP;
+#undef LD
+#define LD(p) _mm512_maskz_loadu_ps(tail, p)
+            if (tail) FA__DSTEP;
+#undef LD
+            /* 16 vectors -> one, lane 4r + a = sum of c_ra: pairs within 128-bit lanes, then across */
+            x = FA__HALF(FA__QUAD(FA__PAIR(c00, c01), FA__PAIR(c02, c03)), FA__QUAD(FA__PAIR(c10, c11), FA__PAIR(c12, c13)));
+            y = FA__HALF(FA__QUAD(FA__PAIR(c20, c21), FA__PAIR(c22, c23)), FA__QUAD(FA__PAIR(c30, c31), FA__PAIR(c32, c33)));
+            _mm512_storeu_ps(out, FA__HALF(x, y));
+            for (r = 0; r < 4 && r0 + r < nr; r++)
+                for (a = 0; a < 4 && j0 + a < nk; a++) S[(j0 + a) * lds + r0 + r] = out[4 * r + a];
+        }
+    }
+}
+
+/* O[r][:] += sum_j P[j][r] V[j][:] for r < nr, row-major O with row stride Dv; a zero weight adds
+   nothing even where V is NaN or inf (a hidden key). */
+#define FA__PL(r) __m512 c##r##0 = _mm512_maskz_loadu_ps(lm0, O + (int64_t)(r0 + rr[r]) * Dv + t0), \
+                         c##r##1 = _mm512_maskz_loadu_ps(lm1, O + (int64_t)(r0 + rr[r]) * Dv + t0 + 16), \
+                         c##r##2 = _mm512_maskz_loadu_ps(lm2, O + (int64_t)(r0 + rr[r]) * Dv + t0 + 32), \
+                         c##r##3 = _mm512_maskz_loadu_ps(lm3, O + (int64_t)(r0 + rr[r]) * Dv + t0 + 48)
+#define FA__PF(r) do { __m512 p_ = _mm512_set1_ps(pr[rr[r]]); \
+                       __mmask16 k_ = _mm512_cmp_ps_mask(p_, _mm512_setzero_ps(), _CMP_NEQ_UQ); c##r##0 = _mm512_mask3_fmadd_ps(p_, v0, c##r##0, k_); \
+                       c##r##1 = _mm512_mask3_fmadd_ps(p_, v1, c##r##1, k_); c##r##2 = _mm512_mask3_fmadd_ps(p_, v2, c##r##2, k_); \
+                       c##r##3 = _mm512_mask3_fmadd_ps(p_, v3, c##r##3, k_); } while (0)
+#define FA__PS(r) do { if (r < rn) { float *o_ = O + (int64_t)(r0 + r) * Dv + t0; _mm512_mask_storeu_ps(o_, lm0, c##r##0); \
+                       _mm512_mask_storeu_ps(o_ + 16, lm1, c##r##1); _mm512_mask_storeu_ps(o_ + 32, lm2, c##r##2); \
+                       _mm512_mask_storeu_ps(o_ + 48, lm3, c##r##3); } } while (0)
+
+static __mmask16 fa__lanes(int left) { return left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1u) : (__mmask16)0; }
+
+FA__AVX512 static void fa__pv_rows_avx512(const float *P, int64_t lds, int nr, const float *V, int64_t vs, int nk,
+                                          float *O, int Dv)
+{
+    int r0, t0, j, r;
+    for (r0 = 0; r0 < nr; r0 += 4) {
+        int rn = nr - r0 < 4 ? nr - r0 : 4, rr[4];
+        for (r = 0; r < 4; r++) rr[r] = r < rn ? r : rn - 1;     /* rows past the end repeat, never stored */
+        for (t0 = 0; t0 < Dv; t0 += 64) {
+            __mmask16 lm0 = fa__lanes(Dv - t0), lm1 = fa__lanes(Dv - t0 - 16);
+            __mmask16 lm2 = fa__lanes(Dv - t0 - 32), lm3 = fa__lanes(Dv - t0 - 48);
+            FA__PL(0); FA__PL(1); FA__PL(2); FA__PL(3);
+            for (j = 0; j < nk; j++) {
+                const float *vr = V + (int64_t)j * vs + t0, *pr = P + (int64_t)j * lds + r0;
+                __m512 v0 = _mm512_maskz_loadu_ps(lm0, vr), v1 = _mm512_maskz_loadu_ps(lm1, vr + 16);
+                __m512 v2 = _mm512_maskz_loadu_ps(lm2, vr + 32), v3 = _mm512_maskz_loadu_ps(lm3, vr + 48);
+                FA__PF(0); FA__PF(1); FA__PF(2); FA__PF(3);
+            }
+            FA__PS(0); FA__PS(1); FA__PS(2); FA__PS(3);
+        }
+    }
 }
 #endif
 
@@ -1276,7 +1371,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     float *Qt = c->ws + (size_t)tid * pl->thread_floats, *St = Qt + ld * D, *Ot = St + ld * pl->bk;
     float *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
     const float *kb, *vb;
-    int mods = fa__has_modifiers(d);
+    int mods = fa__has_modifiers(d), rowmajor;
 
     fa__tile_pos(d, pl, tile, &b, &h0, &i0, &nqr);
     g = h0 / d->group;
@@ -1284,12 +1379,24 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     nv = (nr + 15) / 16;
     kb = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
     vb = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+    /* up to 8 rows on AVX-512: Q and O row-major, dot-product scores (fa__dots_avx512) */
+#ifdef FLASHATTN__X86
+    rowmajor = isa == 2 && nr <= 8;
+#else
+    rowmajor = 0;
+#endif
     for (r = 0; r < nr; r++) {
         const float *qr = c->q + (int64_t)b * d->qs[0] + (int64_t)(h0 + r / nqr) * d->qs[1] + (i0 + r % nqr) * d->qs[2];
-        for (t = 0; t < D; t++) Qt[t * ld + r] = qr[t] * d->scale;
+        if (rowmajor) for (t = 0; t < D; t++) Qt[r * D + t] = qr[t] * d->scale;
+        else for (t = 0; t < D; t++) Qt[t * ld + r] = qr[t] * d->scale;
     }
-    for (t = 0; t < D; t++) for (r = nr; r < nv * 16; r++) Qt[t * ld + r] = 0.0f;
-    for (t = 0; t < Dv; t++) for (r = 0; r < nv * 16; r++) Ot[t * ld + r] = 0.0f;
+    if (rowmajor) {
+        memset(Ot, 0, (size_t)nr * Dv * sizeof(float));
+        for (t = 0; t < pl->bk; t++) for (r = nr; r < nv * 16; r++) St[t * ld + r] = 0.0f;
+    } else {
+        for (t = 0; t < D; t++) for (r = nr; r < nv * 16; r++) Qt[t * ld + r] = 0.0f;
+        for (t = 0; t < Dv; t++) for (r = 0; r < nv * 16; r++) Ot[t * ld + r] = 0.0f;
+    }
     for (r = 0; r < nv * 16; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
 
     fa__rows_range(d, i0, i0 + nqr, &klo, &khi);
@@ -1299,11 +1406,22 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     for (blk = sp * per; blk < blk1; blk++) {
         int64_t k0 = klo + blk * pl->bk, k1 = k0 + pl->bk < khi ? k0 + pl->bk : khi;
         int nk = (int)(k1 - k0), mask = !fa__block_unmasked(d, i0, i0 + nqr, k0, k1);
+#ifdef FLASHATTN__X86
+        if (rowmajor) fa__dots_avx512(Qt, nr, kb + k0 * d->ks[2], d->ks[2], nk, D, St, ld);
+        else
+#endif
         fa__gemm(isa, kb + k0 * d->ks[2], d->ks[2], 1, nk, D, Qt, ld, St, ld, nv, 0);
         if (mask || mods)
             for (r = 0; r < nr; r++)
                 fa__modify_row(d, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask);
-        fa__online(isa, St, ld, nk, nv, m, l, Ot, ld, Dv, tmp);
+        fa__online(isa, St, ld, nk, nv, m, l, Ot, ld, rowmajor ? 0 : Dv, tmp);
+#ifdef FLASHATTN__X86
+        if (rowmajor) {
+            for (r = 0; r < nr; r++)
+                if (tmp[r] != 1.0f) for (t = 0; t < Dv; t++) Ot[r * Dv + t] *= tmp[r];
+            fa__pv_rows_avx512(St, ld, nr, vb + k0 * d->vs[2], d->vs[2], nk, Ot, Dv);
+        } else
+#endif
         fa__gemm(isa, vb + k0 * d->vs[2], 1, d->vs[2], Dv, nk, St, ld, Ot, ld, nv, mask || d->bias ? 2 : 1);
     }
 
@@ -1320,7 +1438,8 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         }
         if (lr > 0.0f || lr != lr) {             /* NaN stays NaN */
             float inv = 1.0f / lr;
-            for (t = 0; t < Dv; t++) orow[t] = Ot[t * ld + r] * inv;
+            if (rowmajor) for (t = 0; t < Dv; t++) orow[t] = Ot[r * Dv + t] * inv;
+            else for (t = 0; t < Dv; t++) orow[t] = Ot[t * ld + r] * inv;
             lse = m[r] + logf(lr);
         } else {
             for (t = 0; t < Dv; t++) orow[t] = 0.0f;
@@ -1451,8 +1570,1134 @@ FLASHATTN__CPU_DEF fa_status fa_merge(int rows, int dv, int parts, const float *
 
 #if defined(FLASHATTN_CUDA) && defined(__CUDACC__)
 /* ---- 8a. CUDA: runtime checks, helpers, generic kernels (any dtype, any head_dim) ------------- */
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cublas_v2.h>
+
+/* Every CUDA call is checked: an allocation failure is FA_ERR_NO_MEMORY, anything else
+   FA_ERR_DEVICE. The (non-sticky) error is cleared so that it does not leak into later calls. */
+static fa_status fa__cu(cudaError_t e)
+{
+    if (e == cudaSuccess) return FA_OK;
+    (void)cudaGetLastError();
+    return e == cudaErrorMemoryAllocation ? FA_ERR_NO_MEMORY : FA_ERR_DEVICE;
+}
+
+static fa_status fa__cublas(cublasStatus_t s)
+{
+    if (s == CUBLAS_STATUS_SUCCESS) return FA_OK;
+    return s == CUBLAS_STATUS_ALLOC_FAILED ? FA_ERR_NO_MEMORY : FA_ERR_DEVICE;
+}
+
+/* Stream-ordered device allocation (cudaMallocAsync) where the device has memory pools, plain
+   cudaMalloc otherwise; fa__cu_free releases it the same way, ordered after the stream's work. */
+static fa_status fa__cu_alloc(void **ptr, size_t bytes, cudaStream_t st, int *pooled)
+{
+    int dev = 0, pools = 0;
+    *ptr = NULL;
+    if (bytes == SIZE_MAX) return FA_ERR_NO_MEMORY;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return FA_ERR_DEVICE;
+    }
+    *pooled = pools != 0;
+    return fa__cu(pools ? cudaMallocAsync(ptr, bytes ? bytes : 1, st) : cudaMalloc(ptr, bytes ? bytes : 1));
+}
+
+static fa_status fa__cu_free(void *ptr, cudaStream_t st, int pooled)
+{
+    if (!ptr) return FA_OK;
+    return fa__cu(pooled ? cudaFreeAsync(ptr, st) : cudaFree(ptr));
+}
+
+/* Loads and stores of the three storage types, arithmetic in fp32. */
+static __device__ __forceinline__ float fa__ld(const float *p) { return *p; }
+static __device__ __forceinline__ float fa__ld(const __half *p) { return __half2float(*p); }
+static __device__ __forceinline__ float fa__ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+static __device__ __forceinline__ void fa__st(float *p, float x) { *p = x; }
+static __device__ __forceinline__ void fa__st(__half *p, float x) { *p = __float2half_rn(x); }
+static __device__ __forceinline__ void fa__st(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
+
+/* max that lets NaN through (a NaN row stays NaN, as on the CPU) */
+static __device__ __forceinline__ float fa__nmax(float a, float b) { return (b <= a) ? a : b; }
+
+/* Section 1's key range (fa__key_range) for both sides of the bus: keys [lo, hi) of row i. */
+static __host__ __device__ __forceinline__ void fa__cu_range(const fa__dims &d, int64_t i, int *lo, int *hi)
+{
+    int64_t diag = i + d.Sk - d.Sq, a = 0, b = d.Sk;
+    if (d.wl > 0 && diag - d.wl > a) a = diag - d.wl;
+    if (d.causal && diag + 1 < b) b = diag + 1;
+    if (d.wr > 0 && diag + d.wr + 1 < b) b = diag + d.wr + 1;
+    if (a > d.Sk) a = d.Sk;
+    if (b < a) b = a;
+    *lo = (int)a; *hi = (int)b;
+}
+
+/* Steps 2-4 of the contract (softcap, ALiBi, bias) on one scaled score of row i, key j < Sk. */
+static __device__ __forceinline__ float fa__cu_modify(const fa__dims &d, float x, int b, int h, int64_t i,
+                                                      int64_t j, float slope, float icap)
+{
+    if (d.softcap > 0.0f) x = d.softcap * tanhf(x * icap);
+    if (d.alibi) {
+        int64_t dist = i + d.Sk - d.Sq - j;
+        x -= slope * (float)(dist < 0 ? -dist : dist);
+    }
+    if (d.bias) x += d.bias[(int64_t)b * d.bs[0] + (int64_t)h * d.bs[1] + i * d.bs[2] + j * d.bs[3]];
+    return x;
+}
+
+/* ---- the generic tiled kernel ----------------------------------------------------------------
+   One block of 256 threads (16 x 16) owns BQ = 16*RM query rows of one (batch, head); thread
+   (ty, tx) owns rows ty + 16r (r < RM), keys tx + 16c (c < CN) of each BK = 16*CN key tile, and
+   output columns 64n + 4tx .. +3 (n < DC/64). Q (pre-scaled), K and V tiles sit in shared memory
+   as fp32 rows of DC+4 floats (zero-padded past D, Dv and the sequence ends); S = Q K^T and the
+   output accumulator stay in registers (register-blocked like an SGEMM, FFMA only); P goes
+   through shared memory (over the K tile) for P V. Online softmax in fp32, with the guards the
+   contract needs (a tile or a row with no visible key). Tiles outside the mask are never
+   visited; tiles wholly inside it skip the per-element mask. */
+#define FA__CU_THREADS 256
+#define FA__CU_LOG2E 1.44269504088896341f
+
+template <int DC, int RM, int CN> struct fa__cu_cfg {
+    enum { BQ = 16 * RM, BK = 16 * CN, LD = DC + 4, LDP = BK + 4, NC = DC / 64 };
+    enum { KREG = (BK * LD > BQ * LDP) ? BK * LD : BQ * LDP };
+    enum { SMEM = (BQ * LD + KREG + BK * LD) * 4 };
+};
+
+/* A tile of NROW rows of a [.][D] tensor (token stride ts, base at the tile's first row) into fp32
+   rows of LD floats in shared memory: columns [0, D) times mul, zeros elsewhere up to DC and in
+   rows >= nvalid. Loads go out in batches into registers before any store, so that many are in
+   flight at once. The 16-byte path (fp32 whose rows are 16-byte aligned, D % 4 == 0) splits into
+   load() and store() so that the K and V tiles travel together. */
+template <int NROW, int DC> struct fa__cu_vec {
+    enum { N4 = NROW * DC / 4, U = (N4 + FA__CU_THREADS - 1) / FA__CU_THREADS };
+    float4 x[U];
+    __device__ __forceinline__ void load(const float *src, int64_t ts, int nvalid, int D)
+    {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int e = (int)threadIdx.x + u * FA__CU_THREADS, r = e / (DC / 4), c = (e % (DC / 4)) * 4;
+            x[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (e < N4 && r < nvalid && c < D) x[u] = *(const float4 *)(src + (int64_t)r * ts + c);
+        }
+    }
+    template <int LD> __device__ __forceinline__ void store(float *dst, float mul)
+    {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int e = (int)threadIdx.x + u * FA__CU_THREADS, r = e / (DC / 4), c = (e % (DC / 4)) * 4;
+            if (e < N4)
+                *(float4 *)(dst + r * LD + c) = make_float4(x[u].x * mul, x[u].y * mul, x[u].z * mul, x[u].w * mul);
+        }
+    }
+};
+
+template <typename T, int NROW, int DC, int LD>
+static __device__ __forceinline__ void fa__cu_tile(float *dst, const T *src, int64_t ts, int nvalid, int D,
+                                                   float mul)
+{
+    enum { N = NROW * DC, U = 16 };
+    for (int base = 0; base < N; base += U * FA__CU_THREADS) {
+        float x[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int e = base + (int)threadIdx.x + u * FA__CU_THREADS, r = e / DC, c = e % DC;
+            x[u] = 0.0f;
+            if (e < N && r < nvalid && c < D) x[u] = fa__ld(src + (int64_t)r * ts + c);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int e = base + (int)threadIdx.x + u * FA__CU_THREADS, r = e / DC, c = e % DC;
+            if (e < N) dst[r * LD + c] = x[u] * mul;
+        }
+    }
+}
+
+template <typename T, int DC, int RM, int CN>
+__global__ void __launch_bounds__(FA__CU_THREADS)
+fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+               T *__restrict__ o, int qtiles, int vec)
+{
+    typedef fa__cu_cfg<DC, RM, CN> C;
+    extern __shared__ float4 fa__cu_smem[];
+    float *sQ = (float *)fa__cu_smem, *sK = sQ + C::BQ * C::LD, *sP = sK, *sV = sK + C::KREG;
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int64_t nbh = (int64_t)d.B * d.Hq, item = blockIdx.x;
+    const int qt = qtiles - 1 - (int)(item / nbh);          /* the longest (causal) rows first */
+    const int bh = (int)(item % nbh), b = bh / d.Hq, h = bh % d.Hq, g = h / d.group;
+    const int i0 = qt * C::BQ, nq = min(C::BQ, d.Sq - i0);
+    const int Dp = (d.D + 3) & ~3;
+    const T *kb = k + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1];
+    const T *vb = v + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1];
+    const int mods = d.softcap > 0.0f || d.alibi != NULL || d.bias != NULL;
+    const float slope = d.alibi ? d.alibi[(int64_t)b * d.alibi_stride + h] : 0.0f;
+    const float icap = d.softcap > 0.0f ? 1.0f / d.softcap : 0.0f;
+    float acc[RM][4 * C::NC], m[RM], l[RM];
+    int lo[RM], hi[RM], klo, khi, flo, fhi;
+
+    {
+        const T *qb = q + (int64_t)b * d.qs[0] + (int64_t)h * d.qs[1] + (int64_t)i0 * d.qs[2];
+        if (sizeof(T) == 4 && (vec & 1)) {
+            fa__cu_vec<C::BQ, DC> st;
+            st.load((const float *)qb, d.qs[2], nq, d.D);
+            st.template store<C::LD>(sQ, d.scale);
+        } else {
+            fa__cu_tile<T, C::BQ, DC, C::LD>(sQ, qb, d.qs[2], nq, d.D, d.scale);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        m[r] = -INFINITY; l[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 4 * C::NC; c++) acc[r][c] = 0.0f;
+        fa__cu_range(d, (int64_t)i0 + ty + 16 * r, &lo[r], &hi[r]);
+    }
+    /* keys some row sees [klo, khi); keys every row sees [flo, fhi) (ranges grow with i) */
+    fa__cu_range(d, i0, &klo, &fhi);
+    fa__cu_range(d, (int64_t)i0 + nq - 1, &flo, &khi);
+    if (khi < fhi) khi = fhi;
+    if (klo > flo) klo = flo;
+
+    for (int k0 = klo; k0 < khi; k0 += C::BK) {
+        const int nk = min(C::BK, d.Sk - k0);
+        const int full = flo <= k0 && k0 + C::BK <= fhi;
+        float s[RM][CN];
+        __syncthreads();                                   /* the last tile's P and V are consumed */
+        if (sizeof(T) == 4 && (vec & 6) == 6) {            /* K and V in flight together */
+            fa__cu_vec<C::BK, DC> sk, sv;
+            sk.load((const float *)(kb + (int64_t)k0 * d.ks[2]), d.ks[2], nk, d.D);
+            sv.load((const float *)(vb + (int64_t)k0 * d.vs[2]), d.vs[2], nk, d.Dv);
+            sk.template store<C::LD>(sK, 1.0f);
+            sv.template store<C::LD>(sV, 1.0f);
+        } else {
+            fa__cu_tile<T, C::BK, DC, C::LD>(sK, kb + (int64_t)k0 * d.ks[2], d.ks[2], nk, d.D, 1.0f);
+            fa__cu_tile<T, C::BK, DC, C::LD>(sV, vb + (int64_t)k0 * d.vs[2], d.vs[2], nk, d.Dv, 1.0f);
+        }
+        __syncthreads();
+        /* S = Q K^T */
+#pragma unroll
+        for (int r = 0; r < RM; r++)
+#pragma unroll
+            for (int c = 0; c < CN; c++) s[r][c] = 0.0f;
+#pragma unroll 2
+        for (int t = 0; t < Dp; t += 4) {
+            float4 kk[CN];
+#pragma unroll
+            for (int c = 0; c < CN; c++) kk[c] = *(const float4 *)(sK + (tx + 16 * c) * C::LD + t);
+#pragma unroll
+            for (int r = 0; r < RM; r++) {
+                const float4 qq = *(const float4 *)(sQ + (ty + 16 * r) * C::LD + t);
+#pragma unroll
+                for (int c = 0; c < CN; c++) {
+                    s[r][c] = fmaf(qq.x, kk[c].x, s[r][c]);
+                    s[r][c] = fmaf(qq.y, kk[c].y, s[r][c]);
+                    s[r][c] = fmaf(qq.z, kk[c].z, s[r][c]);
+                    s[r][c] = fmaf(qq.w, kk[c].w, s[r][c]);
+                }
+            }
+        }
+        /* modifiers, mask, online softmax; P = exp(s - m) */
+#pragma unroll
+        for (int r = 0; r < RM; r++) {
+            const int64_t i = (int64_t)i0 + ty + 16 * r;
+            float mx = -INFINITY, sum = 0.0f, mnew, ref, alpha;
+#pragma unroll
+            for (int c = 0; c < CN; c++) {
+                const int j = k0 + tx + 16 * c;
+                float x = s[r][c];
+                if (mods && i < d.Sq && j < d.Sk) x = fa__cu_modify(d, x, b, h, i, j, slope, icap);
+                if (!full && (j < lo[r] || j >= hi[r])) x = -INFINITY;
+                s[r][c] = x;
+                mx = fa__nmax(mx, x);
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1) mx = fa__nmax(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            mnew = fa__nmax(m[r], mx);
+            ref = (mnew == -INFINITY ? 0.0f : mnew) * FA__CU_LOG2E;
+            alpha = exp2f(fmaf(m[r], FA__CU_LOG2E, -ref));
+#pragma unroll
+            for (int c = 0; c < CN; c++) {               /* exp(s - m) = 2^(s log2e - m log2e) */
+                const float e = exp2f(fmaf(s[r][c], FA__CU_LOG2E, -ref));
+                s[r][c] = e;
+                sum += e;
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            l[r] = l[r] * alpha + sum;
+            m[r] = mnew;
+#pragma unroll
+            for (int c = 0; c < 4 * C::NC; c++) acc[r][c] *= alpha;
+        }
+        __syncthreads();                                   /* every thread is done with K */
+#pragma unroll
+        for (int r = 0; r < RM; r++)
+#pragma unroll
+            for (int c = 0; c < CN; c++) sP[(ty + 16 * r) * C::LDP + tx + 16 * c] = s[r][c];
+        __syncthreads();
+        /* acc += P V */
+#pragma unroll 2
+        for (int j = 0; j < C::BK; j += 4) {
+            float4 pp[RM];
+#pragma unroll
+            for (int r = 0; r < RM; r++) pp[r] = *(const float4 *)(sP + (ty + 16 * r) * C::LDP + j);
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) {
+#pragma unroll
+                for (int n = 0; n < C::NC; n++) {
+                    const float4 vv = *(const float4 *)(sV + (j + jj) * C::LD + 64 * n + 4 * tx);
+#pragma unroll
+                    for (int r = 0; r < RM; r++) {
+                        const float pj = jj == 0 ? pp[r].x : jj == 1 ? pp[r].y : jj == 2 ? pp[r].z : pp[r].w;
+                        acc[r][4 * n + 0] = fmaf(pj, vv.x, acc[r][4 * n + 0]);
+                        acc[r][4 * n + 1] = fmaf(pj, vv.y, acc[r][4 * n + 1]);
+                        acc[r][4 * n + 2] = fmaf(pj, vv.z, acc[r][4 * n + 2]);
+                        acc[r][4 * n + 3] = fmaf(pj, vv.w, acc[r][4 * n + 3]);
+                    }
+                }
+            }
+        }
+    }
+    /* o = acc / l written once; a row with no visible key gets 0 and lse -inf */
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        const int i = i0 + ty + 16 * r;
+        if (i >= d.Sq) continue;
+        const float inv = (l[r] > 0.0f || l[r] != l[r]) ? 1.0f / l[r] : 0.0f;
+        T *orow = o + (int64_t)b * d.os[0] + (int64_t)h * d.os[1] + (int64_t)i * d.os[2];
+#pragma unroll
+        for (int n = 0; n < C::NC; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = 64 * n + 4 * tx + e;
+                if (col < d.Dv) fa__st(orow + col, acc[r][4 * n + e] * inv);
+            }
+        if (d.lse && tx == 0)
+            d.lse[(int64_t)bh * d.Sq + i] = l[r] > 0.0f ? m[r] + logf(l[r]) : (l[r] != l[r] ? l[r] : -INFINITY);
+    }
+}
+
+/* 1 when every row of an fp32 tensor starts 16-byte aligned and holds whole float4s */
+static int fa__cu_vec16(const fa__dims *d, const void *x, const int64_t s[3], int width)
+{
+    return d->dtype == FA_F32 && ((uintptr_t)x & 15) == 0 && width % 4 == 0 && s[0] % 4 == 0 &&
+           s[1] % 4 == 0 && s[2] % 4 == 0;
+}
+
+template <typename T, int DC, int RM, int CN>
+static fa_status fa__cu_generic_launch(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
+                                       cudaStream_t st)
+{
+    typedef fa__cu_cfg<DC, RM, CN> C;
+    int dev = 0, optin = 0;
+    int64_t qtiles = (d->Sq + C::BQ - 1) / C::BQ, blocks = qtiles * d->B * d->Hq;
+    fa_status s;
+    if (blocks > INT_MAX) return FA_ERR_UNSUPPORTED;
+    if ((s = fa__cu(cudaGetDevice(&dev))) != FA_OK) return s;
+    if ((s = fa__cu(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev))) != FA_OK)
+        return s;
+    if ((int)C::SMEM > optin) return FA_ERR_UNSUPPORTED;
+    if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_generic<T, DC, RM, CN>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM))) != FA_OK)
+        return s;
+    fa__cu_generic<T, DC, RM, CN><<<(unsigned)blocks, FA__CU_THREADS, C::SMEM, st>>>(
+        *d, (const T *)q, (const T *)k, (const T *)v, (T *)o, (int)qtiles,
+        fa__cu_vec16(d, q, d->qs, d->D) | fa__cu_vec16(d, k, d->ks, d->D) << 1 | fa__cu_vec16(d, v, d->vs, d->Dv) << 2);
+    return fa__cu(cudaGetLastError());
+}
+
+/* Picks the tile shape by head_dim class (the fast paths: D and Dv <= 64, <= 128; then 256). */
+template <typename T>
+static fa_status fa__cu_generic_t(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
+                                  cudaStream_t st)
+{
+    int dc = d->D > d->Dv ? d->D : d->Dv;
+    if (dc <= 64) return fa__cu_generic_launch<T, 64, 8, 4>(d, q, k, v, o, st);
+    if (dc <= 128) {
+        if (d->block_k == 32) return fa__cu_generic_launch<T, 128, 8, 2>(d, q, k, v, o, st);
+        return fa__cu_generic_launch<T, 128, 8, 4>(d, q, k, v, o, st);
+    }
+    return fa__cu_generic_launch<T, 256, 4, 2>(d, q, k, v, o, st);
+}
+
+static fa_status fa__cu_generic_any(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
+                                    cudaStream_t st)
+{
+    if (d->dtype == FA_F16) return fa__cu_generic_t<__half>(d, q, k, v, o, st);
+    if (d->dtype == FA_BF16) return fa__cu_generic_t<__nv_bfloat16>(d, q, k, v, o, st);
+    return fa__cu_generic_t<float>(d, q, k, v, o, st);
+}
+
+/* ---- the naive path's kernels --------------------------------------------------------------- */
+
+/* Block-wide reductions for up to 1024 threads (red holds 32 floats). */
+static __device__ __forceinline__ float fa__cu_bmax(float x, float *red)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    for (int off = 16; off > 0; off >>= 1) x = fa__nmax(x, __shfl_xor_sync(0xffffffffu, x, off));
+    __syncthreads();
+    if (lane == 0) red[w] = x;
+    __syncthreads();
+    x = -INFINITY;
+    for (int i = 0; i < nw; i++) x = fa__nmax(x, red[i]);
+    return x;
+}
+
+static __device__ __forceinline__ float fa__cu_bsum(float x, float *red)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+    __syncthreads();
+    if (lane == 0) red[w] = x;
+    __syncthreads();
+    x = 0.0f;
+    for (int i = 0; i < nw; i++) x += red[i];
+    return x;
+}
+
+/* One row of S (scale Q K^T from cuBLAS, fp32) per block: modifiers and mask, `scores` if asked,
+   softmax into P (storage type TP; for fp32 P is S itself, in place) and lse. ROW: the row is
+   kept in shared memory between the passes (Sk small enough), else re-read from S. */
+template <typename TP, int ROW>
+__global__ void fa__cu_softmax(fa__dims d, float *S, TP *P, float *scores)
+{
+    extern __shared__ float4 fa__cu_smem[];
+    float *red = (float *)fa__cu_smem, *row = red + 32;
+    const int64_t r = blockIdx.x, Sk = d.Sk;
+    const int64_t bh = r / d.Sq, i = r % d.Sq;
+    const int b = (int)(bh / d.Hq), h = (int)(bh % d.Hq);
+    const int mods = d.softcap > 0.0f || d.alibi != NULL || d.bias != NULL;
+    const float slope = d.alibi ? d.alibi[(int64_t)b * d.alibi_stride + h] : 0.0f;
+    const float icap = d.softcap > 0.0f ? 1.0f / d.softcap : 0.0f;
+    float *s = S + r * Sk, mx = -INFINITY, sum = 0.0f, inv;
+    TP *pr = P + r * Sk;
+    int lo, hi;
+    fa__cu_range(d, i, &lo, &hi);
+    for (int64_t j = threadIdx.x; j < Sk; j += blockDim.x) {
+        float x = s[j];
+        if (mods) x = fa__cu_modify(d, x, b, h, i, j, slope, icap);
+        if (j < lo || j >= hi) x = -INFINITY;
+        if (ROW) row[j] = x; else s[j] = x;
+        if (scores) scores[r * Sk + j] = x;
+        mx = fa__nmax(mx, x);
+    }
+    mx = fa__cu_bmax(mx, red);
+    if (mx == -INFINITY) {                                 /* no visible key: P = 0, lse = -inf */
+        for (int64_t j = threadIdx.x; j < Sk; j += blockDim.x) fa__st(pr + j, 0.0f);
+        if (d.lse && threadIdx.x == 0) d.lse[r] = -INFINITY;
+        return;
+    }
+    for (int64_t j = threadIdx.x; j < Sk; j += blockDim.x) {
+        const float e = expf((ROW ? row[j] : s[j]) - mx);
+        if (ROW) row[j] = e; else s[j] = e;
+        sum += e;
+    }
+    sum = fa__cu_bsum(sum, red);
+    inv = 1.0f / sum;
+    for (int64_t j = threadIdx.x; j < Sk; j += blockDim.x) fa__st(pr + j, (ROW ? row[j] : s[j]) * inv);
+    if (d.lse && threadIdx.x == 0) d.lse[r] = mx + logf(sum);
+}
+
+/* o = 0 and lse = -inf for every row (Sk == 0) */
+template <typename T>
+__global__ void fa__cu_empty(fa__dims d, T *o)
+{
+    const int64_t r = blockIdx.x, bh = r / d.Sq, i = r % d.Sq;
+    T *orow = o + (bh / d.Hq) * d.os[0] + (bh % d.Hq) * d.os[1] + i * d.os[2];
+    for (int t = threadIdx.x; t < d.Dv; t += blockDim.x) fa__st(orow + t, 0.0f);
+    if (d.lse && threadIdx.x == 0) d.lse[r] = -INFINITY;
+}
+
+/* A strided [B][H][S][D] tensor copied to packed rows (for strides cuBLAS cannot take). */
+template <typename T>
+__global__ void fa__cu_pack(const T *src, T *dst, int H, int S, int D, int64_t s0, int64_t s1, int64_t s2)
+{
+    const int64_t r = blockIdx.x, bh = r / S, i = r % S;
+    const T *a = src + (bh / H) * s0 + (bh % H) * s1 + i * s2;
+    for (int t = threadIdx.x; t < D; t += blockDim.x) dst[r * D + t] = a[t];
+}
+
+/* The six pointer arrays of the two batched GEMMs, one entry per (batch, head). */
+__global__ void fa__cu_ptrs(fa__dims d, const char *q, const char *k, const char *v, char *o, float *S,
+                            const char *P, int es, int esp, const void **arr)
+{
+    const int64_t n = (int64_t)d.B * d.Hq, bh = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (bh >= n) return;
+    const int64_t b = bh / d.Hq, h = bh % d.Hq, g = h / d.group, ss = (int64_t)d.Sq * d.Sk;
+    arr[bh] = k + (b * d.ks[0] + g * d.ks[1]) * es;
+    arr[n + bh] = q + (b * d.qs[0] + h * d.qs[1]) * es;
+    arr[2 * n + bh] = S + bh * ss;
+    arr[3 * n + bh] = v + (b * d.vs[0] + g * d.vs[1]) * es;
+    arr[4 * n + bh] = P + bh * ss * esp;
+    arr[5 * n + bh] = o + (b * d.os[0] + h * d.os[1]) * es;
+}
+
+/* ---- merge ------------------------------------------------------------------------------------ */
+#define FA__CU_MERGE 32
+typedef struct fa__cu_parts {
+    const float *o[FA__CU_MERGE];
+    const float *l[FA__CU_MERGE];
+} fa__cu_parts;
+
+/* Block (32, 8): 8 rows, 32 threads over each row's columns. Every lse part of a row is read
+   before the barrier and lse written after it, so lse may be lse_parts[0]; each o element is
+   read and written by the same thread, so o may be o_parts[0]. */
+__global__ void fa__cu_merge(int rows, int dv, int parts, fa__cu_parts pp, float *o, float *lse)
+{
+    const int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.y;
+    float mx = -INFINITY, sum = 0.0f;
+    if (r < rows) {
+        for (int p = 0; p < parts; p++) mx = fa__nmax(mx, pp.l[p][r]);
+        if (mx != -INFINITY)
+            for (int p = 0; p < parts; p++) {
+                const float x = pp.l[p][r];
+                sum += x == -INFINITY ? 0.0f : expf(x - mx);
+            }
+    }
+    __syncthreads();
+    if (r >= rows) return;
+    for (int t = threadIdx.x; t < dv; t += 32) {
+        float a = 0.0f;
+        if (mx != -INFINITY) {
+            for (int p = 0; p < parts; p++) {
+                const float x = pp.l[p][r];
+                if (x != -INFINITY) a += expf(x - mx) * pp.o[p][r * dv + t];
+            }
+            a /= sum;
+        }
+        o[r * dv + t] = a;
+    }
+    if (lse && threadIdx.x == 0) lse[r] = mx == -INFINITY ? -INFINITY : mx + logf(sum);
+}
 /* ---- 8b. CUDA: tensor-core kernel for fp16/bf16 (mma.sync m16n8k16, ldmatrix, cp.async) ------ */
+/* FlashAttention-2 style forward. A block owns BQ = 16*MT*NW query rows of one (batch, head); each
+   warp owns 16*MT of them and never talks to the others (split-Q). K/V tiles of BK keys stream
+   through a two-stage cp.async ring in swizzled shared memory (16-byte chunk c of row r lives at
+   chunk c ^ (r & 7), so every ldmatrix phase hits 8 distinct bank groups). S = Q K^T and O += P V
+   run on mma.sync m16n8k16 with fp32 accumulators; the S accumulator of two n8 tiles, rounded to
+   16-bit pairs, is the A fragment of one k16 step of P V, so P never leaves registers. A row lives
+   in a 4-thread quad: its max is two butterfly shuffles, its sum is kept per thread and reduced once
+   at the end. The online softmax runs in the log2 domain with the scale folded into one FFMA before
+   EX2. Only tiles that cross the mask edge (causal diagonal, window edges, the ragged end of the
+   keys) pay for per-element masking; tiles wholly outside it are never loaded.
+   Served: fp16/bf16, head_dim == head_dim_v in {64, 128}, 16-byte aligned rows (cp.async); every
+   mask and modifier of the API (softcap, ALiBi and bias take the MOD variant). Anything else:
+   FA_ERR_UNSUPPORTED, and the caller falls back to the generic kernel. */
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+struct fa__tc_args {
+    const void *q, *k, *v;
+    void *o;
+    int64_t qs[3], ks[3], vs[3], os[3], bs[4];
+    const float *alibi, *bias;
+    float *lse;
+    int64_t alibi_stride;
+    int Hq, group, Sq, Sk, causal, wl, wr;
+    float scale, softcap;
+};
+
+static __device__ __forceinline__ unsigned fa__tc_sa(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void fa__tc_cp16(unsigned dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void fa__tc_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N> static __device__ __forceinline__ void fa__tc_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+static __device__ __forceinline__ void fa__tc_ldsm(unsigned a, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
+}
+
+static __device__ __forceinline__ void fa__tc_ldsm_t(unsigned a, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
+}
+
+static __device__ __forceinline__ float fa__tc_ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+static __device__ __forceinline__ float fa__tc_tanh_fast(float x)
+{
+    float y;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* The 16-bit storage types: the MMA, the packing of two floats, and the tanh each can afford
+   (tanh.approx's 2^-11 relative error is below bf16's rounding but not below fp16's). */
+template <typename T> struct fa__tc_type;
+template <> struct fa__tc_type<__nv_bfloat16> {
+    static __device__ __forceinline__ unsigned pack(float lo, float hi)
+    {
+        unsigned u;
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(u) : "f"(hi), "f"(lo));
+        return u;
+    }
+    static __device__ __forceinline__ void mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1)
+    {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ float tanh_(float x) { return fa__tc_tanh_fast(x); }
+};
+template <> struct fa__tc_type<__half> {
+    static __device__ __forceinline__ unsigned pack(float lo, float hi)
+    {
+        unsigned u;
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(u) : "f"(hi), "f"(lo));
+        return u;
+    }
+    static __device__ __forceinline__ void mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1)
+    {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
+};
+
+/* Keys visible to query row i by the position rules, as [lo, hi) (section 1's fa__key_range). */
+static __device__ __forceinline__ void fa__tc_range(const fa__tc_args &a, int i, int *lo, int *hi)
+{
+    int64_t dg = (int64_t)i + a.Sk - a.Sq, l = 0, h = a.Sk;
+    if (a.wl > 0 && dg - a.wl > l) l = dg - a.wl;
+    if (a.causal && dg + 1 < h) h = dg + 1;
+    if (a.wr > 0 && dg + a.wr + 1 < h) h = dg + a.wr + 1;
+    if (l > a.Sk) l = a.Sk;
+    if (h < l) h = l;
+    *lo = (int)l;
+    *hi = (int)h;
+}
+
+/* R rows of D 16-bit elements from global (row stride st) into a swizzled tile; rows >= n are
+   zero-filled (so a ragged tail of V can never inject a NaN into P V). */
+template <int D, int R, int NT, typename T>
+static __device__ __forceinline__ void fa__tc_load(unsigned dst, const T *src, int64_t st, int n, int tid)
+{
+    enum { CH = D / 8, IT = R * CH / NT };
+    static_assert(R * CH % NT == 0, "tile load must split evenly over the threads");
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
+        const bool ok = r < n;
+        fa__tc_cp16(dst + (unsigned)(r * D + ((c ^ (r & 7)) << 3)) * 2u, ok ? (const void *)(src + r * st + c * 8) : (const void *)src,
+                    ok ? 16 : 0);
+    }
+}
+
+/* T: __half or __nv_bfloat16. D: head dim. NW: warps. MT: m16 tiles per warp. BK: keys per tile.
+   QREG: Q fragments held in registers (else re-read from shared memory each tile). MOD: softcap,
+   ALiBi, bias or a non-positive scale present. MINB: blocks per SM for the register budget. */
+template <typename T, int D, int NW, int MT, int BK, int QREG, int MOD, int MINB>
+__global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
+{
+    enum { BQ = 16 * MT * NW, NT = NW * 32, CH = D / 8, NN = BK / 8, KD = D / 16, KB = BK / 16 };
+    typedef fa__tc_type<T> X;
+    extern __shared__ __align__(128) unsigned char fa__tc_smem[];
+    const float NEG_INF = -INFINITY, LOG2E = 1.4426950408889634f;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int b = blockIdx.x / a.Hq, h = blockIdx.x - b * a.Hq, g = h / a.group;
+    const int i0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;   /* the longest (causal) blocks first */
+    const int nq = min(BQ, a.Sq - i0);
+    const unsigned sQ = fa__tc_sa(fa__tc_smem), sK = sQ + BQ * D * 2, sV = sK + 2 * BK * D * 2;
+    const T *gq = (const T *)a.q + b * a.qs[0] + h * a.qs[1] + (int64_t)i0 * a.qs[2];
+    const T *gk = (const T *)a.k + b * a.ks[0] + g * a.ks[1];
+    const T *gv = (const T *)a.v + b * a.vs[0] + g * a.vs[1];
+
+    int blo, bhi, elo, ehi;
+    fa__tc_range(a, i0, &blo, &bhi);
+    fa__tc_range(a, i0 + nq - 1, &elo, &ehi);
+    /* keys [blo, ehi) cover the block; a tile inside [elo, bhi) is visible to every row */
+    const int t0 = blo / BK, t1 = ehi > blo ? (ehi + BK - 1) / BK : t0;
+
+    /* this thread's rows: wr0 + 16*mt + 8*half */
+    const int wr0 = warp * 16 * MT + (lane >> 2), cq = 2 * (lane & 3);
+    int rlo[MT][2], rhi[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) fa__tc_range(a, min(i0 + wr0 + 16 * mt + 8 * hf, a.Sq - 1), &rlo[mt][hf], &rhi[mt][hf]);
+
+    /* MOD: scores are rebuilt in the log2 domain (f = 1); plain: raw dot products, f folds scale */
+    const float f = MOD ? 1.0f : a.scale * LOG2E;
+    const bool has_sc = MOD && a.softcap > 0.0f, has_al = MOD && a.alibi != 0, has_bias = MOD && a.bias != 0;
+    const float pre = has_sc ? a.scale / a.softcap : a.scale * LOG2E, post = a.softcap * LOG2E;
+    const float slope = has_al ? a.alibi[b * a.alibi_stride + h] * LOG2E : 0.0f;
+    const float *bias = has_bias ? a.bias + b * a.bs[0] + h * a.bs[1] : 0;
+
+    float o[MT][CH][4], m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int n = 0; n < CH; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+        m[mt][0] = m[mt][1] = NEG_INF;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
+    unsigned qf[MT][KD][4];   /* unused (and gone) unless QREG */
+
+    /* per-lane ldmatrix coordinates: A (Q) rows, B (K) rows, B^T (V) rows */
+    const int la_r = (lane & 7) + ((lane >> 3) & 1) * 8, la_c = lane >> 4;     /* Q: m0..3 = (r0,k0)(r8,k0)(r0,k8)(r8,k8) */
+    const int lk_r = (lane & 7) + (lane >> 4) * 8, lk_c = (lane >> 3) & 1;     /* K: (n0,k0)(n0,k8)(n8,k0)(n8,k8) */
+    const int lv_r = (lane & 7) + ((lane >> 3) & 1) * 8, lv_c = lane >> 4;     /* V: (k0,n0)(k8,n0)(k0,n8)(k8,n8) */
+    const int x7 = lane & 7;
+
+    if (t0 < t1) {
+        fa__tc_load<D, BQ, NT>(sQ, gq, a.qs[2], nq, tid);
+        fa__tc_load<D, BK, NT>(sK, gk + (int64_t)t0 * BK * a.ks[2], a.ks[2], min(BK, a.Sk - t0 * BK), tid);
+        fa__tc_load<D, BK, NT>(sV, gv + (int64_t)t0 * BK * a.vs[2], a.vs[2], min(BK, a.Sk - t0 * BK), tid);
+        fa__tc_commit();
+        fa__tc_wait<0>();
+        __syncthreads();
+        if (QREG) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < KD; kk++) {
+                    const int r = warp * 16 * MT + mt * 16 + la_r;
+                    fa__tc_ldsm(sQ + (unsigned)(r * D + (((2 * kk + la_c) ^ x7) << 3)) * 2u, qf[mt][kk][0], qf[mt][kk][1],
+                                qf[mt][kk][2], qf[mt][kk][3]);
+                }
+        }
+    }
+
+    for (int t = t0; t < t1; t++) {
+        const int k0 = t * BK;
+        const unsigned st = (unsigned)((t - t0) & 1) * BK * D * 2;
+        const bool nxt = t + 1 < t1;
+        if (t > t0) {   /* tile t landed, and every warp is done with tile t-1's stage */
+            fa__tc_wait<0>();
+            __syncthreads();
+        }
+        if (nxt) {   /* tile t+1 streams in while tile t is computed */
+            const int k1 = k0 + BK, n1 = min(BK, a.Sk - k1);
+            fa__tc_load<D, BK, NT>(sK + (BK * D * 2 - st), gk + (int64_t)k1 * a.ks[2], a.ks[2], n1, tid);
+            fa__tc_load<D, BK, NT>(sV + (BK * D * 2 - st), gv + (int64_t)k1 * a.vs[2], a.vs[2], n1, tid);
+            fa__tc_commit();
+        }
+
+        /* S = Q K^T */
+        float s[MT][NN][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int n = 0; n < NN; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            unsigned qa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                if (QREG) {
+                    qa[mt][0] = qf[mt][kk][0];
+                    qa[mt][1] = qf[mt][kk][1];
+                    qa[mt][2] = qf[mt][kk][2];
+                    qa[mt][3] = qf[mt][kk][3];
+                } else {
+                    const int r = warp * 16 * MT + mt * 16 + la_r;
+                    fa__tc_ldsm(sQ + (unsigned)(r * D + (((2 * kk + la_c) ^ x7) << 3)) * 2u, qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3]);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < NN; n += 2) {
+                unsigned b0, b1, b2, b3;
+                const int r = n * 8 + lk_r;
+                fa__tc_ldsm(sK + st + (unsigned)(r * D + (((2 * kk + lk_c) ^ x7) << 3)) * 2u, b0, b1, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    X::mma(s[mt][n], qa[mt], b0, b1);
+                    X::mma(s[mt][n + 1], qa[mt], b2, b3);
+                }
+            }
+        }
+
+        /* modifiers (log2 domain) and the mask of the tiles that cross its edge */
+        const bool full = k0 >= elo && k0 + BK <= bhi;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int row = i0 + wr0 + 16 * mt + 8 * hf;
+                if (MOD) {
+                    const float dd = (float)((int64_t)row + a.Sk - a.Sq - k0 - cq);   /* d - j = dd - col */
+                    const bool rowok = row < a.Sq;
+#pragma unroll
+                    for (int n = 0; n < NN; n++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            float x = s[mt][n][2 * hf + e] * pre;
+                            if (has_sc) x = post * X::tanh_(x);
+                            if (has_al) x = fmaf(-slope, fabsf(dd - (float)(n * 8 + e)), x);
+                            if (has_bias) {
+                                const int j = k0 + cq + n * 8 + e;
+                                if (rowok && j < a.Sk) x = fmaf(bias[(int64_t)row * a.bs[2] + (int64_t)j * a.bs[3]], LOG2E, x);
+                            }
+                            s[mt][n][2 * hf + e] = x;
+                        }
+                }
+                if (!full) {
+                    const int lo = rlo[mt][hf] - k0 - cq, hi = rhi[mt][hf] - k0 - cq;
+#pragma unroll
+                    for (int n = 0; n < NN; n++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int c = n * 8 + e;
+                            if (c < lo || c >= hi) s[mt][n][2 * hf + e] = NEG_INF;
+                        }
+                }
+            }
+
+        /* online softmax; P rounded to 16 bits straight into A fragments */
+        unsigned pa[MT][KB][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                float mx = m[mt][hf];
+#pragma unroll
+                for (int n = 0; n < NN; n++) mx = fmaxf(mx, fmaxf(s[mt][n][2 * hf], s[mt][n][2 * hf + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float ref = mx == NEG_INF ? 0.0f : mx * f;   /* a row hidden so far stays at 0 */
+                const float alpha = fa__tc_ex2(fmaf(m[mt][hf], f, -ref));
+                m[mt][hf] = mx;
+                float sum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < NN; n++) {
+                    const float p0 = fa__tc_ex2(fmaf(s[mt][n][2 * hf], f, -ref));
+                    const float p1 = fa__tc_ex2(fmaf(s[mt][n][2 * hf + 1], f, -ref));
+                    sum += p0 + p1;
+                    pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(p0, p1);
+                }
+                l[mt][hf] = fmaf(l[mt][hf], alpha, sum);
+#pragma unroll
+                for (int n = 0; n < CH; n++) {
+                    o[mt][n][2 * hf] *= alpha;
+                    o[mt][n][2 * hf + 1] *= alpha;
+                }
+            }
+
+        /* O += P V */
+#pragma unroll
+        for (int kk = 0; kk < KB; kk++)
+#pragma unroll
+            for (int n = 0; n < CH; n += 2) {
+                unsigned b0, b1, b2, b3;
+                const int r = kk * 16 + lv_r;
+                fa__tc_ldsm_t(sV + st + (unsigned)(r * D + (((n + lv_c) ^ x7) << 3)) * 2u, b0, b1, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    X::mma(o[mt][n], pa[mt][kk], b0, b1);
+                    X::mma(o[mt][n + 1], pa[mt][kk], b2, b3);
+                }
+            }
+    }
+
+    __syncwarp();
+    /* normalise, stage this warp's rows through its own slice of the Q tile, write 16-byte rows */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float sum = l[mt][hf];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            const int rr = wr0 + 16 * mt + 8 * hf;
+#pragma unroll
+            for (int n = 0; n < CH; n++) {
+                const unsigned u = X::pack(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv);
+                const unsigned addr = sQ + (unsigned)(rr * D + ((n ^ (rr & 7)) << 3) + cq) * 2u;
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(u) : "memory");
+            }
+            if (a.lse && (lane & 3) == 0 && i0 + rr < a.Sq)
+                a.lse[((int64_t)b * a.Hq + h) * a.Sq + i0 + rr] =
+                    sum > 0.0f ? (m[mt][hf] * f + log2f(sum)) * 0.69314718055994531f : NEG_INF;
+        }
+    __syncwarp();
+    {
+        T *go = (T *)a.o + b * a.os[0] + h * a.os[1];
+#pragma unroll
+        for (int it = 0; it < 16 * MT * CH / 32; it++) {
+            const int idx = lane + it * 32, rr = warp * 16 * MT + idx / CH, c = idx % CH;
+            if (i0 + rr < a.Sq) {
+                uint4 val;
+                const unsigned addr = sQ + (unsigned)(rr * D + ((c ^ (rr & 7)) << 3)) * 2u;
+                asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w) : "r"(addr) : "memory");
+                *(uint4 *)(go + (int64_t)(i0 + rr) * a.os[2] + c * 8) = val;
+            }
+        }
+    }
+}
+
+static int fa__tc_aligned(const void *p, const int64_t s[3])
+{
+    return ((uintptr_t)p & 15) == 0 && s[0] % 8 == 0 && s[1] % 8 == 0 && s[2] % 8 == 0;
+}
+
+/* Whether the tensor-core kernel can serve the request at all (dtype, head dim, alignment, grid). */
+static fa_status fa__tc_check(const fa__dims *d, const void *q, const void *k, const void *v, const void *o)
+{
+    int dev = 0, major = 0;
+    if (d->dtype != FA_F16 && d->dtype != FA_BF16) return FA_ERR_UNSUPPORTED;
+    if (d->D != d->Dv || (d->D != 64 && d->D != 128)) return FA_ERR_UNSUPPORTED;
+    if (d->Sq > 0 && (!fa__tc_aligned(q, d->qs) || !fa__tc_aligned(o, d->os))) return FA_ERR_UNSUPPORTED;
+    if (d->Sq > 0 && d->Sk > 0 && (!fa__tc_aligned(k, d->ks) || !fa__tc_aligned(v, d->vs))) return FA_ERR_UNSUPPORTED;
+    if ((int64_t)d->B * d->Hq > 0x7fffffffLL || d->Sq / 64 >= 65535) return FA_ERR_UNSUPPORTED;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+        return FA_ERR_DEVICE;
+    if (major < 8) return FA_ERR_UNSUPPORTED;
+    return FA_OK;
+}
+
+template <typename T, int D, int NW, int MT, int BK, int QREG, int MINB>
+static fa_status fa__tc_launch(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
+                               cudaStream_t stream)
+{
+    enum { BQ = 16 * MT * NW };
+    const size_t smem = (size_t)(BQ * D + 4 * BK * D) * 2;
+    const int mod = d->softcap > 0.0f || d->alibi || d->bias || !(d->scale > 0.0f);
+    void (*kern)(const fa__tc_args) = mod ? fa__tc_fwd<T, D, NW, MT, BK, QREG, 1, MINB> : fa__tc_fwd<T, D, NW, MT, BK, QREG, 0, MINB>;
+    fa__tc_args a;
+    dim3 grid;
+    if (d->Sq == 0) return FA_OK;
+    memset(&a, 0, sizeof a);
+    a.q = q; a.k = k; a.v = v; a.o = o;
+    memcpy(a.qs, d->qs, sizeof a.qs); memcpy(a.ks, d->ks, sizeof a.ks);
+    memcpy(a.vs, d->vs, sizeof a.vs); memcpy(a.os, d->os, sizeof a.os);
+    memcpy(a.bs, d->bs, sizeof a.bs);
+    a.alibi = d->alibi; a.alibi_stride = d->alibi_stride; a.bias = d->bias; a.lse = d->lse;
+    a.Hq = d->Hq; a.group = d->group; a.Sq = d->Sq; a.Sk = d->Sk;
+    a.causal = d->causal; a.wl = d->wl; a.wr = d->wr;
+    a.scale = d->scale; a.softcap = d->softcap;
+    grid = dim3((unsigned)(d->B * d->Hq), (unsigned)((d->Sq + BQ - 1) / BQ), 1);
+    if (cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+        return FA_ERR_DEVICE;
+    kern<<<grid, NW * 32, smem, stream>>>(a);
+    return cudaGetLastError() == cudaSuccess ? FA_OK : FA_ERR_DEVICE;
+}
+
+/* The one entry 8c uses: FA_ERR_UNSUPPORTED (nothing launched) when it does not serve the request. */
+static inline fa_status fa__cuda_tc_tiled(const fa__dims *d, const void *q, const void *k, const void *v,
+                                          void *o, cudaStream_t stream)
+{
+    fa_status st = fa__tc_check(d, q, k, v, o);
+    if (st != FA_OK) return st;
+    if (d->dtype == FA_BF16)
+        return d->D == 64 ? fa__tc_launch<__nv_bfloat16, 64, 4, 2, 64, 1, 2>(d, q, k, v, o, stream)
+                          : fa__tc_launch<__nv_bfloat16, 128, 4, 2, 64, 0, 1>(d, q, k, v, o, stream);
+    return d->D == 64 ? fa__tc_launch<__half, 64, 4, 2, 64, 1, 2>(d, q, k, v, o, stream)
+                      : fa__tc_launch<__half, 128, 4, 2, 64, 0, 1>(d, q, k, v, o, stream);
+}
 /* ---- 8c. CUDA: entry points fa_cuda_naive, fa_cuda_tiled, fa_cuda_merge ------------------------ */
+
+/* The CUDA-only limits, checked after fa__resolve and before any launch or allocation. */
+static fa_status fa__cu_check(const fa__dims *d)
+{
+    if (d->D > 256 || d->Dv > 256) return FA_ERR_UNSUPPORTED;
+    return FA_OK;
+}
+
+FLASHATTN_DEF fa_status fa_cuda_tiled(const fa_params *p, const void *q, const void *k, const void *v, void *o)
+{
+    fa__dims d;
+    fa_status st = fa__resolve(p, q, k, v, o, &d);
+    if (st != FA_OK) return st;
+    if ((st = fa__cu_check(&d)) != FA_OK) return st;
+    if (d.Sq == 0) return FA_OK;
+    if (d.dtype != FA_F32) {
+        st = fa__cuda_tc_tiled(&d, q, k, v, o, (cudaStream_t)d.stream);
+        if (st != FA_ERR_UNSUPPORTED) return st;
+    }
+    return fa__cu_generic_any(&d, q, k, v, o, (cudaStream_t)d.stream);
+}
+
+/* A token stride cuBLAS can take as a leading dimension for `rows` rows of `width` elements. */
+static int fa__cu_ld_ok(int64_t stride, int rows, int width, int *ld)
+{
+    if (rows <= 1) { *ld = width; return 1; }   /* one row: the stride is never used */
+    if (stride < width || stride > INT_MAX) return 0;
+    *ld = (int)stride;
+    return 1;
+}
+
+static size_t fa__cu_round(size_t n) { return n > SIZE_MAX - 255 ? SIZE_MAX : (n + 255) & ~(size_t)255; }
+
+FLASHATTN_DEF fa_status fa_cuda_naive(const fa_params *p, const void *q, const void *k, const void *v,
+                                      void *o, float *scores)
+{
+    fa__dims d, w;
+    fa_status st = fa__resolve(p, q, k, v, o, &d), st2;
+    cudaStream_t s;
+    cublasHandle_t hd = NULL;
+    cudaDataType_t ty;
+    size_t es, esp, n, nbh, off_p, off_ptr, off_q, off_k, off_v, off_ws, total;
+    int ldq, ldk, ldv, ldo, pack_q, pack_k, pack_v, pooled = 0, threads, row_smem;
+    char *mem = NULL;
+    const void **arr;
+    const void *qq = q, *kk = k, *vv = v;
+    const float one = 1.0f, zero = 0.0f;
+    const size_t cublas_ws = (size_t)32 << 20;
+    if (st != FA_OK) return st;
+    if ((st = fa__cu_check(&d)) != FA_OK) return st;
+    if (d.Sq == 0) return FA_OK;
+    s = (cudaStream_t)d.stream;
+    (void)cudaGetLastError();
+    es = d.dtype == FA_F32 ? 4 : 2;
+    ty = d.dtype == FA_F32 ? CUDA_R_32F : d.dtype == FA_F16 ? CUDA_R_16F : CUDA_R_16BF;
+    nbh = (size_t)d.B * (size_t)d.Hq;
+    if (d.Sk == 0) {                                       /* every row is empty */
+        if ((int64_t)nbh * d.Sq > INT_MAX) return FA_ERR_UNSUPPORTED;
+        if (d.dtype == FA_F32) fa__cu_empty<float><<<(unsigned)(nbh * d.Sq), 64, 0, s>>>(d, (float *)o);
+        else if (d.dtype == FA_F16) fa__cu_empty<__half><<<(unsigned)(nbh * d.Sq), 64, 0, s>>>(d, (__half *)o);
+        else fa__cu_empty<__nv_bfloat16><<<(unsigned)(nbh * d.Sq), 64, 0, s>>>(d, (__nv_bfloat16 *)o);
+        return fa__cu(cudaGetLastError());
+    }
+    /* cuBLAS's leading dimensions: the token strides, or packed copies where they cannot be */
+    pack_q = !fa__cu_ld_ok(d.qs[2], d.Sq, d.D, &ldq);
+    pack_k = !fa__cu_ld_ok(d.ks[2], d.Sk, d.D, &ldk);
+    pack_v = !fa__cu_ld_ok(d.vs[2], d.Sk, d.Dv, &ldv);
+    if (!fa__cu_ld_ok(d.os[2], d.Sq, d.Dv, &ldo)) return FA_ERR_UNSUPPORTED;   /* o stride > INT_MAX */
+    if (pack_q) ldq = d.D;
+    if (pack_k) ldk = d.D;
+    if (pack_v) ldv = d.Dv;
+    /* workspace: S fp32 [B*Hq][Sq][Sk] | P (fp16/bf16 only) | 6 pointer arrays | packed q, k, v | cuBLAS */
+    n = fa__mul_size(fa__mul_size(nbh, (size_t)d.Sq), (size_t)d.Sk);
+    esp = d.dtype == FA_F32 ? 0 : 2;
+    off_p = fa__cu_round(fa__mul_size(n, 4));
+    off_ptr = fa__add_size(off_p, fa__cu_round(fa__mul_size(n, esp)));
+    off_q = fa__add_size(off_ptr, fa__cu_round(fa__mul_size(nbh, 6 * sizeof(void *))));
+    off_k = fa__add_size(off_q, pack_q ? fa__cu_round(fa__mul_size(fa__mul_size(nbh, (size_t)d.Sq), (size_t)d.D * es)) : 0);
+    off_v = fa__add_size(off_k, pack_k ? fa__cu_round(fa__mul_size(fa__mul_size((size_t)d.B * d.Hkv, (size_t)d.Sk), (size_t)d.D * es)) : 0);
+    off_ws = fa__add_size(off_v, pack_v ? fa__cu_round(fa__mul_size(fa__mul_size((size_t)d.B * d.Hkv, (size_t)d.Sk), (size_t)d.Dv * es)) : 0);
+    total = fa__add_size(off_ws, cublas_ws);
+    if (total == SIZE_MAX) return FA_ERR_NO_MEMORY;
+    if (nbh > INT_MAX || (int64_t)nbh * d.Sq > INT_MAX) return FA_ERR_UNSUPPORTED;   /* grid limits */
+    if ((st = fa__cu_alloc((void **)&mem, total, s, &pooled)) != FA_OK) return st;
+
+    w = d;                                                 /* the strides the GEMMs see */
+    arr = (const void **)(mem + off_ptr);
+    threads = d.Sk >= 256 ? 256 : ((d.Sk + 31) / 32) * 32;
+    row_smem = (int)((d.Sk + 32) * sizeof(float));
+    if (pack_q) {
+        qq = mem + off_q;
+        if (d.dtype == FA_F32) fa__cu_pack<float><<<(unsigned)(nbh * d.Sq), 128, 0, s>>>((const float *)q, (float *)qq, d.Hq, d.Sq, d.D, d.qs[0], d.qs[1], d.qs[2]);
+        else fa__cu_pack<unsigned short><<<(unsigned)(nbh * d.Sq), 128, 0, s>>>((const unsigned short *)q, (unsigned short *)qq, d.Hq, d.Sq, d.D, d.qs[0], d.qs[1], d.qs[2]);
+        w.qs[0] = (int64_t)d.Hq * d.Sq * d.D; w.qs[1] = (int64_t)d.Sq * d.D; w.qs[2] = d.D;
+    }
+    if (pack_k) {
+        kk = mem + off_k;
+        if (d.dtype == FA_F32) fa__cu_pack<float><<<(unsigned)((size_t)d.B * d.Hkv * d.Sk), 128, 0, s>>>((const float *)k, (float *)kk, d.Hkv, d.Sk, d.D, d.ks[0], d.ks[1], d.ks[2]);
+        else fa__cu_pack<unsigned short><<<(unsigned)((size_t)d.B * d.Hkv * d.Sk), 128, 0, s>>>((const unsigned short *)k, (unsigned short *)kk, d.Hkv, d.Sk, d.D, d.ks[0], d.ks[1], d.ks[2]);
+        w.ks[0] = (int64_t)d.Hkv * d.Sk * d.D; w.ks[1] = (int64_t)d.Sk * d.D; w.ks[2] = d.D;
+    }
+    if (pack_v) {
+        vv = mem + off_v;
+        if (d.dtype == FA_F32) fa__cu_pack<float><<<(unsigned)((size_t)d.B * d.Hkv * d.Sk), 128, 0, s>>>((const float *)v, (float *)vv, d.Hkv, d.Sk, d.Dv, d.vs[0], d.vs[1], d.vs[2]);
+        else fa__cu_pack<unsigned short><<<(unsigned)((size_t)d.B * d.Hkv * d.Sk), 128, 0, s>>>((const unsigned short *)v, (unsigned short *)vv, d.Hkv, d.Sk, d.Dv, d.vs[0], d.vs[1], d.vs[2]);
+        w.vs[0] = (int64_t)d.Hkv * d.Sk * d.Dv; w.vs[1] = (int64_t)d.Sk * d.Dv; w.vs[2] = d.Dv;
+    }
+    fa__cu_ptrs<<<(unsigned)((nbh + 127) / 128), 128, 0, s>>>(w, (const char *)qq, (const char *)kk, (const char *)vv,
+                                                              (char *)o, (float *)mem,
+                                                              d.dtype == FA_F32 ? mem : mem + off_p, (int)es,
+                                                              d.dtype == FA_F32 ? 4 : 2, arr);
+    st = fa__cu(cudaGetLastError());
+    /* S^T (col-major Sk x Sq) = K Q^T, scaled, fp32 out */
+    if (st == FA_OK) st = fa__cublas(cublasCreate(&hd));
+    if (st == FA_OK) st = fa__cublas(cublasSetStream(hd, s));
+    if (st == FA_OK) st = fa__cublas(cublasSetWorkspace(hd, mem + off_ws, cublas_ws));
+    if (st == FA_OK)
+        st = fa__cublas(cublasGemmBatchedEx(hd, CUBLAS_OP_T, CUBLAS_OP_N, d.Sk, d.Sq, d.D, &d.scale,
+                                            arr, ty, ldk, arr + nbh, ty, ldq, &zero, (void *const *)(arr + 2 * nbh),
+                                            CUDA_R_32F, d.Sk, (int)nbh, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    /* modifiers, mask, scores, softmax, lse */
+    if (st == FA_OK) {
+        int row = row_smem <= 48 * 1024;
+        unsigned rows = (unsigned)(nbh * d.Sq);
+        size_t sm = row ? (size_t)row_smem : 32 * sizeof(float);
+        if (d.dtype == FA_F32) {
+            if (row) fa__cu_softmax<float, 1><<<rows, threads, sm, s>>>(d, (float *)mem, (float *)mem, scores);
+            else fa__cu_softmax<float, 0><<<rows, threads, sm, s>>>(d, (float *)mem, (float *)mem, scores);
+        } else if (d.dtype == FA_F16) {
+            if (row) fa__cu_softmax<__half, 1><<<rows, threads, sm, s>>>(d, (float *)mem, (__half *)(mem + off_p), scores);
+            else fa__cu_softmax<__half, 0><<<rows, threads, sm, s>>>(d, (float *)mem, (__half *)(mem + off_p), scores);
+        } else {
+            if (row) fa__cu_softmax<__nv_bfloat16, 1><<<rows, threads, sm, s>>>(d, (float *)mem, (__nv_bfloat16 *)(mem + off_p), scores);
+            else fa__cu_softmax<__nv_bfloat16, 0><<<rows, threads, sm, s>>>(d, (float *)mem, (__nv_bfloat16 *)(mem + off_p), scores);
+        }
+        st = fa__cu(cudaGetLastError());
+    }
+    /* O^T (col-major Dv x Sq, ld = token stride) = V^T P^T */
+    if (st == FA_OK)
+        st = fa__cublas(cublasGemmBatchedEx(hd, CUBLAS_OP_N, CUBLAS_OP_N, d.Dv, d.Sq, d.Sk, &one,
+                                            arr + 3 * nbh, ty, ldv, arr + 4 * nbh, ty, d.Sk, &zero,
+                                            (void *const *)(arr + 5 * nbh), ty, ldo, (int)nbh,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (hd) {
+        st2 = fa__cublas(cublasDestroy(hd));
+        if (st == FA_OK) st = st2;
+    }
+    st2 = fa__cu_free(mem, s, pooled);
+    return st != FA_OK ? st : st2;
+}
+
+FLASHATTN_DEF fa_status fa_cuda_merge(int rows, int dv, int parts, const float *const *o_parts,
+                                      const float *const *lse_parts, float *o, float *lse)
+{
+    fa__cu_parts pp;
+    float *tmp = NULL;
+    int p, done = 0, pooled = 0;
+    fa_status st = fa__merge_check(rows, dv, parts, o_parts, lse_parts, o);
+    if (st != FA_OK) return st;
+    if (rows == 0) return FA_OK;
+    for (p = 0; p < parts; p++)
+        if (!o_parts[p] || !lse_parts[p]) return FA_ERR_INVALID_ARG;
+    (void)cudaGetLastError();
+    /* up to FA__CU_MERGE parts a launch; beyond that the running result is the next launch's
+       first part, its lse kept in a temporary row */
+    if (parts > FA__CU_MERGE && (st = fa__cu_alloc((void **)&tmp, (size_t)rows * sizeof(float), 0, &pooled)) != FA_OK)
+        return st;
+    while (done < parts && st == FA_OK) {
+        int np = 0, last;
+        if (done > 0) { pp.o[np] = o; pp.l[np] = tmp; np++; }
+        while (np < FA__CU_MERGE && done < parts) { pp.o[np] = o_parts[done]; pp.l[np] = lse_parts[done]; np++; done++; }
+        last = done == parts;
+        fa__cu_merge<<<(unsigned)((rows + 7) / 8), dim3(32, 8), 0, 0>>>(rows, dv, np, pp, o, last ? lse : tmp);
+        st = fa__cu(cudaGetLastError());
+    }
+    if (tmp) {
+        fa_status s2 = fa__cu_free(tmp, 0, pooled);
+        if (st == FA_OK) st = s2;
+    }
+    return st;
+}
 #endif
 
 #endif /* FLASHATTN__IMPLEMENTATION_DONE */
