@@ -222,6 +222,27 @@ static size_t ws_path(int path, const fa_params *p)
     return path == NAIVE ? fa_naive_workspace_bytes(p) : fa_tiled_workspace_bytes(p);
 }
 
+/* The largest |out-ref| / (atol + rtol |ref|) of any passing comparison, and where: printed at
+   the end, it says how much room the tolerance leaves. */
+static double g_worst_ratio;
+static char g_worst_case[200];
+
+static void note_margin(const tcase *c, const char *what, const float *a, const float *b, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        double x = a[i], y = b[i], ratio;
+        if (x == y || x != x || y != y) continue;
+        ratio = fabs(x - y) / (1e-5 + 1e-5 * fabs(y));
+        if (ratio > g_worst_ratio) {
+            pthread_mutex_lock(&ta_mu);
+            g_worst_ratio = ratio;
+            snprintf(g_worst_case, sizeof g_worst_case, "%s: %s", c->name, what);
+            pthread_mutex_unlock(&ta_mu);
+        }
+    }
+}
+
 /* Compares out with ref (n elements, rows of `width`); prints the worst element on failure.
    skip_row: optional flags, rows whose comparison is skipped. */
 static int close_rows(const tcase *c, const char *what, const float *out, const float *ref, size_t rows,
@@ -231,6 +252,7 @@ static int close_rows(const tcase *c, const char *what, const float *out, const 
     for (r = 0; r < rows; r++) {
         const float *a = out + r * width, *b = ref + r * width;
         if (skip_row && skip_row[r]) continue;
+        note_margin(c, what, a, b, width);
         if (!fa_allclose(a, b, width, 1e-5f, 1e-5f)) {
             size_t w = ref_worst(a, b, width, 1e-5, 1e-5);
             if (w == (size_t)-1) w = 0;
@@ -1572,5 +1594,9 @@ int main(void)
                   ""
 #endif
     );
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    {
+        int failed = cmocka_run_group_tests(tests, NULL, NULL);
+        print_message("largest |out - ref| / (1e-5 + 1e-5 |ref|) seen: %.3f (%s)\n", g_worst_ratio, g_worst_case);
+        return failed;
+    }
 }
