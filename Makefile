@@ -11,7 +11,7 @@ SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 
 EXAMPLES := quickstart naive_vs_tiled split_keys
 
-.PHONY: all deps run test bench test-cuda bench-cuda clean
+.PHONY: all deps run test bench test-cuda bench-cuda bench-cuda-build clean
 
 all: deps $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench
 
@@ -120,8 +120,54 @@ test-cuda-compile:
 	else echo "SKIPPED: nvcc not found, the CUDA translation units were not compiled"; fi
 	@echo "SKIPPED: CUDA tests are not run by make test (no GPU here); run make test-cuda on a GPU machine"
 
-cuda-objs:
-	@echo "(no CUDA translation units yet)"
+# Every CUDA translation unit, compiled for sm_80 (baseline), sm_90 (H100/H200) and PTX for later
+# GPUs; host code -Wall -Wextra -Werror. Objects are linked by test-cuda (and bench-cuda). The
+# two-TU link: a C file with its own FLASHATTN_IMPLEMENTATION (tests/compile/impl.c, CPU with
+# OpenBLAS) linked with the .cu object, whose CPU functions are weak: no duplicate symbols.
+NVCC_ARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+              -gencode arch=compute_90,code=compute_90
+NVCC_FLAGS := -O3 -std=c++14 -t 0 $(NVCC_ARCH) -Xcompiler -Wall,-Wextra,-Werror
+CUDA_LIBS  := -lcublas
+CUDA_TUS   := $(BUILD)/test_cuda.o $(BUILD)/cuda_quickstart.o $(if $(wildcard bench/bench_cuda.cu),$(BUILD)/bench_cuda.o)
+
+$(BUILD)/test_cuda.o: tests/test_cuda.cu tests/ref.h flashattn.h | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@
+
+$(BUILD)/cuda_quickstart.o: examples/cuda_quickstart.cu flashattn.h | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@
+
+$(BUILD)/test_cuda: $(BUILD)/test_cuda.o
+	$(NVCC) $(NVCC_ARCH) $< -o $@ $(CUDA_LIBS) -lcmocka -lm -lpthread
+
+$(BUILD)/cuda_quickstart: $(BUILD)/cuda_quickstart.o
+	$(NVCC) $(NVCC_ARCH) $< -o $@ $(CUDA_LIBS) -lm -lpthread
+
+$(BUILD)/cuda_two_tu: $(BUILD)/cuda_quickstart.o tests/compile/impl.c flashattn.h | $(BUILD)
+	$(CC) $(CSTD) $(WARN) -O2 -I. -c tests/compile/impl.c -o $(BUILD)/cuda_two_tu_impl.o
+	$(NVCC) $(NVCC_ARCH) $(BUILD)/cuda_quickstart.o $(BUILD)/cuda_two_tu_impl.o -o $@ $(CUDA_LIBS) $(LDLIBS)
+
+cuda-objs: $(CUDA_TUS) $(BUILD)/cuda_two_tu
+	@echo "cuda-objs: compiled $(CUDA_TUS); linked build/cuda_two_tu (C + CUDA implementations, one program)"
+
+$(BUILD)/bench_cuda.o: bench/bench_cuda.cu flashattn.h | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -I. -c $< -o $@
+
+# ---- CUDA bench (GPU machine): ours beside PyTorch's SDPA, one combined table ---------------------
+# bench-cuda-build compiles here (sm_90 only, with the tile-configuration sweep); bench-cuda runs
+# bench/run_cuda_bench.sh (bench_cuda, then bench/torch_sdpa.py, then the combined table).
+$(BUILD)/bench_cuda: bench/bench_cuda.cu flashattn.h | $(BUILD)
+	$(NVCC) -O3 -std=c++14 -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wextra,-Werror -Xptxas -v \
+	  -DFA_BENCH_TUNE -I. $< -o $@ $(CUDA_LIBS) -lm -lpthread 2> $(BUILD)/bench_cuda.ptxas.txt \
+	  || { cat $(BUILD)/bench_cuda.ptxas.txt; exit 1; }
+
+bench-cuda-build: $(BUILD)/bench_cuda
+
+bench-cuda: $(BUILD)/bench_cuda
+	bench/run_cuda_bench.sh
+
+# On a GPU machine: the suite, then compute-sanitizer memcheck and racecheck on a reduced grid.
+test-cuda: $(BUILD)/test_cuda $(BUILD)/cuda_quickstart
+	tests/run_cuda.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -150,6 +150,8 @@ FLASHATTN_DEF fa_status fa_merge(int rows, int dv, int parts, const float *const
 FLASHATTN_DEF fa_status fa_cuda_naive(const fa_params *p, const void *q, const void *k, const void *v,
                                       void *o, float *scores);
 FLASHATTN_DEF fa_status fa_cuda_tiled(const fa_params *p, const void *q, const void *k, const void *v, void *o);
+/* o_parts and lse_parts are HOST arrays of `parts` DEVICE pointers; o and lse are device pointers.
+   Runs on the default stream. */
 FLASHATTN_DEF fa_status fa_cuda_merge(int rows, int dv, int parts, const float *const *o_parts,
                                       const float *const *lse_parts, float *o, float *lse);
 #endif
@@ -1405,16 +1407,29 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     blk1 = (sp + 1) * per < nblk ? (sp + 1) * per : nblk;
     for (blk = sp * per; blk < blk1; blk++) {
         int64_t k0 = klo + blk * pl->bk, k1 = k0 + pl->bk < khi ? k0 + pl->bk : khi;
-        int nk = (int)(k1 - k0), mask = !fa__block_unmasked(d, i0, i0 + nqr, k0, k1);
+        int nk = (int)(k1 - k0), mask = !fa__block_unmasked(d, i0, i0 + nqr, k0, k1), v0 = 0, v1 = nv, r1 = nr;
+        float *S0 = St, *O0 = Ot;
+        if (mask && !rowmajor && pl->hpt == 1) {
+            /* a block on the mask's edge: only the lane vectors holding rows that see one of its keys
+               (a contiguous run: a row's visible range only moves right as the row goes down) */
+            int64_t lo, hi;
+            int ra = 0, rb = nr;
+            while (ra < nr && (fa__key_range(d, i0 + ra, &lo, &hi), hi <= k0)) ra++;
+            while (rb > ra && (fa__key_range(d, i0 + rb - 1, &lo, &hi), lo >= k1)) rb--;
+            if (ra >= rb) continue;
+            v0 = ra / 16; v1 = (rb + 15) / 16;
+            r1 = v1 * 16 < nr ? v1 * 16 : nr;
+            S0 = St + v0 * 16; O0 = Ot + v0 * 16;
+        }
 #ifdef FLASHATTN__X86
         if (rowmajor) fa__dots_avx512(Qt, nr, kb + k0 * d->ks[2], d->ks[2], nk, D, St, ld);
         else
 #endif
-        fa__gemm(isa, kb + k0 * d->ks[2], d->ks[2], 1, nk, D, Qt, ld, St, ld, nv, 0);
+        fa__gemm(isa, kb + k0 * d->ks[2], d->ks[2], 1, nk, D, Qt + v0 * 16, ld, S0, ld, v1 - v0, 0);
         if (mask || mods)
-            for (r = 0; r < nr; r++)
+            for (r = v0 * 16; r < r1; r++)
                 fa__modify_row(d, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask);
-        fa__online(isa, St, ld, nk, nv, m, l, Ot, ld, rowmajor ? 0 : Dv, tmp);
+        fa__online(isa, S0, ld, nk, v1 - v0, m + v0 * 16, l + v0 * 16, O0, ld, rowmajor ? 0 : Dv, tmp);
 #ifdef FLASHATTN__X86
         if (rowmajor) {
             for (r = 0; r < nr; r++)
@@ -1422,7 +1437,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             fa__pv_rows_avx512(St, ld, nr, vb + k0 * d->vs[2], d->vs[2], nk, Ot, Dv);
         } else
 #endif
-        fa__gemm(isa, vb + k0 * d->vs[2], 1, d->vs[2], Dv, nk, St, ld, Ot, ld, nv, mask || d->bias ? 2 : 1);
+        fa__gemm(isa, vb + k0 * d->vs[2], 1, d->vs[2], Dv, nk, S0, ld, O0, ld, v1 - v0, mask || d->bias ? 2 : 1);
     }
 
     for (r = 0; r < nr; r++) {
@@ -1660,11 +1675,37 @@ static __device__ __forceinline__ float fa__cu_modify(const fa__dims &d, float x
 #define FA__CU_THREADS 256
 #define FA__CU_LOG2E 1.44269504088896341f
 
-template <int DC, int RM, int CN> struct fa__cu_cfg {
+/* PIPE (fp32 with 16-byte aligned rows only): K and V tiles double-buffered and fetched with
+   cp.async one tile ahead, P in a region of its own; otherwise one K/V buffer, P over K. */
+template <int DC, int RM, int CN, int PIPE> struct fa__cu_cfg {
     enum { BQ = 16 * RM, BK = 16 * CN, LD = DC + 4, LDP = BK + 4, NC = DC / 64 };
-    enum { KREG = (BK * LD > BQ * LDP) ? BK * LD : BQ * LDP };
-    enum { SMEM = (BQ * LD + KREG + BK * LD) * 4 };
+    enum { KREG = PIPE ? BK * LD : ((BK * LD > BQ * LDP) ? BK * LD : BQ * LDP) };
+    enum { SMEM = PIPE ? (BQ * LD + 4 * BK * LD + BQ * LDP) * 4 : (BQ * LD + KREG + BK * LD) * 4 };
 };
+
+/* cp.async, 16 bytes, zero-filled when !ok (src must still be a valid address) */
+static __device__ __forceinline__ void fa__cu_cp16(float *dst, const float *src, int ok)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(ok ? 16 : 0));
+}
+
+/* Issues the cp.async copies of an fp32 tile (rows [0, nvalid) of src, columns [0, D), zeros
+   elsewhere up to DC) and commits them as one group. */
+template <int NROW, int DC, int LD>
+static __device__ __forceinline__ void fa__cu_async_tile(float *dst, const float *src, int64_t ts, int nvalid,
+                                                         int D)
+{
+    enum { N4 = NROW * DC / 4, U = (N4 + FA__CU_THREADS - 1) / FA__CU_THREADS };
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int e = (int)threadIdx.x + u * FA__CU_THREADS, r = e / (DC / 4), c = (e % (DC / 4)) * 4;
+        if (e < N4) {
+            const int ok = r < nvalid && c < D;
+            fa__cu_cp16(dst + r * LD + c, ok ? src + (int64_t)r * ts + c : src, ok);
+        }
+    }
+}
 
 /* A tile of NROW rows of a [.][D] tensor (token stride ts, base at the tile's first row) into fp32
    rows of LD floats in shared memory: columns [0, D) times mul, zeros elsewhere up to DC and in
@@ -1715,14 +1756,16 @@ static __device__ __forceinline__ void fa__cu_tile(float *dst, const T *src, int
     }
 }
 
-template <typename T, int DC, int RM, int CN>
+template <typename T, int DC, int RM, int CN, int PIPE>
 __global__ void __launch_bounds__(FA__CU_THREADS)
 fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                T *__restrict__ o, int qtiles, int vec)
 {
-    typedef fa__cu_cfg<DC, RM, CN> C;
+    typedef fa__cu_cfg<DC, RM, CN, PIPE> C;
     extern __shared__ float4 fa__cu_smem[];
-    float *sQ = (float *)fa__cu_smem, *sK = sQ + C::BQ * C::LD, *sP = sK, *sV = sK + C::KREG;
+    float *sQ = (float *)fa__cu_smem, *sK = sQ + C::BQ * C::LD, *sV = sK + C::KREG;
+    float *sP = PIPE ? sK + 4 * C::BK * C::LD : sK;
+    int buf = 0;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int64_t nbh = (int64_t)d.B * d.Hq, item = blockIdx.x;
     const int qt = qtiles - 1 - (int)(item / nbh);          /* the longest (causal) rows first */
@@ -1734,7 +1777,7 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
     const int mods = d.softcap > 0.0f || d.alibi != NULL || d.bias != NULL;
     const float slope = d.alibi ? d.alibi[(int64_t)b * d.alibi_stride + h] : 0.0f;
     const float icap = d.softcap > 0.0f ? 1.0f / d.softcap : 0.0f;
-    float acc[RM][4 * C::NC], m[RM], l[RM];
+    float acc[RM][4 * C::NC], m[RM], ml[RM], l[RM];
     int lo[RM], hi[RM], klo, khi, flo, fhi;
 
     {
@@ -1749,7 +1792,7 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
     }
 #pragma unroll
     for (int r = 0; r < RM; r++) {
-        m[r] = -INFINITY; l[r] = 0.0f;
+        m[r] = -INFINITY; ml[r] = -INFINITY; l[r] = 0.0f;
 #pragma unroll
         for (int c = 0; c < 4 * C::NC; c++) acc[r][c] = 0.0f;
         fa__cu_range(d, (int64_t)i0 + ty + 16 * r, &lo[r], &hi[r]);
@@ -1759,13 +1802,32 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
     fa__cu_range(d, (int64_t)i0 + nq - 1, &flo, &khi);
     if (khi < fhi) khi = fhi;
     if (klo > flo) klo = flo;
+    if (PIPE && klo < khi) {                               /* the first K/V tile on its way */
+        fa__cu_async_tile<C::BK, DC, C::LD>(sK, (const float *)(kb + (int64_t)klo * d.ks[2]), d.ks[2],
+                                            min(C::BK, d.Sk - klo), d.D);
+        fa__cu_async_tile<C::BK, DC, C::LD>(sV, (const float *)(vb + (int64_t)klo * d.vs[2]), d.vs[2],
+                                            min(C::BK, d.Sk - klo), d.Dv);
+        asm volatile("cp.async.commit_group;\n" ::);
+    }
 
-    for (int k0 = klo; k0 < khi; k0 += C::BK) {
+    for (int k0 = klo; k0 < khi; k0 += C::BK, buf ^= PIPE) {
         const int nk = min(C::BK, d.Sk - k0);
         const int full = flo <= k0 && k0 + C::BK <= fhi;
         float s[RM][CN];
-        __syncthreads();                                   /* the last tile's P and V are consumed */
-        if (sizeof(T) == 4 && (vec & 6) == 6) {            /* K and V in flight together */
+        __syncthreads();                                   /* the last tile's P, K and V are consumed */
+        if (PIPE) {                                        /* the next tile into the other buffers */
+            if (k0 + C::BK < khi) {
+                const int n2 = min(C::BK, d.Sk - k0 - C::BK), o2 = (buf ^ 1) * 2 * C::BK * C::LD;
+                fa__cu_async_tile<C::BK, DC, C::LD>(sK + o2, (const float *)(kb + (int64_t)(k0 + C::BK) * d.ks[2]),
+                                                    d.ks[2], n2, d.D);
+                fa__cu_async_tile<C::BK, DC, C::LD>(sV + o2, (const float *)(vb + (int64_t)(k0 + C::BK) * d.vs[2]),
+                                                    d.vs[2], n2, d.Dv);
+                asm volatile("cp.async.commit_group;\n" ::);
+                asm volatile("cp.async.wait_group 1;\n" ::);
+            } else {
+                asm volatile("cp.async.wait_group 0;\n" ::);
+            }
+        } else if (sizeof(T) == 4 && (vec & 6) == 6) {     /* K and V in flight together */
             fa__cu_vec<C::BK, DC> sk, sv;
             sk.load((const float *)(kb + (int64_t)k0 * d.ks[2]), d.ks[2], nk, d.D);
             sv.load((const float *)(vb + (int64_t)k0 * d.vs[2]), d.vs[2], nk, d.Dv);
@@ -1776,6 +1838,7 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
             fa__cu_tile<T, C::BK, DC, C::LD>(sV, vb + (int64_t)k0 * d.vs[2], d.vs[2], nk, d.Dv, 1.0f);
         }
         __syncthreads();
+        const float *sKb = sK + buf * 2 * C::BK * C::LD, *sVb = sV + buf * 2 * C::BK * C::LD;
         /* S = Q K^T */
 #pragma unroll
         for (int r = 0; r < RM; r++)
@@ -1785,7 +1848,7 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
         for (int t = 0; t < Dp; t += 4) {
             float4 kk[CN];
 #pragma unroll
-            for (int c = 0; c < CN; c++) kk[c] = *(const float4 *)(sK + (tx + 16 * c) * C::LD + t);
+            for (int c = 0; c < CN; c++) kk[c] = *(const float4 *)(sKb + (tx + 16 * c) * C::LD + t);
 #pragma unroll
             for (int r = 0; r < RM; r++) {
                 const float4 qq = *(const float4 *)(sQ + (ty + 16 * r) * C::LD + t);
@@ -1815,8 +1878,8 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
 #pragma unroll
             for (int off = 8; off > 0; off >>= 1) mx = fa__nmax(mx, __shfl_xor_sync(0xffffffffu, mx, off));
             mnew = fa__nmax(m[r], mx);
-            ref = (mnew == -INFINITY ? 0.0f : mnew) * FA__CU_LOG2E;
-            alpha = exp2f(fmaf(m[r], FA__CU_LOG2E, -ref));
+            ref = (mnew == -INFINITY ? 0.0f : mnew) * FA__CU_LOG2E;   /* the frame of this tile */
+            alpha = exp2f(ml[r] - ref);                              /* from the last frame; -inf: 0 */
 #pragma unroll
             for (int c = 0; c < CN; c++) {               /* exp(s - m) = 2^(s log2e - m log2e) */
                 const float e = exp2f(fmaf(s[r][c], FA__CU_LOG2E, -ref));
@@ -1827,10 +1890,11 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
             for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
             l[r] = l[r] * alpha + sum;
             m[r] = mnew;
+            ml[r] = mnew == -INFINITY ? -INFINITY : ref;
 #pragma unroll
             for (int c = 0; c < 4 * C::NC; c++) acc[r][c] *= alpha;
         }
-        __syncthreads();                                   /* every thread is done with K */
+        if (!PIPE) __syncthreads();                        /* every thread is done with K (P goes there) */
 #pragma unroll
         for (int r = 0; r < RM; r++)
 #pragma unroll
@@ -1846,7 +1910,7 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
             for (int jj = 0; jj < 4; jj++) {
 #pragma unroll
                 for (int n = 0; n < C::NC; n++) {
-                    const float4 vv = *(const float4 *)(sV + (j + jj) * C::LD + 64 * n + 4 * tx);
+                    const float4 vv = *(const float4 *)(sVb + (j + jj) * C::LD + 64 * n + 4 * tx);
 #pragma unroll
                     for (int r = 0; r < RM; r++) {
                         const float pj = jj == 0 ? pp[r].x : jj == 1 ? pp[r].y : jj == 2 ? pp[r].z : pp[r].w;
@@ -1874,7 +1938,8 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
                 if (col < d.Dv) fa__st(orow + col, acc[r][4 * n + e] * inv);
             }
         if (d.lse && tx == 0)
-            d.lse[(int64_t)bh * d.Sq + i] = l[r] > 0.0f ? m[r] + logf(l[r]) : (l[r] != l[r] ? l[r] : -INFINITY);
+            d.lse[(int64_t)bh * d.Sq + i] = l[r] > 0.0f ? fmaf(ml[r], 0.693147180559945309f, logf(l[r]))
+                                                       : (l[r] != l[r] ? l[r] : -INFINITY);
     }
 }
 
@@ -1885,11 +1950,11 @@ static int fa__cu_vec16(const fa__dims *d, const void *x, const int64_t s[3], in
            s[1] % 4 == 0 && s[2] % 4 == 0;
 }
 
-template <typename T, int DC, int RM, int CN>
+template <typename T, int DC, int RM, int CN, int PIPE>
 static fa_status fa__cu_generic_launch(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
                                        cudaStream_t st)
 {
-    typedef fa__cu_cfg<DC, RM, CN> C;
+    typedef fa__cu_cfg<DC, RM, CN, PIPE> C;
     int dev = 0, optin = 0;
     int64_t qtiles = (d->Sq + C::BQ - 1) / C::BQ, blocks = qtiles * d->B * d->Hq;
     fa_status s;
@@ -1898,27 +1963,36 @@ static fa_status fa__cu_generic_launch(const fa__dims *d, const void *q, const v
     if ((s = fa__cu(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev))) != FA_OK)
         return s;
     if ((int)C::SMEM > optin) return FA_ERR_UNSUPPORTED;
-    if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_generic<T, DC, RM, CN>,
+    if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_generic<T, DC, RM, CN, PIPE>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM))) != FA_OK)
         return s;
-    fa__cu_generic<T, DC, RM, CN><<<(unsigned)blocks, FA__CU_THREADS, C::SMEM, st>>>(
+    fa__cu_generic<T, DC, RM, CN, PIPE><<<(unsigned)blocks, FA__CU_THREADS, C::SMEM, st>>>(
         *d, (const T *)q, (const T *)k, (const T *)v, (T *)o, (int)qtiles,
         fa__cu_vec16(d, q, d->qs, d->D) | fa__cu_vec16(d, k, d->ks, d->D) << 1 | fa__cu_vec16(d, v, d->vs, d->Dv) << 2);
     return fa__cu(cudaGetLastError());
 }
 
-/* Picks the tile shape by head_dim class (the fast paths: D and Dv <= 64, <= 128; then 256). */
+/* Picks the kernel by head_dim class (the fast paths: D and Dv <= 64, <= 128; then 256). fp32 with
+   16-byte aligned rows takes the cp.async double-buffered kernel (8 x 4 register blocks at D <= 64,
+   8 x 2 at D <= 128, so that it fits the 163 KiB of sm_80 too); block_k = 64 asks for the single-
+   buffered 8 x 4 kernel, block_k = 32 for the single-buffered 8 x 2 one. */
 template <typename T>
 static fa_status fa__cu_generic_t(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
                                   cudaStream_t st)
 {
-    int dc = d->D > d->Dv ? d->D : d->Dv;
-    if (dc <= 64) return fa__cu_generic_launch<T, 64, 8, 4>(d, q, k, v, o, st);
-    if (dc <= 128) {
-        if (d->block_k == 32) return fa__cu_generic_launch<T, 128, 8, 2>(d, q, k, v, o, st);
-        return fa__cu_generic_launch<T, 128, 8, 4>(d, q, k, v, o, st);
+    const int dc = d->D > d->Dv ? d->D : d->Dv;
+    const int pipe = fa__cu_vec16(d, q, d->qs, d->D) && fa__cu_vec16(d, k, d->ks, d->D) &&
+                     fa__cu_vec16(d, v, d->vs, d->Dv) && d->block_k != 64 && d->block_k != 32;
+    if (dc <= 64) {
+        if (pipe) return fa__cu_generic_launch<float, 64, 8, 4, 1>(d, q, k, v, o, st);
+        return fa__cu_generic_launch<T, 64, 8, 4, 0>(d, q, k, v, o, st);
     }
-    return fa__cu_generic_launch<T, 256, 4, 2>(d, q, k, v, o, st);
+    if (dc <= 128) {
+        if (pipe) return fa__cu_generic_launch<float, 128, 8, 2, 1>(d, q, k, v, o, st);
+        if (d->block_k == 32) return fa__cu_generic_launch<T, 128, 8, 2, 0>(d, q, k, v, o, st);
+        return fa__cu_generic_launch<T, 128, 8, 4, 0>(d, q, k, v, o, st);
+    }
+    return fa__cu_generic_launch<T, 256, 4, 2, 0>(d, q, k, v, o, st);
 }
 
 static fa_status fa__cu_generic_any(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
@@ -2179,7 +2253,12 @@ template <> struct fa__tc_type<__half> {
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
-    static __device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
+    static __device__ __forceinline__ float tanh_(float x)   /* 1 - 2/(1+e^2x): abs. error ~1e-7 */
+    {
+        float r;
+        asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(1.0f + fa__tc_ex2(x * 2.8853900817779268f)));
+        return fmaf(-2.0f, r, 1.0f);
+    }
 };
 
 /* Keys visible to query row i by the position rules, as [lo, hi) (section 1's fa__key_range). */
@@ -2212,8 +2291,10 @@ static __device__ __forceinline__ void fa__tc_load(unsigned dst, const T *src, i
 }
 
 /* T: __half or __nv_bfloat16. D: head dim. NW: warps. MT: m16 tiles per warp. BK: keys per tile.
-   QREG: Q fragments held in registers (else re-read from shared memory each tile). MOD: softcap,
-   ALiBi, bias or a non-positive scale present. MINB: blocks per SM for the register budget. */
+   QREG: Q fragments held in registers (else re-read from shared memory each tile). MOD: 0 plain
+   (scale > 0, no modifier); else the scores are rebuilt in the log2 domain, with bit 1 softcap,
+   bit 2 ALiBi, bit 4 everything decided at run time (bias, a non-positive scale, combinations).
+   MINB: blocks per SM for the register budget. */
 template <typename T, int D, int NW, int MT, int BK, int QREG, int MOD, int MINB>
 __global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
 {
@@ -2239,15 +2320,11 @@ __global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
 
     /* this thread's rows: wr0 + 16*mt + 8*half */
     const int wr0 = warp * 16 * MT + (lane >> 2), cq = 2 * (lane & 3);
-    int rlo[MT][2], rhi[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) fa__tc_range(a, min(i0 + wr0 + 16 * mt + 8 * hf, a.Sq - 1), &rlo[mt][hf], &rhi[mt][hf]);
 
     /* MOD: scores are rebuilt in the log2 domain (f = 1); plain: raw dot products, f folds scale */
     const float f = MOD ? 1.0f : a.scale * LOG2E;
-    const bool has_sc = MOD && a.softcap > 0.0f, has_al = MOD && a.alibi != 0, has_bias = MOD && a.bias != 0;
+    const bool has_sc = (MOD & 1) || ((MOD & 4) && a.softcap > 0.0f), has_al = (MOD & 2) || ((MOD & 4) && a.alibi != 0);
+    const bool has_bias = (MOD & 4) && a.bias != 0;
     const float pre = has_sc ? a.scale / a.softcap : a.scale * LOG2E, post = a.softcap * LOG2E;
     const float slope = has_al ? a.alibi[b * a.alibi_stride + h] * LOG2E : 0.0f;
     const float *bias = has_bias ? a.bias + b * a.bs[0] + h * a.bs[1] : 0;
@@ -2266,7 +2343,17 @@ __global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
     const int la_r = (lane & 7) + ((lane >> 3) & 1) * 8, la_c = lane >> 4;     /* Q: m0..3 = (r0,k0)(r8,k0)(r0,k8)(r8,k8) */
     const int lk_r = (lane & 7) + (lane >> 4) * 8, lk_c = (lane >> 3) & 1;     /* K: (n0,k0)(n0,k8)(n8,k0)(n8,k8) */
     const int lv_r = (lane & 7) + ((lane >> 3) & 1) * 8, lv_c = lane >> 4;     /* V: (k0,n0)(k8,n0)(k0,n8)(k8,n8) */
-    const int x7 = lane & 7;
+    /* Swizzled ldmatrix addresses without per-(row, chunk) registers: a lane's row r always has
+       r & 7 == lane & 7 and its chunk is c0 + bit, c0 even and compile-time, so the physical chunk
+       is 8*(c0>>3) + ((c0&7) ^ (bit ^ (lane&7))): four per-lane bases per operand (c0&7 = 0,2,4,6)
+       plus an immediate. */
+    unsigned aq[4], ak[4], av[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        aq[j] = sQ + (unsigned)((warp * 16 * MT + la_r) * D + (((2 * j) ^ (la_c ^ (lane & 7))) << 3)) * 2u;
+        ak[j] = sK + (unsigned)(lk_r * D + (((2 * j) ^ (lk_c ^ (lane & 7))) << 3)) * 2u;
+        av[j] = sV + (unsigned)(lv_r * D + (((2 * j) ^ (lv_c ^ (lane & 7))) << 3)) * 2u;
+    }
 
     if (t0 < t1) {
         fa__tc_load<D, BQ, NT>(sQ, gq, a.qs[2], nq, tid);
@@ -2280,8 +2367,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int kk = 0; kk < KD; kk++) {
-                    const int r = warp * 16 * MT + mt * 16 + la_r;
-                    fa__tc_ldsm(sQ + (unsigned)(r * D + (((2 * kk + la_c) ^ x7) << 3)) * 2u, qf[mt][kk][0], qf[mt][kk][1],
+                    fa__tc_ldsm(aq[kk & 3] + (unsigned)(mt * 16 * D + 64 * (kk >> 2)) * 2u, qf[mt][kk][0], qf[mt][kk][1],
                                 qf[mt][kk][2], qf[mt][kk][3]);
                 }
         }
@@ -2319,15 +2405,13 @@ __global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
                     qa[mt][2] = qf[mt][kk][2];
                     qa[mt][3] = qf[mt][kk][3];
                 } else {
-                    const int r = warp * 16 * MT + mt * 16 + la_r;
-                    fa__tc_ldsm(sQ + (unsigned)(r * D + (((2 * kk + la_c) ^ x7) << 3)) * 2u, qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3]);
+                    fa__tc_ldsm(aq[kk & 3] + (unsigned)(mt * 16 * D + 64 * (kk >> 2)) * 2u, qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3]);
                 }
             }
 #pragma unroll
             for (int n = 0; n < NN; n += 2) {
                 unsigned b0, b1, b2, b3;
-                const int r = n * 8 + lk_r;
-                fa__tc_ldsm(sK + st + (unsigned)(r * D + (((2 * kk + lk_c) ^ x7) << 3)) * 2u, b0, b1, b2, b3);
+                fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * D + 64 * (kk >> 2)) * 2u, b0, b1, b2, b3);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
                     X::mma(s[mt][n], qa[mt], b0, b1);
@@ -2353,15 +2437,21 @@ __global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
                             float x = s[mt][n][2 * hf + e] * pre;
                             if (has_sc) x = post * X::tanh_(x);
                             if (has_al) x = fmaf(-slope, fabsf(dd - (float)(n * 8 + e)), x);
-                            if (has_bias) {
+                            if (MOD & 4 && has_bias) {
                                 const int j = k0 + cq + n * 8 + e;
                                 if (rowok && j < a.Sk) x = fmaf(bias[(int64_t)row * a.bs[2] + (int64_t)j * a.bs[3]], LOG2E, x);
                             }
                             s[mt][n][2 * hf + e] = x;
                         }
                 }
-                if (!full) {
-                    const int lo = rlo[mt][hf] - k0 - cq, hi = rhi[mt][hf] - k0 - cq;
+                if (!full) {   /* the visible keys of this row, [lo, hi), relative to this lane's first column */
+                    const int dgr = a.Sk - (a.Sq - min(row, a.Sq - 1));   /* the diagonal, no overflow */
+                    int lo = 0, hi = a.Sk;
+                    if (a.wl > 0 && dgr > a.wl) lo = dgr - a.wl;
+                    if (a.causal) hi = min(hi, dgr + 1);
+                    if (a.wr > 0 && dgr < a.Sk - 1 - a.wr) hi = min(hi, dgr + a.wr + 1);
+                    lo -= k0 + cq;
+                    hi -= k0 + cq;
 #pragma unroll
                     for (int n = 0; n < NN; n++)
 #pragma unroll
@@ -2374,33 +2464,50 @@ __global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
 
         /* online softmax; P rounded to 16 bits straight into A fragments */
         unsigned pa[MT][KB][4];
+        float alpha[MT][2];
+        bool moved = false;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {
-                float mx = m[mt][hf];
+                float mv[NN];   /* tree reductions: short dependency chains */
 #pragma unroll
-                for (int n = 0; n < NN; n++) mx = fmaxf(mx, fmaxf(s[mt][n][2 * hf], s[mt][n][2 * hf + 1]));
+                for (int n = 0; n < NN; n++) mv[n] = fmaxf(s[mt][n][2 * hf], s[mt][n][2 * hf + 1]);
+#pragma unroll
+                for (int w = 1; w < NN; w *= 2)
+#pragma unroll
+                    for (int n = 0; n + w < NN; n += 2 * w) mv[n] = fmaxf(mv[n], mv[n + w]);
+                float mx = fmaxf(m[mt][hf], mv[0]);
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 const float ref = mx == NEG_INF ? 0.0f : mx * f;   /* a row hidden so far stays at 0 */
-                const float alpha = fa__tc_ex2(fmaf(m[mt][hf], f, -ref));
+                alpha[mt][hf] = fa__tc_ex2(fmaf(m[mt][hf], f, -ref));
+                moved |= mx != m[mt][hf];
                 m[mt][hf] = mx;
-                float sum = 0.0f;
 #pragma unroll
                 for (int n = 0; n < NN; n++) {
                     const float p0 = fa__tc_ex2(fmaf(s[mt][n][2 * hf], f, -ref));
                     const float p1 = fa__tc_ex2(fmaf(s[mt][n][2 * hf + 1], f, -ref));
-                    sum += p0 + p1;
+                    mv[n] = p0 + p1;
                     pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(p0, p1);
                 }
-                l[mt][hf] = fmaf(l[mt][hf], alpha, sum);
+#pragma unroll
+                for (int w = 1; w < NN; w *= 2)
+#pragma unroll
+                    for (int n = 0; n + w < NN; n += 2 * w) mv[n] += mv[n + w];
+                l[mt][hf] = fmaf(l[mt][hf], alpha[mt][hf], mv[0]);
+            }
+        if (__any_sync(0xffffffffu, moved)) {   /* no row max of this warp moved: alpha is 1 everywhere */
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int n = 0; n < CH; n++) {
-                    o[mt][n][2 * hf] *= alpha;
-                    o[mt][n][2 * hf + 1] *= alpha;
+                    o[mt][n][0] *= alpha[mt][0];
+                    o[mt][n][1] *= alpha[mt][0];
+                    o[mt][n][2] *= alpha[mt][1];
+                    o[mt][n][3] *= alpha[mt][1];
                 }
-            }
+        }
 
         /* O += P V */
 #pragma unroll
@@ -2408,8 +2515,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
 #pragma unroll
             for (int n = 0; n < CH; n += 2) {
                 unsigned b0, b1, b2, b3;
-                const int r = kk * 16 + lv_r;
-                fa__tc_ldsm_t(sV + st + (unsigned)(r * D + (((n + lv_c) ^ x7) << 3)) * 2u, b0, b1, b2, b3);
+                fa__tc_ldsm_t(av[(n & 7) >> 1] + st + (unsigned)(kk * 16 * D + 64 * (n >> 3)) * 2u, b0, b1, b2, b3);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
                     X::mma(o[mt][n], pa[mt][kk], b0, b1);
@@ -2483,8 +2589,11 @@ static fa_status fa__tc_launch(const fa__dims *d, const void *q, const void *k, 
 {
     enum { BQ = 16 * MT * NW };
     const size_t smem = (size_t)(BQ * D + 4 * BK * D) * 2;
-    const int mod = d->softcap > 0.0f || d->alibi || d->bias || !(d->scale > 0.0f);
-    void (*kern)(const fa__tc_args) = mod ? fa__tc_fwd<T, D, NW, MT, BK, QREG, 1, MINB> : fa__tc_fwd<T, D, NW, MT, BK, QREG, 0, MINB>;
+    const int sc = d->softcap > 0.0f, al = d->alibi != 0, gen = d->bias || !(d->scale > 0.0f) || (sc && al);
+    void (*kern)(const fa__tc_args) = gen ? fa__tc_fwd<T, D, NW, MT, BK, QREG, 4, MINB>
+                                      : sc ? fa__tc_fwd<T, D, NW, MT, BK, QREG, 1, MINB>
+                                      : al ? fa__tc_fwd<T, D, NW, MT, BK, QREG, 2, MINB>
+                                           : fa__tc_fwd<T, D, NW, MT, BK, QREG, 0, MINB>;
     fa__tc_args a;
     dim3 grid;
     if (d->Sq == 0) return FA_OK;

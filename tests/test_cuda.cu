@@ -1,0 +1,709 @@
+/* tests/test_cuda.cu - the CUDA backend against the float64 reference (cmocka, nvcc).
+
+   Every case runs fa_cuda_naive and fa_cuda_tiled on the GPU and compares with ref_attention()
+   of tests/ref.h at API.md's tolerances (fp32 allclose 1e-5; fp16 ||out-ref||/||ref|| <= 1e-3,
+   bf16 <= 5e-3, the reference fed the same rounded inputs), with outputs poisoned (NaN bytes)
+   beforehand and the gaps of strided outputs checked untouched. Also: naive `scores`, lse,
+   error statuses with outputs untouched, the stream honoured, fa_cuda_merge against the whole.
+
+   Environment: SMALL=1 runs a reduced grid (for compute-sanitizer); FA_TIME=1 adds a timing
+   pass that prints TFLOP/s (no assertion). Build: see the Makefile's test-cuda rule. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+extern "C" {
+#include <cmocka.h>
+}
+
+#define FLASHATTN_IMPLEMENTATION
+#define FLASHATTN_CUDA
+#ifndef FLASHATTN_NO_BLAS
+#define FLASHATTN_NO_BLAS
+#endif
+#include "flashattn.h"
+#include "ref.h"
+
+static int g_small = 0;
+static int g_block_k = 0;   /* p.block_k of the runs: 64 picks the single-buffered fp32 kernel */
+
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            print_error("%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
+            fail();                                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* ---- device buffers ---------------------------------------------------------------------------- */
+
+static size_t esize(fa_dtype dt) { return dt == FA_F32 ? 4 : 2; }
+
+static void *dalloc(size_t bytes)
+{
+    void *p = NULL;
+    CU(cudaMalloc(&p, bytes ? bytes : 1));
+    CU(cudaMemset(p, 0xFF, bytes ? bytes : 1));   /* poison */
+    return p;
+}
+
+/* host fp32 -> device storage of dt */
+static void *upload(const float *x, size_t n, fa_dtype dt)
+{
+    size_t es = esize(dt), i;
+    void *d = dalloc(n * es);
+    if (dt == FA_F32) {
+        CU(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
+    } else {
+        uint16_t *h = (uint16_t *)malloc((n ? n : 1) * 2);
+        assert_non_null(h);
+        for (i = 0; i < n; i++) h[i] = dt == FA_F16 ? ref_f32_to_f16(x[i]) : ref_f32_to_bf16(x[i]);
+        CU(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+        free(h);
+    }
+    return d;
+}
+
+/* device storage of dt -> host fp32 (and the raw bytes, if raw) */
+static void download(float *x, const void *d, size_t n, fa_dtype dt, unsigned char *raw)
+{
+    size_t es = esize(dt), i;
+    unsigned char *h = raw ? raw : (unsigned char *)malloc((n ? n : 1) * es);
+    assert_non_null(h);
+    CU(cudaMemcpy(h, d, n * es, cudaMemcpyDeviceToHost));
+    for (i = 0; i < n; i++) {
+        if (dt == FA_F32) memcpy(x + i, h + 4 * i, 4);
+        else {
+            uint16_t u;
+            memcpy(&u, h + 2 * i, 2);
+            x[i] = dt == FA_F16 ? ref_f16_to_f32(u) : ref_bf16_to_f32(u);
+        }
+    }
+    if (!raw) free(h);
+}
+
+static int all_poison(const void *d, size_t bytes)
+{
+    unsigned char *h = (unsigned char *)malloc(bytes ? bytes : 1);
+    int ok;
+    if (!h) return 0;
+    if (cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) { free(h); return 0; }
+    ok = ref_is_poison(h, bytes);
+    free(h);
+    return ok;
+}
+
+/* ---- cases ------------------------------------------------------------------------------------- */
+
+enum { L_PACKED = 0, L_BSHD = 1, L_PADDED = 2 };
+enum { BIAS_NONE = 0, BIAS_FULL, BIAS_KEYPAD, BIAS_SHARED, BIAS_HIDE_ROWS, BIAS_HIDE_TILES, BIAS_STRIDED,
+       BIAS_PER_HEAD };
+enum { ALIBI_NONE = 0, ALIBI_HEAD, ALIBI_BATCH };
+
+typedef struct tcase {
+    const char *name;
+    int B, Hq, Hkv, Sq, Sk, D, Dv, causal, layout;
+    float scale;
+    int wl, wr;
+    float softcap;
+    int alibi, bias, small;
+} tcase;
+
+static uint64_t name_seed(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    return h;
+}
+
+static void make_params(const tcase *c, fa_params *p)
+{
+    int Dv = c->Dv ? c->Dv : c->D;
+    memset(p, 0, sizeof *p);
+    p->batch = c->B; p->heads = c->Hq; p->kv_heads = c->Hkv; p->seq_q = c->Sq; p->seq_k = c->Sk;
+    p->head_dim = c->D; p->head_dim_v = c->Dv; p->scale = c->scale; p->causal = c->causal;
+    p->window_left = c->wl; p->window_right = c->wr; p->softcap = c->softcap;
+    if (c->layout == L_BSHD) {
+        int Hkv = c->Hkv ? c->Hkv : c->Hq;
+        p->q_stride[0] = (int64_t)c->Sq * c->Hq * c->D; p->q_stride[1] = c->D; p->q_stride[2] = (int64_t)c->Hq * c->D;
+        p->k_stride[0] = (int64_t)c->Sk * Hkv * c->D; p->k_stride[1] = c->D; p->k_stride[2] = (int64_t)Hkv * c->D;
+        p->v_stride[0] = (int64_t)c->Sk * Hkv * Dv; p->v_stride[1] = Dv; p->v_stride[2] = (int64_t)Hkv * Dv;
+        p->o_stride[0] = (int64_t)c->Sq * c->Hq * Dv; p->o_stride[1] = Dv; p->o_stride[2] = (int64_t)c->Hq * Dv;
+    } else if (c->layout == L_PADDED) {           /* token rows with gaps after them */
+        int Hkv = c->Hkv ? c->Hkv : c->Hq;
+        int64_t tq = c->D + 3, tk = c->D + 1, tv = Dv + 2, to = Dv + 5;
+        p->q_stride[0] = c->Hq * c->Sq * tq; p->q_stride[1] = c->Sq * tq; p->q_stride[2] = tq;
+        p->k_stride[0] = Hkv * c->Sk * tk; p->k_stride[1] = c->Sk * tk; p->k_stride[2] = tk;
+        p->v_stride[0] = Hkv * c->Sk * tv; p->v_stride[1] = c->Sk * tv; p->v_stride[2] = tv;
+        p->o_stride[0] = c->Hq * c->Sq * to + 7; p->o_stride[1] = c->Sq * to; p->o_stride[2] = to;
+    }
+}
+
+/* Host bias / slopes for the case (allocated; NULL when off); sets p's strides. */
+static float *make_bias(const tcase *c, fa_params *p, ref_rng *r, size_t *n_out)
+{
+    int64_t B = c->B, H = c->Hq, Sq = c->Sq, Sk = c->Sk, i, j, b;
+    float *x;
+    size_t n;
+    *n_out = 0;
+    if (c->bias == BIAS_NONE) return NULL;
+    switch (c->bias) {
+    case BIAS_KEYPAD: p->bias_stride[0] = Sk; p->bias_stride[3] = 1; break;
+    case BIAS_SHARED: case BIAS_HIDE_TILES: p->bias_stride[2] = Sk; p->bias_stride[3] = 1; break;
+    case BIAS_STRIDED:                                   /* [B][Sq][H][Sk] */
+        p->bias_stride[0] = Sq * H * Sk; p->bias_stride[1] = Sk; p->bias_stride[2] = H * Sk; p->bias_stride[3] = 1;
+        break;
+    case BIAS_PER_HEAD: p->bias_stride[1] = Sq * Sk; p->bias_stride[2] = Sk; p->bias_stride[3] = 1; break;
+    default: break;                                      /* packed [B][H][Sq][Sk] */
+    }
+    n = ref_bias_elems(p);
+    x = ref_alloc(n);
+    assert_non_null(x);
+    ref_fill_normal(r, x, n);
+    if (c->bias == BIAS_KEYPAD)                           /* batch b pads its last 3(b+1) keys */
+        for (b = 0; b < B; b++)
+            for (j = 0; j < Sk; j++) x[b * Sk + j] = j >= Sk - 3 * (b + 1) ? -INFINITY : 0.0f;
+    if (c->bias == BIAS_HIDE_ROWS)                        /* every 5th row sees nothing */
+        for (i = 0; i < (int64_t)n; i++)
+            if ((i / Sk) % 5 == 2) x[i] = -INFINITY;
+    if (c->bias == BIAS_HIDE_TILES)                       /* keys 64..127 for all rows; 0..63 for rows < 40 */
+        for (i = 0; i < Sq; i++)
+            for (j = 0; j < Sk; j++)
+                if ((j >= 64 && j < 128) || (i < 40 && j < 64)) x[i * Sk + j] = -INFINITY;
+    *n_out = n;
+    return x;
+}
+
+static float *make_alibi(const tcase *c, fa_params *p, size_t *n_out)
+{
+    int n = c->alibi == ALIBI_BATCH ? c->B * c->Hq : c->Hq, i;
+    float *x;
+    *n_out = 0;
+    if (c->alibi == ALIBI_NONE) return NULL;
+    x = ref_alloc((size_t)n);
+    assert_non_null(x);
+    for (i = 0; i < n; i++) x[i] = (float)pow(2.0, -8.0 * (i % c->Hq + 1) / c->Hq) * (1.0f + 0.25f * (float)(i / c->Hq));
+    p->alibi_stride = c->alibi == ALIBI_BATCH ? c->Hq : 0;
+    *n_out = (size_t)n;
+    return x;
+}
+
+static int close_or_report(const char *what, const char *name, const float *a, const float *b, size_t n,
+                           double rtol, double atol)
+{
+    size_t w;
+    if (fa_allclose(a, b, n, (float)rtol, (float)atol)) return 1;
+    w = ref_worst(a, b, n, rtol, atol);
+    print_error("  FAIL %s %s: not allclose(rtol %g, atol %g): max |diff| %g; worst [%zu] got %.9g want %.9g\n",
+                name, what, rtol, atol, fa_max_abs_diff(a, b, n), w, w == (size_t)-1 ? 0.0 : (double)a[w],
+                w == (size_t)-1 ? 0.0 : (double)b[w]);
+    return 0;
+}
+
+static const char *dt_name(fa_dtype dt) { return dt == FA_F32 ? "f32" : dt == FA_F16 ? "f16" : "bf16"; }
+
+/* One case on one path and dtype; 1 if it passes (failures are printed). */
+static int run_case(const tcase *c, int tiled, fa_dtype dt)
+{
+    fa_params p, pd;
+    ref_rng r;
+    ref_tensors t;
+    ref_dims rd;
+    char name[256];
+    float *oref, *lref, *sref = NULL, *og, *ob, *lo, *so = NULL, *bias, *alibi;
+    void *dq, *dk, *dv, *dout, *dbias = NULL, *dalibi = NULL;
+    float *dlse, *dscores = NULL;
+    unsigned char *raw;
+    size_t nbias, nalibi, rows, nout, es = esize(dt), e;
+    int ok = 1, b, h, i;
+    fa_status st;
+
+    snprintf(name, sizeof name, "%s [%s %s%s]", c->name, tiled ? "tiled" : "naive", dt_name(dt),
+             g_block_k ? " block_k" : "");
+    make_params(c, &p);
+    p.dtype = dt;
+    ref_seed(&r, name_seed(c->name));
+    assert_true(ref_tensors_make(&p, &r, &t));
+    if (c->scale >= 4.0f) {
+        /* large logits (a power-of-two scale >= 4): q and k on multiples of 1/16, so that every
+           fp32 dot product is exact and what is tested is the softmax's handling of |s| > 100,
+           not the fp32 rounding of a 200-sized logit (as the CPU suite does) */
+        for (e = 0; e < t.nq; e++) t.q[e] = floorf(t.q[e] * 16.0f + 0.5f) / 16.0f;
+        for (e = 0; e < t.nk; e++) t.k[e] = floorf(t.k[e] * 16.0f + 0.5f) / 16.0f;
+    }
+    ref_round_to(dt, t.q, t.nq);
+    ref_round_to(dt, t.k, t.nk);
+    ref_round_to(dt, t.v, t.nv);
+    bias = make_bias(c, &p, &r, &nbias);
+    alibi = make_alibi(c, &p, &nalibi);
+    p.bias = bias;
+    p.alibi_slopes = alibi;
+    ref_dims_of(&p, &rd);
+    rows = (size_t)rd.B * rd.Hq * rd.Sq;
+    nout = rows * rd.Dv;
+    oref = ref_alloc(nout); lref = ref_alloc(rows); og = ref_alloc(nout); ob = ref_alloc(t.no); lo = ref_alloc(rows);
+    raw = (unsigned char *)malloc(t.no * es + 1);
+    assert_true(oref && lref && og && ob && lo && raw);
+    if (!tiled) {
+        sref = ref_alloc(rows * rd.Sk);
+        so = ref_alloc(rows * rd.Sk);
+        assert_true(sref && so);
+    }
+    assert_true(ref_attention(&p, t.q, t.k, t.v, oref, lref, sref));
+
+    dq = upload(t.q, t.nq, dt); dk = upload(t.k, t.nk, dt); dv = upload(t.v, t.nv, dt);
+    dout = dalloc(t.no * es);
+    dlse = (float *)dalloc(rows * 4);
+    if (!tiled) dscores = (float *)dalloc(rows * rd.Sk * 4);
+    if (bias) dbias = upload(bias, nbias, FA_F32);
+    if (alibi) dalibi = upload(alibi, nalibi, FA_F32);
+    pd = p;
+    pd.lse = dlse; pd.bias = (const float *)dbias; pd.alibi_slopes = (const float *)dalibi;
+    pd.block_k = g_block_k;
+    st = tiled ? fa_cuda_tiled(&pd, dq, dk, dv, dout) : fa_cuda_naive(&pd, dq, dk, dv, dout, dscores);
+    CU(cudaDeviceSynchronize());
+    if (st != FA_OK) {
+        print_error("  FAIL %s: status %d (%s)\n", name, (int)st, fa_status_string(st));
+        ok = 0;
+        goto done;
+    }
+    download(ob, dout, t.no, dt, raw);
+    /* the bytes between strided rows are untouched */
+    {
+        unsigned char *in_row = (unsigned char *)calloc(t.no + 1, 1);
+        assert_non_null(in_row);
+        for (b = 0; b < rd.B; b++)
+            for (h = 0; h < rd.Hq; h++)
+                for (i = 0; i < rd.Sq; i++)
+                    memset(in_row + b * rd.os[0] + h * rd.os[1] + i * rd.os[2], 1, (size_t)rd.Dv);
+        for (e = 0; e < t.no; e++)
+            if (!in_row[e] && !ref_is_poison(raw + e * es, es)) {
+                print_error("  FAIL %s: element %zu outside o's rows was written\n", name, e);
+                ok = 0;
+                break;
+            }
+        free(in_row);
+    }
+    /* o gathered packed; ref_gather_o works on fp32 buffers with p's strides */
+    ref_gather_o(&p, ob, og);
+    if (dt == FA_F32) {
+        ok &= close_or_report("o", name, og, oref, nout, 1e-5, 1e-5);
+    } else {
+        double rel = ref_rel_error(og, oref, nout), tol = dt == FA_F16 ? 1e-3 : 5e-3;
+        if (!(rel <= tol)) {
+            print_error("  FAIL %s o: relative error %g > %g\n", name, rel, tol);
+            ok = 0;
+        }
+    }
+    download(lo, dlse, rows, FA_F32, NULL);
+    ok &= close_or_report("lse", name, lo, lref, rows, dt == FA_F32 ? 1e-5 : 1e-4, dt == FA_F32 ? 1e-5 : 1e-4);
+    if (!tiled) {
+        download(so, dscores, rows * rd.Sk, FA_F32, NULL);
+        ok &= close_or_report("scores", name, so, sref, rows * rd.Sk, dt == FA_F32 ? 1e-5 : 1e-4,
+                              dt == FA_F32 ? 1e-5 : 1e-4);
+    }
+done:
+    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout); cudaFree(dlse);
+    if (dscores) cudaFree(dscores);
+    if (dbias) cudaFree(dbias);
+    if (dalibi) cudaFree(dalibi);
+    free(oref); free(lref); free(og); free(ob); free(lo); free(raw); free(sref); free(so); free(bias); free(alibi);
+    ref_tensors_free(&t);
+    if (ok && getenv("VERBOSE")) printf("  ok %s\n", name);
+    return ok;
+}
+
+/* name, B, Hq, Hkv, Sq, Sk, D, Dv, causal, layout, scale, wl, wr, softcap, alibi, bias, small */
+static const tcase g_shapes[] = {
+    { "one", 1, 1, 0, 1, 1, 1, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "d3 odd sizes", 2, 3, 0, 17, 33, 3, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "d64 square", 1, 2, 0, 64, 64, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "d64 gqa causal sq<sk", 2, 4, 2, 100, 129, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "d80 mqa causal sq>sk", 1, 4, 1, 130, 70, 80, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "d128 causal 1031", 1, 2, 0, 1031, 1031, 128, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "d128 gqa 257x1031", 1, 4, 2, 257, 1031, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "d256 517x1031", 1, 1, 0, 517, 1031, 256, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "d256 causal small", 1, 2, 1, 70, 45, 256, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "d1 1031", 1, 1, 0, 1031, 300, 1, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "bshd gqa causal", 2, 6, 3, 129, 200, 64, 0, 1, L_BSHD, 0, 0, 0, 0, 0, 0, 1 },
+    { "bshd d128", 2, 4, 4, 65, 130, 128, 0, 0, L_BSHD, 0, 0, 0, 0, 0, 0, 0 },
+    { "padded rows", 2, 2, 1, 33, 77, 40, 24, 1, L_PADDED, 0, 0, 0, 0, 0, 0, 1 },
+    { "dv>d", 1, 2, 1, 77, 91, 64, 128, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "dv<d", 1, 2, 2, 77, 91, 128, 64, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "d3 dv80", 2, 2, 1, 50, 61, 3, 80, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "scale 0.3", 1, 2, 0, 90, 90, 64, 0, 1, L_PACKED, 0.3f, 0, 0, 0, 0, 0, 0 },
+    { "decode sq=1", 3, 8, 2, 1, 1031, 128, 0, 1, L_BSHD, 0, 0, 0, 0, 0, 0, 0 },
+    { "sk=0", 2, 2, 0, 5, 0, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "sq=0", 2, 2, 0, 0, 9, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+};
+
+/* |s| > 100: fp32 only (at half precision such scores are not what the tolerance is about) */
+static const tcase g_large_scores[] = {
+    { "|s|>100 d64", 1, 2, 0, 130, 140, 64, 0, 0, L_PACKED, 8.0f, 0, 0, 0, 0, 0, 1 },
+    { "|s|>100 d128 causal", 1, 2, 0, 200, 300, 128, 0, 1, L_PACKED, 8.0f, 0, 0, 0, 0, 0, 0 },
+    { "|s|>100 d80 gqa", 2, 4, 2, 77, 150, 80, 0, 0, L_BSHD, 16.0f, 0, 0, 0, 0, 0, 0 },
+};
+
+static const tcase g_mods[] = {
+    { "window 1", 2, 4, 2, 97, 203, 64, 0, 1, L_PACKED, 0, 1, 0, 0, 0, 0, 1 },
+    { "window 37 both", 2, 4, 2, 97, 203, 64, 0, 0, L_PACKED, 0, 37, 37, 0, 0, 0, 1 },
+    { "window 37 causal", 1, 2, 0, 300, 300, 64, 0, 1, L_PACKED, 0, 37, 0, 0, 0, 0, 0 },
+    { "window > S", 1, 2, 0, 97, 203, 64, 0, 0, L_PACKED, 0, 5000, 5000, 0, 0, 0, 1 },
+    { "window right only", 1, 2, 0, 97, 203, 64, 0, 0, L_PACKED, 0, 0, 13, 0, 0, 0, 1 },
+    { "window left only long", 1, 2, 1, 600, 1031, 128, 0, 0, L_PACKED, 0, 200, 0, 0, 0, 0, 0 },
+    { "softcap 1.5", 2, 2, 0, 97, 150, 64, 0, 1, L_PACKED, 0, 0, 0, 1.5f, 0, 0, 1 },
+    { "softcap 30", 2, 2, 0, 97, 150, 128, 0, 0, L_PACKED, 4.0f, 0, 0, 30.0f, 0, 0, 0 },
+    { "alibi per head", 2, 4, 2, 97, 150, 64, 0, 1, L_PACKED, 0, 0, 0, 0, ALIBI_HEAD, 0, 1 },
+    { "alibi per batch", 3, 4, 0, 60, 150, 64, 0, 0, L_PACKED, 0, 0, 0, 0, ALIBI_BATCH, 0, 0 },
+    { "bias full", 2, 3, 0, 70, 150, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, BIAS_FULL, 1 },
+    { "bias key padding", 3, 2, 0, 70, 150, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, BIAS_KEYPAD, 1 },
+    { "bias shared", 2, 2, 0, 70, 150, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, BIAS_SHARED, 0 },
+    { "bias strided", 2, 3, 0, 70, 150, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, BIAS_STRIDED, 0 },
+    { "bias per head", 2, 3, 0, 70, 150, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, BIAS_PER_HEAD, 0 },
+    { "bias hides rows", 2, 2, 0, 70, 150, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, BIAS_HIDE_ROWS, 1 },
+    { "bias hides tiles", 1, 2, 0, 150, 300, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, BIAS_HIDE_TILES, 1 },
+    { "bias hides tiles d128", 1, 2, 0, 150, 300, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, BIAS_HIDE_TILES, 0 },
+    { "all together", 2, 4, 2, 97, 203, 64, 0, 1, L_BSHD, 0, 40, 0, 10.0f, ALIBI_BATCH, BIAS_FULL, 1 },
+    { "all together sq>sk", 2, 4, 1, 203, 97, 80, 48, 1, L_BSHD, 0.2f, 17, 3, 5.0f, ALIBI_HEAD, BIAS_KEYPAD, 0 },
+    { "all together d128", 1, 4, 2, 300, 1031, 128, 0, 1, L_BSHD, 0, 256, 0, 30.0f, ALIBI_HEAD, BIAS_SHARED, 0 },
+};
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static void run_list(const tcase *cs, size_t n, const fa_dtype *dts, int ndt, int block_k)
+{
+    size_t i;
+    int f = 0, k, path, total = 0;
+    g_block_k = block_k;
+    for (i = 0; i < n; i++) {
+        if (g_small && !cs[i].small) continue;
+        for (k = 0; k < ndt; k++)
+            for (path = 0; path < 2; path++) {
+                total++;
+                f += !run_case(&cs[i], path, dts[k]);
+            }
+    }
+    if (f) print_error("%d of %d runs failed\n", f, total);
+    assert_int_equal(f, 0);
+}
+
+static const fa_dtype k_f32[] = { FA_F32 };
+static const fa_dtype k_half[] = { FA_F16, FA_BF16 };
+
+static void test_shapes_fp32(void **state) { (void)state; run_list(g_shapes, COUNT(g_shapes), k_f32, 1, 0); }
+static void test_shapes_half(void **state) { (void)state; run_list(g_shapes, COUNT(g_shapes), k_half, 2, 0); }
+static void test_large_scores(void **state) { (void)state; run_list(g_large_scores, COUNT(g_large_scores), k_f32, 1, 0); }
+static void test_modifiers_fp32(void **state) { (void)state; run_list(g_mods, COUNT(g_mods), k_f32, 1, 0); }
+/* the fp32 kernel that is not the default for aligned rows (single-buffered, block_k = 64) */
+static void test_fp32_block_k64(void **state)
+{
+    (void)state;
+    run_list(g_shapes, COUNT(g_shapes), k_f32, 1, 64);
+    run_list(g_mods, COUNT(g_mods), k_f32, 1, 64);
+    run_list(g_large_scores, COUNT(g_large_scores), k_f32, 1, 64);
+}
+static void test_modifiers_half(void **state) { (void)state; run_list(g_mods, COUNT(g_mods), k_half, 2, 0); }
+
+/* ---- errors: statuses, and o, lse, scores untouched ------------------------------------------- */
+
+static void test_errors(void **state)
+{
+    fa_params p, bad;
+    void *buf = dalloc(4096);
+    float *lse = (float *)dalloc(4096), *sc = (float *)dalloc(4096);
+    void *o = dalloc(4096);
+    (void)state;
+    memset(&p, 0, sizeof p);
+    p.batch = 1; p.heads = 2; p.seq_q = 4; p.seq_k = 4; p.head_dim = 8; p.lse = lse;
+
+#define EXPECT(expr, want)                                                                         \
+    do {                                                                                           \
+        fa_status s_ = (expr);                                                                     \
+        if (s_ != (want)) print_error("%s: got %d want %d\n", #expr, (int)s_, (int)(want));        \
+        assert_int_equal(s_, want);                                                                \
+    } while (0)
+#define BOTH(params, want)                                                                         \
+    do {                                                                                           \
+        EXPECT(fa_cuda_tiled(params, buf, buf, buf, o), want);                                     \
+        EXPECT(fa_cuda_naive(params, buf, buf, buf, o, sc), want);                                 \
+    } while (0)
+
+    BOTH(NULL, FA_ERR_INVALID_ARG);
+    bad = p; bad.batch = 0; BOTH(&bad, FA_ERR_INVALID_ARG);
+    bad = p; bad.heads = 3; bad.kv_heads = 2; BOTH(&bad, FA_ERR_INVALID_ARG);
+    bad = p; bad.head_dim = 0; BOTH(&bad, FA_ERR_INVALID_ARG);
+    bad = p; bad.seq_q = -1; BOTH(&bad, FA_ERR_INVALID_ARG);
+    bad = p; bad.dtype = (fa_dtype)7; BOTH(&bad, FA_ERR_INVALID_ARG);
+    bad = p; bad.scale = NAN; BOTH(&bad, FA_ERR_INVALID_ARG);
+    bad = p; bad.softcap = -1.0f; BOTH(&bad, FA_ERR_INVALID_ARG);
+    bad = p; bad.window_left = -2; BOTH(&bad, FA_ERR_INVALID_ARG);
+    bad = p; bad.o_stride[0] = 64; bad.o_stride[1] = 32; bad.o_stride[2] = 4; BOTH(&bad, FA_ERR_INVALID_ARG);
+    bad = p; bad.head_dim = 257; BOTH(&bad, FA_ERR_UNSUPPORTED);
+    bad = p; bad.head_dim_v = 300; BOTH(&bad, FA_ERR_UNSUPPORTED);
+    EXPECT(fa_cuda_tiled(&p, NULL, buf, buf, o), FA_ERR_INVALID_ARG);
+    EXPECT(fa_cuda_tiled(&p, buf, buf, buf, NULL), FA_ERR_INVALID_ARG);
+    EXPECT(fa_cuda_naive(&p, buf, NULL, buf, o, sc), FA_ERR_INVALID_ARG);
+    /* the naive score matrix cannot be allocated (256 TiB: skipped under SMALL, where
+       compute-sanitizer would count the failed allocation as an error), or its size overflows */
+    if (!g_small) {
+        bad = p; bad.heads = 64; bad.seq_q = 1 << 20; bad.seq_k = 1 << 20;
+        EXPECT(fa_cuda_naive(&bad, buf, buf, buf, o, sc), FA_ERR_NO_MEMORY);
+    }
+    bad = p; bad.batch = 1 << 20; bad.heads = 1 << 10; bad.seq_q = 1 << 20; bad.seq_k = 1 << 20;
+    EXPECT(fa_cuda_naive(&bad, buf, buf, buf, o, sc), FA_ERR_NO_MEMORY);
+    /* a later good call works (no sticky error left behind) */
+    CU(cudaDeviceSynchronize());
+    assert_true(all_poison(o, 4096));
+    assert_true(all_poison(lse, 4096));
+    assert_true(all_poison(sc, 4096));
+    EXPECT(fa_cuda_tiled(&p, buf, buf, buf, o), FA_OK);
+    EXPECT(fa_cuda_naive(&p, buf, buf, buf, o, sc), FA_OK);
+    CU(cudaDeviceSynchronize());
+    /* merge's argument checks */
+    {
+        const float *op[2] = { (const float *)buf, (const float *)buf }, *lp[2] = { lse, lse };
+        const float *opn[2] = { (const float *)buf, NULL };
+        float *mo = (float *)dalloc(4096), *ml = (float *)dalloc(4096);
+        EXPECT(fa_cuda_merge(-1, 4, 2, op, lp, mo, ml), FA_ERR_INVALID_ARG);
+        EXPECT(fa_cuda_merge(4, 0, 2, op, lp, mo, ml), FA_ERR_INVALID_ARG);
+        EXPECT(fa_cuda_merge(4, 4, 0, op, lp, mo, ml), FA_ERR_INVALID_ARG);
+        EXPECT(fa_cuda_merge(4, 4, 2, NULL, lp, mo, ml), FA_ERR_INVALID_ARG);
+        EXPECT(fa_cuda_merge(4, 4, 2, op, NULL, mo, ml), FA_ERR_INVALID_ARG);
+        EXPECT(fa_cuda_merge(4, 4, 2, op, lp, NULL, ml), FA_ERR_INVALID_ARG);
+        EXPECT(fa_cuda_merge(4, 4, 2, opn, lp, mo, ml), FA_ERR_INVALID_ARG);
+        EXPECT(fa_cuda_merge(0, 4, 2, op, lp, NULL, NULL), FA_OK);
+        CU(cudaDeviceSynchronize());
+        assert_true(all_poison(mo, 4096));
+        assert_true(all_poison(ml, 4096));
+        cudaFree(mo); cudaFree(ml);
+    }
+    cudaFree(buf); cudaFree(lse); cudaFree(sc); cudaFree(o);
+}
+
+/* ---- the stream: work queued behind a busy non-default stream sees that stream's order ---------- */
+
+__global__ void spin_kernel(long long cycles)
+{
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) { }
+}
+
+static void stream_case(int tiled)
+{
+    enum { B = 2, H = 4, S = 200, D = 64 };
+    fa_params p;
+    ref_rng r;
+    ref_tensors t;
+    float *oref, *og;
+    void *dq, *dk, *dv, *dout, *stage;
+    cudaStream_t s;
+    cudaError_t q;
+    fa_status st;
+    memset(&p, 0, sizeof p);
+    p.batch = B; p.heads = H; p.seq_q = S; p.seq_k = S; p.head_dim = D; p.causal = 1;
+    ref_seed(&r, 99);
+    assert_true(ref_tensors_make(&p, &r, &t));
+    oref = ref_alloc(t.no); og = ref_alloc(t.no);
+    assert_true(ref_attention(&p, t.q, t.k, t.v, oref, NULL, NULL));
+    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    dq = dalloc(t.nq * 4); dk = upload(t.k, t.nk, FA_F32); dv = upload(t.v, t.nv, FA_F32);
+    dout = dalloc(t.no * 4);
+    stage = upload(t.q, t.nq, FA_F32);
+    CU(cudaDeviceSynchronize());
+    /* s: spin ~50 ms, then q arrives; the call must run after both, on s */
+    spin_kernel<<<1, 1, 0, s>>>(g_small ? 1000000LL : 100000000LL);
+    CU(cudaMemcpyAsync(dq, stage, t.nq * 4, cudaMemcpyDeviceToDevice, s));
+    p.stream = (void *)s;
+    st = tiled ? fa_cuda_tiled(&p, dq, dk, dv, dout) : fa_cuda_naive(&p, dq, dk, dv, dout, NULL);
+    q = cudaStreamQuery(s);
+    assert_int_equal(st, FA_OK);
+    if (!g_small) {
+        if (q != cudaErrorNotReady)
+            print_error("  %s: the call returned after its stream had drained (it synchronised)\n",
+                        tiled ? "fa_cuda_tiled" : "fa_cuda_naive");
+        if (tiled) assert_int_equal(q, cudaErrorNotReady);
+    }
+    CU(cudaMemcpyAsync(og, dout, t.no * 4, cudaMemcpyDeviceToHost, s));
+    CU(cudaStreamSynchronize(s));
+    assert_true(close_or_report("o", tiled ? "stream tiled" : "stream naive", og, oref, t.no, 1e-5, 1e-5));
+    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout); cudaFree(stage);
+    CU(cudaStreamDestroy(s));
+    free(oref); free(og);
+    ref_tensors_free(&t);
+}
+
+static void test_stream(void **state)
+{
+    (void)state;
+    stream_case(1);
+    stream_case(0);
+}
+
+/* ---- merge: split keys, attend each part with lse, merge, compare with the whole --------------- */
+
+static void test_merge(void **state)
+{
+    enum { B = 2, H = 3, SQ = 37, SK = 150, D = 32, DV = 24, MAXP = 40 };
+    const int rows = B * H * SQ;
+    fa_params p, pp;
+    ref_rng r;
+    ref_tensors t;
+    float *dwo, *dwl, *dpo[MAXP], *dpl[MAXP], *mo, *ml;
+    float who[B * H * SQ * DV], whl[B * H * SQ], got[B * H * SQ * DV], gotl[B * H * SQ];
+    float refo[B * H * SQ * DV], refl[B * H * SQ];
+    void *dq, *dk, *dv;
+    int cuts_a[] = { 0, 50, 50, SK }, np, i, scheme;
+    (void)state;
+    memset(&p, 0, sizeof p);
+    p.batch = B; p.heads = H; p.seq_q = SQ; p.seq_k = SK; p.head_dim = D; p.head_dim_v = DV;
+    ref_seed(&r, 7);
+    assert_true(ref_tensors_make(&p, &r, &t));
+    assert_true(ref_attention(&p, t.q, t.k, t.v, refo, refl, NULL));
+    dq = upload(t.q, t.nq, FA_F32); dk = upload(t.k, t.nk, FA_F32); dv = upload(t.v, t.nv, FA_F32);
+    dwo = (float *)dalloc(sizeof who); dwl = (float *)dalloc(sizeof whl);
+    p.lse = dwl;
+    assert_int_equal(fa_cuda_tiled(&p, dq, dk, dv, dwo), FA_OK);
+    download(who, dwo, (size_t)rows * DV, FA_F32, NULL);
+    download(whl, dwl, (size_t)rows, FA_F32, NULL);
+    assert_true(close_or_report("whole o", "merge", who, refo, (size_t)rows * DV, 1e-5, 1e-5));
+    mo = (float *)dalloc(sizeof got); ml = (float *)dalloc(sizeof gotl);
+    for (scheme = 0; scheme < 2; scheme++) {
+        int cuts[MAXP + 1];
+        if (scheme == 0) { np = 3; memcpy(cuts, cuts_a, sizeof cuts_a); }
+        else {                                    /* 40 parts (more than one launch), empty ones among them */
+            np = MAXP;
+            for (i = 0; i <= np; i++) cuts[i] = i * SK / np;
+            cuts[5] = cuts[4];
+        }
+        for (i = 0; i < np; i++) {
+            pp = p;
+            pp.seq_k = cuts[i + 1] - cuts[i];
+            pp.k_stride[0] = (int64_t)H * SK * D; pp.k_stride[1] = (int64_t)SK * D; pp.k_stride[2] = D;
+            pp.v_stride[0] = (int64_t)H * SK * DV; pp.v_stride[1] = (int64_t)SK * DV; pp.v_stride[2] = DV;
+            dpo[i] = (float *)dalloc(sizeof who); dpl[i] = (float *)dalloc(sizeof whl);
+            pp.lse = dpl[i];
+            assert_int_equal(fa_cuda_tiled(&pp, dq, (float *)dk + (size_t)cuts[i] * D,
+                                           (float *)dv + (size_t)cuts[i] * DV, dpo[i]), FA_OK);
+        }
+        /* out of place, lse NULL too */
+        assert_int_equal(fa_cuda_merge(rows, DV, np, (const float *const *)dpo, (const float *const *)dpl, mo, ml), FA_OK);
+        download(got, mo, (size_t)rows * DV, FA_F32, NULL);
+        download(gotl, ml, (size_t)rows, FA_F32, NULL);
+        assert_true(close_or_report("merged o", "merge", got, refo, (size_t)rows * DV, 1e-5, 1e-5));
+        assert_true(close_or_report("merged lse", "merge", gotl, refl, (size_t)rows, 1e-5, 1e-5));
+        CU(cudaMemset(mo, 0xFF, sizeof got));
+        assert_int_equal(fa_cuda_merge(rows, DV, np, (const float *const *)dpo, (const float *const *)dpl, mo, NULL), FA_OK);
+        download(got, mo, (size_t)rows * DV, FA_F32, NULL);
+        assert_true(close_or_report("merged o (lse NULL)", "merge", got, refo, (size_t)rows * DV, 1e-5, 1e-5));
+        /* in place: o = o_parts[0], lse = lse_parts[0] */
+        assert_int_equal(fa_cuda_merge(rows, DV, np, (const float *const *)dpo, (const float *const *)dpl, dpo[0], dpl[0]), FA_OK);
+        download(got, dpo[0], (size_t)rows * DV, FA_F32, NULL);
+        download(gotl, dpl[0], (size_t)rows, FA_F32, NULL);
+        assert_true(close_or_report("in-place o", "merge", got, refo, (size_t)rows * DV, 1e-5, 1e-5));
+        assert_true(close_or_report("in-place lse", "merge", gotl, refl, (size_t)rows, 1e-5, 1e-5));
+        for (i = 0; i < np; i++) { cudaFree(dpo[i]); cudaFree(dpl[i]); }
+    }
+    /* all parts empty: 0 and -inf */
+    {
+        float ninf[B * H * SQ];
+        for (i = 0; i < rows; i++) ninf[i] = -INFINITY;
+        for (i = 0; i < 2; i++) {
+            dpo[i] = (float *)upload(who, (size_t)rows * DV, FA_F32);
+            dpl[i] = (float *)upload(ninf, (size_t)rows, FA_F32);
+        }
+        assert_int_equal(fa_cuda_merge(rows, DV, 2, (const float *const *)dpo, (const float *const *)dpl, mo, ml), FA_OK);
+        download(got, mo, (size_t)rows * DV, FA_F32, NULL);
+        download(gotl, ml, (size_t)rows, FA_F32, NULL);
+        for (i = 0; i < rows * DV; i++) assert_true(got[i] == 0.0f);
+        for (i = 0; i < rows; i++) assert_true(gotl[i] == -INFINITY);
+        for (i = 0; i < 2; i++) { cudaFree(dpo[i]); cudaFree(dpl[i]); }
+    }
+    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dwo); cudaFree(dwl); cudaFree(mo); cudaFree(ml);
+    ref_tensors_free(&t);
+}
+
+/* ---- timing (FA_TIME=1): TFLOP/s, printed, not asserted ---------------------------------------- */
+
+static double time_call(int tiled, const fa_params *p, void *q, void *k, void *v, void *o, int iters)
+{
+    cudaEvent_t a, b;
+    float ms = 0.0f;
+    int i;
+    fa_status st;
+    CU(cudaEventCreate(&a)); CU(cudaEventCreate(&b));
+    st = tiled ? fa_cuda_tiled(p, q, k, v, o) : fa_cuda_naive(p, q, k, v, o, NULL);
+    if (st != FA_OK) return -1.0;
+    CU(cudaEventRecord(a, 0));
+    for (i = 0; i < iters; i++) {
+        if (tiled) fa_cuda_tiled(p, q, k, v, o);
+        else fa_cuda_naive(p, q, k, v, o, NULL);
+    }
+    CU(cudaEventRecord(b, 0));
+    CU(cudaEventSynchronize(b));
+    CU(cudaEventElapsedTime(&ms, a, b));
+    cudaEventDestroy(a); cudaEventDestroy(b);
+    return ms / iters;
+}
+
+static void test_timing(void **state)
+{
+    static const struct { int tiled; fa_dtype dt; int D, S, causal, bk; } runs[] = {
+        { 1, FA_F32, 64, 4096, 0, 0 }, { 1, FA_F32, 64, 4096, 1, 0 }, { 1, FA_F32, 64, 4096, 0, 64 },
+        { 1, FA_F32, 128, 4096, 0, 0 }, { 1, FA_F32, 128, 4096, 1, 0 }, { 1, FA_F32, 128, 4096, 0, 32 },
+        { 1, FA_F32, 128, 4096, 0, 64 }, { 1, FA_F32, 128, 4096, 1, 64 }, { 1, FA_F32, 64, 4096, 1, 64 },
+        { 1, FA_F32, 128, 1024, 0, 0 }, { 1, FA_F32, 64, 16384, 1, 0 },
+        { 1, FA_F16, 128, 4096, 0, 0 }, { 1, FA_BF16, 64, 4096, 0, 0 },
+        { 0, FA_F32, 64, 4096, 0, 0 }, { 0, FA_F32, 128, 4096, 0, 0 }, { 0, FA_F32, 128, 4096, 1, 0 },
+        { 0, FA_F16, 128, 4096, 0, 0 }, { 0, FA_BF16, 128, 4096, 0, 0 }, { 0, FA_F16, 64, 4096, 0, 0 },
+    };
+    size_t i;
+    void *q, *k, *v, *o;
+    (void)state;
+    if (!getenv("FA_TIME")) skip();
+    /* 16k tokens, hidden 2048: H = 32 at D = 64, 16 at D = 128 */
+    q = dalloc((size_t)16384 * 2048 * 4); k = dalloc((size_t)16384 * 2048 * 4);
+    v = dalloc((size_t)16384 * 2048 * 4); o = dalloc((size_t)16384 * 2048 * 4);
+    CU(cudaMemset(q, 0, (size_t)16384 * 2048 * 4)); CU(cudaMemset(k, 0, (size_t)16384 * 2048 * 4));
+    CU(cudaMemset(v, 0, (size_t)16384 * 2048 * 4));
+    printf("TIMING path dtype D S causal block_k: ms TFLOP/s (B x S = 16k tokens, hidden 2048)\n");
+    for (i = 0; i < COUNT(runs); i++) {
+        fa_params p;
+        double ms, fl;
+        memset(&p, 0, sizeof p);
+        p.batch = 16384 / runs[i].S; p.heads = 2048 / runs[i].D; p.seq_q = p.seq_k = runs[i].S;
+        p.head_dim = runs[i].D; p.dtype = runs[i].dt; p.causal = runs[i].causal; p.block_k = runs[i].bk;
+        ms = time_call(runs[i].tiled, &p, q, k, v, o, runs[i].S >= 16384 ? 2 : 5);
+        fl = 4.0 * p.batch * p.heads * (double)p.seq_q * p.seq_k * p.head_dim * (runs[i].causal ? 0.5 : 1.0);
+        printf("TIMING %s %s D=%d S=%d causal=%d bk=%d: %.3f ms %.1f TFLOP/s\n", runs[i].tiled ? "tiled" : "naive",
+               dt_name(runs[i].dt), runs[i].D, runs[i].S, runs[i].causal, runs[i].bk, ms, ms > 0 ? fl / ms * 1e-9 : 0.0);
+        fflush(stdout);
+    }
+    cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_shapes_fp32),
+        cmocka_unit_test(test_large_scores),
+        cmocka_unit_test(test_modifiers_fp32),
+        cmocka_unit_test(test_fp32_block_k64),
+        cmocka_unit_test(test_shapes_half),
+        cmocka_unit_test(test_modifiers_half),
+        cmocka_unit_test(test_stream),
+        cmocka_unit_test(test_merge),
+        cmocka_unit_test(test_timing),
+    };
+    int n = 0;
+    g_small = getenv("SMALL") && atoi(getenv("SMALL")) != 0;
+    if (getenv("FA_TIME")) cmocka_set_test_filter("test_timing");   /* the timing pass alone */
+    else if (getenv("FA_FILTER")) cmocka_set_test_filter(getenv("FA_FILTER"));
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("SKIPPED: no CUDA device\n");
+        return 0;
+    }
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
