@@ -6,9 +6,9 @@
    the decode shape (Sq=1, Sk=32768, B=1, H=32, Hkv=8, D=128) as K/V GB/s, and 1 -> N thread scaling.
    Times are medians of repeats; GFLOP/s count 4*B*H*Sq*Sk*D (halved for causal).
 
-   Options: --csv, --threads N (default 2), --quick (S <= 2048, fewer repeats),
-            --max-s N, --naive-mem GiB (largest naive score matrix to allocate, default 9),
-            --no-scaling, --no-naive. */
+   Options: --csv, --threads N (default 2), --quick (S <= 2048, decode Sk 8192, fewer repeats),
+            --few-reps (fewer repeats only), --max-s N, --naive-mem GiB (largest naive score matrix
+            to allocate, default 9, and never over 60% of the memory available), --no-scaling, --no-naive. */
 #define _GNU_SOURCE
 #define FLASHATTN_IMPLEMENTATION
 #include "flashattn.h"
@@ -26,7 +26,8 @@
 #define HAVE_OPENBLAS 1
 #endif
 
-static int csv = 0, quick = 0, nthreads = 2, no_scaling = 0, no_naive = 0;
+static int csv = 0, quick = 0, few_reps = 0, nthreads = 2, no_scaling = 0, no_naive = 0;
+static double gemm_ceiling = 0.0;   /* sgemm GFLOP/s at nthreads, measured in this run */
 static int max_s = 16384;
 static double naive_mem_gib = 9.0;
 
@@ -63,7 +64,7 @@ typedef int (*bench_fn)(void *);
 static double time_median(bench_fn fn, void *arg)
 {
     double t[7], t0, first;
-    int n = 0, maxn = quick ? 3 : 7;
+    int n = 0, maxn = quick || few_reps ? 3 : 7;
     t0 = now_s();
     if (fn(arg) != 0) return -1.0;           /* warm-up, and the failure check */
     first = now_s() - t0;
@@ -72,7 +73,7 @@ static double time_median(bench_fn fn, void *arg)
         t0 = now_s();
         fn(arg);
         t[n++] = now_s() - t0;
-        if (n >= 3 && first * n > (quick ? 0.5 : 2.0)) break;
+        if (n >= 3 && first * n > (quick || few_reps ? 0.5 : 2.0)) break;
     }
     qsort(t, (size_t)n, sizeof t[0], cmp_d);
     return t[n / 2];
@@ -184,18 +185,28 @@ static int run_att(void *v)
 
 typedef struct { double ms, gflops; size_t ws; int ran; } res;
 
+/* Largest naive score matrix the bench allocates: --naive-mem, and at most 60% of the memory
+   available when the bench starts (teammates' jobs share this machine). */
+static double avail_bytes = 0.0;
+static double naive_budget(void)
+{
+    double b = naive_mem_gib * 1073741824.0;
+    if (avail_bytes > 0 && 0.6 * avail_bytes < b) b = 0.6 * avail_bytes;
+    return b;
+}
+
 static void print_header(void)
 {
     if (csv) printf("kind,B,H,Hkv,Sq,Sk,D,causal,threads,naive_ms,tiled_ms,naive_gflops,tiled_gflops,speedup,"
-                    "naive_ws_bytes,tiled_ws_bytes,max_abs_diff,note\n");
-    else printf("%-7s %2s %2s %3s %6s %6s %4s %3s %3s | %10s %10s | %8s %8s | %6s | %12s %10s | %8s\n",
+                    "naive_ws_bytes,tiled_ws_bytes,tiled_pct_sgemm,max_abs_diff,note\n");
+    else printf("%-7s %2s %2s %3s %5s %5s %3s %3s %3s | %9s %9s | %8s %8s %6s | %6s | %11s %8s | %7s\n",
                 "kind", "B", "H", "Hkv", "Sq", "Sk", "D", "cau", "thr", "naive ms", "tiled ms",
-                "naive GF", "tiled GF", "x", "naive ws", "tiled ws", "maxdiff");
+                "naive GF", "tiled GF", "%sgemm", "x", "naive ws", "tiled ws", "maxdiff");
 }
 
-/* Times naive and tiled on one shape; returns tiled's result. */
+/* Times naive and tiled on one shape; returns tiled's result (naive's in *naive_out). */
 static res bench_shape(const char *kind, int B, int H, int Hkv, int Sq, int Sk, int D, int causal, int thr,
-                       int want_naive, double *kv_gbs)
+                       int want_naive, double *kv_gbs, res *naive_out)
 {
     att_arg a;
     res rn, rt;
@@ -219,7 +230,7 @@ static res bench_shape(const char *kind, int B, int H, int Hkv, int Sq, int Sk, 
     rt.gflops = rt.ran ? flops / rt.ms * 1e-6 : 0.0;
     memcpy(o2, a.o, nq * 4);
     if (!want_naive) note = "naive not run";
-    else if ((double)rn.ws > naive_mem_gib * 1073741824.0) note = "naive skipped: score matrix over --naive-mem";
+    else if ((double)rn.ws > naive_budget()) note = "naive skipped: its score matrix exceeds the memory budget";
     else {
         a.naive = 1;
         rn.ms = 1e3 * time_median(run_att, &a);
@@ -230,9 +241,9 @@ static res bench_shape(const char *kind, int B, int H, int Hkv, int Sq, int Sk, 
     }
     if (kv_gbs) *kv_gbs = rt.ran ? 2.0 * (double)nk * 4 / (rt.ms * 1e-3) * 1e-9 : 0.0;
     if (csv)
-        printf("%s,%d,%d,%d,%d,%d,%d,%d,%d,%.3f,%.3f,%.1f,%.1f,%.2f,%zu,%zu,%.2e,%s\n", kind, B, H, Hkv, Sq, Sk, D,
+        printf("%s,%d,%d,%d,%d,%d,%d,%d,%d,%.3f,%.3f,%.1f,%.1f,%.2f,%zu,%zu,%.1f,%.2e,%s\n", kind, B, H, Hkv, Sq, Sk, D,
                causal, thr, rn.ran ? rn.ms : 0.0, rt.ms, rn.gflops, rt.gflops, rn.ran ? rn.ms / rt.ms : 0.0,
-               rn.ws, rt.ws, diff, note);
+               rn.ws, rt.ws, gemm_ceiling > 0 ? 100.0 * rt.gflops / gemm_ceiling : 0.0, diff, note);
     else {
         char nms[32], ngf[32], sp[32], df[32];
         if (rn.ran) {
@@ -241,11 +252,13 @@ static res bench_shape(const char *kind, int B, int H, int Hkv, int Sq, int Sk, 
         } else {
             strcpy(nms, "-"); strcpy(ngf, "-"); strcpy(sp, "-"); strcpy(df, "-");
         }
-        printf("%-7s %2d %2d %3d %6d %6d %4d %3d %3d | %10s %10.2f | %8s %8.1f | %6s | %12zu %10zu | %8s %s\n",
-               kind, B, H, Hkv, Sq, Sk, D, causal, thr, nms, rt.ms, ngf, rt.gflops, sp, rn.ws, rt.ws, df, note);
+        printf("%-7s %2d %2d %3d %5d %5d %3d %3d %3d | %9s %9.2f | %8s %8.1f %5.0f%% | %6s | %11zu %8zu | %7s %s\n",
+               kind, B, H, Hkv, Sq, Sk, D, causal, thr, nms, rt.ms, ngf, rt.gflops,
+               gemm_ceiling > 0 ? 100.0 * rt.gflops / gemm_ceiling : 0.0, sp, rn.ws, rt.ws, df, note);
     }
     fflush(stdout);
     free(a.q); free(a.k); free(a.v); free(a.o); free(o2);
+    if (naive_out) *naive_out = rn;
     return rt;
 }
 
@@ -261,14 +274,26 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--naive-mem") && i + 1 < argc) naive_mem_gib = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-scaling")) no_scaling = 1;
         else if (!strcmp(argv[i], "--no-naive")) no_naive = 1;
+        else if (!strcmp(argv[i], "--few-reps")) few_reps = 1;
         else {
             fprintf(stderr, "usage: %s [--csv] [--threads N] [--quick] [--max-s N] [--naive-mem GiB] "
-                    "[--no-scaling] [--no-naive]\n", argv[0]);
+                    "[--no-scaling] [--no-naive] [--few-reps]\n", argv[0]);
             return 2;
         }
     }
     if (nthreads < 1) nthreads = 1;
     fix_coretype(argv);
+    avail_bytes = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    {
+        FILE *f = fopen("/proc/loadavg", "r");
+        char buf[128];
+        if (f && fgets(buf, sizeof buf, f)) {
+            buf[strcspn(buf, "\n")] = 0;
+            printf("%sload average before the run: %s (other jobs on this machine skew every number)\n",
+                   csv ? "# " : "", buf);
+        }
+        if (f) fclose(f);
+    }
 #ifdef HAVE_OPENBLAS
     openblas_set_num_threads(1);
 #endif
@@ -284,30 +309,70 @@ int main(int argc, char **argv)
 #endif
     bw = mem_read_gbs((size_t)1 << 30, nthreads);
     bw1 = mem_read_gbs((size_t)1 << 30, 1);
+    gemm_ceiling = gemm2;
     printf("%sceiling: OpenBLAS sgemm 2048^3: %.1f GFLOP/s at %d threads, %.1f at 1; memory read: %.1f GB/s at "
            "%d threads, %.1f at 1 (1 GiB buffer)\n", csv ? "# " : "", gemm2, nthreads, gemm1, bw, nthreads, bw1);
     print_header();
-    for (causal = 0; causal <= 1; causal++)
-        for (D = 64; D <= 128; D *= 2)
-            for (S = 128; S <= max_s; S *= 2)
-                bench_shape("prefill", 2, 4, 4, S, S, D, causal, nthreads, !no_naive, NULL);
     {
-        double gbs = 0;
-        res r = bench_shape("decode", 1, 32, 8, 1, quick ? 8192 : 32768, 128, 0, nthreads, !no_naive, &gbs);
-        printf("%sdecode: K/V read %.1f GB/s = %.0f%% of the measured %.1f GB/s (%.3f ms)\n", csv ? "# " : "",
-               gbs, 100.0 * gbs / bw, bw, r.ms);
-    }
-    if (!no_scaling && nthreads > 1) {
-        res r1, r2;
-        double g1, g2;
-        int Ss = quick ? 2048 : 8192;
-        printf("%sscaling: 1 -> %d threads\n", csv ? "# " : "", nthreads);
-        r1 = bench_shape("scale", 2, 4, 4, Ss, Ss, 128, 0, 1, 0, NULL);
-        r2 = bench_shape("scale", 2, 4, 4, Ss, Ss, 128, 0, nthreads, 0, NULL);
-        printf("%sscaling prefill S=%d D=128: %.2fx\n", csv ? "# " : "", Ss, r1.ms / r2.ms);
-        r1 = bench_shape("scale", 1, 32, 8, 1, quick ? 8192 : 32768, 128, 0, 1, 0, &g1);
-        r2 = bench_shape("scale", 1, 32, 8, 1, quick ? 8192 : 32768, 128, 0, nthreads, 0, &g2);
-        printf("%sscaling decode: %.2fx (%.1f -> %.1f GB/s)\n", csv ? "# " : "", r1.ms / r2.ms, g1, g2);
+        /* results by [causal][D index][log2(S/128)] */
+        res rt[2][2][8], rn[2][2][8];
+        int ns = 0, di, si, ok1 = 1, ok1b = 1, ok2 = 1, ok3 = 1, have2 = 0, have3 = 0, have1b = 0;
+        double gbs = 0, scale_p = 0, scale_d = 0;
+        const char *C = csv ? "# " : "";
+        memset(rt, 0, sizeof rt); memset(rn, 0, sizeof rn);
+        for (causal = 0; causal <= 1; causal++)
+            for (D = 64, di = 0; D <= 128; D *= 2, di++)
+                for (S = 128, si = 0; S <= max_s && si < 8; S *= 2, si++) {
+                    rt[causal][di][si] = bench_shape("prefill", 2, 4, 4, S, S, D, causal, nthreads, !no_naive, NULL,
+                                                     &rn[causal][di][si]);
+                    if (si + 1 > ns) ns = si + 1;
+                }
+        {
+            res r = bench_shape("decode", 1, 32, 8, 1, quick ? 8192 : 32768, 128, 0, nthreads, !no_naive, &gbs, NULL);
+            printf("%sdecode: K/V read %.1f GB/s = %.0f%% of the measured %.1f GB/s (%.3f ms)\n", C, gbs,
+                   100.0 * gbs / bw, bw, r.ms);
+        }
+        if (!no_scaling && nthreads > 1) {
+            res r1, r2;
+            double g1, g2;
+            int Ss = quick ? 2048 : 8192;
+            printf("%sscaling: 1 -> %d threads\n", C, nthreads);
+            r1 = bench_shape("scale", 2, 4, 4, Ss, Ss, 128, 0, 1, 0, NULL, NULL);
+            r2 = bench_shape("scale", 2, 4, 4, Ss, Ss, 128, 0, nthreads, 0, NULL, NULL);
+            scale_p = r1.ms / r2.ms;
+            r1 = bench_shape("scale", 1, 32, 8, 1, quick ? 8192 : 32768, 128, 0, 1, 0, &g1, NULL);
+            r2 = bench_shape("scale", 1, 32, 8, 1, quick ? 8192 : 32768, 128, 0, nthreads, 0, &g2, NULL);
+            scale_d = r1.ms / r2.ms;
+            printf("%sscaling: prefill S=%d D=128 %.2fx, decode %.2fx (%.1f -> %.1f GB/s)\n", C, Ss, scale_p, scale_d, g1, g2);
+        }
+        /* the targets of issue #3, judged on this run's numbers */
+        printf("%scausal speed-up over non-causal (tiled):", C);
+        for (di = 0; di < 2; di++)
+            for (si = 0; si < ns; si++) {
+                double x = rt[0][di][si].ms / rt[1][di][si].ms;
+                printf(" D%d/S%d %.2fx", 64 << di, 128 << si, x);
+                if ((128 << si) >= 4096) { have3 = 1; if (x < 1.8) ok3 = 0; }
+            }
+        printf("\n");
+        for (causal = 0; causal <= 1; causal++)
+            for (di = 0; di < 2; di++)
+                for (si = 0; si < ns; si++) {
+                    res *t = &rt[causal][di][si], *n = &rn[causal][di][si];
+                    if (n->ran && n->ms < t->ms) ok1 = 0;
+                    if (n->ran && (128 << si) >= 4096) { have1b = 1; if (n->ms < 2.0 * t->ms) ok1b = 0; }
+                    if (!causal && (128 << si) >= 2048 && gemm_ceiling > 0) {
+                        have2 = 1;
+                        if (t->gflops < 0.6 * gemm_ceiling) ok2 = 0;
+                    }
+                }
+        printf("%stargets: 1a tiled >= naive everywhere naive ran: %s; 1b >= 2x naive at S >= 4096: %s; "
+               "2 >= 60%% of sgemm (%.0f GF/s) at S >= 2048: %s; 3 causal >= 1.8x at S >= 4096: %s; "
+               "4 decode >= 50%% of bandwidth: %s; 5 1->%d threads >= 1.8x: %s\n", C,
+               ok1 ? "met" : "MISSED", !have1b ? "not measured" : ok1b ? "met" : "MISSED",
+               gemm_ceiling, !have2 ? "not measured" : ok2 ? "met" : "MISSED",
+               !have3 ? "not measured" : ok3 ? "met" : "MISSED", gbs >= 0.5 * bw ? "met" : "MISSED", nthreads,
+               no_scaling || nthreads < 2 ? "not measured" : (scale_p >= 1.8 && scale_d >= 1.8) ? "met" :
+               scale_p >= 1.8 ? "met for prefill, MISSED for decode" : "MISSED");
     }
     printf("%sbench wall time: %.0f s\n", csv ? "# " : "", now_s() - t0);
     return 0;

@@ -1,0 +1,48 @@
+#!/bin/sh
+# Issue #3, target 6: fa_tiled against PyTorch's CPU scaled_dot_product_attention, fp32, same shapes,
+# same thread counts (2 and 16), in one call on the GPU machine's CPU (16 cores, PyTorch installed,
+# probably no OpenBLAS: then the bench is built with -DFLASHATTN_NO_BLAS and runs tiled only).
+#   sh bench/cpu_vs_torch.sh            (writes under $OUT, or /tmp/cpu_vs_torch)
+set -u
+OUT=${OUT:-/tmp/cpu_vs_torch}
+MAXS=${MAXS:-8192}
+CC=${CC:-cc}
+mkdir -p "$OUT"
+{
+    echo "cores: $(nproc)"
+    grep -m1 "model name" /proc/cpuinfo
+    for f in avx512f avx2 fma; do grep -qw $f /proc/cpuinfo && echo "has $f"; done
+    cat /proc/loadavg
+} | tee "$OUT/machine.txt"
+if printf '#include <cblas.h>\nint main(void){return 0;}\n' | $CC -x c - -o /dev/null -lopenblas 2>/dev/null; then
+    BLAS=""; LIBS="-lopenblas -lm -lpthread"; echo "OpenBLAS found"
+else
+    BLAS="-DFLASHATTN_NO_BLAS"; LIBS="-lm -lpthread"; echo "no OpenBLAS: building with -DFLASHATTN_NO_BLAS, tiled only"
+fi
+$CC -O2 -std=c99 $BLAS -I. bench/bench.c -o "$OUT/bench" $LIBS || exit 1
+for t in 2 16; do
+    timeout 80 "$OUT/bench" --threads $t --no-naive --no-scaling --few-reps --max-s "$MAXS" --csv > "$OUT/ours_t$t.csv"
+    grep "^#" "$OUT/ours_t$t.csv"
+done
+PYTHONUNBUFFERED=1 timeout 110 python3 bench/torch_cpu.py --threads 2 16 --max-s "$MAXS" --quick --csv > "$OUT/torch.csv"
+head -1 "$OUT/torch.csv"
+python3 - "$OUT" <<'PY'
+import csv, sys, os
+out = sys.argv[1]
+def rows(path):
+    if not os.path.exists(path): return []
+    with open(path) as f:
+        return list(csv.DictReader(l for l in f if not l.startswith("#")))
+ours = {}
+for t in (2, 16):
+    for r in rows(f"{out}/ours_t{t}.csv"):
+        ours[(r["kind"], r["Sq"], r["Sk"], r["D"], r["causal"], r["threads"])] = r
+print(f"{'kind':7} {'Sq':>5} {'Sk':>5} {'D':>3} {'cau':>3} {'thr':>3} | {'tiled ms':>9} {'torch ms':>9} | {'tiled GF':>8} {'torch GF':>8} | {'x':>5}")
+for r in rows(f"{out}/torch.csv"):
+    key = (r["kind"], r["Sq"], r["Sk"], r["D"], r["causal"], r["threads"])
+    o = ours.get(key)
+    if not o: continue
+    tm, pm = float(o["tiled_ms"]), float(r["torch_ms"])
+    print(f"{r['kind']:7} {r['Sq']:>5} {r['Sk']:>5} {r['D']:>3} {r['causal']:>3} {r['threads']:>3} | {tm:9.2f} {pm:9.2f} | "
+          f"{float(o['tiled_gflops']):8.1f} {float(r['torch_gflops']):8.1f} | {pm / tm:5.2f}")
+PY
