@@ -1,0 +1,579 @@
+/* bench_cuda.cu - attention forward on the GPU: TFLOP/s of fa_cuda_tiled / fa_cuda_naive and of the
+   tensor-core kernel's tile configurations (`make bench-cuda`; bench/run_cuda_bench.sh runs it beside
+   PyTorch's SDPA and prints one combined table).
+
+   Shapes: the FlashAttention benchmark's, batch x seqlen = 16384 tokens, hidden 2048 (H=32 at D=64,
+   H=16 at D=128), S = 512 .. 16384, causal 0/1, dtypes bf16/fp16/fp32; sliding windows (W = 256 and
+   4096 at S = 16384) and softcap / ALiBi rows (causal, S = 16384).
+   FLOPs: 4*B*H*S*S*D, halved for causal (the FlashAttention convention); windows count the visible
+   (row, key) pairs exactly: 4*B*H*D*pairs.
+   Timing: CUDA events around each call, warm-up first, median of repeats. Inputs are N(0,1) drawn on
+   the device (never zeros); q, k, v, o together are >= 256 MB, over 4x the H200's 60 MB L2, so one
+   set is used (no rotation needed at these sizes). Every timed row is checked against a float64 CPU
+   reference on sampled rows (first, last and random rows of a few heads): rel = ||o-ref||/||ref||
+   over those rows; "OK" needs bf16 <= 5e-3, fp16 <= 1e-3, fp32 <= 1e-5 (with max abs error).
+   A correctness section first runs ragged shapes (Sq != Sk, tails, GQA, token strides, causal,
+   windows, softcap, ALiBi, bias, lse, empty rows) against a full float64 reference.
+
+   Options: --quick (fewer shapes), --no-api (time the tensor-core kernel only, through
+   fa__cuda_tc_tiled), --no-tune, --no-naive, --no-check, --budget SEC (per timed row, default 0.08),
+   --prof (one launch per profiled shape, for ncu).
+
+   Row format (shared with bench/torch_sdpa.py):
+   ROW impl dtype D causal S B H extra ms TFLOP/s relerr status */
+#define FLASHATTN_IMPLEMENTATION
+#define FLASHATTN_CUDA
+#ifndef FLASHATTN_NO_BLAS
+#define FLASHATTN_NO_BLAS
+#endif
+#include "flashattn.h"
+
+#include <algorithm>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#define CK(x)                                                                                        \
+    do {                                                                                             \
+        cudaError_t e_ = (x);                                                                        \
+        if (e_ != cudaSuccess) {                                                                     \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));      \
+            exit(1);                                                                                 \
+        }                                                                                            \
+    } while (0)
+
+static int opt_quick = 0, opt_api = 1, opt_tune = 1, opt_naive = 1, opt_check = 1;
+static double opt_budget = 0.08;
+static int opt_prof = 0;   /* one launch of each profiled shape, nothing else (for ncu) */
+static int n_fail = 0;
+
+/* ---- random inputs on the device ----------------------------------------------------------- */
+__device__ static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+template <typename T> __device__ static T from_f(float x);
+template <> __device__ float from_f<float>(float x) { return x; }
+template <> __device__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+template <typename T> __global__ void k_randn(T *x, size_t n, uint64_t seed, float sd)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = mix64(seed * 0x9E3779B97F4A7C15ULL + i);
+        double u1 = ((double)(z >> 11) + 0.5) / 9007199254740992.0;
+        double u2 = (double)(mix64(z) >> 11) / 9007199254740992.0;
+        x[i] = from_f<T>((float)(sd * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2)));
+    }
+}
+static void randn(void *x, size_t n, fa_dtype dt, uint64_t seed, float sd = 1.0f)
+{
+    if (dt == FA_F32) k_randn<float><<<1024, 256>>>((float *)x, n, seed, sd);
+    else if (dt == FA_F16) k_randn<__half><<<1024, 256>>>((__half *)x, n, seed, sd);
+    else k_randn<__nv_bfloat16><<<1024, 256>>>((__nv_bfloat16 *)x, n, seed, sd);
+    CK(cudaGetLastError());
+}
+__global__ void k_fill_u8(unsigned char *x, size_t n, unsigned char v)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] = v;
+}
+
+/* ---- host conversions ------------------------------------------------------------------------ */
+static size_t esize(fa_dtype dt) { return dt == FA_F32 ? 4 : 2; }
+static const char *dname(fa_dtype dt) { return dt == FA_F32 ? "fp32" : dt == FA_F16 ? "fp16" : "bf16"; }
+static float h2f(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023u, u;
+    float f;
+    if (e == 0) { f = ldexpf((float)m, -24); return s ? -f : f; }
+    if (e == 31) u = s | 0x7f800000u | (m << 13);
+    else u = s | ((e + 112) << 23) | (m << 13);
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float tof(const void *p, size_t i, fa_dtype dt)
+{
+    if (dt == FA_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    if (dt == FA_F16) return h2f(h);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---- the request --------------------------------------------------------------------------- */
+struct Case {
+    int B, Hq, Hkv, Sq, Sk, D, causal, wl, wr, bsh;   /* bsh: [B][S][H][D] token strides */
+    fa_dtype dt;
+    float softcap;
+    int alibi, bias;   /* bias: 1 packed random with some -inf; 2 key padding {Sk,0,0,1} */
+};
+
+struct Bufs {
+    void *q, *k, *v, *o;
+    float *lse, *slopes, *bias;
+    size_t nq, nk, no, nbias;
+};
+
+static void make_params(const Case &c, const Bufs &b, fa_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->batch = c.B; p->heads = c.Hq; p->kv_heads = c.Hkv; p->seq_q = c.Sq; p->seq_k = c.Sk;
+    p->head_dim = c.D; p->dtype = c.dt; p->causal = c.causal;
+    p->window_left = c.wl; p->window_right = c.wr; p->softcap = c.softcap;
+    p->lse = b.lse;
+    if (c.bsh) {
+        int64_t qs[3] = { (int64_t)c.Sq * c.Hq * c.D, c.D, (int64_t)c.Hq * c.D };
+        int64_t ks[3] = { (int64_t)c.Sk * c.Hkv * c.D, c.D, (int64_t)c.Hkv * c.D };
+        memcpy(p->q_stride, qs, sizeof qs); memcpy(p->o_stride, qs, sizeof qs);
+        memcpy(p->k_stride, ks, sizeof ks); memcpy(p->v_stride, ks, sizeof ks);
+    }
+    if (c.alibi) p->alibi_slopes = b.slopes;
+    if (c.bias == 1) p->bias = b.bias;
+    if (c.bias == 2) { p->bias = b.bias; p->bias_stride[0] = c.Sk; p->bias_stride[3] = 1; }
+}
+
+/* float64 reference of one query row (b, h, i): o[Dv], returns lse */
+/* K and V of one (batch, kv head) as float rows [Sk][D] */
+static void head_kv(const Case &c, const fa__dims &d, const unsigned char *hk, const unsigned char *hv, int b, int g,
+                    std::vector<float> &fk, std::vector<float> &fv)
+{
+    fk.resize((size_t)c.Sk * c.D);
+    fv.resize((size_t)c.Sk * c.D);
+    for (int j = 0; j < c.Sk; j++)
+        for (int e = 0; e < c.D; e++) {
+            fk[(size_t)j * c.D + e] = tof(hk, b * d.ks[0] + g * d.ks[1] + j * d.ks[2] + e, c.dt);
+            fv[(size_t)j * c.D + e] = tof(hv, b * d.vs[0] + g * d.vs[1] + j * d.vs[2] + e, c.dt);
+        }
+}
+
+static double ref_row(const Case &c, const fa__dims &d, const unsigned char *hq, const std::vector<float> &fk,
+                      const std::vector<float> &fv, const std::vector<float> &hs, const std::vector<float> &hb, int b,
+                      int h, int i, double *out)
+{
+    int D = c.D;
+    int64_t dg = (int64_t)i + c.Sk - c.Sq;
+    std::vector<double> s(c.Sk);
+    double mx = -INFINITY;
+    const fa_dtype dt = c.dt;
+    const int64_t qo = b * d.qs[0] + h * d.qs[1] + i * d.qs[2];
+    std::vector<double> qi(D);
+    for (int e = 0; e < D; e++) qi[e] = tof(hq, qo + e, dt);
+    for (int j = 0; j < c.Sk; j++) {
+        bool vis = !(c.causal && j > dg) && !(c.wl > 0 && j < dg - c.wl) && !(c.wr > 0 && j > dg + c.wr);
+        double x = -INFINITY;
+        if (vis) {
+            const float *kj = &fk[(size_t)j * D];
+            double dot = 0;
+            for (int e = 0; e < D; e++) dot += qi[e] * kj[e];
+            x = d.scale * dot;
+            if (c.softcap > 0) x = c.softcap * tanh(x / c.softcap);
+            if (c.alibi) x -= hs[h] * fabs((double)(dg - j));
+            if (c.bias) x += hb[b * d.bs[0] + h * d.bs[1] + i * d.bs[2] + j * d.bs[3]];
+        }
+        s[j] = x;
+        if (x > mx) mx = x;
+    }
+    for (int e = 0; e < D; e++) out[e] = 0;
+    if (mx == -INFINITY) return -INFINITY;
+    double l = 0;
+    for (int j = 0; j < c.Sk; j++) {
+        if (s[j] == -INFINITY) continue;
+        double w = exp(s[j] - mx);
+        l += w;
+        const float *vj = &fv[(size_t)j * D];
+        for (int e = 0; e < D; e++) out[e] += w * vj[e];
+    }
+    for (int e = 0; e < D; e++) out[e] /= l;
+    return mx + log(l);
+}
+
+/* Checks rows (all when nrows_per_head == 0) of the result in b.o against float64. */
+struct Err { double rel, maxabs, lse_err; int nan, lse_bad; };
+static Err check(const Case &c, const Bufs &bu, int heads_sampled, int rows_per_head, uint64_t seed)
+{
+    fa_params p;
+    fa__dims d;
+    make_params(c, bu, &p);
+    fa__resolve(&p, bu.q, bu.k, bu.v, bu.o, &d);
+    size_t es = esize(c.dt);
+    std::vector<unsigned char> rq(bu.nq * es), rk(bu.nk * es), rv(bu.nk * es), ro(bu.no * es);
+    CK(cudaMemcpy(rq.data(), bu.q, rq.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(rk.data(), bu.k, rk.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(rv.data(), bu.v, rv.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ro.data(), bu.o, ro.size(), cudaMemcpyDeviceToHost));
+    std::vector<float> lse((size_t)c.B * c.Hq * c.Sq), hs(c.Hq), hb(bu.nbias);
+    CK(cudaMemcpy(lse.data(), bu.lse, lse.size() * 4, cudaMemcpyDeviceToHost));
+    if (c.alibi) CK(cudaMemcpy(hs.data(), bu.slopes, c.Hq * 4, cudaMemcpyDeviceToHost));
+    if (c.bias) CK(cudaMemcpy(hb.data(), bu.bias, bu.nbias * 4, cudaMemcpyDeviceToHost));
+    uint64_t r = seed;
+    double num = 0, den = 0, maxabs = 0, lerr = 0;
+    int nan = 0, lbad = 0;
+    std::vector<double> out(c.D);
+    int nh = heads_sampled ? heads_sampled : c.B * c.Hq;
+    for (int t = 0; t < nh; t++) {
+        int bh = heads_sampled ? (int)((r = r * 6364136223846793005ULL + 1442695040888963407ULL) >> 33) % (c.B * c.Hq) : t;
+        int b = bh / c.Hq, h = bh % c.Hq;
+        std::vector<float> fk, fv;
+        head_kv(c, d, rk.data(), rv.data(), b, h / (c.Hq / c.Hkv), fk, fv);
+        int nr = rows_per_head ? std::min(rows_per_head, c.Sq) : c.Sq;
+        for (int u = 0; u < nr; u++) {
+            int i = !rows_per_head ? u : u == 0 ? 0 : u == 1 ? c.Sq - 1 :
+                    (int)(((r = r * 6364136223846793005ULL + 1442695040888963407ULL) >> 33) % (uint64_t)c.Sq);
+            double l = ref_row(c, d, rq.data(), fk, fv, hs, hb, b, h, i, out.data());
+            for (int e = 0; e < c.D; e++) {
+                double x = tof(ro.data(), b * d.os[0] + h * d.os[1] + i * d.os[2] + e, c.dt);
+                if (x != x) nan++;
+                num += (x - out[e]) * (x - out[e]);
+                den += out[e] * out[e];
+                maxabs = std::max(maxabs, fabs(x - out[e]));
+            }
+            double gl = lse[((size_t)b * c.Hq + h) * c.Sq + i];
+            if (l == -INFINITY) { if (gl != -INFINITY) lbad++; }
+            else if (!(fabs(gl - l) <= 1e-3 + 1e-3 * fabs(l))) lbad++;
+            else lerr = std::max(lerr, fabs(gl - l));
+        }
+    }
+    Err e;
+    e.rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    e.maxabs = maxabs; e.nan = nan; e.lse_err = lerr; e.lse_bad = lbad;
+    return e;
+}
+static double tol(fa_dtype dt) { return dt == FA_F32 ? 1e-5 : dt == FA_F16 ? 1e-3 : 5e-3; }
+static bool pass(const Err &e, fa_dtype dt)
+{
+    bool ok = e.nan == 0 && e.lse_bad == 0 && e.rel <= tol(dt);
+    if (dt == FA_F32) ok = ok && e.maxabs <= 1e-4;
+    return ok;
+}
+
+static void alloc_bufs(const Case &c, Bufs &b, uint64_t seed)
+{
+    memset(&b, 0, sizeof b);
+    b.nq = (size_t)c.B * c.Hq * c.Sq * c.D;
+    b.nk = (size_t)c.B * c.Hkv * c.Sk * c.D;
+    b.no = b.nq;
+    size_t es = esize(c.dt);
+    CK(cudaMalloc(&b.q, b.nq * es + 16)); CK(cudaMalloc(&b.o, b.no * es + 16));
+    CK(cudaMalloc(&b.k, b.nk * es + 16)); CK(cudaMalloc(&b.v, b.nk * es + 16));
+    CK(cudaMalloc(&b.lse, (size_t)c.B * c.Hq * c.Sq * 4 + 16));
+    randn(b.q, b.nq, c.dt, seed + 1);
+    randn(b.k, b.nk, c.dt, seed + 2);
+    randn(b.v, b.nk, c.dt, seed + 3);
+    k_fill_u8<<<256, 256>>>((unsigned char *)b.o, b.no * es, 0xff);   /* poison: NaN in every dtype */
+    CK(cudaGetLastError());
+    if (c.alibi) {
+        std::vector<float> s(c.Hq);
+        for (int h = 0; h < c.Hq; h++) s[h] = (float)pow(2.0, -8.0 * (h + 1) / c.Hq);
+        CK(cudaMalloc(&b.slopes, c.Hq * 4));
+        CK(cudaMemcpy(b.slopes, s.data(), c.Hq * 4, cudaMemcpyHostToDevice));
+    }
+    if (c.bias) {
+        b.nbias = c.bias == 1 ? (size_t)c.B * c.Hq * c.Sq * c.Sk : (size_t)c.B * c.Sk;
+        std::vector<float> hb(b.nbias);
+        uint64_t r = seed;
+        for (size_t i = 0; i < b.nbias; i++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            double u = (double)(r >> 11) / 9007199254740992.0;
+            hb[i] = u < 0.1 ? -INFINITY : (float)(4.0 * u - 2.0);
+        }
+        if (c.bias == 2) for (int j = c.Sk / 2; j < c.Sk; j++) hb[j] = -INFINITY;   /* batch 0: second half padded */
+        CK(cudaMalloc(&b.bias, b.nbias * 4));
+        CK(cudaMemcpy(b.bias, hb.data(), b.nbias * 4, cudaMemcpyHostToDevice));
+    }
+    CK(cudaDeviceSynchronize());
+}
+static void free_bufs(Bufs &b)
+{
+    cudaFree(b.q); cudaFree(b.k); cudaFree(b.v); cudaFree(b.o); cudaFree(b.lse);
+    cudaFree(b.slopes); cudaFree(b.bias);
+    memset(&b, 0, sizeof b);
+}
+
+/* ---- the implementations under test ---------------------------------------------------------- */
+typedef fa_status (*tc_fn)(const fa__dims *, const void *, const void *, const void *, void *, cudaStream_t);
+struct Impl { const char *name; int kind; tc_fn fn; int D; };   /* kind 0 API tiled, 1 API naive, 2 tc */
+
+static fa_status tc_default(const fa__dims *d, const void *q, const void *k, const void *v, void *o, cudaStream_t s)
+{
+    return fa__cuda_tc_tiled(d, q, k, v, o, s);
+}
+/* tile configurations: <T, D, warps, m16 tiles per warp, BK, Q in registers, min blocks per SM> */
+#define TCFG(NAME, D_, NW, MT, BK, QR, MB)                                                              \
+    static fa_status NAME(const fa__dims *d, const void *q, const void *k, const void *v, void *o,        \
+                          cudaStream_t s)                                                                 \
+    {                                                                                                     \
+        fa_status st = fa__tc_check(d, q, k, v, o);                                                       \
+        if (st != FA_OK) return st;                                                                       \
+        return d->dtype == FA_BF16 ? fa__tc_launch<__nv_bfloat16, D_, NW, MT, BK, QR, MB>(d, q, k, v, o, s) \
+                                   : fa__tc_launch<__half, D_, NW, MT, BK, QR, MB>(d, q, k, v, o, s);     \
+    }
+#ifdef FA_BENCH_TUNE   /* the tile-configuration sweep (make bench-cuda builds it; cuda-objs does not) */
+/* first sweep (2026-11-29, bf16 S=16384 non-causal / causal TFLOP/s): tc64_w4m2k64q 293/295,
+   tc64_w4m2k128q 284/289, tc64_w8m1k64q 268/270, tc64_w4m1k128q 251/250; tc128_w4m2k64 301/306,
+   tc128_w4m2k32 295/297, tc128_w8m1k64q 285/288, tc128_w4m1k64q 265/269 */
+TCFG(tc64_w4m2k64q, 64, 4, 2, 64, 1, 2)
+TCFG(tc64_w4m2k128q, 64, 4, 2, 128, 1, 1)
+TCFG(tc128_w4m2k64, 128, 4, 2, 64, 0, 1)
+TCFG(tc128_w4m2k32, 128, 4, 2, 32, 0, 1)
+TCFG(tc128_w8m1k64q, 128, 8, 1, 64, 1, 1)
+static const Impl tune_impls[] = {
+    { "tc64_w4m2k64q", 2, tc64_w4m2k64q, 64 },   { "tc64_w4m2k128q", 2, tc64_w4m2k128q, 64 },
+    { "tc128_w4m2k64", 2, tc128_w4m2k64, 128 },  { "tc128_w4m2k32", 2, tc128_w4m2k32, 128 },
+    { "tc128_w8m1k64q", 2, tc128_w8m1k64q, 128 },
+};
+#else
+static const Impl tune_impls[] = { { "tc_tiled", 2, tc_default, 0 } };
+#endif
+
+static fa_status call(const Impl &im, const fa_params &p, const Bufs &b)
+{
+#ifndef FA_BENCH_TC_ONLY
+    if (im.kind == 0) return fa_cuda_tiled(&p, b.q, b.k, b.v, b.o);
+    if (im.kind == 1) return fa_cuda_naive(&p, b.q, b.k, b.v, b.o, NULL);
+#endif
+    fa__dims d;
+    fa_status st = fa__resolve(&p, b.q, b.k, b.v, b.o, &d);
+    if (st != FA_OK) return st;
+    return im.fn(&d, b.q, b.k, b.v, b.o, 0);
+}
+
+static double flops(const Case &c)
+{
+    if (c.wl == 0 && c.wr == 0) return 4.0 * c.B * c.Hq * (double)c.Sq * c.Sk * c.D * (c.causal ? 0.5 : 1.0);
+    double pairs = 0;
+    for (int i = 0; i < c.Sq; i++) {
+        int64_t dg = (int64_t)i + c.Sk - c.Sq, lo = 0, hi = c.Sk;
+        if (c.wl > 0) lo = std::max<int64_t>(lo, dg - c.wl);
+        if (c.causal) hi = std::min<int64_t>(hi, dg + 1);
+        if (c.wr > 0) hi = std::min<int64_t>(hi, dg + c.wr + 1);
+        if (hi > lo) pairs += (double)(hi - lo);
+    }
+    return 4.0 * c.B * c.Hq * c.D * pairs;
+}
+
+/* Times one implementation on one case and checks it; prints one ROW line. */
+static void bench_row(const Impl &im, const Case &c, Bufs &b, const char *extra)
+{
+    fa_params p;
+    make_params(c, b, &p);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    k_fill_u8<<<256, 256>>>((unsigned char *)b.o, b.no * esize(c.dt), 0xff);
+    fa_status st = call(im, p, b);   /* warm-up */
+    cudaError_t ce = cudaDeviceSynchronize();
+    if (st != FA_OK || ce != cudaSuccess) {
+        printf("ROW %-16s %-5s %4d %2d %6d %4d %3d %-10s %9s %8s %9s %s\n", im.name, dname(c.dt), c.D, c.causal, c.Sq, c.B,
+               c.Hq, extra, "-", "-", "-", st != FA_OK ? fa_status_string(st) : cudaGetErrorString(ce));
+        if (ce != cudaSuccess) exit(1);
+        return;
+    }
+    CK(cudaEventRecord(e0));
+    call(im, p, b);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms1;
+    CK(cudaEventElapsedTime(&ms1, e0, e1));
+    int reps = (int)std::min(50.0, std::max(3.0, opt_budget * 1e3 / std::max(ms1, 1e-3f)));
+    std::vector<float> t(reps);
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(e0));
+        call(im, p, b);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&t[r], e0, e1));
+    }
+    std::sort(t.begin(), t.end());
+    double ms = t[reps / 2];
+    /* the check: poison, run once more, compare sampled rows */
+    k_fill_u8<<<256, 256>>>((unsigned char *)b.o, b.no * esize(c.dt), 0xff);
+    call(im, p, b);
+    CK(cudaDeviceSynchronize());
+    Err e = check(c, b, 3, c.Sq >= 8192 ? 6 : 12, (uint64_t)c.Sq * 131 + c.D);
+    bool ok = pass(e, c.dt);
+    if (!ok) n_fail++;
+    printf("ROW %-16s %-5s %4d %2d %6d %4d %3d %-10s %9.3f %8.1f %9.2e %s\n", im.name, dname(c.dt), c.D, c.causal, c.Sq,
+           c.B, c.Hq, extra, ms, flops(c) / (ms * 1e-3) / 1e12, e.rel, ok ? "OK" : "FAIL");
+    fflush(stdout);
+    CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
+}
+
+/* ---- the correctness section: ragged shapes, full reference --------------------------------- */
+static void check_case(const Impl &im, const Case &c, const char *what)
+{
+    Bufs b;
+    alloc_bufs(c, b, 1234 + c.Sq * 7 + c.Sk + c.D);
+    fa_params p;
+    make_params(c, b, &p);
+    k_fill_u8<<<256, 256>>>((unsigned char *)b.lse, (size_t)c.B * c.Hq * c.Sq * 4, 0xff);
+    fa_status st = call(im, p, b);
+    cudaError_t ce = cudaDeviceSynchronize();
+    if (st != FA_OK || ce != cudaSuccess) {
+        printf("CHECK %-16s %-5s D=%3d %-44s %s\n", im.name, dname(c.dt), c.D, what,
+               st != FA_OK ? fa_status_string(st) : cudaGetErrorString(ce));
+        if (st != FA_ERR_UNSUPPORTED) n_fail++;
+        free_bufs(b);
+        if (ce != cudaSuccess) exit(1);
+        return;
+    }
+    Err e = check(c, b, 0, 0, 1);
+    bool ok = pass(e, c.dt);
+    if (!ok) n_fail++;
+    printf("CHECK %-16s %-5s D=%3d %-44s rel %.2e max %.2e lse %.1e nan %d lsebad %d %s\n", im.name, dname(c.dt), c.D, what,
+           e.rel, e.maxabs, e.lse_err, e.nan, e.lse_bad, ok ? "OK" : "FAIL");
+    fflush(stdout);
+    free_bufs(b);
+}
+
+static void correctness(const std::vector<Impl> &impls)
+{
+    for (const Impl &im : impls)
+        for (int D : { 64, 128 }) {
+            if (im.kind == 2 && im.D && im.D != D) continue;
+            for (fa_dtype dt : { FA_BF16, FA_F16 }) {
+                if (im.kind == 2 && im.D && dt == FA_F16) continue;   /* tile configs: bf16 only */
+                Case c0 = { 2, 4, 2, 300, 517, D, 0, 0, 0, 0, dt, 0.0f, 0, 0 };
+                Case c;
+                c = c0; check_case(im, c, "B2 H4/2 Sq300 Sk517 plain");
+                c = c0; c.causal = 1; c.Sq = 517; c.Sk = 300; check_case(im, c, "causal Sq517 Sk300 (empty rows)");
+                c = c0; c.causal = 1; c.wl = 37; c.Sq = c.Sk = 701; check_case(im, c, "window_left 37 causal S701");
+                c = c0; c.causal = 1; c.softcap = 5.0f; c.alibi = 1; check_case(im, c, "softcap 5 + alibi causal");
+                if (im.kind == 2 && im.D) continue;   /* tile configurations: these four */
+                c = c0; c.causal = 1; check_case(im, c, "causal Sq300 Sk517 (bottom-right)");
+                c = c0; c.bsh = 1; c.causal = 1; c.Sq = c.Sk = 333; check_case(im, c, "[B][S][H][D] causal S333");
+                c = c0; c.wl = 50; c.wr = 20; check_case(im, c, "window 50/20 Sq300 Sk517");
+                c = c0; c.causal = 1; c.softcap = 5.0f; check_case(im, c, "softcap 5 causal");
+                c = c0; c.causal = 1; c.alibi = 1; c.Hkv = 1; check_case(im, c, "alibi causal MQA");
+                c = c0; c.bias = 1; check_case(im, c, "bias packed (10% -inf)");
+                c = c0; c.bias = 2; c.causal = 1; check_case(im, c, "bias key padding {Sk,0,0,1}");
+                c = c0; c.Sq = 1; c.Sk = 1000; check_case(im, c, "decode Sq1 Sk1000");
+                c = c0; c.Sk = 0; check_case(im, c, "Sk 0 (all rows empty)");
+            }
+        }
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) opt_quick = 1;
+        else if (!strcmp(argv[i], "--no-api")) opt_api = 0;
+        else if (!strcmp(argv[i], "--no-tune")) opt_tune = 0;
+        else if (!strcmp(argv[i], "--no-naive")) opt_naive = 0;
+        else if (!strcmp(argv[i], "--no-check")) opt_check = 0;
+        else if (!strcmp(argv[i], "--budget") && i + 1 < argc) opt_budget = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--prof")) opt_prof = 1;
+        else { fprintf(stderr, "usage: %s [--quick] [--no-api] [--no-tune] [--no-naive] [--no-check] [--budget s]\n", argv[0]); return 2; }
+    }
+#ifdef FA_BENCH_TC_ONLY
+    opt_api = 0;
+    (void)opt_naive;
+#endif
+    cudaDeviceProp pr;
+    int drv = 0;
+    CK(cudaGetDeviceProperties(&pr, 0));
+    CK(cudaDriverGetVersion(&drv));
+    printf("# device %s, %d SMs, L2 %d MB, cc %d.%d, driver API %d\n", pr.name, pr.multiProcessorCount,
+           pr.l2CacheSize >> 20, pr.major, pr.minor, drv);
+
+    const Impl tc = { "tc_tiled", 2, tc_default, 0 };
+    if (opt_prof) {   /* bf16, S = 16384: D=64 and D=128, non-causal then causal */
+        for (int D : { 64, 128 })
+            for (int causal = 0; causal < 2; causal++) {
+                Case c = { 1, 2048 / D, 2048 / D, 16384, 16384, D, causal, 0, 0, 0, FA_BF16, 0.0f, 0, 0 };
+                Bufs b;
+                fa_params p;
+                alloc_bufs(c, b, 5);
+                make_params(c, b, &p);
+                fa_status st = call(tc, p, b);
+                CK(cudaDeviceSynchronize());
+                printf("# prof D=%d causal=%d: %s\n", D, causal, fa_status_string(st));
+                free_bufs(b);
+            }
+        return 0;
+    }
+#ifndef FA_BENCH_TC_ONLY
+    const Impl api_tiled = { "fa_cuda_tiled", 0, 0, 0 }, api_naive = { "fa_cuda_naive", 1, 0, 0 };
+#endif
+    if (opt_check) {
+        std::vector<Impl> v;
+#ifndef FA_BENCH_TC_ONLY
+        if (opt_api) v.push_back(api_tiled);
+#endif
+        if (!opt_api) v.push_back(tc);
+        if (opt_tune) for (const Impl &t : tune_impls) v.push_back(t);
+        correctness(v);
+    }
+
+    std::vector<int> Ss = opt_quick ? std::vector<int>{ 1024, 4096, 16384 } : std::vector<int>{ 512, 1024, 2048, 4096, 8192, 16384 };
+    /* tile configurations: bf16 plain, S = 4096 and 16384 non-causal, 16384 causal */
+#ifndef FA_BENCH_TUNE
+    opt_tune = 0;
+#endif
+    if (opt_tune) {
+        for (const Impl &t : tune_impls) {
+            int D = t.D, H = 2048 / D;
+            for (int k = 0; k < 3; k++) {
+                int S = k == 0 ? 4096 : 16384, causal = k == 2;
+                Case c = { 16384 / S, H, H, S, S, D, causal, 0, 0, 0, FA_BF16, 0.0f, 0, 0 };
+                Bufs b;
+                alloc_bufs(c, b, 77 + S + D);
+                bench_row(t, c, b, "tune");
+                free_bufs(b);
+            }
+        }
+    }
+    std::vector<Impl> rows;
+#ifndef FA_BENCH_TC_ONLY
+    if (opt_api) rows.push_back(api_tiled);
+    if (opt_api && opt_naive) rows.push_back(api_naive);
+#endif
+    if (!opt_api) rows.push_back(tc);
+    for (int D : { 64, 128 }) {
+        int H = 2048 / D;
+        for (int S : Ss)
+            for (int causal = 0; causal < 2; causal++)
+                for (fa_dtype dt : { FA_BF16, FA_F16, FA_F32 }) {
+                    if (!opt_api && dt == FA_F32) continue;
+                    Case c = { 16384 / S, H, H, S, S, D, causal, 0, 0, 0, dt, 0.0f, 0, 0 };
+                    Bufs b;
+                    alloc_bufs(c, b, 99 + S * 3 + D + dt);
+                    for (const Impl &im : rows) {
+                        /* the naive path materialises B*H*S*S fp32 scores: keep it under ~17 GB */
+                        if (im.kind == 1 && (double)c.B * H * S * (double)S * 4 > 17.5e9) continue;
+                        bench_row(im, c, b, "-");
+                    }
+                    free_bufs(b);
+                }
+        /* sliding windows, softcap, ALiBi at S = 16384 (causal), bf16 and fp16 */
+        for (fa_dtype dt : { FA_BF16, FA_F16 }) {
+            const int S = 16384;
+            Case base = { 1, H, H, S, S, D, 1, 0, 0, 0, dt, 0.0f, 0, 0 };
+            Bufs b;
+            alloc_bufs(base, b, 555 + D + dt);   /* slopes always allocated below */
+            {
+                std::vector<float> s(H);
+                for (int h = 0; h < H; h++) s[h] = (float)pow(2.0, -8.0 * (h + 1) / H);
+                CK(cudaMalloc(&b.slopes, H * 4));
+                CK(cudaMemcpy(b.slopes, s.data(), H * 4, cudaMemcpyHostToDevice));
+            }
+            for (const Impl &im : rows) {
+                if (im.kind == 1) continue;
+                Case c = base;
+                bench_row(im, c, b, "plain");
+                c = base; c.wl = 256; bench_row(im, c, b, "window256");
+                c = base; c.wl = 4096; bench_row(im, c, b, "window4096");
+                c = base; c.softcap = 30.0f; bench_row(im, c, b, "softcap30");
+                c = base; c.alibi = 1; bench_row(im, c, b, "alibi");
+            }
+            free_bufs(b);
+        }
+    }
+    printf("# %s: %d failure(s)\n", n_fail ? "FAILED" : "all checks passed", n_fail);
+    return n_fail ? 1 : 0;
+}

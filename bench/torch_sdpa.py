@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""torch_sdpa.py - PyTorch's attention on the shapes of bench_cuda.cu, same timing and row format.
+
+Backends: SDPA flash (FA2 inside PyTorch), efficient (xformers-style), cuDNN, and a naive
+matmul-softmax-matmul; dtypes bf16, fp16, fp32 (flash and cuDNN have no fp32: no row). Timing: CUDA
+events around each call, warm-up, median of repeats (~0.08 s of repeats, 3..50). FLOPs 4*B*H*S*S*D,
+halved for causal. Each timed row is checked against float64 on sampled rows (same tolerances).
+Note: PyTorch's is_causal is top-left aligned, ours bottom-right; they agree for Sq == Sk (all rows here).
+
+Row format: ROW impl dtype D causal S B H extra ms TFLOP/s relerr status
+"""
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+QUICK = "--quick" in sys.argv
+BUDGET = 0.08
+TOL = {torch.bfloat16: 5e-3, torch.float16: 1e-3, torch.float32: 1e-5}
+DN = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def naive(q, k, v, causal):
+    s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    if causal:
+        n = q.shape[-2]
+        mask = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        s = s.masked_fill(mask, float("-inf"))
+    return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v
+
+
+def sdpa(backend):
+    def f(q, k, v, causal):
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+    return f
+
+
+IMPLS = [("torch_flash", sdpa(SDPBackend.FLASH_ATTENTION)),
+         ("torch_efficient", sdpa(SDPBackend.EFFICIENT_ATTENTION)),
+         ("torch_cudnn", sdpa(SDPBackend.CUDNN_ATTENTION)),
+         ("torch_naive", naive)]
+
+
+def check(q, k, v, o, causal, g):
+    B, H, S, D = q.shape
+    heads = torch.randint(0, B * H, (3,), generator=g).tolist()
+    nr = 6 if S >= 8192 else 12
+    num = den = 0.0
+    for bh in heads:
+        b, h = divmod(bh, H)
+        rows = [0, S - 1] + torch.randint(0, S, (nr - 2,), generator=g).tolist()
+        qi = q[b, h, rows].double()
+        s = (qi @ k[b, h].double().T) / math.sqrt(D)
+        if causal:
+            j = torch.arange(S, device=q.device)
+            s = s.masked_fill(j[None, :] > torch.tensor(rows, device=q.device)[:, None], float("-inf"))
+        ref = torch.softmax(s, -1) @ v[b, h].double()
+        got = o[b, h, rows].double()
+        num += ((got - ref) ** 2).sum().item()
+        den += (ref ** 2).sum().item()
+    return math.sqrt(num / den)
+
+
+def row(name, q, k, v, causal, fn, g):
+    B, H, S, D = q.shape
+    dt = q.dtype
+    try:
+        fn(q, k, v, causal)
+        torch.cuda.synchronize()
+    except Exception as e:  # unsupported backend/dtype, out of memory
+        msg = str(e).split("\n")[0][:60]
+        print(f"ROW {name:<16} {DN[dt]:<5} {D:4d} {causal:2d} {S:6d} {B:4d} {H:3d} {'-':<10} {'-':>9} {'-':>8} {'-':>9} n/a: {msg}")
+        torch.cuda.empty_cache()
+        return
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record(); fn(q, k, v, causal); e1.record(); torch.cuda.synchronize()
+    reps = int(min(50, max(3, BUDGET * 1e3 / max(e0.elapsed_time(e1), 1e-3))))
+    ts = []
+    for _ in range(reps):
+        e0.record(); fn(q, k, v, causal); e1.record(); e1.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    ts.sort()
+    ms = ts[len(ts) // 2]
+    o = fn(q, k, v, causal)
+    rel = check(q, k, v, o, causal, g)
+    del o
+    fl = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
+    ok = rel <= TOL[dt] and not math.isnan(rel)
+    print(f"ROW {name:<16} {DN[dt]:<5} {D:4d} {causal:2d} {S:6d} {B:4d} {H:3d} {'-':<10} {ms:9.3f} {fl / ms / 1e9:8.1f} {rel:9.2e} {'OK' if ok else 'FAIL'}",
+          flush=True)
+    torch.cuda.empty_cache()
+
+
+def main():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.cuda.get_device_name(0)
+    print(f"# torch {torch.__version__}, {dev}", flush=True)
+    g = torch.Generator().manual_seed(0)
+    Ss = [1024, 4096, 16384] if QUICK else [512, 1024, 2048, 4096, 8192, 16384]
+    for D in (64, 128):
+        H = 2048 // D
+        for S in Ss:
+            B = 16384 // S
+            for causal in (0, 1):
+                for dt in (torch.bfloat16, torch.float16, torch.float32):
+                    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=dt) for _ in range(3))
+                    for name, fn in IMPLS:
+                        if name == "torch_naive" and B * H * S * S * 4 > 17.5e9:
+                            continue
+                        row(name, q, k, v, causal, fn, g)
+                    del q, k, v
+                    torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
