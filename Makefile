@@ -55,11 +55,14 @@ run: deps $(addprefix $(BUILD)/,$(EXAMPLES))
 	./$(BUILD)/naive_vs_tiled
 
 # ---- bench -------------------------------------------------------------------------------------
+# Built as a user would build it: plain -O2, no -march (the SIMD path is picked at run time).
+# `make bench BENCH_ARGS=--csv` (or --quick, --threads N, --max-s N, --naive-mem GiB); about 5 min.
+BENCH_ARGS ?=
 $(BUILD)/bench: bench/bench.c flashattn.h | $(BUILD)
 	$(CC) -O2 -g $(CSTD) $(WARN) -I. $< -o $@ $(LDLIBS)
 
 bench: deps $(BUILD)/bench
-	./$(BUILD)/bench
+	./$(BUILD)/bench $(BENCH_ARGS)
 
 # ---- tests -------------------------------------------------------------------------------------
 # One suite, four builds: plain (OpenBLAS, the best SIMD path of this CPU), FLASHATTN_NO_BLAS with
