@@ -661,6 +661,30 @@ static void test_two_callers(void **state)
     tc_free(&c[1]);
 }
 
+/* The naive path runs OpenBLAS single-threaded inside its own workers (no oversubscription) and
+   gives the caller's OpenBLAS thread count back afterwards. */
+static void test_openblas_threads_restored(void **state)
+{
+#if !defined(FLASHATTN_NO_BLAS) && defined(OPENBLAS_VERSION)
+    fa_params p = shape(1, 2, 0, 64, 64, 16, 0, 1);
+    tcase c;
+    int t;
+    (void)state;
+    tc_init(&c, &p, "openblas threads");
+    tc_ref(&c);
+    for (t = 1; t <= 3; t++) {
+        openblas_set_num_threads(t);
+        assert_true(tc_run(&c, NAIVE, 2, 0, 0, WITH_LSE, NULL));
+        assert_int_equal(openblas_get_num_threads(), t);
+    }
+    openblas_set_num_threads(1);
+    tc_free(&c);
+#else
+    (void)state;
+    skip();
+#endif
+}
+
 /* seq_q = 0: a successful no-op that allocates nothing and writes nothing. */
 static void test_seq_q_zero(void **state)
 {
@@ -1566,6 +1590,7 @@ int main(void)
         cmocka_unit_test(test_scale_and_large_logits),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_two_callers),
+        cmocka_unit_test(test_openblas_threads_restored),
         cmocka_unit_test(test_seq_q_zero),
         cmocka_unit_test(test_seq_k_zero),
         cmocka_unit_test(test_nan_isolation),
