@@ -434,6 +434,12 @@ static void test_head_dims(void **state)
             snprintf(name, sizeof name, "head_dim D=%d causal=%d", D[i], causal);
             check_case(&p, 32, 32, name);
         }
+    {   /* any head_dim works on the CPU: larger than any fast path, with Dv different */
+        fa_params p = shape(1, 2, 1, 20, 37, 520, 1000, 1);
+        check_case(&p, 8, 16, "head_dim D=520 Dv=1000");
+        p = shape(1, 1, 0, 9, 300, 1031, 0, 0);
+        check_case(&p, 0, 0, "head_dim D=1031");
+    }
 }
 
 /* Block sizes 1, odd, equal to and larger than S, on a non-square causal and non-causal case. */
