@@ -932,6 +932,10 @@ FA__AVX2 static void fa__online_avx2(float *S, int64_t lds, int nk, int nv, floa
                        c##r##3 = _mm512_fmadd_ps(q_, k3, c##r##3); } while (0)
 #define FA__DSTEP do { __m512 k0 = LD(kp[0] + t), k1 = LD(kp[1] + t), k2 = LD(kp[2] + t), k3 = LD(kp[3] + t); \
                        FA__DF(0); FA__DF(1); FA__DF(2); FA__DF(3); } while (0)
+/* decoding streams K and V from memory once: fetch the rows FA__AHEAD keys ahead, a cache line per
+   step (a prefetch never faults; the address is formed as an integer, past the end or not) */
+#define FA__AHEAD 8
+#define FA__PREF(p, off) _mm_prefetch((const char *)((uintptr_t)(p) + (uintptr_t)(off) * sizeof(float)), _MM_HINT_T0)
 #define FA__PAIR(a, b) _mm512_add_ps(fa__unlo(a, b), fa__unhi(a, b))
 #define FA__QUAD(a, b) _mm512_add_ps(fa__unlo64(a, b), fa__unhi64(a, b))
 #define FA__HALF(a, b) _mm512_add_ps(fa__sh128(a, b, 0x88), fa__sh128(a, b, 0xDD))
@@ -951,7 +955,11 @@ FA__AVX512 static void fa__dots_avx512(const float *Q, int nr, const float *K, i
             FA__DZ(0); FA__DZ(1); FA__DZ(2); FA__DZ(3);
             for (r = 0; r < 4; r++) qp[r] = Q + (int64_t)(r0 + r < nr ? r0 + r : nr - 1) * D;
 #define LD(p) _mm512_loadu_ps(p)
-            for (t = 0; t + 16 <= D; t += 16) FA__DSTEP;
+            for (t = 0; t + 16 <= D; t += 16) {
+                if (r0 == 0) { FA__PREF(kp[0], FA__AHEAD * ks + t); FA__PREF(kp[1], FA__AHEAD * ks + t);
+                               FA__PREF(kp[2], FA__AHEAD * ks + t); FA__PREF(kp[3], FA__AHEAD * ks + t); }
+                FA__DSTEP;
+            }
 #undef LD
 #define LD(p) _mm512_maskz_loadu_ps(tail, p)
             if (tail) FA__DSTEP;
@@ -997,6 +1005,8 @@ FA__AVX512 static void fa__pv_rows_avx512(const float *P, int64_t lds, int nr, c
                 const float *vr = V + (int64_t)j * vs + t0, *pr = P + (int64_t)j * lds + r0;
                 __m512 v0 = _mm512_maskz_loadu_ps(lm0, vr), v1 = _mm512_maskz_loadu_ps(lm1, vr + 16);
                 __m512 v2 = _mm512_maskz_loadu_ps(lm2, vr + 32), v3 = _mm512_maskz_loadu_ps(lm3, vr + 48);
+                if (r0 == 0) { FA__PREF(vr, FA__AHEAD * vs); FA__PREF(vr, FA__AHEAD * vs + 16);
+                               FA__PREF(vr, FA__AHEAD * vs + 32); FA__PREF(vr, FA__AHEAD * vs + 48); }
                 FA__PF(0); FA__PF(1); FA__PF(2); FA__PF(3);
             }
             FA__PS(0); FA__PS(1); FA__PS(2); FA__PS(3);
@@ -1675,12 +1685,13 @@ static __device__ __forceinline__ float fa__cu_modify(const fa__dims &d, float x
 #define FA__CU_THREADS 256
 #define FA__CU_LOG2E 1.44269504088896341f
 
-/* PIPE (fp32 with 16-byte aligned rows only): K and V tiles double-buffered and fetched with
-   cp.async one tile ahead, P in a region of its own; otherwise one K/V buffer, P over K. */
+/* PIPE 0: one K/V buffer, P written over K. PIPE 1 and 2 (fp32 with 16-byte aligned rows only):
+   K and V double-buffered and fetched with cp.async one tile ahead; P in a region of its own (1),
+   or over the K tile just consumed (2, larger K regions). A buffer is K region + V tile (BSTR). */
 template <int DC, int RM, int CN, int PIPE> struct fa__cu_cfg {
     enum { BQ = 16 * RM, BK = 16 * CN, LD = DC + 4, LDP = BK + 4, NC = DC / 64 };
-    enum { KREG = PIPE ? BK * LD : ((BK * LD > BQ * LDP) ? BK * LD : BQ * LDP) };
-    enum { SMEM = PIPE ? (BQ * LD + 4 * BK * LD + BQ * LDP) * 4 : (BQ * LD + KREG + BK * LD) * 4 };
+    enum { KREG = PIPE == 1 ? BK * LD : ((BK * LD > BQ * LDP) ? BK * LD : BQ * LDP), BSTR = KREG + BK * LD };
+    enum { SMEM = (BQ * LD + (PIPE ? 2 * BSTR : BSTR) + (PIPE == 1 ? BQ * LDP : 0)) * 4 };
 };
 
 /* cp.async, 16 bytes, zero-filled when !ok (src must still be a valid address) */
@@ -1764,7 +1775,7 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
     typedef fa__cu_cfg<DC, RM, CN, PIPE> C;
     extern __shared__ float4 fa__cu_smem[];
     float *sQ = (float *)fa__cu_smem, *sK = sQ + C::BQ * C::LD, *sV = sK + C::KREG;
-    float *sP = PIPE ? sK + 4 * C::BK * C::LD : sK;
+    float *sP = PIPE == 1 ? sK + 2 * C::BSTR : sK;
     int buf = 0;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int64_t nbh = (int64_t)d.B * d.Hq, item = blockIdx.x;
@@ -1810,14 +1821,14 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
         asm volatile("cp.async.commit_group;\n" ::);
     }
 
-    for (int k0 = klo; k0 < khi; k0 += C::BK, buf ^= PIPE) {
+    for (int k0 = klo; k0 < khi; k0 += C::BK, buf ^= (PIPE ? 1 : 0)) {
         const int nk = min(C::BK, d.Sk - k0);
         const int full = flo <= k0 && k0 + C::BK <= fhi;
         float s[RM][CN];
         __syncthreads();                                   /* the last tile's P, K and V are consumed */
         if (PIPE) {                                        /* the next tile into the other buffers */
             if (k0 + C::BK < khi) {
-                const int n2 = min(C::BK, d.Sk - k0 - C::BK), o2 = (buf ^ 1) * 2 * C::BK * C::LD;
+                const int n2 = min(C::BK, d.Sk - k0 - C::BK), o2 = (buf ^ 1) * C::BSTR;
                 fa__cu_async_tile<C::BK, DC, C::LD>(sK + o2, (const float *)(kb + (int64_t)(k0 + C::BK) * d.ks[2]),
                                                     d.ks[2], n2, d.D);
                 fa__cu_async_tile<C::BK, DC, C::LD>(sV + o2, (const float *)(vb + (int64_t)(k0 + C::BK) * d.vs[2]),
@@ -1838,7 +1849,8 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
             fa__cu_tile<T, C::BK, DC, C::LD>(sV, vb + (int64_t)k0 * d.vs[2], d.vs[2], nk, d.Dv, 1.0f);
         }
         __syncthreads();
-        const float *sKb = sK + buf * 2 * C::BK * C::LD, *sVb = sV + buf * 2 * C::BK * C::LD;
+        const float *sKb = sK + buf * C::BSTR, *sVb = sV + buf * C::BSTR;
+        if (PIPE == 2) sP = sK + buf * C::BSTR;
         /* S = Q K^T */
 #pragma unroll
         for (int r = 0; r < RM; r++)
@@ -1894,7 +1906,7 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
 #pragma unroll
             for (int c = 0; c < 4 * C::NC; c++) acc[r][c] *= alpha;
         }
-        if (!PIPE) __syncthreads();                        /* every thread is done with K (P goes there) */
+        if (PIPE != 1) __syncthreads();                    /* every thread is done with K (P goes there) */
 #pragma unroll
         for (int r = 0; r < RM; r++)
 #pragma unroll
@@ -1973,23 +1985,32 @@ static fa_status fa__cu_generic_launch(const fa__dims *d, const void *q, const v
 }
 
 /* Picks the kernel by head_dim class (the fast paths: D and Dv <= 64, <= 128; then 256). fp32 with
-   16-byte aligned rows takes the cp.async double-buffered kernel (8 x 4 register blocks at D <= 64,
-   8 x 2 at D <= 128, so that it fits the 163 KiB of sm_80 too); block_k = 64 asks for the single-
-   buffered 8 x 4 kernel, block_k = 32 for the single-buffered 8 x 2 one. */
+   16-byte aligned rows takes the cp.async double-buffered kernels: 8 x 4 register blocks at D <= 64;
+   at D <= 128 8 x 4 with P over the consumed K tile where the device has the 205 KB of shared
+   memory it needs (Hopper), else the single-buffered 8 x 4 one (163 KB of sm_80). block_k = 64 asks
+   for the single-buffered 8 x 4 kernel, block_k = 32 for the double-buffered 8 x 2 one (D <= 128). */
 template <typename T>
 static fa_status fa__cu_generic_t(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
                                   cudaStream_t st)
 {
     const int dc = d->D > d->Dv ? d->D : d->Dv;
-    const int pipe = fa__cu_vec16(d, q, d->qs, d->D) && fa__cu_vec16(d, k, d->ks, d->D) &&
-                     fa__cu_vec16(d, v, d->vs, d->Dv) && d->block_k != 64 && d->block_k != 32;
+    const int aligned = fa__cu_vec16(d, q, d->qs, d->D) && fa__cu_vec16(d, k, d->ks, d->D) &&
+                        fa__cu_vec16(d, v, d->vs, d->Dv);
     if (dc <= 64) {
-        if (pipe) return fa__cu_generic_launch<float, 64, 8, 4, 1>(d, q, k, v, o, st);
+        if (aligned && d->block_k != 64 && d->block_k != 32)
+            return fa__cu_generic_launch<float, 64, 8, 4, 1>(d, q, k, v, o, st);
         return fa__cu_generic_launch<T, 64, 8, 4, 0>(d, q, k, v, o, st);
     }
     if (dc <= 128) {
-        if (pipe) return fa__cu_generic_launch<float, 128, 8, 2, 1>(d, q, k, v, o, st);
-        if (d->block_k == 32) return fa__cu_generic_launch<T, 128, 8, 2, 0>(d, q, k, v, o, st);
+        if (aligned && d->block_k == 32) return fa__cu_generic_launch<float, 128, 8, 2, 1>(d, q, k, v, o, st);
+        if (aligned && d->block_k != 64) {
+            int dev = 0, optin = 0;
+            if (cudaGetDevice(&dev) == cudaSuccess &&
+                cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+                optin >= (int)fa__cu_cfg<128, 8, 4, 2>::SMEM)
+                return fa__cu_generic_launch<float, 128, 8, 4, 2>(d, q, k, v, o, st);
+            (void)cudaGetLastError();
+        }
         return fa__cu_generic_launch<T, 128, 8, 4, 0>(d, q, k, v, o, st);
     }
     return fa__cu_generic_launch<T, 256, 4, 2, 0>(d, q, k, v, o, st);
@@ -2220,8 +2241,9 @@ static __device__ __forceinline__ float fa__tc_tanh_fast(float x)
     return y;
 }
 
-/* The 16-bit storage types: the MMA, the packing of two floats, and the tanh each can afford
-   (tanh.approx's 2^-11 relative error is below bf16's rounding but not below fp16's). */
+/* The 16-bit storage types: the MMA and the packing of two floats. Softcap's tanh is tanh.approx
+   (one MUFU op, relative error <= 2^-11): measured 2.5e-4 relative output error in fp16, 2e-3 in
+   bf16 (limits 1e-3 and 5e-3); the exact 1 - 2/(1 + e^2x) costs a second MUFU op. */
 template <typename T> struct fa__tc_type;
 template <> struct fa__tc_type<__nv_bfloat16> {
     static __device__ __forceinline__ unsigned pack(float lo, float hi)
@@ -2253,12 +2275,7 @@ template <> struct fa__tc_type<__half> {
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
-    static __device__ __forceinline__ float tanh_(float x)   /* 1 - 2/(1+e^2x): abs. error ~1e-7 */
-    {
-        float r;
-        asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(1.0f + fa__tc_ex2(x * 2.8853900817779268f)));
-        return fmaf(-2.0f, r, 1.0f);
-    }
+    static __device__ __forceinline__ float tanh_(float x) { return fa__tc_tanh_fast(x); }
 };
 
 /* Keys visible to query row i by the position rules, as [lo, hi) (section 1's fa__key_range). */
@@ -2294,8 +2311,9 @@ static __device__ __forceinline__ void fa__tc_load(unsigned dst, const T *src, i
    QREG: Q fragments held in registers (else re-read from shared memory each tile). MOD: 0 plain
    (scale > 0, no modifier); else the scores are rebuilt in the log2 domain, with bit 1 softcap,
    bit 2 ALiBi, bit 4 everything decided at run time (bias, a non-positive scale, combinations).
+   PF: each k-step's B fragments all loaded before its MMAs (else load, use, load, use).
    MINB: blocks per SM for the register budget. */
-template <typename T, int D, int NW, int MT, int BK, int QREG, int MOD, int MINB>
+template <typename T, int D, int NW, int MT, int BK, int QREG, int PF, int MOD, int MINB>
 __global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
 {
     enum { BQ = 16 * MT * NW, NT = NW * 32, CH = D / 8, NN = BK / 8, KD = D / 16, KB = BK / 16 };
@@ -2322,7 +2340,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
     const int wr0 = warp * 16 * MT + (lane >> 2), cq = 2 * (lane & 3);
 
     /* MOD: scores are rebuilt in the log2 domain (f = 1); plain: raw dot products, f folds scale */
-    const float f = MOD ? 1.0f : a.scale * LOG2E;
+    /* (softcap alone keeps tanh values, its positive factor folded into f like the plain scale) */
+    const float f = MOD == 0 ? a.scale * LOG2E : MOD == 1 ? a.softcap * LOG2E : 1.0f;
     const bool has_sc = (MOD & 1) || ((MOD & 4) && a.softcap > 0.0f), has_al = (MOD & 2) || ((MOD & 4) && a.alibi != 0);
     const bool has_bias = (MOD & 4) && a.bias != 0;
     const float pre = has_sc ? a.scale / a.softcap : a.scale * LOG2E, post = a.softcap * LOG2E;
@@ -2408,14 +2427,26 @@ __global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
                     fa__tc_ldsm(aq[kk & 3] + (unsigned)(mt * 16 * D + 64 * (kk >> 2)) * 2u, qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3]);
                 }
             }
+            if (PF) {
+                unsigned kb[NN][2];
 #pragma unroll
-            for (int n = 0; n < NN; n += 2) {
-                unsigned b0, b1, b2, b3;
-                fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * D + 64 * (kk >> 2)) * 2u, b0, b1, b2, b3);
+                for (int n = 0; n < NN; n += 2)
+                    fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * D + 64 * (kk >> 2)) * 2u, kb[n][0], kb[n][1], kb[n + 1][0],
+                                kb[n + 1][1]);
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    X::mma(s[mt][n], qa[mt], b0, b1);
-                    X::mma(s[mt][n + 1], qa[mt], b2, b3);
+                for (int n = 0; n < NN; n++)
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) X::mma(s[mt][n], qa[mt], kb[n][0], kb[n][1]);
+            } else {
+#pragma unroll
+                for (int n = 0; n < NN; n += 2) {
+                    unsigned b0, b1, b2, b3;
+                    fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * D + 64 * (kk >> 2)) * 2u, b0, b1, b2, b3);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        X::mma(s[mt][n], qa[mt], b0, b1);
+                        X::mma(s[mt][n + 1], qa[mt], b2, b3);
+                    }
                 }
             }
         }
@@ -2435,7 +2466,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
 #pragma unroll
                         for (int e = 0; e < 2; e++) {
                             float x = s[mt][n][2 * hf + e] * pre;
-                            if (has_sc) x = post * X::tanh_(x);
+                            if (has_sc) x = MOD == 1 ? X::tanh_(x) : post * X::tanh_(x);
                             if (has_al) x = fmaf(-slope, fabsf(dd - (float)(n * 8 + e)), x);
                             if (MOD & 4 && has_bias) {
                                 const int j = k0 + cq + n * 8 + e;
@@ -2511,17 +2542,33 @@ __global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
 
         /* O += P V */
 #pragma unroll
-        for (int kk = 0; kk < KB; kk++)
+        for (int kk = 0; kk < KB; kk++) {
+            if (PF) {   /* eight n8 tiles of V at a time */
 #pragma unroll
-            for (int n = 0; n < CH; n += 2) {
-                unsigned b0, b1, b2, b3;
-                fa__tc_ldsm_t(av[(n & 7) >> 1] + st + (unsigned)(kk * 16 * D + 64 * (n >> 3)) * 2u, b0, b1, b2, b3);
+                for (int n0 = 0; n0 < CH; n0 += 8) {
+                    unsigned vb[8][2];
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    X::mma(o[mt][n], pa[mt][kk], b0, b1);
-                    X::mma(o[mt][n + 1], pa[mt][kk], b2, b3);
+                    for (int n = 0; n < 8; n += 2)
+                        fa__tc_ldsm_t(av[n >> 1] + st + (unsigned)(kk * 16 * D + 8 * n0) * 2u, vb[n][0], vb[n][1],
+                                      vb[n + 1][0], vb[n + 1][1]);
+#pragma unroll
+                    for (int n = 0; n < 8; n++)
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++) X::mma(o[mt][n0 + n], pa[mt][kk], vb[n][0], vb[n][1]);
+                }
+            } else {
+#pragma unroll
+                for (int n = 0; n < CH; n += 2) {
+                    unsigned b0, b1, b2, b3;
+                    fa__tc_ldsm_t(av[(n & 7) >> 1] + st + (unsigned)(kk * 16 * D + 64 * (n >> 3)) * 2u, b0, b1, b2, b3);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        X::mma(o[mt][n], pa[mt][kk], b0, b1);
+                        X::mma(o[mt][n + 1], pa[mt][kk], b2, b3);
+                    }
                 }
             }
+        }
     }
 
     __syncwarp();
@@ -2583,17 +2630,17 @@ static fa_status fa__tc_check(const fa__dims *d, const void *q, const void *k, c
     return FA_OK;
 }
 
-template <typename T, int D, int NW, int MT, int BK, int QREG, int MINB>
+template <typename T, int D, int NW, int MT, int BK, int QREG, int PF, int MINB>
 static fa_status fa__tc_launch(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
                                cudaStream_t stream)
 {
     enum { BQ = 16 * MT * NW };
     const size_t smem = (size_t)(BQ * D + 4 * BK * D) * 2;
     const int sc = d->softcap > 0.0f, al = d->alibi != 0, gen = d->bias || !(d->scale > 0.0f) || (sc && al);
-    void (*kern)(const fa__tc_args) = gen ? fa__tc_fwd<T, D, NW, MT, BK, QREG, 4, MINB>
-                                      : sc ? fa__tc_fwd<T, D, NW, MT, BK, QREG, 1, MINB>
-                                      : al ? fa__tc_fwd<T, D, NW, MT, BK, QREG, 2, MINB>
-                                           : fa__tc_fwd<T, D, NW, MT, BK, QREG, 0, MINB>;
+    void (*kern)(const fa__tc_args) = gen ? fa__tc_fwd<T, D, NW, MT, BK, QREG, PF, 4, MINB>
+                                      : sc ? fa__tc_fwd<T, D, NW, MT, BK, QREG, PF, 1, MINB>
+                                      : al ? fa__tc_fwd<T, D, NW, MT, BK, QREG, PF, 2, MINB>
+                                           : fa__tc_fwd<T, D, NW, MT, BK, QREG, PF, 0, MINB>;
     fa__tc_args a;
     dim3 grid;
     if (d->Sq == 0) return FA_OK;
@@ -2620,10 +2667,10 @@ static inline fa_status fa__cuda_tc_tiled(const fa__dims *d, const void *q, cons
     fa_status st = fa__tc_check(d, q, k, v, o);
     if (st != FA_OK) return st;
     if (d->dtype == FA_BF16)
-        return d->D == 64 ? fa__tc_launch<__nv_bfloat16, 64, 4, 2, 64, 1, 2>(d, q, k, v, o, stream)
-                          : fa__tc_launch<__nv_bfloat16, 128, 4, 2, 64, 0, 1>(d, q, k, v, o, stream);
-    return d->D == 64 ? fa__tc_launch<__half, 64, 4, 2, 64, 1, 2>(d, q, k, v, o, stream)
-                      : fa__tc_launch<__half, 128, 4, 2, 64, 0, 1>(d, q, k, v, o, stream);
+        return d->D == 64 ? fa__tc_launch<__nv_bfloat16, 64, 4, 2, 64, 1, 0, 2>(d, q, k, v, o, stream)
+                          : fa__tc_launch<__nv_bfloat16, 128, 4, 2, 64, 0, 1, 1>(d, q, k, v, o, stream);
+    return d->D == 64 ? fa__tc_launch<__half, 64, 4, 2, 64, 1, 0, 2>(d, q, k, v, o, stream)
+                      : fa__tc_launch<__half, 128, 4, 2, 64, 0, 1, 1>(d, q, k, v, o, stream);
 }
 /* ---- 8c. CUDA: entry points fa_cuda_naive, fa_cuda_tiled, fa_cuda_merge ------------------------ */
 
@@ -2658,6 +2705,14 @@ static int fa__cu_ld_ok(int64_t stride, int rows, int width, int *ld)
 }
 
 static size_t fa__cu_round(size_t n) { return n > SIZE_MAX - 255 ? SIZE_MAX : (n + 255) & ~(size_t)255; }
+
+/* fa_cuda_naive: S = scale K Q^T per (batch, head) by cublasGemmBatchedEx into fp32 (fp32 inputs
+   exact, no TF32; fp16/bf16 with fp32 compute), a softmax kernel per row (modifiers, mask, scores,
+   lse, P in the storage type), O = P V by a second batched GEMM with the token strides as leading
+   dimensions. One stream-ordered allocation (cudaMallocAsync on p->stream) holds S, P, the pointer
+   arrays, any packed copies and cuBLAS's workspace. The cuBLAS handle is made per call (nothing is
+   kept in globals), and cublasDestroy synchronises the device: fa_cuda_naive returns with its work
+   done, unlike fa_cuda_tiled and fa_cuda_merge, which only queue theirs. */
 
 FLASHATTN_DEF fa_status fa_cuda_naive(const fa_params *p, const void *q, const void *k, const void *v,
                                       void *o, float *scores)

@@ -74,7 +74,7 @@ fi
 if command -v compute-sanitizer >/dev/null 2>&1; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool (SMALL=1)"
-    SMALL=1 timeout ${SAN_TIMEOUT:-60} compute-sanitizer --tool "$tool" --error-exitcode 97 ./build/test_cuda \
+    SMALL=1 timeout ${SAN_TIMEOUT:-90} compute-sanitizer --tool "$tool" --error-exitcode 97 ./build/test_cuda \
       > "$OUT/sanitizer_$tool.log" 2>&1 || rc=1
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[ *(PASSED|FAILED) *\]|Error|Hazard" "$OUT/sanitizer_$tool.log" | head -n 20
   done
