@@ -304,29 +304,35 @@ static fa_status tc_default(const fa__dims *d, const void *q, const void *k, con
 {
     return fa__cuda_tc_tiled(d, q, k, v, o, s);
 }
-/* tile configurations: <T, D, warps, m16 tiles per warp, BK, Q in registers, min blocks per SM> */
-#define TCFG(NAME, D_, NW, MT, BK, QR, MB)                                                              \
+/* tile configurations: <T, D, warps, m16 tiles per warp, BK, Q in registers, fragments grouped, min blocks/SM> */
+#define TCFG(NAME, D_, NW, MT, BK, QR, PF, MB)                                                            \
     static fa_status NAME(const fa__dims *d, const void *q, const void *k, const void *v, void *o,        \
                           cudaStream_t s)                                                                 \
     {                                                                                                     \
         fa_status st = fa__tc_check(d, q, k, v, o);                                                       \
         if (st != FA_OK) return st;                                                                       \
-        return d->dtype == FA_BF16 ? fa__tc_launch<__nv_bfloat16, D_, NW, MT, BK, QR, MB>(d, q, k, v, o, s) \
-                                   : fa__tc_launch<__half, D_, NW, MT, BK, QR, MB>(d, q, k, v, o, s);     \
+        return d->dtype == FA_BF16 ? fa__tc_launch<__nv_bfloat16, D_, NW, MT, BK, QR, PF, MB>(d, q, k, v, o, s) \
+                                   : fa__tc_launch<__half, D_, NW, MT, BK, QR, PF, MB>(d, q, k, v, o, s);     \
     }
 #ifdef FA_BENCH_TUNE   /* the tile-configuration sweep (make bench-cuda builds it; cuda-objs does not) */
 /* first sweep (2026-11-29, bf16 S=16384 non-causal / causal TFLOP/s): tc64_w4m2k64q 293/295,
    tc64_w4m2k128q 284/289, tc64_w8m1k64q 268/270, tc64_w4m1k128q 251/250; tc128_w4m2k64 301/306,
-   tc128_w4m2k32 295/297, tc128_w8m1k64q 285/288, tc128_w4m1k64q 265/269 */
-TCFG(tc64_w4m2k64q, 64, 4, 2, 64, 1, 2)
-TCFG(tc64_w4m2k128q, 64, 4, 2, 128, 1, 1)
-TCFG(tc128_w4m2k64, 128, 4, 2, 64, 0, 1)
-TCFG(tc128_w4m2k32, 128, 4, 2, 32, 0, 1)
-TCFG(tc128_w8m1k64q, 128, 8, 1, 64, 1, 1)
+   tc128_w4m2k32 295/297, tc128_w8m1k64q 285/288, tc128_w4m1k64q 265/269.
+   second sweep, after the per-lane swizzle bases, tree reductions and the skipped rescale:
+   tc64_w4m2k64q 299/301, tc64_w4m2k64q_pf 299/304, tc64_w4m2k128q 281/287; tc128_w4m2k64 355/357,
+   tc128_w4m2k64_pf 370/372, tc128_w4m2k32 328/329, tc128_w4m2k32_pf 325/330, tc128_w8m1k64q 262/266 */
+TCFG(tc64_w4m2k64q, 64, 4, 2, 64, 1, 0, 2)
+TCFG(tc64_w4m2k64q_pf, 64, 4, 2, 64, 1, 1, 2)
+TCFG(tc64_w4m2k64_m3, 64, 4, 2, 64, 0, 1, 3)
+TCFG(tc64_w4m2k32q_m3, 64, 4, 2, 32, 1, 1, 3)
+TCFG(tc64_w4m2k32q_pf, 64, 4, 2, 32, 1, 1, 2)
+TCFG(tc128_w4m2k64, 128, 4, 2, 64, 0, 0, 1)
+TCFG(tc128_w4m2k64_pf, 128, 4, 2, 64, 0, 1, 1)
 static const Impl tune_impls[] = {
-    { "tc64_w4m2k64q", 2, tc64_w4m2k64q, 64 },   { "tc64_w4m2k128q", 2, tc64_w4m2k128q, 64 },
-    { "tc128_w4m2k64", 2, tc128_w4m2k64, 128 },  { "tc128_w4m2k32", 2, tc128_w4m2k32, 128 },
-    { "tc128_w8m1k64q", 2, tc128_w8m1k64q, 128 },
+    { "tc64_w4m2k64q", 2, tc64_w4m2k64q, 64 },       { "tc64_w4m2k64q_pf", 2, tc64_w4m2k64q_pf, 64 },
+    { "tc64_w4m2k64_m3", 2, tc64_w4m2k64_m3, 64 },   { "tc64_w4m2k32q_m3", 2, tc64_w4m2k32q_m3, 64 },
+    { "tc64_w4m2k32q_pf", 2, tc64_w4m2k32q_pf, 64 }, { "tc128_w4m2k64", 2, tc128_w4m2k64, 128 },
+    { "tc128_w4m2k64_pf", 2, tc128_w4m2k64_pf, 128 },
 };
 #else
 static const Impl tune_impls[] = { { "tc_tiled", 2, tc_default, 0 } };
