@@ -29,6 +29,8 @@
        FLASHATTN_CUDA             declare the fa_cuda_* functions; see CUDA below
        FLASHATTN_MALLOC(n)        every host allocation goes through these two
        FLASHATTN_FREE(p)          (define both or neither)
+       FLASHATTN_ISA              0, 1 or 2: cap the CPU SIMD path picked at run time (portable C,
+                                  AVX2+FMA, AVX-512F); for tests. FLASHATTN_NO_SIMD: no intrinsics
 
    SEMANTICS (b batch, h query head, g = h / (Hq/Hkv) its kv head, i query row, j key)
 
@@ -706,6 +708,14 @@ static float fa__softmax_row(int isa, float *s, int n)
                        c##a##1 = _mm512_fmadd_ps(w_, b1, c##a##1); c##a##2 = _mm512_fmadd_ps(w_, b2, c##a##2); } while (0)
 #define FA__S3(a) do { if (a < na - a0) { _mm512_storeu_ps(C + (a0 + a) * ldc, c##a##0); \
                        _mm512_storeu_ps(C + (a0 + a) * ldc + 16, c##a##1); _mm512_storeu_ps(C + (a0 + a) * ldc + 32, c##a##2); } } while (0)
+#define FA__Z2(a) __m512 c##a##0 = _mm512_setzero_ps(), c##a##1 = c##a##0
+#define FA__L2(a) __m512 c##a##0 = _mm512_loadu_ps(C + ra[a] * ldc), c##a##1 = _mm512_loadu_ps(C + ra[a] * ldc + 16)
+#define FA__F2(a) do { __m512 w_ = _mm512_set1_ps(pa[a][off]); c##a##0 = _mm512_fmadd_ps(w_, b0, c##a##0); \
+                       c##a##1 = _mm512_fmadd_ps(w_, b1, c##a##1); } while (0)
+#define FA__M2(a) do { __m512 w_ = _mm512_set1_ps(pa[a][off]); c##a##0 = _mm512_mask3_fmadd_ps(w_, b0, c##a##0, k0); \
+                       c##a##1 = _mm512_mask3_fmadd_ps(w_, b1, c##a##1, k1); } while (0)
+#define FA__S2(a) do { if (a < na - a0) { _mm512_storeu_ps(C + (a0 + a) * ldc, c##a##0); \
+                       _mm512_storeu_ps(C + (a0 + a) * ldc + 16, c##a##1); } } while (0)
 #define FA__Z1(a) __m512 c##a##0 = _mm512_setzero_ps()
 #define FA__L1(a) __m512 c##a##0 = _mm512_loadu_ps(C + ra[a] * ldc)
 #define FA__F1(a) c##a##0 = _mm512_fmadd_ps(_mm512_set1_ps(pa[a][off]), b0, c##a##0)
@@ -756,6 +766,34 @@ FA__AVX512 static void fa__gemm_avx512(const float *A, int64_t sa, int64_t sx, i
                         FA__X8(FA__F3);
                     }
                     FA__X8(FA__S3);
+                }
+                continue;
+            }
+            if (ve - vp == 2) {
+                const float *b = B + vp * 16;
+                float *C = C0 + vp * 16;
+                if (acc == 2) {
+                    FA__X8(FA__L2);
+                    for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+                        __mmask16 k0 = FA__NZ(b0), k1 = FA__NZ(b1);
+                        FA__X8(FA__M2);
+                    }
+                    FA__X8(FA__S2);
+                } else if (acc) {
+                    FA__X8(FA__L2);
+                    for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+                        FA__X8(FA__F2);
+                    }
+                    FA__X8(FA__S2);
+                } else {
+                    FA__X8(FA__Z2);
+                    for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+                        FA__X8(FA__F2);
+                    }
+                    FA__X8(FA__S2);
                 }
                 continue;
             }
@@ -1011,6 +1049,59 @@ FA__AVX512 static void fa__pv_rows_avx512(const float *P, int64_t lds, int nr, c
             }
             FA__PS(0); FA__PS(1); FA__PS(2); FA__PS(3);
         }
+    }
+}
+#endif
+
+#ifdef FLASHATTN__X86
+/* A 16 x 16 block transposed in registers: r[c] <- column c of rows r[0..15]. Interleave 32-bit
+   then 64-bit pairs within 128-bit lanes, then move the 128-bit lanes (a 4 x 4 transpose). */
+FA__AVX512 static void fa__t16_avx512(__m512 *r)
+{
+    __m512 t[16];
+    int i, k;
+    for (i = 0; i < 8; i++) { t[2 * i] = fa__unlo(r[2 * i], r[2 * i + 1]); t[2 * i + 1] = fa__unhi(r[2 * i], r[2 * i + 1]); }
+    for (i = 0; i < 4; i++) {
+        r[4 * i] = fa__unlo64(t[4 * i], t[4 * i + 2]); r[4 * i + 1] = fa__unhi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = fa__unlo64(t[4 * i + 1], t[4 * i + 3]); r[4 * i + 3] = fa__unhi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (k = 0; k < 4; k++) {
+        __m512 x0 = fa__sh128(r[k], r[4 + k], 0x44), x1 = fa__sh128(r[k], r[4 + k], 0xEE);
+        __m512 y0 = fa__sh128(r[8 + k], r[12 + k], 0x44), y1 = fa__sh128(r[8 + k], r[12 + k], 0xEE);
+        t[k] = fa__sh128(x0, y0, 0x88); t[4 + k] = fa__sh128(x0, y0, 0xDD);
+        t[8 + k] = fa__sh128(x1, y1, 0x88); t[12 + k] = fa__sh128(x1, y1, 0xDD);
+    }
+    for (i = 0; i < 16; i++) r[i] = t[i];
+}
+
+/* Qt[t][r0 + i] = scale * q_i[t] for 16 rows (q_i NULL: a padding lane, 0), all t < D. */
+FA__AVX512 static void fa__pack16_avx512(const float *const *q, int D, float scale, float *Qt, int64_t ld)
+{
+    __m512 v[16], sc = _mm512_set1_ps(scale);
+    int t0, i;
+    for (t0 = 0; t0 < D; t0 += 16) {
+        __mmask16 tm = fa__lanes(D - t0);
+        for (i = 0; i < 16; i++)
+            v[i] = q[i] ? _mm512_mul_ps(_mm512_maskz_loadu_ps(tm, q[i] + t0), sc) : _mm512_setzero_ps();
+        fa__t16_avx512(v);
+        for (i = 0; i < 16 && t0 + i < D; i++) _mm512_storeu_ps(Qt + (t0 + i) * ld, v[i]);
+    }
+}
+
+/* o_i[t] = O[t][r0 + i] / l[r0 + i] for the rows with o_i not NULL (0 where l is 0, NaN stays). */
+FA__AVX512 static void fa__unpack16_avx512(const float *O, int64_t ld, const float *l, int Dv, float *const *o)
+{
+    __m512 v[16], lv = _mm512_loadu_ps(l);
+    __mmask16 keep = _mm512_cmp_ps_mask(lv, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    __m512 inv = _mm512_maskz_div_ps(keep, _mm512_set1_ps(1.0f), lv);
+    int t0, i;
+    for (t0 = 0; t0 < Dv; t0 += 16) {
+        __mmask16 tm = fa__lanes(Dv - t0);
+        for (i = 0; i < 16; i++)
+            v[i] = t0 + i < Dv ? _mm512_maskz_mul_ps(keep, _mm512_loadu_ps(O + (t0 + i) * ld), inv) : _mm512_setzero_ps();
+        fa__t16_avx512(v);
+        for (i = 0; i < 16; i++)
+            if (o[i]) _mm512_mask_storeu_ps(o[i] + t0, tm, v[i]);
     }
 }
 #endif
@@ -1373,6 +1464,7 @@ static void fa__tile_pos(const fa__dims *d, const fa__tiled_plan *pl, int64_t ti
 
 /* One tile over one part of its key range: pack Q^T, walk K/V in blocks (scores, mask and
    modifiers where needed, online softmax, P V), then write o and lse, or the part's partials. */
+#define FA__QROW(r) (c->q + (int64_t)b * d->qs[0] + (int64_t)(h0 + (r) / nqr) * d->qs[1] + (i0 + (r) % nqr) * d->qs[2])
 static void fa__tiled_item(void *vctx, int64_t item, int tid)
 {
     const fa__tiled_ctx *c = (const fa__tiled_ctx *)vctx;
@@ -1397,8 +1489,20 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
 #else
     rowmajor = 0;
 #endif
+#ifdef FLASHATTN__X86
+    if (isa == 2 && !rowmajor) {
+        /* Q^T through 16 x 16 register transposes, padding lanes zeroed on the way */
+        int r0, u;
+        for (r0 = 0; r0 < nv * 16; r0 += 16) {
+            const float *qp[16];
+            for (u = 0; u < 16; u++)
+                qp[u] = r0 + u < nr ? FA__QROW(r0 + u) : NULL;
+            fa__pack16_avx512(qp, D, d->scale, Qt + r0, ld);
+        }
+    } else
+#endif
     for (r = 0; r < nr; r++) {
-        const float *qr = c->q + (int64_t)b * d->qs[0] + (int64_t)(h0 + r / nqr) * d->qs[1] + (i0 + r % nqr) * d->qs[2];
+        const float *qr = FA__QROW(r);
         if (rowmajor) for (t = 0; t < D; t++) Qt[r * D + t] = qr[t] * d->scale;
         else for (t = 0; t < D; t++) Qt[t * ld + r] = qr[t] * d->scale;
     }
@@ -1406,8 +1510,8 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         memset(Ot, 0, (size_t)nr * Dv * sizeof(float));
         for (t = 0; t < pl->bk; t++) for (r = nr; r < nv * 16; r++) St[t * ld + r] = 0.0f;
     } else {
-        for (t = 0; t < D; t++) for (r = nr; r < nv * 16; r++) Qt[t * ld + r] = 0.0f;
-        for (t = 0; t < Dv; t++) for (r = 0; r < nv * 16; r++) Ot[t * ld + r] = 0.0f;
+        if (isa != 2) for (t = 0; t < D; t++) for (r = nr; r < nv * 16; r++) Qt[t * ld + r] = 0.0f;
+        memset(Ot, 0, (size_t)Dv * ld * sizeof(float));
     }
     for (r = 0; r < nv * 16; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
 
@@ -1450,29 +1554,40 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         fa__gemm(isa, vb + k0 * d->vs[2], 1, d->vs[2], Dv, nk, S0, ld, O0, ld, v1 - v0, mask || d->bias ? 2 : 1);
     }
 
+    /* o (or this part's partials) = O / l, and lse = m + log l; a row that saw no key gets 0 and
+       -INFINITY, a NaN row stays NaN */
+#define FA__OROW(r) (pl->nsplit == 1 ? c->o + (int64_t)b * d->os[0] + (int64_t)(h0 + (r) / nqr) * d->os[1] + \
+                     (i0 + (r) % nqr) * d->os[2] : c->parts + ((size_t)item * pl->rows + (r)) * Dv)
+#ifdef FLASHATTN__X86
+    if (isa == 2 && !rowmajor) {
+        int r0, u;
+        for (r0 = 0; r0 < nr; r0 += 16) {
+            float *op[16];
+            for (u = 0; u < 16; u++) op[u] = r0 + u < nr ? FA__OROW(r0 + u) : NULL;
+            fa__unpack16_avx512(Ot + r0, ld, l + r0, Dv, op);
+        }
+    }
+#endif
     for (r = 0; r < nr; r++) {
-        int h = h0 + r / nqr;
-        int64_t i = i0 + r % nqr;
-        float lr = l[r], lse, *orow, *lsep;
-        if (pl->nsplit == 1) {
-            orow = c->o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1] + i * d->os[2];
-            lsep = d->lse ? d->lse + ((int64_t)b * d->Hq + h) * d->Sq + i : NULL;
-        } else {
-            orow = c->parts + ((size_t)item * pl->rows + r) * Dv;
+        float lr = l[r], *orow = FA__OROW(r), *lsep;
+        if (pl->nsplit == 1)
+            lsep = d->lse ? d->lse + ((int64_t)b * d->Hq + h0 + r / nqr) * d->Sq + i0 + r % nqr : NULL;
+        else
             lsep = c->parts + (size_t)pl->items * pl->rows * Dv + (size_t)item * pl->rows + r;
+        if (!(isa == 2 && !rowmajor)) {
+            if (lr > 0.0f || lr != lr) {
+                float inv = 1.0f / lr;
+                if (rowmajor) for (t = 0; t < Dv; t++) orow[t] = Ot[r * Dv + t] * inv;
+                else for (t = 0; t < Dv; t++) orow[t] = Ot[t * ld + r] * inv;
+            } else {
+                for (t = 0; t < Dv; t++) orow[t] = 0.0f;
+            }
         }
-        if (lr > 0.0f || lr != lr) {             /* NaN stays NaN */
-            float inv = 1.0f / lr;
-            if (rowmajor) for (t = 0; t < Dv; t++) orow[t] = Ot[r * Dv + t] * inv;
-            else for (t = 0; t < Dv; t++) orow[t] = Ot[t * ld + r] * inv;
-            lse = m[r] + logf(lr);
-        } else {
-            for (t = 0; t < Dv; t++) orow[t] = 0.0f;
-            lse = -INFINITY;
-        }
-        if (lsep) *lsep = lse;
+        if (lsep) *lsep = lr > 0.0f || lr != lr ? m[r] + logf(lr) : -INFINITY;
     }
 }
+#undef FA__QROW
+#undef FA__OROW
 
 static void fa__merge_row(int dv, int parts, const float *const *op, const float *const *lp, int64_t r,
                           float *orow, float *lse);
