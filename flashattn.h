@@ -1402,14 +1402,18 @@ static void fa__tiled_plan_make(const fa__dims *d, fa__tiled_plan *pl)
     if (pl->hpt > 1) pl->nq = d->Sq;
     else if (d->block_q) pl->nq = d->block_q < d->Sq ? d->block_q : d->Sq;
     else {
-        /* 96 rows = two 48-lane register panels; fewer when that would leave threads idle */
-        static const int cand[4] = { 96, 48, 32, 16 };
-        int c;
-        for (c = 0; c < 4; c++) {
-            pl->nq = cand[c];
-            if ((int64_t)d->B * d->Hq * ((d->Sq + cand[c] - 1) / cand[c]) >= 2 * want) break;
+        /* Tall tiles (multiples of the 48-lane register panel) re-read K/V less often: 480 rows
+           for D + Dv >= 192, 192 below (measured best on a 2 MiB-L2 Xeon), at most ~1 MiB of
+           workspace per thread; shorter when that would leave threads short of work. */
+        static const int cand[8] = { 480, 384, 288, 192, 96, 48, 32, 16 };
+        int c, top = d->D + d->Dv >= 192 ? 480 : 192;
+        int64_t cap = 262144 / ((int64_t)d->D + d->Dv + 67);
+        for (c = 0; c < 8; c++) {
+            int64_t e = cand[c] < d->Sq ? cand[c] : d->Sq;
+            pl->nq = (int)e;
+            if (cand[c] > top || (cand[c] > 16 && cand[c] > cap)) continue;
+            if ((int64_t)d->B * d->Hq * ((d->Sq + e - 1) / e) >= (cand[c] > 96 ? 4 : 2) * want) break;
         }
-        if (pl->nq > d->Sq) pl->nq = d->Sq;
     }
     pl->bk = d->block_k ? d->block_k : 64;
     if (pl->bk > d->Sk) pl->bk = d->Sk > 0 ? d->Sk : 1;
@@ -1882,8 +1886,8 @@ static __device__ __forceinline__ void fa__cu_tile(float *dst, const T *src, int
     }
 }
 
-template <typename T, int DC, int RM, int CN, int PIPE>
-__global__ void __launch_bounds__(FA__CU_THREADS)
+template <typename T, int DC, int RM, int CN, int PIPE, int MINB>
+__global__ void __launch_bounds__(FA__CU_THREADS, MINB)
 fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                T *__restrict__ o, int qtiles, int vec)
 {
@@ -2077,7 +2081,10 @@ static int fa__cu_vec16(const fa__dims *d, const void *x, const int64_t s[3], in
            s[1] % 4 == 0 && s[2] % 4 == 0;
 }
 
-template <typename T, int DC, int RM, int CN, int PIPE>
+/* MINB: the blocks per SM the kernel is compiled for (__launch_bounds__: 255 registers a thread
+   at 1, 128 at 2, 80 at 3); above 1 the launch also asks for the largest shared-memory carveout so
+   that that many blocks fit. */
+template <typename T, int DC, int RM, int CN, int PIPE, int MINB>
 static fa_status fa__cu_generic_launch(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
                                        cudaStream_t st)
 {
@@ -2090,10 +2097,14 @@ static fa_status fa__cu_generic_launch(const fa__dims *d, const void *q, const v
     if ((s = fa__cu(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev))) != FA_OK)
         return s;
     if ((int)C::SMEM > optin) return FA_ERR_UNSUPPORTED;
-    if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_generic<T, DC, RM, CN, PIPE>,
+    if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_generic<T, DC, RM, CN, PIPE, MINB>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM))) != FA_OK)
         return s;
-    fa__cu_generic<T, DC, RM, CN, PIPE><<<(unsigned)blocks, FA__CU_THREADS, C::SMEM, st>>>(
+    if (MINB > 1 &&
+        (s = fa__cu(cudaFuncSetAttribute(fa__cu_generic<T, DC, RM, CN, PIPE, MINB>,
+                                         cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
+        return s;
+    fa__cu_generic<T, DC, RM, CN, PIPE, MINB><<<(unsigned)blocks, FA__CU_THREADS, C::SMEM, st>>>(
         *d, (const T *)q, (const T *)k, (const T *)v, (T *)o, (int)qtiles,
         fa__cu_vec16(d, q, d->qs, d->D) | fa__cu_vec16(d, k, d->ks, d->D) << 1 | fa__cu_vec16(d, v, d->vs, d->Dv) << 2);
     return fa__cu(cudaGetLastError());
@@ -2103,7 +2114,35 @@ static fa_status fa__cu_generic_launch(const fa__dims *d, const void *q, const v
    16-byte aligned rows takes the cp.async double-buffered kernels: 8 x 4 register blocks at D <= 64;
    at D <= 128 8 x 4 with P over the consumed K tile where the device has the 205 KB of shared
    memory it needs (Hopper), else the single-buffered 8 x 4 one (163 KB of sm_80). block_k = 64 asks
-   for the single-buffered 8 x 4 kernel, block_k = 32 for the double-buffered 8 x 2 one (D <= 128). */
+   for the single-buffered 8 x 4 kernel, block_k = 32 for the double-buffered 8 x 2 one (D <= 128).
+   block_q = 64 (and block_q = 128 with block_k = 32 at D <= 64) asks for the kernels compiled for
+   two or three blocks per SM (aligned fp32; fa__cu_generic_f32 lists them). */
+template <int DC, int RM, int CN, int PIPE, int MINB>
+static fa_status fa__cu_generic_f32v(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
+                                     cudaStream_t st)
+{
+    return fa__cu_generic_launch<float, DC, RM, CN, PIPE, MINB>(d, q, k, v, o, st);
+}
+
+/* The kernels for aligned fp32 with several blocks per SM, by (block_q, block_k): FA_ERR_UNSUPPORTED
+   (nothing launched) for any other pair. At D <= 64: (64, 0|64) 4 x 4 double-buffered, 2 blocks/SM;
+   (64, 32) 4 x 2 double-buffered, 3 blocks/SM; (128, 32) 8 x 2 double-buffered, 2 blocks/SM. At
+   D <= 128: (64, 0|32) 4 x 2 double-buffered, 2 blocks/SM; (64, 64) 4 x 4 single-buffered, 2/SM. */
+static fa_status fa__cu_generic_f32(const fa__dims *d, int dc, const void *q, const void *k, const void *v,
+                                    void *o, cudaStream_t st)
+{
+    const int bq = d->block_q, bk = d->block_k;
+    if (dc <= 64) {
+        if (bq == 64 && (bk == 0 || bk == 64)) return fa__cu_generic_f32v<64, 4, 4, 1, 2>(d, q, k, v, o, st);
+        if (bq == 64 && bk == 32) return fa__cu_generic_f32v<64, 4, 2, 1, 3>(d, q, k, v, o, st);
+        if (bq == 128 && bk == 32) return fa__cu_generic_f32v<64, 8, 2, 1, 2>(d, q, k, v, o, st);
+    } else if (dc <= 128) {
+        if (bq == 64 && (bk == 0 || bk == 32)) return fa__cu_generic_f32v<128, 4, 2, 1, 2>(d, q, k, v, o, st);
+        if (bq == 64 && bk == 64) return fa__cu_generic_f32v<128, 4, 4, 0, 2>(d, q, k, v, o, st);
+    }
+    return FA_ERR_UNSUPPORTED;
+}
+
 template <typename T>
 static fa_status fa__cu_generic_t(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
                                   cudaStream_t st)
@@ -2111,24 +2150,28 @@ static fa_status fa__cu_generic_t(const fa__dims *d, const void *q, const void *
     const int dc = d->D > d->Dv ? d->D : d->Dv;
     const int aligned = fa__cu_vec16(d, q, d->qs, d->D) && fa__cu_vec16(d, k, d->ks, d->D) &&
                         fa__cu_vec16(d, v, d->vs, d->Dv);
+    if (aligned && d->block_q) {
+        const fa_status s = fa__cu_generic_f32(d, dc, q, k, v, o, st);
+        if (s != FA_ERR_UNSUPPORTED) return s;
+    }
     if (dc <= 64) {
         if (aligned && d->block_k != 64 && d->block_k != 32)
-            return fa__cu_generic_launch<float, 64, 8, 4, 1>(d, q, k, v, o, st);
-        return fa__cu_generic_launch<T, 64, 8, 4, 0>(d, q, k, v, o, st);
+            return fa__cu_generic_launch<float, 64, 8, 4, 1, 1>(d, q, k, v, o, st);
+        return fa__cu_generic_launch<T, 64, 8, 4, 0, 1>(d, q, k, v, o, st);
     }
     if (dc <= 128) {
-        if (aligned && d->block_k == 32) return fa__cu_generic_launch<float, 128, 8, 2, 1>(d, q, k, v, o, st);
+        if (aligned && d->block_k == 32) return fa__cu_generic_launch<float, 128, 8, 2, 1, 1>(d, q, k, v, o, st);
         if (aligned && d->block_k != 64) {
             int dev = 0, optin = 0;
             if (cudaGetDevice(&dev) == cudaSuccess &&
                 cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
                 optin >= (int)fa__cu_cfg<128, 8, 4, 2>::SMEM)
-                return fa__cu_generic_launch<float, 128, 8, 4, 2>(d, q, k, v, o, st);
+                return fa__cu_generic_launch<float, 128, 8, 4, 2, 1>(d, q, k, v, o, st);
             (void)cudaGetLastError();
         }
-        return fa__cu_generic_launch<T, 128, 8, 4, 0>(d, q, k, v, o, st);
+        return fa__cu_generic_launch<T, 128, 8, 4, 0, 1>(d, q, k, v, o, st);
     }
-    return fa__cu_generic_launch<T, 256, 4, 2, 0>(d, q, k, v, o, st);
+    return fa__cu_generic_launch<T, 256, 4, 2, 0, 1>(d, q, k, v, o, st);
 }
 
 static fa_status fa__cu_generic_any(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
