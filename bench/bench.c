@@ -211,6 +211,37 @@ static int run_att(void *v)
 
 typedef struct { double ms, gflops, ceil; size_t ws; int ran; } res;
 
+/* Two fa_tiled calls on the same data with different params, timed alternately (median of up
+   to 7 rounds), so that load from other jobs falls on both: for the causal and thread ratios. */
+static void time_alt(int B, int H, int Hkv, int Sq, int Sk, int D, int causal_x, int thr_x, int causal_y,
+                     int thr_y, double *ms_x, double *ms_y)
+{
+    att_arg a;
+    fa_params px, py;
+    size_t nq = (size_t)B * H * Sq * D, nk = (size_t)B * Hkv * Sk * D;
+    double tx[7], ty[7], t0, first;
+    int n = 0, maxn = quick || few_reps ? 3 : 7;
+    memset(&a, 0, sizeof a);
+    a.p.batch = B; a.p.heads = H; a.p.kv_heads = Hkv; a.p.seq_q = Sq; a.p.seq_k = Sk; a.p.head_dim = D;
+    px = a.p; px.causal = causal_x; px.threads = thr_x;
+    py = a.p; py.causal = causal_y; py.threads = thr_y;
+    a.q = (float *)malloc(nq * 4); a.k = (float *)malloc(nk * 4); a.v = (float *)malloc(nk * 4);
+    a.o = (float *)malloc(nq * 4);
+    fill_normal(a.q, nq); fill_normal(a.k, nk); fill_normal(a.v, nk);
+    t0 = now_s(); fa_tiled(&px, a.q, a.k, a.v, a.o); first = now_s() - t0;
+    t0 = now_s(); fa_tiled(&py, a.q, a.k, a.v, a.o); first += now_s() - t0;
+    while (n < maxn) {
+        t0 = now_s(); fa_tiled(&px, a.q, a.k, a.v, a.o); tx[n] = now_s() - t0;
+        t0 = now_s(); fa_tiled(&py, a.q, a.k, a.v, a.o); ty[n] = now_s() - t0;
+        n++;
+        if (n >= 3 && first * n > (quick || few_reps ? 0.5 : 2.0)) break;
+    }
+    qsort(tx, (size_t)n, sizeof tx[0], cmp_d);
+    qsort(ty, (size_t)n, sizeof ty[0], cmp_d);
+    *ms_x = 1e3 * tx[n / 2]; *ms_y = 1e3 * ty[n / 2];
+    free(a.q); free(a.k); free(a.v); free(a.o);
+}
+
 /* Largest naive score matrix the bench allocates: --naive-mem, and at most 60% of the memory
    available when the bench starts (teammates' jobs share this machine). */
 static double avail_bytes = 0.0;
@@ -388,25 +419,36 @@ int main(int argc, char **argv)
                    "%.1f GB/s (%.3f ms)\n", C, gbs, 100.0 * gbs / bw, bw, r.ms);
         }
         if (!no_scaling && nthreads > 1) {
-            res r1, r2;
-            double g1, g2;
+            double m1, m2, kv = 2.0 * 8 * (quick ? 8192.0 : 32768.0) * 128 * 4;
             int Ss = quick ? 2048 : 8192;
-            printf("%sscaling: 1 -> %d threads\n", C, nthreads);
-            r1 = bench_shape("scale", 2, 4, 4, Ss, Ss, 128, 0, 1, 0, NULL, NULL);
-            r2 = bench_shape("scale", 2, 4, 4, Ss, Ss, 128, 0, nthreads, 0, NULL, NULL);
-            scale_p = r1.ms / r2.ms;
-            r1 = bench_shape("scale", 1, 32, 8, 1, quick ? 8192 : 32768, 128, 0, 1, 0, &g1, NULL);
-            r2 = bench_shape("scale", 1, 32, 8, 1, quick ? 8192 : 32768, 128, 0, nthreads, 0, &g2, NULL);
-            scale_d = r1.ms / r2.ms;
-            printf("%sscaling: prefill S=%d D=128 %.2fx, decode %.2fx (%.1f -> %.1f GB/s)\n", C, Ss, scale_p, scale_d, g1, g2);
+            time_alt(2, 4, 4, Ss, Ss, 128, 0, 1, 0, nthreads, &m1, &m2);
+            scale_p = m1 / m2;
+            printf("%sscaling (tiled, 1 and %d threads timed alternately): prefill S=%d D=128 %.1f -> %.1f ms = %.2fx\n",
+                   C, nthreads, Ss, m1, m2, scale_p);
+            time_alt(1, 32, 8, 1, quick ? 8192 : 32768, 128, 0, 1, 0, nthreads, &m1, &m2);
+            scale_d = m1 / m2;
+            printf("%sscaling: decode %.2f -> %.2f ms = %.2fx (K/V %.1f -> %.1f GB/s)\n", C, m1, m2, scale_d,
+                   kv / m1 * 1e-6, kv / m2 * 1e-6);
+        }
+        {
+            /* causal against non-causal, timed alternately at the same S */
+            int Sc;
+            for (D = 64; D <= 128; D *= 2)
+                for (Sc = quick ? 2048 : 4096; Sc <= (quick ? 2048 : 8192) && Sc <= max_s; Sc *= 2) {
+                    double mn, mc;
+                    time_alt(2, 4, 4, Sc, Sc, D, 0, nthreads, 1, nthreads, &mn, &mc);
+                    printf("%scausal (timed alternately with non-causal): S=%d D=%d %.1f vs %.1f ms = %.2fx\n",
+                           C, Sc, D, mc, mn, mn / mc);
+                    have3 = 1;
+                    if (mn / mc < 1.8) ok3 = 0;
+                }
         }
         /* the targets of issue #3, judged on this run's numbers */
-        printf("%scausal speed-up over non-causal (tiled):", C);
+        printf("%scausal speed-up over non-causal, from the table's rows (minutes apart):", C);
         for (di = 0; di < 2; di++)
             for (si = 0; si < ns; si++) {
                 double x = rt[0][di][si].ms / rt[1][di][si].ms;
                 printf(" D%d/S%d %.2fx", 64 << di, 128 << si, x);
-                if ((128 << si) >= 4096) { have3 = 1; if (x < 1.8) ok3 = 0; }
             }
         printf("\n");
         for (causal = 0; causal <= 1; causal++)
