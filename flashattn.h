@@ -871,22 +871,46 @@ FA__AVX2 static void fa__gemm_avx2(const float *A, int64_t sa, int64_t sx, int n
 static void fa__gemm(int isa, const float *A, int64_t sa, int64_t sx, int na, int nx,
                      const float *B, int64_t ldb, float *C, int64_t ldc, int nv, int acc)
 {
-    int a, x, l, nl = nv * 16;
+    int a0, x, l0, u, a;
 #ifdef FLASHATTN__X86
     if (isa == 2) { fa__gemm_avx512(A, sa, sx, na, nx, B, ldb, C, ldc, nv, acc); return; }
     if (isa == 1) { fa__gemm_avx2(A, sa, sx, na, nx, B, ldb, C, ldc, nv, acc); return; }
 #endif
     (void)isa;
-    for (a = 0; a < na; a++) {
-        float *c = C + a * ldc;
-        if (!acc) for (l = 0; l < nl; l++) c[l] = 0.0f;
-        for (x = 0; x < nx; x++) {
-            const float w = A[a * sa + x * sx], *b = B + x * ldb;
-            if (acc == 2) {
-                for (l = 0; l < nl; l++)
-                    if (b[l] != 0.0f) c[l] += w * b[l];
-            } else {
-                for (l = 0; l < nl; l++) c[l] += w * b[l];
+    /* portable C: 4 A-rows x 16 lanes in local arrays, fixed-length inner loops that compilers
+       vectorise at -O2 for whatever SIMD the target has */
+    for (a0 = 0; a0 < na; a0 += 4) {
+        const float *pa[4];
+        for (a = 0; a < 4; a++) pa[a] = A + (int64_t)(a0 + a < na ? a0 + a : na - 1) * sa;
+        for (l0 = 0; l0 < nv * 16; l0 += 16) {
+            float c0[16], c1[16], c2[16], c3[16];
+            const float *b = B + l0;
+            float *cr[4];
+            int64_t off = 0;
+            for (a = 0; a < 4; a++) cr[a] = C + (int64_t)(a0 + a < na ? a0 + a : na - 1) * ldc + l0;
+            for (u = 0; u < 16; u++) {
+                c0[u] = acc ? cr[0][u] : 0.0f; c1[u] = acc ? cr[1][u] : 0.0f;
+                c2[u] = acc ? cr[2][u] : 0.0f; c3[u] = acc ? cr[3][u] : 0.0f;
+            }
+            for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                const float w0 = pa[0][off], w1 = pa[1][off], w2 = pa[2][off], w3 = pa[3][off];
+                if (acc == 2) {
+                    for (u = 0; u < 16; u++) {
+                        float bu = b[u], z = bu != 0.0f ? 1.0f : 0.0f;
+                        c0[u] += z != 0.0f ? w0 * bu : 0.0f; c1[u] += z != 0.0f ? w1 * bu : 0.0f;
+                        c2[u] += z != 0.0f ? w2 * bu : 0.0f; c3[u] += z != 0.0f ? w3 * bu : 0.0f;
+                    }
+                } else {
+                    for (u = 0; u < 16; u++) {
+                        c0[u] += w0 * b[u]; c1[u] += w1 * b[u]; c2[u] += w2 * b[u]; c3[u] += w3 * b[u];
+                    }
+                }
+            }
+            for (u = 0; u < 16; u++) {
+                cr[0][u] = c0[u];
+                if (a0 + 1 < na) cr[1][u] = c1[u];
+                if (a0 + 2 < na) cr[2][u] = c2[u];
+                if (a0 + 3 < na) cr[3][u] = c3[u];
             }
         }
     }
@@ -2110,13 +2134,16 @@ static fa_status fa__cu_generic_launch(const fa__dims *d, const void *q, const v
     return fa__cu(cudaGetLastError());
 }
 
-/* Picks the kernel by head_dim class (the fast paths: D and Dv <= 64, <= 128; then 256). fp32 with
-   16-byte aligned rows takes the cp.async double-buffered kernels: 8 x 4 register blocks at D <= 64;
-   at D <= 128 8 x 4 with P over the consumed K tile where the device has the 205 KB of shared
-   memory it needs (Hopper), else the single-buffered 8 x 4 one (163 KB of sm_80). block_k = 64 asks
-   for the single-buffered 8 x 4 kernel, block_k = 32 for the double-buffered 8 x 2 one (D <= 128).
-   block_q = 64 (and block_q = 128 with block_k = 32 at D <= 64) asks for the kernels compiled for
-   two or three blocks per SM (aligned fp32; fa__cu_generic_f32 lists them). */
+/* The kernels for aligned fp32 (rows 16-byte aligned), by (block_q, block_k); FA_ERR_UNSUPPORTED
+   (nothing launched) for a pair not listed here (the caller then takes fa__cu_generic_t's kernels);
+   block_q other than 64 and 128 counts as 0, block_k other than 32 and 64 too.
+   Register blocks RM x CN, B/SM the blocks per SM it is compiled for, 2buf: cp.async K/V double
+   buffer. Timed on the H200 (bench/RESULTS.md "fp32 generic kernel"):
+     D <= 64:  (0|64, 0|64) 4 x 4, 2buf, 2 B/SM (the default); (64, 32) 4 x 2, 2buf, 3 B/SM;
+               (128, 32) 8 x 2, 2buf, 2 B/SM; (128, 0) 8 x 4, 2buf, 1 B/SM.
+     D <= 128: (0|64, 0) and (64, 64) 4 x 4, single buffer, 2 B/SM (the default); (64, 32) 4 x 2, 2buf,
+               2 B/SM; (128, 0) 8 x 4, 2buf with P over the consumed K tile (205 KB of shared
+               memory: Hopper; FA_ERR_UNSUPPORTED elsewhere). */
 template <int DC, int RM, int CN, int PIPE, int MINB>
 static fa_status fa__cu_generic_f32v(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
                                      cudaStream_t st)
@@ -2124,25 +2151,37 @@ static fa_status fa__cu_generic_f32v(const fa__dims *d, const void *q, const voi
     return fa__cu_generic_launch<float, DC, RM, CN, PIPE, MINB>(d, q, k, v, o, st);
 }
 
-/* The kernels for aligned fp32 with several blocks per SM, by (block_q, block_k): FA_ERR_UNSUPPORTED
-   (nothing launched) for any other pair. At D <= 64: (64, 0|64) 4 x 4 double-buffered, 2 blocks/SM;
-   (64, 32) 4 x 2 double-buffered, 3 blocks/SM; (128, 32) 8 x 2 double-buffered, 2 blocks/SM. At
-   D <= 128: (64, 0|32) 4 x 2 double-buffered, 2 blocks/SM; (64, 64) 4 x 4 single-buffered, 2/SM. */
 static fa_status fa__cu_generic_f32(const fa__dims *d, int dc, const void *q, const void *k, const void *v,
                                     void *o, cudaStream_t st)
 {
-    const int bq = d->block_q, bk = d->block_k;
+    const int bq = d->block_q == 64 || d->block_q == 128 ? d->block_q : 0;   /* others: the library's */
+    const int bk = d->block_k == 32 || d->block_k == 64 ? d->block_k : 0;
     if (dc <= 64) {
-        if (bq == 64 && (bk == 0 || bk == 64)) return fa__cu_generic_f32v<64, 4, 4, 1, 2>(d, q, k, v, o, st);
+        if ((bq == 0 && bk == 0) || (bq == 64 && (bk == 0 || bk == 64)))
+            return fa__cu_generic_f32v<64, 4, 4, 1, 2>(d, q, k, v, o, st);
         if (bq == 64 && bk == 32) return fa__cu_generic_f32v<64, 4, 2, 1, 3>(d, q, k, v, o, st);
         if (bq == 128 && bk == 32) return fa__cu_generic_f32v<64, 8, 2, 1, 2>(d, q, k, v, o, st);
+        if (bq == 128 && bk == 0) return fa__cu_generic_f32v<64, 8, 4, 1, 1>(d, q, k, v, o, st);
     } else if (dc <= 128) {
+        if ((bq == 0 && bk == 0) || (bq == 64 && bk == 64))
+            return fa__cu_generic_f32v<128, 4, 4, 0, 2>(d, q, k, v, o, st);
         if (bq == 64 && (bk == 0 || bk == 32)) return fa__cu_generic_f32v<128, 4, 2, 1, 2>(d, q, k, v, o, st);
-        if (bq == 64 && bk == 64) return fa__cu_generic_f32v<128, 4, 4, 0, 2>(d, q, k, v, o, st);
+        if (bq == 128 && bk == 0) {
+            int dev = 0, optin = 0;
+            if (cudaGetDevice(&dev) == cudaSuccess &&
+                cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+                optin >= (int)fa__cu_cfg<128, 8, 4, 2>::SMEM)
+                return fa__cu_generic_f32v<128, 8, 4, 2, 1>(d, q, k, v, o, st);
+            (void)cudaGetLastError();
+        }
     }
     return FA_ERR_UNSUPPORTED;
 }
 
+/* Picks the kernel: aligned fp32 first through fa__cu_generic_f32; then by head_dim class (D and
+   Dv <= 64, <= 128, then 256) the kernels for any storage type and layout: 8 x 4 single-buffered
+   (4 x 2 at 256), and for aligned fp32 with block_k = 32 at 64 < D <= 128 the double-buffered 8 x 2
+   one. */
 template <typename T>
 static fa_status fa__cu_generic_t(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
                                   cudaStream_t st)
@@ -2150,25 +2189,13 @@ static fa_status fa__cu_generic_t(const fa__dims *d, const void *q, const void *
     const int dc = d->D > d->Dv ? d->D : d->Dv;
     const int aligned = fa__cu_vec16(d, q, d->qs, d->D) && fa__cu_vec16(d, k, d->ks, d->D) &&
                         fa__cu_vec16(d, v, d->vs, d->Dv);
-    if (aligned && d->block_q) {
+    if (aligned) {
         const fa_status s = fa__cu_generic_f32(d, dc, q, k, v, o, st);
         if (s != FA_ERR_UNSUPPORTED) return s;
     }
-    if (dc <= 64) {
-        if (aligned && d->block_k != 64 && d->block_k != 32)
-            return fa__cu_generic_launch<float, 64, 8, 4, 1, 1>(d, q, k, v, o, st);
-        return fa__cu_generic_launch<T, 64, 8, 4, 0, 1>(d, q, k, v, o, st);
-    }
+    if (dc <= 64) return fa__cu_generic_launch<T, 64, 8, 4, 0, 1>(d, q, k, v, o, st);
     if (dc <= 128) {
         if (aligned && d->block_k == 32) return fa__cu_generic_launch<float, 128, 8, 2, 1, 1>(d, q, k, v, o, st);
-        if (aligned && d->block_k != 64) {
-            int dev = 0, optin = 0;
-            if (cudaGetDevice(&dev) == cudaSuccess &&
-                cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-                optin >= (int)fa__cu_cfg<128, 8, 4, 2>::SMEM)
-                return fa__cu_generic_launch<float, 128, 8, 4, 2, 1>(d, q, k, v, o, st);
-            (void)cudaGetLastError();
-        }
         return fa__cu_generic_launch<T, 128, 8, 4, 0, 1>(d, q, k, v, o, st);
     }
     return fa__cu_generic_launch<T, 256, 4, 2, 0, 1>(d, q, k, v, o, st);

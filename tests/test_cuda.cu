@@ -27,6 +27,8 @@ extern "C" {
 
 static int g_small = 0;
 static int g_block_k = 0;   /* p.block_k of the runs: 32 and 64 pick the other fp32 kernels */
+static int g_block_q = 0;   /* p.block_q of the runs: 64 and 128 pick the fp32 kernels with several blocks/SM */
+static int g_tiled_only = 0;   /* run_list skips fa_cuda_naive (which ignores block_q) */
 
 #define CU(call)                                                                                   \
     do {                                                                                           \
@@ -220,8 +222,8 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
     int ok = 1, b, h, i;
     fa_status st;
 
-    snprintf(name, sizeof name, "%s [%s %s block_k=%d]", c->name, tiled ? "tiled" : "naive", dt_name(dt),
-             g_block_k);
+    snprintf(name, sizeof name, "%s [%s %s block_q=%d block_k=%d]", c->name, tiled ? "tiled" : "naive",
+             dt_name(dt), g_block_q, g_block_k);
     make_params(c, &p);
     p.dtype = dt;
     ref_seed(&r, name_seed(c->name));
@@ -262,6 +264,7 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
     pd = p;
     pd.lse = dlse; pd.bias = (const float *)dbias; pd.alibi_slopes = (const float *)dalibi;
     pd.block_k = g_block_k;
+    pd.block_q = g_block_q;
     st = tiled ? fa_cuda_tiled(&pd, dq, dk, dv, dout) : fa_cuda_naive(&pd, dq, dk, dv, dout, dscores);
     CU(cudaDeviceSynchronize());
     if (st != FA_OK) {
@@ -381,7 +384,7 @@ static void run_list(const tcase *cs, size_t n, const fa_dtype *dts, int ndt, in
     for (i = 0; i < n; i++) {
         if (g_small && !cs[i].small) continue;
         for (k = 0; k < ndt; k++)
-            for (path = 0; path < 2; path++) {
+            for (path = g_tiled_only; path < 2; path++) {
                 total++;
                 f += !run_case(&cs[i], path, dts[k]);
             }
@@ -408,6 +411,24 @@ static void test_fp32_other_kernels(void **state)
         run_list(g_mods, COUNT(g_mods), k_f32, 1, bk);
         run_list(g_large_scores, COUNT(g_large_scores), k_f32, 1, bk);
     }
+}
+/* the aligned-fp32 kernels that block_q selects (fa__cu_generic_f32): D <= 64: (64,0) (64,32)
+   (128,32) (128,0); D <= 128: (64,0) (64,64) (128,0); (128,32) and (64,64) at D <= 64 fall back to
+   the other kernels (covered here too) */
+static void test_fp32_multiblock_kernels(void **state)
+{
+    static const int qk[][2] = { { 64, 0 }, { 64, 32 }, { 64, 64 }, { 128, 32 }, { 128, 0 } };
+    size_t i;
+    (void)state;
+    g_tiled_only = 1;
+    for (i = 0; i < COUNT(qk); i++) {
+        g_block_q = qk[i][0];
+        run_list(g_shapes, COUNT(g_shapes), k_f32, 1, qk[i][1]);
+        run_list(g_mods, COUNT(g_mods), k_f32, 1, qk[i][1]);
+        run_list(g_large_scores, COUNT(g_large_scores), k_f32, 1, qk[i][1]);
+    }
+    g_block_q = 0;
+    g_tiled_only = 0;
 }
 static void test_modifiers_half(void **state) { (void)state; run_list(g_mods, COUNT(g_mods), k_half, 2, 0); }
 
@@ -665,14 +686,20 @@ static double time_call(int tiled, const fa_params *p, void *q, void *k, void *v
 
 static void test_timing(void **state)
 {
-    static const struct { int tiled; fa_dtype dt; int D, S, causal, bk; } runs[] = {
-        { 1, FA_F32, 64, 4096, 0, 0 }, { 1, FA_F32, 64, 4096, 1, 0 }, { 1, FA_F32, 64, 4096, 0, 64 },
-        { 1, FA_F32, 128, 4096, 0, 0 }, { 1, FA_F32, 128, 4096, 1, 0 }, { 1, FA_F32, 128, 4096, 0, 32 },
-        { 1, FA_F32, 128, 4096, 0, 64 }, { 1, FA_F32, 128, 4096, 1, 64 }, { 1, FA_F32, 64, 4096, 1, 64 },
-        { 1, FA_F32, 128, 1024, 0, 0 }, { 1, FA_F32, 64, 16384, 1, 0 },
-        { 1, FA_F16, 128, 4096, 0, 0 }, { 1, FA_BF16, 64, 4096, 0, 0 },
-        { 0, FA_F32, 64, 4096, 0, 0 }, { 0, FA_F32, 128, 4096, 0, 0 }, { 0, FA_F32, 128, 4096, 1, 0 },
-        { 0, FA_F16, 128, 4096, 0, 0 }, { 0, FA_BF16, 128, 4096, 0, 0 }, { 0, FA_F16, 64, 4096, 0, 0 },
+    static const struct { int tiled; fa_dtype dt; int D, S, causal, bk, bq; } runs[] = {
+        { 1, FA_F32, 64, 4096, 0, 0, 0 }, { 1, FA_F32, 64, 4096, 1, 0, 0 }, { 1, FA_F32, 64, 4096, 0, 64, 0 },
+        { 1, FA_F32, 128, 4096, 0, 0, 0 }, { 1, FA_F32, 128, 4096, 1, 0, 0 }, { 1, FA_F32, 128, 4096, 0, 32, 0 },
+        { 1, FA_F32, 128, 4096, 0, 64, 0 }, { 1, FA_F32, 128, 4096, 1, 64, 0 }, { 1, FA_F32, 64, 4096, 1, 64, 0 },
+        { 1, FA_F32, 128, 1024, 0, 0, 0 }, { 1, FA_F32, 64, 16384, 1, 0, 0 },
+        { 1, FA_F16, 128, 4096, 0, 0, 0 }, { 1, FA_BF16, 64, 4096, 0, 0, 0 },
+        { 0, FA_F32, 64, 4096, 0, 0, 0 }, { 0, FA_F32, 128, 4096, 0, 0, 0 }, { 0, FA_F32, 128, 4096, 1, 0, 0 },
+        { 0, FA_F16, 128, 4096, 0, 0, 0 }, { 0, FA_BF16, 128, 4096, 0, 0, 0 }, { 0, FA_F16, 64, 4096, 0, 0, 0 },
+        /* the fp32 kernels with several blocks per SM (block_q set) */
+        { 1, FA_F32, 64, 4096, 0, 0, 64 }, { 1, FA_F32, 64, 4096, 0, 32, 64 }, { 1, FA_F32, 64, 4096, 0, 32, 128 },
+        { 1, FA_F32, 64, 4096, 1, 0, 64 }, { 1, FA_F32, 64, 4096, 1, 32, 64 }, { 1, FA_F32, 64, 4096, 1, 32, 128 },
+        { 1, FA_F32, 128, 4096, 0, 0, 64 }, { 1, FA_F32, 128, 4096, 0, 64, 64 },
+        { 1, FA_F32, 128, 4096, 1, 0, 64 }, { 1, FA_F32, 128, 4096, 1, 64, 64 },
+        { 1, FA_F32, 128, 1024, 0, 0, 64 }, { 1, FA_F32, 64, 16384, 1, 0, 64 },
     };
     size_t i;
     void *q, *k, *v, *o;
@@ -683,17 +710,19 @@ static void test_timing(void **state)
     v = dalloc((size_t)16384 * 2048 * 4); o = dalloc((size_t)16384 * 2048 * 4);
     CU(cudaMemset(q, 0, (size_t)16384 * 2048 * 4)); CU(cudaMemset(k, 0, (size_t)16384 * 2048 * 4));
     CU(cudaMemset(v, 0, (size_t)16384 * 2048 * 4));
-    printf("TIMING path dtype D S causal block_k: ms TFLOP/s (B x S = 16k tokens, hidden 2048)\n");
+    printf("TIMING path dtype D S causal block_k block_q: ms TFLOP/s (B x S = 16k tokens, hidden 2048)\n");
     for (i = 0; i < COUNT(runs); i++) {
         fa_params p;
         double ms, fl;
         memset(&p, 0, sizeof p);
         p.batch = 16384 / runs[i].S; p.heads = 2048 / runs[i].D; p.seq_q = p.seq_k = runs[i].S;
         p.head_dim = runs[i].D; p.dtype = runs[i].dt; p.causal = runs[i].causal; p.block_k = runs[i].bk;
+        p.block_q = runs[i].bq;
         ms = time_call(runs[i].tiled, &p, q, k, v, o, runs[i].S >= 16384 ? 2 : 5);
         fl = 4.0 * p.batch * p.heads * (double)p.seq_q * p.seq_k * p.head_dim * (runs[i].causal ? 0.5 : 1.0);
-        printf("TIMING %s %s D=%d S=%d causal=%d bk=%d: %.3f ms %.1f TFLOP/s\n", runs[i].tiled ? "tiled" : "naive",
-               dt_name(runs[i].dt), runs[i].D, runs[i].S, runs[i].causal, runs[i].bk, ms, ms > 0 ? fl / ms * 1e-9 : 0.0);
+        printf("TIMING %s %s D=%d S=%d causal=%d bk=%d bq=%d: %.3f ms %.1f TFLOP/s\n",
+               runs[i].tiled ? "tiled" : "naive", dt_name(runs[i].dt), runs[i].D, runs[i].S, runs[i].causal, runs[i].bk,
+               runs[i].bq, ms, ms > 0 ? fl / ms * 1e-9 : 0.0);
         fflush(stdout);
     }
     cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o);
@@ -707,6 +736,7 @@ int main(void)
         cmocka_unit_test(test_large_scores),
         cmocka_unit_test(test_modifiers_fp32),
         cmocka_unit_test(test_fp32_other_kernels),
+        cmocka_unit_test(test_fp32_multiblock_kernels),
         cmocka_unit_test(test_shapes_half),
         cmocka_unit_test(test_modifiers_half),
         cmocka_unit_test(test_stream),
