@@ -383,7 +383,9 @@ static res bench_shape(const char *kind, int B, int H, int Hkv, int Sq, int Sk, 
         char nms[32], ngf[32], sp[32], df[32];
         if (rn.ran) {
             snprintf(nms, sizeof nms, "%.2f", rn.ms); snprintf(ngf, sizeof ngf, "%.1f", rn.gflops);
-            snprintf(sp, sizeof sp, "%.2f", rn.ms / rt.ms); snprintf(df, sizeof df, "%.1e", diff);
+            snprintf(sp, sizeof sp, "%.2f", rn.ms / rt.ms);
+            if (diff >= 0) snprintf(df, sizeof df, "%.1e", diff);
+            else strcpy(df, "-");      /* decode: the two paths read different K/V copies */
         } else {
             strcpy(nms, "-"); strcpy(ngf, "-"); strcpy(sp, "-"); strcpy(df, "-");
         }
