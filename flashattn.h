@@ -734,6 +734,7 @@ FA__AVX512 static void fa__gemm_avx512(const float *A, int64_t sa, int64_t sx, i
     /* one panel of up to 48 lanes of B at a time (it stays in L1) against every group of 8 A-rows */
     for (vp = 0; vp < nv; vp = ve) {
         ve = vp + 3 <= nv ? vp + 3 : nv;
+        if (nv - vp == 4) ve = vp + 2;        /* 4 left: 2 + 2, not 3 + a load-bound 1 */
         for (a0 = 0; a0 < na; a0 += 8) {
             const float *pa[8];
             int64_t ra[8], off = 0;
