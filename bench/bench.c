@@ -291,6 +291,43 @@ static void time_alt(int B, int H, int Hkv, int Sq, int Sk, int D, int causal_x,
     free(a.q); free_kv(&a); free(a.o);
 }
 
+/* Issue #5's rows: the masks and score modifiers at one long causal shape, each against plain
+   causal on the same data. Windows count only the visible (row, key) pairs, so a window's time
+   should be about its share of the causal pairs (W/S plus the diagonal band). */
+static void bench_modifiers(int S, int D)
+{
+    static const struct { const char *name; int wl; float cap; int alibi; } v[] = {
+        { "causal", 0, 0.0f, 0 }, { "window256", 256, 0.0f, 0 }, { "window4096", 4096, 0.0f, 0 },
+        { "softcap30", 0, 30.0f, 0 }, { "alibi", 0, 0.0f, 1 } };
+    const int B = 2, H = 4;
+    const char *C = csv ? "# " : "";
+    size_t nq = (size_t)B * H * S * D;
+    float slopes[4];
+    double base = 0.0, causal_pairs = 0.5 * (double)S * (S + 1);
+    att_arg a;
+    int i;
+    memset(&a, 0, sizeof a);
+    for (i = 0; i < H; i++) slopes[i] = 1.0f / (float)(2 << i);
+    a.p.batch = B; a.p.heads = H; a.p.seq_q = S; a.p.seq_k = S; a.p.head_dim = D;
+    a.p.causal = 1; a.p.threads = nthreads;
+    a.q = (float *)malloc(nq * 4); a.o = (float *)malloc(nq * 4);
+    fill_normal(a.q, nq);
+    alloc_kv(&a, nq, 1);
+    for (i = 0; i < (int)(sizeof v / sizeof v[0]); i++) {
+        double ms, pairs = causal_pairs;
+        int w = v[i].wl;
+        if (w >= S) continue;
+        a.p.window_left = w; a.p.softcap = v[i].cap; a.p.alibi_slopes = v[i].alibi ? slopes : NULL;
+        if (w > 0) pairs = 0.5 * (double)w * (w + 1) + (double)(S - w) * (w + 1);
+        ms = 1e3 * time_median(run_att, &a);
+        if (i == 0) base = ms;
+        printf("%smodifier: B=%d H=%d S=%d D=%d causal %-10s %9.2f ms  %6.1f GFLOP/s (visible pairs)  "
+               "%.3f of plain causal time, %.3f of its pairs\n", C, B, H, S, D, v[i].name, ms,
+               4.0 * B * H * pairs * D / (ms * 1e-3) * 1e-9, ms / base, pairs / causal_pairs);
+    }
+    free(a.q); free(a.o); free_kv(&a);
+}
+
 /* Largest naive score matrix the bench allocates: --naive-mem, and at most 60% of the memory
    available when the bench starts (teammates' jobs share this machine). */
 static double avail_bytes = 0.0;
@@ -497,6 +534,7 @@ int main(int argc, char **argv)
                     if (mn / mc < 1.8) ok3 = 0;
                 }
         }
+        bench_modifiers(quick ? 2048 : (max_s < 16384 ? max_s : 16384), 64);
         /* the targets of issue #3, judged on this run's numbers */
         printf("%scausal speed-up over non-causal, from the table's rows (minutes apart):", C);
         for (di = 0; di < 2; di++)
