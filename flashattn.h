@@ -66,6 +66,16 @@
    provides fa_cuda_* (device pointers, same meanings, stream honoured). The CPU functions it also
    carries are weak symbols, so the same program can link a C file that has its own
    FLASHATTN_IMPLEMENTATION, and call fa_tiled and fa_cuda_tiled side by side, with no duplicates.
+
+       nvcc -O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+            -gencode arch=compute_90,code=compute_90 -c fa_cuda.cu        (link with -lcublas)
+
+   fp16/bf16 run on tensor cores (mma.sync, sm_80+) at head_dim = head_dim_v = 64 or 128 with
+   16-byte aligned rows, on an exact-fp32 FFMA kernel otherwise; fp32 is FFMA only (no TF32).
+   head_dim or head_dim_v above 256: FA_ERR_UNSUPPORTED. alibi_slopes, bias and lse are device
+   pointers. fa_cuda_naive returns with its work done (its per-call cuBLAS handle is destroyed, which
+   synchronises); fa_cuda_tiled only queues on `stream`. fa_cuda_merge takes host arrays of device
+   pointers and runs on the default stream.
 */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
