@@ -51,7 +51,8 @@
    [B][Hq] with alibi_stride = Hq.
 
    MEMORY: fa_naive allocates the whole [B][Hq][Sq][Sk] fp32 score matrix, as the textbook does, and
-   returns FA_ERR_NO_MEMORY when it cannot. fa_tiled allocates O(threads x tile), never O(Sq x Sk).
+   returns FA_ERR_NO_MEMORY when it cannot, or when it is larger than the machine's physical memory
+   (refused before asking the allocator, which might overcommit and fail only at first touch). fa_tiled allocates O(threads x tile), never O(Sq x Sk).
    fa_*_workspace_bytes return exactly what the call will allocate.
 
    THREADS: `threads` workers (0: all online cores) share batch x heads x query tiles; with few query
@@ -1220,6 +1221,18 @@ static int fa__online_cores(void)
     return n < 1 ? 1 : (n > 4096 ? 4096 : (int)n);
 }
 
+/* Physical memory in bytes (SIZE_MAX when the system does not say). A naive score matrix larger
+   than this cannot exist: it is refused before the allocator is asked, since an overcommitting
+   allocator may hand it out and the first touch would then end the process, not fail the call. */
+static size_t fa__phys_bytes(void)
+{
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+    long n = sysconf(_SC_PHYS_PAGES), ps = sysconf(_SC_PAGESIZE);
+    if (n > 0 && ps > 0 && (unsigned long)n <= SIZE_MAX / (unsigned long)ps) return (size_t)n * (size_t)ps;
+#endif
+    return SIZE_MAX;
+}
+
 /* Threads a call uses for `work` independent items. */
 static int fa__nthreads(const fa__dims *d, int64_t work)
 {
@@ -1399,7 +1412,8 @@ FLASHATTN__CPU_DEF fa_status fa_naive(const fa_params *p, const void *q, const v
     if ((st = fa__cpu_check(&d)) != FA_OK) return st;
     if (d.Sq == 0) return FA_OK;
     fa__naive_plan_make(&d, &pl);
-    if (pl.total == SIZE_MAX || pl.score_bytes == SIZE_MAX) return FA_ERR_NO_MEMORY;
+    if (pl.total == SIZE_MAX || pl.score_bytes == SIZE_MAX || pl.total > fa__phys_bytes())
+        return FA_ERR_NO_MEMORY;
     mem = FLASHATTN_MALLOC(pl.total);
     if (!mem) return FA_ERR_NO_MEMORY;
     c.d = &d; c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v;
