@@ -398,15 +398,17 @@ static int fa__has_modifiers(const fa__dims *d)
    softcap, ALiBi, bias, then -INFINITY where hidden. With mask == 0 the position rules are skipped
    (the caller knows every key of the block is visible). */
 static float fa__tanhf(float x);
+static void fa__softcap_run(int isa, float *s, int n, float cap);
 
 static void fa__modify_row(const fa__dims *d, int b, int h, int64_t i, int64_t j0, int n,
-                           float *s, int64_t stride, int mask)
+                           float *s, int64_t stride, int mask, int isa)
 {
     int t;
     int64_t diag = i + d->Sk - d->Sq;
     if (d->softcap > 0.0f) {
         float c = d->softcap, ic = 1.0f / d->softcap;
-        for (t = 0; t < n; t++) s[t * stride] = c * fa__tanhf(s[t * stride] * ic);
+        if (stride == 1) fa__softcap_run(isa, s, n, c);
+        else for (t = 0; t < n; t++) s[t * stride] = c * fa__tanhf(s[t * stride] * ic);
     }
     if (d->alibi) {
         float slope = d->alibi[(int64_t)b * d->alibi_stride + h];
@@ -633,6 +635,50 @@ FA__AVX2 static float fa__exp_sum_avx2(float *s, int n, float m)
     return buf[0];
 }
 #endif
+
+#ifdef FLASHATTN__X86
+/* fa__tanhf on 16 lanes: the same polynomial below |x| = 0.3 and 1 - 2/(exp(2|x|) + 1) above. */
+FA__AVX512 static inline __m512 fa__tanh16(__m512 x)
+{
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    __m512 a = _mm512_abs_ps(x), x2 = _mm512_mul_ps(x, x), p, e, t;
+    __mmask16 big = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.3f), _CMP_GE_OQ);   /* NaN: polynomial */
+    p = _mm512_fmadd_ps(x2, _mm512_set1_ps(0.0218694885f), _mm512_set1_ps(-0.0539682540f));
+    p = _mm512_fmadd_ps(x2, p, _mm512_set1_ps(0.133333333f));
+    p = _mm512_fmadd_ps(x2, p, _mm512_set1_ps(-0.333333333f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(x, x2), p, x);
+    e = fa__exp16(_mm512_add_ps(a, a));
+    t = _mm512_sub_ps(_mm512_set1_ps(1.0f),
+                      _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
+    t = _mm512_castsi512_ps(_mm512_or_epi32(_mm512_castps_si512(t),
+                                            _mm512_and_epi32(_mm512_castps_si512(x), sign)));
+    return _mm512_mask_blend_ps(big, p, t);
+}
+
+FA__AVX512 static void fa__softcap_avx512(float *s, int n, float cap)
+{
+    const __m512 c = _mm512_set1_ps(cap), ic = _mm512_set1_ps(1.0f / cap);
+    int t;
+    for (t = 0; t + 16 <= n; t += 16)
+        _mm512_storeu_ps(s + t, _mm512_mul_ps(c, fa__tanh16(_mm512_mul_ps(_mm512_loadu_ps(s + t), ic))));
+    if (t < n) {
+        __mmask16 k = (__mmask16)((1u << (n - t)) - 1u);
+        _mm512_mask_storeu_ps(s + t, k, _mm512_mul_ps(c, fa__tanh16(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + t), ic))));
+    }
+}
+#endif
+
+/* s[0..n) = cap * tanh(s / cap), softcap's step on a contiguous run */
+static void fa__softcap_run(int isa, float *s, int n, float cap)
+{
+    float ic = 1.0f / cap;
+    int t;
+#ifdef FLASHATTN__X86
+    if (isa == 2) { fa__softcap_avx512(s, n, cap); return; }
+#endif
+    (void)isa;
+    for (t = 0; t < n; t++) s[t] = cap * fa__tanhf(s[t] * ic);
+}
 
 #ifdef FLASHATTN__X86
 FA__AVX512 static float fa__row_max_avx512(const float *s, int n, float m)
@@ -1357,7 +1403,7 @@ static void fa__naive_head(void *vctx, int64_t item, int tid)
         }
     for (i = 0; i < Sq; i++) {
         float *s = S + (size_t)i * Sk, lse;
-        if (mask || fa__has_modifiers(d)) fa__modify_row(d, b, h, i, 0, Sk, s, 1, mask);
+        if (mask || fa__has_modifiers(d)) fa__modify_row(d, b, h, i, 0, Sk, s, 1, mask, c->isa);
         if (c->scores)
             memcpy(c->scores + ((size_t)item * Sq + i) * Sk, s, (size_t)Sk * sizeof(float));
         lse = fa__softmax_row(c->isa, s, Sk);
@@ -1545,7 +1591,9 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     float *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
     const float *kb, *vb;
     int mods = fa__has_modifiers(d), rowmajor;
+    fa__dims nosc = *d;                    /* the rule without softcap, once the tile pass applied it */
 
+    nosc.softcap = 0.0f;
     fa__tile_pos(d, pl, tile, &b, &h0, &i0, &nqr);
     g = h0 / d->group;
     nr = pl->hpt * nqr;
@@ -1609,9 +1657,16 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         else
 #endif
         fa__gemm(isa, kb + k0 * d->ks[2], d->ks[2], 1, nk, D, Qt + v0 * 16, ld, S0, ld, v1 - v0, 0);
-        if (mask || mods)
+        if (mods && d->softcap > 0.0f && !rowmajor) {
+            /* softcap is elementwise: one pass over the tile's contiguous lane vectors, key by key */
+            int jj;
+            for (jj = 0; jj < nk; jj++) fa__softcap_run(isa, S0 + (int64_t)jj * ld, (v1 - v0) * 16, d->softcap);
+            if (mask || nosc.alibi || nosc.bias)
+                for (r = v0 * 16; r < r1; r++)
+                    fa__modify_row(&nosc, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask, isa);
+        } else if (mask || mods)
             for (r = v0 * 16; r < r1; r++)
-                fa__modify_row(d, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask);
+                fa__modify_row(d, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask, isa);
         fa__online(isa, S0, ld, nk, v1 - v0, m + v0 * 16, l + v0 * 16, O0, ld, rowmajor ? 0 : Dv, tmp);
 #ifdef FLASHATTN__X86
         if (rowmajor) {
