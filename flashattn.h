@@ -668,6 +668,27 @@ FA__AVX512 static void fa__softcap_avx512(float *s, int n, float cap)
 }
 #endif
 
+#ifdef FLASHATTN__X86
+/* ALiBi's step on a transposed tile (rows on lanes, key jj at S + jj*ld): s -= slope * |d_r - j|
+   with d_r = diag0 + r, for the lane vectors [0, nvec). Distances in int32 lanes, exact; the caller
+   guarantees |diag| and keys stay far below 2^31. */
+FA__AVX512 static void fa__alibi_tile_avx512(float *S, int64_t ld, int nvec, int nk, int64_t k0, int64_t diag0,
+                                             float slope)
+{
+    const __m512 sl = _mm512_set1_ps(slope);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    int jj, v;
+    for (jj = 0; jj < nk; jj++) {
+        float *col = S + (int64_t)jj * ld;
+        for (v = 0; v < nvec; v++) {
+            __m512i dist = _mm512_add_epi32(lane, _mm512_set1_epi32((int)(diag0 + 16 * v - (k0 + jj))));
+            __m512 f = _mm512_cvtepi32_ps(_mm512_abs_epi32(dist));
+            _mm512_storeu_ps(col + 16 * v, _mm512_fnmadd_ps(sl, f, _mm512_loadu_ps(col + 16 * v)));
+        }
+    }
+}
+#endif
+
 /* s[0..n) = cap * tanh(s / cap), softcap's step on a contiguous run */
 static void fa__softcap_run(int isa, float *s, int n, float cap)
 {
@@ -1590,11 +1611,14 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     float *Qt = c->ws + (size_t)tid * pl->thread_floats, *St = Qt + ld * D, *Ot = St + ld * pl->bk;
     float *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
     const float *kb, *vb;
-    int mods = fa__has_modifiers(d), rowmajor;
+    int mods = fa__has_modifiers(d), rowmajor, vec_alibi;
     fa__dims nosc = *d;                    /* the rule without softcap, once the tile pass applied it */
 
     nosc.softcap = 0.0f;
     fa__tile_pos(d, pl, tile, &b, &h0, &i0, &nqr);
+    /* ALiBi on lane vectors: one head per tile and distances that fit int32 lanes */
+    vec_alibi = isa == 2 && pl->hpt == 1 && (int64_t)d->Sq + d->Sk + 64 < INT_MAX;
+    if (vec_alibi) nosc.alibi = NULL;
     g = h0 / d->group;
     nr = pl->hpt * nqr;
     nv = (nr + 15) / 16;
@@ -1657,10 +1681,17 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         else
 #endif
         fa__gemm(isa, kb + k0 * d->ks[2], d->ks[2], 1, nk, D, Qt + v0 * 16, ld, S0, ld, v1 - v0, 0);
-        if (mods && d->softcap > 0.0f && !rowmajor) {
-            /* softcap is elementwise: one pass over the tile's contiguous lane vectors, key by key */
+        if (mods && !rowmajor && (d->softcap > 0.0f || (vec_alibi && d->alibi))) {
+            /* the elementwise steps as passes over the tile's contiguous lane vectors, key by key,
+               in the rule's order (softcap, then ALiBi); the rest of the rule row by row */
             int jj;
-            for (jj = 0; jj < nk; jj++) fa__softcap_run(isa, S0 + (int64_t)jj * ld, (v1 - v0) * 16, d->softcap);
+            if (d->softcap > 0.0f)
+                for (jj = 0; jj < nk; jj++) fa__softcap_run(isa, S0 + (int64_t)jj * ld, (v1 - v0) * 16, d->softcap);
+#ifdef FLASHATTN__X86
+            if (vec_alibi && d->alibi)
+                fa__alibi_tile_avx512(S0, ld, v1 - v0, nk, k0, i0 + v0 * 16 + d->Sk - d->Sq,
+                                      d->alibi[(int64_t)b * d->alibi_stride + h0]);
+#endif
             if (mask || nosc.alibi || nosc.bias)
                 for (r = v0 * 16; r < r1; r++)
                     fa__modify_row(&nosc, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask, isa);
