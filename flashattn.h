@@ -682,7 +682,7 @@ FA__AVX512 static void fa__alibi_tile_avx512(float *S, int64_t ld, int nvec, int
         float *col = S + (int64_t)jj * ld;
         for (v = 0; v < nvec; v++) {
             __m512i dist = _mm512_add_epi32(lane, _mm512_set1_epi32((int)(diag0 + 16 * v - (k0 + jj))));
-            __m512 f = _mm512_cvtepi32_ps(_mm512_abs_epi32(dist));
+            __m512 f = _mm512_maskz_cvtepi32_ps((__mmask16)0xFFFF, _mm512_maskz_abs_epi32((__mmask16)0xFFFF, dist));
             _mm512_storeu_ps(col + 16 * v, _mm512_fnmadd_ps(sl, f, _mm512_loadu_ps(col + 16 * v)));
         }
     }
