@@ -352,19 +352,32 @@ static fa_status fa__resolve(const fa_params *p, const void *q, const void *k, c
 }
 
 /* Keys visible to query row i by the position rules (causal, window), as [lo, hi). */
-static void fa__key_range(const fa__dims *d, int64_t i, int64_t *lo, int64_t *hi)
+#ifdef __CUDACC__
+#define FA__HD __host__ __device__
+#else
+#define FA__HD
+#endif
+
+/* The position rule, written once for the CPU and both CUDA kernels: the keys visible to the query
+   whose diagonal in key space is diag (causal, window_left, window_right), as [lo, hi). */
+static FA__HD inline void fa__visible(int64_t diag, int64_t Sk, int causal, int wl, int wr, int64_t *lo,
+                                      int64_t *hi)
 {
-    int64_t diag = i + d->Sk - d->Sq, a = 0, b = d->Sk;
-    if (d->wl > 0 && diag - d->wl > a) a = diag - d->wl;
-    if (d->causal && diag + 1 < b) b = diag + 1;
-    if (d->wr > 0 && diag + d->wr + 1 < b) b = diag + d->wr + 1;
-    if (a > d->Sk) a = d->Sk;
+    int64_t a = 0, b = Sk;
+    if (wl > 0 && diag - wl > a) a = diag - wl;
+    if (causal && diag + 1 < b) b = diag + 1;
+    if (wr > 0 && diag + wr + 1 < b) b = diag + wr + 1;
+    if (a > Sk) a = Sk;
     if (b < a) b = a;
     *lo = a; *hi = b;
 }
 
-/* Keys visible to some row of [i0, i1) as [lo, hi), and whether every (row, key) pair of the
-   rectangle rows x [k0, k1) is visible by the position rules (so no mask is needed there). */
+static void fa__key_range(const fa__dims *d, int64_t i, int64_t *lo, int64_t *hi)
+{
+    fa__visible(i + d->Sk - d->Sq, d->Sk, d->causal, d->wl, d->wr, lo, hi);
+}
+
+/* Keys visible to some row of [i0, i1) as [lo, hi). */
 static void fa__rows_range(const fa__dims *d, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi)
 {
     int64_t a0, b0, a1, b1;
@@ -375,6 +388,8 @@ static void fa__rows_range(const fa__dims *d, int64_t i0, int64_t i1, int64_t *l
     if (*hi < *lo) *hi = *lo;
 }
 
+/* Whether every (row, key) pair of rows [i0, i1) x keys [k0, k1) is visible by the position
+   rules, so that no mask is needed there. */
 static int fa__block_unmasked(const fa__dims *d, int64_t i0, int64_t i1, int64_t k0, int64_t k1)
 {
     int64_t a0, b0, a1, b1;
@@ -1921,12 +1936,8 @@ static __device__ __forceinline__ float fa__nmax(float a, float b) { return (b <
 /* Section 1's key range (fa__key_range) for both sides of the bus: keys [lo, hi) of row i. */
 static __host__ __device__ __forceinline__ void fa__cu_range(const fa__dims &d, int64_t i, int *lo, int *hi)
 {
-    int64_t diag = i + d.Sk - d.Sq, a = 0, b = d.Sk;
-    if (d.wl > 0 && diag - d.wl > a) a = diag - d.wl;
-    if (d.causal && diag + 1 < b) b = diag + 1;
-    if (d.wr > 0 && diag + d.wr + 1 < b) b = diag + d.wr + 1;
-    if (a > d.Sk) a = d.Sk;
-    if (b < a) b = a;
+    int64_t a, b;
+    fa__visible(i + d.Sk - d.Sq, d.Sk, d.causal, d.wl, d.wr, &a, &b);
     *lo = (int)a; *hi = (int)b;
 }
 
@@ -2597,12 +2608,8 @@ template <> struct fa__tc_type<__half> {
 /* Keys visible to query row i by the position rules, as [lo, hi) (section 1's fa__key_range). */
 static __device__ __forceinline__ void fa__tc_range(const fa__tc_args &a, int i, int *lo, int *hi)
 {
-    int64_t dg = (int64_t)i + a.Sk - a.Sq, l = 0, h = a.Sk;
-    if (a.wl > 0 && dg - a.wl > l) l = dg - a.wl;
-    if (a.causal && dg + 1 < h) h = dg + 1;
-    if (a.wr > 0 && dg + a.wr + 1 < h) h = dg + a.wr + 1;
-    if (l > a.Sk) l = a.Sk;
-    if (h < l) h = l;
+    int64_t l, h;
+    fa__visible((int64_t)i + a.Sk - a.Sq, a.Sk, a.causal, a.wl, a.wr, &l, &h);
     *lo = (int)l;
     *hi = (int)h;
 }
