@@ -1026,63 +1026,90 @@ static void fa__gemm(int isa, const float *A, int64_t sa, int64_t sx, int na, in
     }
 }
 
-/* One block of the online softmax on the transposed tile, every lane a query row:
-   m_new = max(m, max_j S[j]); S[j] = exp(S[j] - m_new); l = alpha l + sum_j S[j] with
-   alpha = exp(m - m_new); O *= alpha. A lane with m_new = -INFINITY (no visible key yet) subtracts
-   0 instead, so its exps and alpha are exactly 0. `tmp` holds 16 * nv floats (the alphas). */
+/* One block of the online softmax on the transposed tile, every lane a query row. Each lane keeps
+   a reference max m, and the block's scores become S[j] = exp(S[j] - m), l = alpha l + sum_j S[j].
+   The reference moves (to the running max, with O *= alpha = exp(m_old - m_new)) only when some
+   lane of the vector saw a score above its m + FA__LAZY, or had no visible key yet: the exps stay
+   below e^FA__LAZY, far from fp32 overflow, O / l and m + log l are the same, and the Dv x 16
+   rescale of O, which streams the whole accumulator, runs a handful of times per row instead of
+   every block. A lane whose reference is still -INFINITY subtracts 0, so its exps and alpha are
+   exactly 0. `tmp` gets the 16 * nv alphas (1 where the reference stayed). */
+#define FA__LAZY 8.0f
 #ifdef FLASHATTN__X86
 FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, float *m, float *l,
                                          float *O, int64_t ldo, int Dv, float *tmp)
 {
-    int v, j, t, rescale = 0;
+    int v, j, t;
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (v = 0; v < nv; v++) {
         float *s = S + v * 16;
-        __m512 mo = _mm512_loadu_ps(m + v * 16), mx = mo, ms, al, sum = _mm512_setzero_ps();
-        for (j = 0; j < nk; j++) mx = fa__max16(mx, _mm512_loadu_ps(s + j * lds));
-        ms = _mm512_mask_mov_ps(mx, _mm512_cmp_ps_mask(mx, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ), _mm512_setzero_ps());
-        al = fa__exp16(_mm512_sub_ps(mo, ms));
+        __m512 mo = _mm512_loadu_ps(m + v * 16), mx = mo, mr = mo, ms, al = _mm512_set1_ps(1.0f), sum = _mm512_setzero_ps();
+        {   /* four chains: one would wait on the max latency at every key */
+            __m512 x1 = ninf, x2 = ninf, x3 = ninf;
+            for (j = 0; j + 4 <= nk; j += 4) {
+                mx = fa__max16(mx, _mm512_loadu_ps(s + j * lds));
+                x1 = fa__max16(x1, _mm512_loadu_ps(s + (j + 1) * lds));
+                x2 = fa__max16(x2, _mm512_loadu_ps(s + (j + 2) * lds));
+                x3 = fa__max16(x3, _mm512_loadu_ps(s + (j + 3) * lds));
+            }
+            for (; j < nk; j++) mx = fa__max16(mx, _mm512_loadu_ps(s + j * lds));
+            mx = fa__max16(fa__max16(mx, x1), fa__max16(x2, x3));
+        }
+        if (_mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, _mm512_set1_ps(FA__LAZY)), _CMP_GT_OQ)) {
+            mr = _mm512_mask_mov_ps(mo, _mm512_cmp_ps_mask(mx, mo, _CMP_GT_OQ), mx);
+            ms = _mm512_mask_mov_ps(mr, _mm512_cmp_ps_mask(mr, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
+            al = fa__exp16(_mm512_sub_ps(mo, ms));
+            for (t = 0; t < Dv; t++)
+                _mm512_storeu_ps(O + t * ldo + v * 16, _mm512_mul_ps(_mm512_loadu_ps(O + t * ldo + v * 16), al));
+        }
+        ms = _mm512_mask_mov_ps(mr, _mm512_cmp_ps_mask(mr, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
         for (j = 0; j < nk; j++) {
             __m512 e = fa__exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j * lds), ms));
             _mm512_storeu_ps(s + j * lds, e);
             sum = _mm512_add_ps(sum, e);
         }
         _mm512_storeu_ps(l + v * 16, _mm512_fmadd_ps(al, _mm512_loadu_ps(l + v * 16), sum));
-        _mm512_storeu_ps(m + v * 16, mx);
+        _mm512_storeu_ps(m + v * 16, mr);
         _mm512_storeu_ps(tmp + v * 16, al);
-        if (_mm512_cmp_ps_mask(al, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ)) rescale = 1;
     }
-    if (rescale)
-        for (t = 0; t < Dv; t++)
-            for (v = 0; v < nv; v++)
-                _mm512_storeu_ps(O + t * ldo + v * 16, _mm512_mul_ps(_mm512_loadu_ps(O + t * ldo + v * 16),
-                                                                     _mm512_loadu_ps(tmp + v * 16)));
 }
 
 FA__AVX2 static void fa__online_avx2(float *S, int64_t lds, int nk, int nv, float *m, float *l,
                                      float *O, int64_t ldo, int Dv, float *tmp)
 {
-    int v, j, t, rescale = 0;
+    int v, j, t;
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
     for (v = 0; v < 2 * nv; v++) {
         float *s = S + v * 8;
-        __m256 mo = _mm256_loadu_ps(m + v * 8), mx = mo, ms, al, sum = _mm256_setzero_ps();
-        for (j = 0; j < nk; j++) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j * lds));
-        ms = _mm256_blendv_ps(mx, _mm256_setzero_ps(), _mm256_cmp_ps(mx, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
-        al = fa__exp8(_mm256_sub_ps(mo, ms));
+        __m256 mo = _mm256_loadu_ps(m + v * 8), mx = mo, mr = mo, ms, al = _mm256_set1_ps(1.0f), sum = _mm256_setzero_ps();
+        {
+            __m256 x1 = ninf, x2 = ninf, x3 = ninf;
+            for (j = 0; j + 4 <= nk; j += 4) {
+                mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j * lds));
+                x1 = _mm256_max_ps(x1, _mm256_loadu_ps(s + (j + 1) * lds));
+                x2 = _mm256_max_ps(x2, _mm256_loadu_ps(s + (j + 2) * lds));
+                x3 = _mm256_max_ps(x3, _mm256_loadu_ps(s + (j + 3) * lds));
+            }
+            for (; j < nk; j++) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j * lds));
+            mx = _mm256_max_ps(_mm256_max_ps(mx, x1), _mm256_max_ps(x2, x3));
+        }
+        if (_mm256_movemask_ps(_mm256_cmp_ps(mx, _mm256_add_ps(mo, _mm256_set1_ps(FA__LAZY)), _CMP_GT_OQ))) {
+            mr = _mm256_blendv_ps(mo, mx, _mm256_cmp_ps(mx, mo, _CMP_GT_OQ));
+            ms = _mm256_blendv_ps(mr, _mm256_setzero_ps(), _mm256_cmp_ps(mr, ninf, _CMP_EQ_OQ));
+            al = fa__exp8(_mm256_sub_ps(mo, ms));
+            for (t = 0; t < Dv; t++)
+                _mm256_storeu_ps(O + t * ldo + v * 8, _mm256_mul_ps(_mm256_loadu_ps(O + t * ldo + v * 8), al));
+        }
+        ms = _mm256_blendv_ps(mr, _mm256_setzero_ps(), _mm256_cmp_ps(mr, ninf, _CMP_EQ_OQ));
         for (j = 0; j < nk; j++) {
             __m256 e = fa__exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j * lds), ms));
             _mm256_storeu_ps(s + j * lds, e);
             sum = _mm256_add_ps(sum, e);
         }
         _mm256_storeu_ps(l + v * 8, _mm256_fmadd_ps(al, _mm256_loadu_ps(l + v * 8), sum));
-        _mm256_storeu_ps(m + v * 8, mx);
+        _mm256_storeu_ps(m + v * 8, mr);
         _mm256_storeu_ps(tmp + v * 8, al);
-        if (_mm256_movemask_ps(_mm256_cmp_ps(al, _mm256_set1_ps(1.0f), _CMP_NEQ_UQ))) rescale = 1;
     }
-    if (rescale)
-        for (t = 0; t < Dv; t++)
-            for (v = 0; v < 2 * nv; v++)
-                _mm256_storeu_ps(O + t * ldo + v * 8, _mm256_mul_ps(_mm256_loadu_ps(O + t * ldo + v * 8),
-                                                                    _mm256_loadu_ps(tmp + v * 8)));
 }
 #endif
 
@@ -1243,30 +1270,30 @@ FA__AVX512 static void fa__unpack16_avx512(const float *O, int64_t ld, const flo
 static void fa__online(int isa, float *S, int64_t lds, int nk, int nv, float *m, float *l,
                        float *O, int64_t ldo, int Dv, float *tmp)
 {
-    int r, j, t, nl = nv * 16, rescale = 0;
+    int r, j, t, nl = nv * 16;
 #ifdef FLASHATTN__X86
     if (isa == 2) { fa__online_avx512(S, lds, nk, nv, m, l, O, ldo, Dv, tmp); return; }
     if (isa == 1) { fa__online_avx2(S, lds, nk, nv, m, l, O, ldo, Dv, tmp); return; }
 #endif
     (void)isa;
     for (r = 0; r < nl; r++) {
-        float mx = m[r], ms, al, sum = 0.0f;
+        float mx = m[r], mr = m[r], ms, al = 1.0f, sum = 0.0f;
         for (j = 0; j < nk; j++) mx = fa__row_max_c(S + j * lds + r, 1, mx);
-        ms = mx == -INFINITY ? 0.0f : mx;
-        al = m[r] == -INFINITY ? 0.0f : fa__expf(m[r] - ms);
+        if (mx > m[r] + FA__LAZY) {           /* per row here: the lanes are rows one at a time */
+            mr = mx;
+            al = m[r] == -INFINITY ? 0.0f : fa__expf(m[r] - mr);
+            for (t = 0; t < Dv; t++) O[t * ldo + r] *= al;
+        }
+        ms = mr == -INFINITY ? 0.0f : mr;
         for (j = 0; j < nk; j++) {
             float *sj = S + j * lds + r;
             *sj = *sj == -INFINITY ? 0.0f : fa__expf(*sj - ms);
             sum += *sj;
         }
         l[r] = al * l[r] + sum;
-        m[r] = mx;
+        m[r] = mr;
         tmp[r] = al;
-        if (al != 1.0f) rescale = 1;
     }
-    if (rescale)
-        for (t = 0; t < Dv; t++)
-            for (r = 0; r < nl; r++) O[t * ldo + r] *= tmp[r];
 }
 
 /* ============================================================================================== */
