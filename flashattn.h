@@ -1036,11 +1036,31 @@ static void fa__gemm(int isa, const float *A, int64_t sa, int64_t sx, int na, in
    exactly 0. `tmp` gets the 16 * nv alphas (1 where the reference stayed). */
 #define FA__LAZY 8.0f
 #ifdef FLASHATTN__X86
+/* 2^t for t = (s - m) log2(e) <= FA__LAZY log2(e) as one FMA per score (m log2(e) is formed once per
+   lane; its rounding is a common factor of the row, which cancels in O / l): k = round(t), f = t - k
+   (exact), 2^f by a degree-6 fit on [-1/2, 1/2] (1.7 ulp in fp32 Horner), times 2^k. Four fewer
+   vector ops than fa__exp16 (no upper clamp, no ln 2 split). t clamps at -151, so a hidden key's
+   -INFINITY gives exactly 0; NaN stays NaN. */
+FA__AVX512 static inline __m512 fa__exp2_lazy16(__m512 t)
+{
+    __m512 k, f, p;
+    t = fa__max16(_mm512_set1_ps(-151.0f), t);
+    k = _mm512_maskz_roundscale_ps(0xFFFF, t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    f = _mm512_sub_ps(t, k);
+    p = _mm512_fmadd_ps(_mm512_set1_ps(1.535347110e-04f), f, _mm512_set1_ps(1.339887269e-03f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618436918e-03f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332367e-02f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264774e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471825e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_scalef_ps(0xFFFF, p, k);
+}
+
 FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, float *m, float *l,
                                          float *O, int64_t ldo, int Dv, float *tmp)
 {
     int v, j, t;
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), l2e = _mm512_set1_ps(FA__LOG2E);
     for (v = 0; v < nv; v++) {
         float *s = S + v * 16;
         __m512 mo = _mm512_loadu_ps(m + v * 16), mx = mo, mr = mo, ms, al = _mm512_set1_ps(1.0f), sum = _mm512_setzero_ps();
@@ -1063,8 +1083,9 @@ FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, 
                 _mm512_storeu_ps(O + t * ldo + v * 16, _mm512_mul_ps(_mm512_loadu_ps(O + t * ldo + v * 16), al));
         }
         ms = _mm512_mask_mov_ps(mr, _mm512_cmp_ps_mask(mr, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
+        ms = _mm512_mul_ps(ms, l2e);
         for (j = 0; j < nk; j++) {
-            __m512 e = fa__exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j * lds), ms));
+            __m512 e = fa__exp2_lazy16(_mm512_fmsub_ps(_mm512_loadu_ps(s + j * lds), l2e, ms));
             _mm512_storeu_ps(s + j * lds, e);
             sum = _mm512_add_ps(sum, e);
         }
@@ -1705,7 +1726,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     for (blk = sp * per; blk < blk1; blk++) {
         int64_t k0 = klo + blk * pl->bk, k1 = k0 + pl->bk < khi ? k0 + pl->bk : khi;
         int nk = (int)(k1 - k0), mask = !fa__block_unmasked(d, i0, i0 + nqr, k0, k1), v0 = 0, v1 = nv, r1 = nr;
-        float *S0 = St, *O0 = Ot;
+        int p0, pe;
         if (mask && !rowmajor && pl->hpt == 1) {
             /* a block on the mask's edge: only the lane vectors holding rows that see one of its keys
                (a contiguous run: a row's visible range only moves right as the row goes down) */
@@ -1716,39 +1737,48 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             if (ra >= rb) continue;
             v0 = ra / 16; v1 = (rb + 15) / 16;
             r1 = v1 * 16 < nr ? v1 * 16 : nr;
-            S0 = St + v0 * 16; O0 = Ot + v0 * 16;
         }
 #ifdef FLASHATTN__X86
-        if (rowmajor) fa__dots_avx512(Qt, nr, kb + k0 * d->ks[2], d->ks[2], nk, D, St, ld);
-        else
-#endif
-        fa__gemm(isa, kb + k0 * d->ks[2], d->ks[2], 1, nk, D, Qt + v0 * 16, ld, S0, ld, v1 - v0, 0);
-        if (mods && !rowmajor && (d->softcap > 0.0f || (vec_alibi && d->alibi))) {
-            /* the elementwise steps as passes over the tile's contiguous lane vectors, key by key,
-               in the rule's order (softcap, then ALiBi); the rest of the rule row by row */
-            int jj;
-            if (d->softcap > 0.0f)
-                for (jj = 0; jj < nk; jj++) fa__softcap_run(isa, S0 + (int64_t)jj * ld, (v1 - v0) * 16, d->softcap);
-#ifdef FLASHATTN__X86
-            if (vec_alibi && d->alibi)
-                fa__alibi_tile_avx512(S0, ld, v1 - v0, nk, k0, i0 + v0 * 16 + d->Sk - d->Sq,
-                                      d->alibi[(int64_t)b * d->alibi_stride + h0]);
-#endif
-            if (mask || nosc.alibi || nosc.bias)
-                for (r = v0 * 16; r < r1; r++)
-                    fa__modify_row(&nosc, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask, isa);
-        } else if (mask || mods)
-            for (r = v0 * 16; r < r1; r++)
-                fa__modify_row(d, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask, isa);
-        fa__online(isa, S0, ld, nk, v1 - v0, m + v0 * 16, l + v0 * 16, O0, ld, rowmajor ? 0 : Dv, tmp);
-#ifdef FLASHATTN__X86
         if (rowmajor) {
+            fa__dots_avx512(Qt, nr, kb + k0 * d->ks[2], d->ks[2], nk, D, St, ld);
+            if (mask || mods)
+                for (r = 0; r < nr; r++)
+                    fa__modify_row(d, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask, isa);
+            fa__online(isa, St, ld, nk, nv, m, l, Ot, ld, 0, tmp);
             for (r = 0; r < nr; r++)
                 if (tmp[r] != 1.0f) for (t = 0; t < Dv; t++) Ot[r * Dv + t] *= tmp[r];
             fa__pv_rows_avx512(St, ld, nr, vb + k0 * d->vs[2], d->vs[2], nk, Ot, Dv);
-        } else
+            continue;
+        }
 #endif
-        fa__gemm(isa, vb + k0 * d->vs[2], 1, d->vs[2], Dv, nk, S0, ld, O0, ld, v1 - v0, mask || d->bias ? 2 : 1);
+        /* one register panel (up to 48 lanes, fa__gemm's) at a time through scores, modifiers,
+           softmax and P V, so its slice of the score tile stays in L1 between the steps */
+        for (p0 = v0; p0 < v1; p0 = pe) {
+            int pr0 = p0 * 16, pr1;
+            float *S0 = St + pr0, *O0 = Ot + pr0;
+            pe = v1 - p0 == 4 ? p0 + 2 : (v1 - p0 < 3 ? v1 : p0 + 3);
+            pr1 = pe * 16 < r1 ? pe * 16 : r1;
+            fa__gemm(isa, kb + k0 * d->ks[2], d->ks[2], 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0);
+            if (mods && (d->softcap > 0.0f || (vec_alibi && d->alibi))) {
+                /* the elementwise steps as passes over the panel's contiguous lane vectors, key by
+                   key, in the rule's order (softcap, then ALiBi); the rest of the rule row by row */
+                int jj;
+                if (d->softcap > 0.0f)
+                    for (jj = 0; jj < nk; jj++) fa__softcap_run(isa, S0 + (int64_t)jj * ld, (pe - p0) * 16, d->softcap);
+#ifdef FLASHATTN__X86
+                if (vec_alibi && d->alibi)
+                    fa__alibi_tile_avx512(S0, ld, pe - p0, nk, k0, i0 + pr0 + d->Sk - d->Sq,
+                                          d->alibi[(int64_t)b * d->alibi_stride + h0]);
+#endif
+                if (mask || nosc.alibi || nosc.bias)
+                    for (r = pr0; r < pr1; r++)
+                        fa__modify_row(&nosc, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask, isa);
+            } else if (mask || mods)
+                for (r = pr0; r < pr1; r++)
+                    fa__modify_row(d, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask, isa);
+            fa__online(isa, S0, ld, nk, pe - p0, m + pr0, l + pr0, O0, ld, Dv, tmp);
+            fa__gemm(isa, vb + k0 * d->vs[2], 1, d->vs[2], Dv, nk, S0, ld, O0, ld, pe - p0, mask || d->bias ? 2 : 1);
+        }
     }
 
     /* o (or this part's partials) = O / l, and lse = m + log l; a row that saw no key gets 0 and
