@@ -1286,6 +1286,44 @@ FA__AVX512 static void fa__unpack16_avx512(const float *O, int64_t ld, const flo
             if (o[i]) _mm512_mask_storeu_ps(o[i] + t0, tm, v[i]);
     }
 }
+
+/* The additive bias on the transposed tile, lane = query row, for rows of one head: S[jj][v*16 + u]
+   += bias(row u of vector v, key k0 + jj), and -INFINITY hides the key whatever the score (the rule
+   of fa__modify_row). `br` points at the panel's first row's bias for key k0, rows `qs` apart, keys
+   `ks` apart; rows at or past `nrows` (padding lanes) repeat the last row. Two layouts are vector
+   work: a bias broadcast over the query axis (qs = 0: one value per key, e.g. a padding mask) and
+   keys contiguous (ks = 1: 16 x 16 blocks transposed in registers); the caller keeps the scalar
+   row pass for any other strides. */
+FA__AVX512 static void fa__bias_tile_avx512(float *S, int64_t ld, int nvec, int nk, const float *br, int64_t qs,
+                                            int64_t ks, int nrows)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    int jj, v, u;
+#define FA__BIAS_ADD(p, x) do { __m512 x_ = (x); float *p_ = (p); _mm512_storeu_ps(p_, _mm512_mask_mov_ps( \
+        _mm512_add_ps(_mm512_loadu_ps(p_), x_), _mm512_cmp_ps_mask(x_, ninf, _CMP_EQ_OQ), x_)); } while (0)
+    if (qs == 0) {
+        for (jj = 0; jj < nk; jj++) {
+            __m512 x = _mm512_set1_ps(br[(int64_t)jj * ks]);
+            for (v = 0; v < nvec; v++) FA__BIAS_ADD(S + (int64_t)jj * ld + 16 * v, x);
+        }
+        return;
+    }
+    for (v = 0; v < nvec; v++) {
+        const float *row[16];
+        for (u = 0; u < 16; u++) row[u] = br + (int64_t)(16 * v + u < nrows ? 16 * v + u : nrows - 1) * qs;
+        for (jj = 0; jj < nk; jj += 16) {
+            __m512 x[16];
+            __mmask16 km = fa__lanes(nk - jj);
+            for (u = 0; u < 16; u++) {
+                x[u] = _mm512_maskz_loadu_ps(km, row[u] + jj);
+                FA__PREF(row[u], jj + nk);          /* the next block's bias (rows far apart) */
+            }
+            fa__t16_avx512(x);
+            for (u = 0; u < 16 && jj + u < nk; u++) FA__BIAS_ADD(S + (int64_t)(jj + u) * ld + 16 * v, x[u]);
+        }
+    }
+#undef FA__BIAS_ADD
+}
 #endif
 
 static void fa__online(int isa, float *S, int64_t lds, int nk, int nv, float *m, float *l,
@@ -1674,7 +1712,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     float *Qt = c->ws + (size_t)tid * pl->thread_floats, *St = Qt + ld * D, *Ot = St + ld * pl->bk;
     float *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
     const float *kb, *vb;
-    int mods = fa__has_modifiers(d), rowmajor, vec_alibi;
+    int mods = fa__has_modifiers(d), rowmajor, vec_alibi, vec_bias;
     fa__dims nosc = *d;                    /* the rule without softcap, once the tile pass applied it */
 
     nosc.softcap = 0.0f;
@@ -1682,6 +1720,9 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     /* ALiBi on lane vectors: one head per tile and distances that fit int32 lanes */
     vec_alibi = isa == 2 && pl->hpt == 1 && (int64_t)d->Sq + d->Sk + 64 < INT_MAX;
     if (vec_alibi) nosc.alibi = NULL;
+    /* the bias on lane vectors too (after ALiBi, as the rule orders them) where its strides allow */
+    vec_bias = isa == 2 && pl->hpt == 1 && d->bias && (d->bs[2] == 0 || d->bs[3] == 1) && (!d->alibi || vec_alibi);
+    if (vec_bias) nosc.bias = NULL;
     g = h0 / d->group;
     nr = pl->hpt * nqr;
     nv = (nr + 15) / 16;
@@ -1759,9 +1800,9 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             pe = v1 - p0 == 4 ? p0 + 2 : (v1 - p0 < 3 ? v1 : p0 + 3);
             pr1 = pe * 16 < r1 ? pe * 16 : r1;
             fa__gemm(isa, kb + k0 * d->ks[2], d->ks[2], 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0);
-            if (mods && (d->softcap > 0.0f || (vec_alibi && d->alibi))) {
+            if (mods && (d->softcap > 0.0f || (vec_alibi && d->alibi) || vec_bias)) {
                 /* the elementwise steps as passes over the panel's contiguous lane vectors, key by
-                   key, in the rule's order (softcap, then ALiBi); the rest of the rule row by row */
+                   key, in the rule's order (softcap, ALiBi, bias); the rest of the rule row by row */
                 int jj;
                 if (d->softcap > 0.0f)
                     for (jj = 0; jj < nk; jj++) fa__softcap_run(isa, S0 + (int64_t)jj * ld, (pe - p0) * 16, d->softcap);
@@ -1769,6 +1810,10 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                 if (vec_alibi && d->alibi)
                     fa__alibi_tile_avx512(S0, ld, pe - p0, nk, k0, i0 + pr0 + d->Sk - d->Sq,
                                           d->alibi[(int64_t)b * d->alibi_stride + h0]);
+                if (vec_bias)
+                    fa__bias_tile_avx512(S0, ld, pe - p0, nk, d->bias + (int64_t)b * d->bs[0] + (int64_t)h0 * d->bs[1] +
+                                         (i0 + pr0) * d->bs[2] + k0 * d->bs[3], d->bs[2], d->bs[3],
+                                         (pe * 16 < nr ? pe * 16 : nr) - pr0);
 #endif
                 if (mask || nosc.alibi || nosc.bias)
                     for (r = pr0; r < pr1; r++)
