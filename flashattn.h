@@ -532,6 +532,13 @@ static float fa__row_max_c(const float *s, int n, float m)
 extern "C" {
 #endif
 #define FA__AVX512 __attribute__((target("avx512f")))
+/* fixed 4-16 trip loops over register arrays, unrolled so that the arrays stay in registers (GCC 8+
+   and clang read this pragma; -O2 alone keeps such loops and spills the arrays to the stack) */
+#if (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8)) && !defined(__CUDACC__)
+#define FA__UNROLL _Pragma("GCC unroll 16")
+#else
+#define FA__UNROLL
+#endif
 #define FA__AVX2 __attribute__((target("avx2,fma")))
 /* vmaxps/vminps through the zero-masked forms: g++ 12 warns on the plain intrinsics' undefined
    pass-through operand. Either returns its second operand when one is NaN. */
@@ -1238,21 +1245,25 @@ FA__AVX512 static void fa__pv_rows_avx512(const float *P, int64_t lds, int nr, c
 #ifdef FLASHATTN__X86
 /* A 16 x 16 block transposed in registers: r[c] <- column c of rows r[0..15]. Interleave 32-bit
    then 64-bit pairs within 128-bit lanes, then move the 128-bit lanes (a 4 x 4 transpose). */
-FA__AVX512 static void fa__t16_avx512(__m512 *r)
+FA__AVX512 static inline __attribute__((always_inline)) void fa__t16_avx512(__m512 *r)
 {
     __m512 t[16];
     int i, k;
+    FA__UNROLL
     for (i = 0; i < 8; i++) { t[2 * i] = fa__unlo(r[2 * i], r[2 * i + 1]); t[2 * i + 1] = fa__unhi(r[2 * i], r[2 * i + 1]); }
+    FA__UNROLL
     for (i = 0; i < 4; i++) {
         r[4 * i] = fa__unlo64(t[4 * i], t[4 * i + 2]); r[4 * i + 1] = fa__unhi64(t[4 * i], t[4 * i + 2]);
         r[4 * i + 2] = fa__unlo64(t[4 * i + 1], t[4 * i + 3]); r[4 * i + 3] = fa__unhi64(t[4 * i + 1], t[4 * i + 3]);
     }
+    FA__UNROLL
     for (k = 0; k < 4; k++) {
         __m512 x0 = fa__sh128(r[k], r[4 + k], 0x44), x1 = fa__sh128(r[k], r[4 + k], 0xEE);
         __m512 y0 = fa__sh128(r[8 + k], r[12 + k], 0x44), y1 = fa__sh128(r[8 + k], r[12 + k], 0xEE);
         t[k] = fa__sh128(x0, y0, 0x88); t[4 + k] = fa__sh128(x0, y0, 0xDD);
         t[8 + k] = fa__sh128(x1, y1, 0x88); t[12 + k] = fa__sh128(x1, y1, 0xDD);
     }
+    FA__UNROLL
     for (i = 0; i < 16; i++) r[i] = t[i];
 }
 
@@ -1263,6 +1274,7 @@ FA__AVX512 static void fa__pack16_avx512(const float *const *q, int D, float sca
     int t0, i;
     for (t0 = 0; t0 < D; t0 += 16) {
         __mmask16 tm = fa__lanes(D - t0);
+        FA__UNROLL
         for (i = 0; i < 16; i++)
             v[i] = q[i] ? _mm512_mul_ps(_mm512_maskz_loadu_ps(tm, q[i] + t0), sc) : _mm512_setzero_ps();
         fa__t16_avx512(v);
@@ -1279,9 +1291,11 @@ FA__AVX512 static void fa__unpack16_avx512(const float *O, int64_t ld, const flo
     int t0, i;
     for (t0 = 0; t0 < Dv; t0 += 16) {
         __mmask16 tm = fa__lanes(Dv - t0);
+        FA__UNROLL
         for (i = 0; i < 16; i++)
             v[i] = t0 + i < Dv ? _mm512_maskz_mul_ps(keep, _mm512_loadu_ps(O + (t0 + i) * ld), inv) : _mm512_setzero_ps();
         fa__t16_avx512(v);
+        FA__UNROLL
         for (i = 0; i < 16; i++)
             if (o[i]) _mm512_mask_storeu_ps(o[i] + t0, tm, v[i]);
     }
