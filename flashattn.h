@@ -2,7 +2,9 @@
 
    A naive attention that materialises the Sq x Sk score matrix (GEMMs through OpenBLAS) and a
    tiled online-softmax attention that never does (K/V walked in blocks with a running max m, a
-   running normaliser l and the rescale alpha = exp(m_old - m_new)). Both compute the same function,
+   running normaliser l and the rescale alpha = exp(m_old - m_new); the CPU path rescales lazily,
+   only when a row's max has grown by more than 8 since the last rescale, so every exp stays below
+   e^8 and O / l is unchanged). Both compute the same function,
    exactly, in fp32; a CUDA backend with the same API on device pointers sits behind FLASHATTN_CUDA.
 
    USAGE
