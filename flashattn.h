@@ -1045,11 +1045,11 @@ static void fa__gemm(int isa, const float *A, int64_t sa, int64_t sx, int na, in
    exactly 0. `tmp` gets the 16 * nv alphas (1 where the reference stayed). */
 #define FA__LAZY 8.0f
 #ifdef FLASHATTN__X86
-/* 2^t for t = (s - m) log2(e) <= FA__LAZY log2(e) as one FMA per score (m log2(e) is formed once per
-   lane; its rounding is a common factor of the row, which cancels in O / l): k = round(t), f = t - k
-   (exact), 2^f by a degree-6 fit on [-1/2, 1/2] (1.7 ulp in fp32 Horner), times 2^k. Four fewer
-   vector ops than fa__exp16 (no upper clamp, no ln 2 split). t clamps at -151, so a hidden key's
-   -INFINITY gives exactly 0; NaN stays NaN. */
+/* 2^t for t = (s - m) log2(e) <= FA__LAZY log2(e): k = round(t), f = t - k (exact), 2^f by a
+   degree-6 fit on [-1/2, 1/2] (1.7 ulp in fp32 Horner), times 2^k. Three fewer vector ops than
+   fa__exp16 (no upper clamp, no ln 2 split). The difference s - m is taken first, as in fa__exp16:
+   folding it into one FMA with a precomputed m log2(e) would overflow for |m| > FLT_MAX / log2(e).
+   t clamps at -151, so a hidden key's -INFINITY gives exactly 0; NaN stays NaN. */
 FA__AVX512 static inline __m512 fa__exp2_lazy16(__m512 t)
 {
     __m512 k, f, p;
@@ -1092,9 +1092,8 @@ FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, 
                 _mm512_storeu_ps(O + t * ldo + v * 16, _mm512_mul_ps(_mm512_loadu_ps(O + t * ldo + v * 16), al));
         }
         ms = _mm512_mask_mov_ps(mr, _mm512_cmp_ps_mask(mr, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
-        ms = _mm512_mul_ps(ms, l2e);
         for (j = 0; j < nk; j++) {
-            __m512 e = fa__exp2_lazy16(_mm512_fmsub_ps(_mm512_loadu_ps(s + j * lds), l2e, ms));
+            __m512 e = fa__exp2_lazy16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j * lds), ms), l2e));
             _mm512_storeu_ps(s + j * lds, e);
             sum = _mm512_add_ps(sum, e);
         }

@@ -584,6 +584,20 @@ static void test_scale_and_large_logits(void **state)
         tc_check(&c, 16, 32);
         tc_free(&c);
     }
+    {   /* logits near 2.9e38 (q.k of two 1.7e19 entries), tied within each row: beyond
+           FLT_MAX / log2(e), so a kernel that scales s by log2(e) before subtracting the max
+           overflows; the weights must still be the ties' 1/n */
+        tcase c;
+        fa_params p = shape(1, 2, 0, 6, 40, 4, 0, 0);
+        size_t i;
+        p.scale = 1.0f;
+        tc_init(&c, &p, "logits near 2.9e38, tied");
+        for (i = 0; i < c.t.nq; i += 4) { c.t.q[i] = 1.7e19f; c.t.q[i + 1] = c.t.q[i + 2] = c.t.q[i + 3] = 0.0f; }
+        for (i = 0; i < c.t.nk; i += 4) c.t.k[i] = (i / 4) % 3 ? 1.7e19f : 1.6e19f;
+        tc_ref(&c);
+        tc_check(&c, 4, 8);
+        tc_free(&c);
+    }
     {   /* every logit of a row near +120: exp(s) alone would overflow */
         tcase c;
         fa_params p = shape(1, 1, 0, 9, 50, 4, 0, 0);
