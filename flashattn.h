@@ -78,7 +78,9 @@
    head_dim or head_dim_v above 256: FA_ERR_UNSUPPORTED. alibi_slopes, bias and lse are device
    pointers. fa_cuda_naive returns with its work done (its per-call cuBLAS handle is destroyed, which
    synchronises); fa_cuda_tiled only queues on `stream`. fa_cuda_merge takes host arrays of device
-   pointers and runs on the default stream.
+   pointers and runs on the default stream. fa_cuda_tiled forms exp(s - m) as 2^(s log2 e - m log2 e),
+   so a scaled logit beyond FLT_MAX / log2(e) (about 2.4e38) in magnitude is outside its range (the
+   CPU paths subtract first and take any finite logit).
 */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
