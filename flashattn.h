@@ -461,15 +461,18 @@ static void fa__modify_row(const fa__dims *d, int b, int h, int64_t i, int64_t j
 /* ============================================================================================== */
 
 /* exp(x) for x <= 0 (and -inf, giving 0), accurate to a few ulp: 2^k * p(r) with a degree-6
-   polynomial on |r| <= ln2/2. Written so that compilers vectorise the loops that call it. */
+   polynomial on |r| <= ln2/2. Written so that compilers vectorise the loops that call it. x at or
+   below FA__EXP_LOW (exp < 3e-38) gives exactly 0 without computing a denormal: a denormal result
+   costs a microcode assist (~100+ cycles), and every hidden key's exp would pay it. */
+#define FA__EXP_LOW (-86.5f)
 static inline float fa__expf(float x)
 {
     const float log2e = 1.44269504088896341f, ln2hi = 0.693359375f, ln2lo = -2.12194440e-4f;
-    float kf, r, p;
+    float kf, r, p, x0 = x;
     int32_t ki;
     union { int32_t i; float f; } u;
     if (x != x) return x;                  /* NaN stays NaN */
-    if (x < -104.0f) x = -104.0f;          /* exp(-104) is below the smallest denormal: 0 after */
+    if (x < FA__EXP_LOW) x = FA__EXP_LOW;
     if (x > 88.0f) x = 88.0f;
     kf = floorf(x * log2e + 0.5f);
     r = x - kf * ln2hi;
@@ -481,10 +484,10 @@ static inline float fa__expf(float x)
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
     ki = (int32_t)kf;
-    /* split the exponent so that 2^k is representable down to k = -150 */
+    /* split the exponent so that 2^k is representable at any k the clamps allow */
     u.i = (ki / 2 + 127) << 23; p *= u.f;
     u.i = ((ki - ki / 2) + 127) << 23; p *= u.f;
-    return p;
+    return x0 <= FA__EXP_LOW ? 0.0f : p;
 }
 
 /* tanh(x), softcap's step, within a few 1e-8 of tanh: an odd Taylor polynomial below |x| = 0.3
@@ -574,13 +577,17 @@ static int fa__isa(void)
 #define FA__LN2LO (-2.12194440e-4f)
 
 #ifdef FLASHATTN__X86
-/* exp on 16 lanes, fa__expf's method: x clamped to [-104, 88] (NaN passes: max/min return their
-   second operand on NaN), k = round(x log2e), r = x - k ln2 in two parts, 2^k by vscalefps, which
-   rounds the denormal range correctly and gives exactly 0 below exp(-104). */
+/* exp on 16 lanes, fa__expf's method: x clamped to [-86.5, 88] (NaN passes: max/min return their
+   second operand on NaN), k = round(x log2e), r = x - k ln2 in two parts, 2^k by vscalefps. Lanes
+   with x <= -86.5 (exp below 2^-124.8, so under 3e-38; a hidden key's -INFINITY among them) give
+   exactly 0: they are clamped first and zeroed at the end, because a result in the denormal range
+   costs a microcode assist of ~100+ cycles per instruction, which made every exp of a masked score
+   (half of a causal diagonal block) cost as much as the block's FMAs. */
 FA__AVX512 static inline __m512 fa__exp16(__m512 x)
 {
     __m512 k, r, p;
-    x = fa__max16(_mm512_set1_ps(-104.0f), x);
+    __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(FA__EXP_LOW), _CMP_NLE_UQ);
+    x = fa__max16(_mm512_set1_ps(FA__EXP_LOW), x);
     x = fa__min16(_mm512_set1_ps(88.0f), x);
     k = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(x, _mm512_set1_ps(FA__LOG2E)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -592,15 +599,17 @@ FA__AVX512 static inline __m512 fa__exp16(__m512 x)
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA__EXP_C3));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA__EXP_C2));
     p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_maskz_scalef_ps(0xFFFF, p, k);
+    return _mm512_maskz_scalef_ps(keep, p, k);
 }
 
-/* The same on 8 lanes; 2^k as two halves multiplied in, as fa__expf does (no denormal exponent). */
+/* The same on 8 lanes (x <= -86.5 gives 0, without a denormal on the way); 2^k as two halves
+   multiplied in, as fa__expf does (no denormal exponent). */
 FA__AVX2 static inline __m256 fa__exp8(__m256 x)
 {
     __m256 k, r, p;
     __m256i ki, k1, k2;
-    x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);
+    __m256 low = _mm256_cmp_ps(x, _mm256_set1_ps(FA__EXP_LOW), _CMP_LE_OQ);
+    x = _mm256_max_ps(_mm256_set1_ps(FA__EXP_LOW), x);
     x = _mm256_min_ps(_mm256_set1_ps(88.0f), x);
     k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(FA__LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     r = _mm256_fnmadd_ps(k, _mm256_set1_ps(FA__LN2HI), x);
@@ -615,7 +624,8 @@ FA__AVX2 static inline __m256 fa__exp8(__m256 x)
     k1 = _mm256_srai_epi32(ki, 1);
     k2 = _mm256_sub_epi32(ki, k1);
     p = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, _mm256_set1_epi32(127)), 23)));
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, _mm256_set1_epi32(127)), 23)));
+    p = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, _mm256_set1_epi32(127)), 23)));
+    return _mm256_andnot_ps(low, p);
 }
 
 FA__AVX512 static float fa__exp_sum_avx512(float *s, int n, float m)
@@ -698,6 +708,27 @@ FA__AVX512 static void fa__softcap_avx512(float *s, int n, float cap)
 /* ALiBi's step on a transposed tile (rows on lanes, key jj at S + jj*ld): s -= slope * |d_r - j|
    with d_r = diag0 + r, for the lane vectors [0, nvec). Distances in int32 lanes, exact; the caller
    guarantees |diag| and keys stay far below 2^31. */
+/* The causal/window mask on the transposed tile: lane u of vector v is the row whose diagonal is
+   diag0 + 16 v + u, and key k0 + jj is hidden (-INFINITY) unless -window_left <= (key - diag) and
+   (key - diag) <= 0 (causal) or <= window_right (fa__visible's rule, with 0 meaning unbounded).
+   Distances in int32 lanes: the caller checks that Sq + Sk fits. */
+FA__AVX512 static void fa__mask_tile_avx512(float *S, int64_t ld, int nvec, int nk, int64_t k0, int64_t diag0,
+                                            int causal, int wl, int wr)
+{
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i lo = _mm512_set1_epi32(wl > 0 ? -wl : INT_MIN), hi = _mm512_set1_epi32(causal ? 0 : wr > 0 ? wr : INT_MAX);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    int jj, v;
+    for (jj = 0; jj < nk; jj++) {
+        float *col = S + (int64_t)jj * ld;
+        for (v = 0; v < nvec; v++) {
+            __m512i dist = _mm512_sub_epi32(_mm512_set1_epi32((int)(k0 + jj - diag0 - 16 * v)), lane);
+            __mmask16 hide = _mm512_cmp_epi32_mask(dist, lo, _MM_CMPINT_LT) | _mm512_cmp_epi32_mask(dist, hi, _MM_CMPINT_NLE);
+            if (hide) _mm512_mask_storeu_ps(col + 16 * v, hide, ninf);
+        }
+    }
+}
+
 FA__AVX512 static void fa__alibi_tile_avx512(float *S, int64_t ld, int nvec, int nk, int64_t k0, int64_t diag0,
                                              float slope)
 {
@@ -1051,11 +1082,13 @@ static void fa__gemm(int isa, const float *A, int64_t sa, int64_t sx, int na, in
    degree-6 fit on [-1/2, 1/2] (1.7 ulp in fp32 Horner), times 2^k. Three fewer vector ops than
    fa__exp16 (no upper clamp, no ln 2 split). The difference s - m is taken first, as in fa__exp16:
    folding it into one FMA with a precomputed m log2(e) would overflow for |m| > FLT_MAX / log2(e).
-   t clamps at -151, so a hidden key's -INFINITY gives exactly 0; NaN stays NaN. */
+   t <= -125 (a hidden key's -INFINITY among them) gives exactly 0, clamped first so that no lane
+   goes through the denormal range (see fa__exp16); NaN stays NaN. */
 FA__AVX512 static inline __m512 fa__exp2_lazy16(__m512 t)
 {
     __m512 k, f, p;
-    t = fa__max16(_mm512_set1_ps(-151.0f), t);
+    __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-125.0f), _CMP_NLE_UQ);
+    t = fa__max16(_mm512_set1_ps(-125.0f), t);
     k = _mm512_maskz_roundscale_ps(0xFFFF, t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     f = _mm512_sub_ps(t, k);
     p = _mm512_fmadd_ps(_mm512_set1_ps(1.535347110e-04f), f, _mm512_set1_ps(1.339887269e-03f));
@@ -1064,7 +1097,7 @@ FA__AVX512 static inline __m512 fa__exp2_lazy16(__m512 t)
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264774e-01f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471825e-01f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps(0xFFFF, p, k);
+    return _mm512_maskz_scalef_ps(keep, p, k);
 }
 
 FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, float *m, float *l,
@@ -1729,7 +1762,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     float *Qt = c->ws + (size_t)tid * pl->thread_floats, *St = Qt + ld * D, *Ot = St + ld * pl->bk;
     float *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
     const float *kb, *vb;
-    int mods = fa__has_modifiers(d), rowmajor, vec_alibi, vec_bias;
+    int mods = fa__has_modifiers(d), rowmajor, vec_alibi, vec_bias, vec_mask;
     fa__dims nosc = *d;                    /* the rule without softcap, once the tile pass applied it */
 
     nosc.softcap = 0.0f;
@@ -1737,6 +1770,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     /* ALiBi on lane vectors: one head per tile and distances that fit int32 lanes */
     vec_alibi = isa == 2 && pl->hpt == 1 && (int64_t)d->Sq + d->Sk + 64 < INT_MAX;
     if (vec_alibi) nosc.alibi = NULL;
+    vec_mask = vec_alibi;                  /* the causal/window mask too, by the same lane distances */
     /* the bias on lane vectors too (after ALiBi, as the rule orders them) where its strides allow */
     vec_bias = isa == 2 && pl->hpt == 1 && d->bias && (d->bs[2] == 0 || d->bs[3] == 1) && (!d->alibi || vec_alibi);
     if (vec_bias) nosc.bias = NULL;
@@ -1817,10 +1851,11 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             pe = v1 - p0 == 4 ? p0 + 2 : (v1 - p0 < 3 ? v1 : p0 + 3);
             pr1 = pe * 16 < r1 ? pe * 16 : r1;
             fa__gemm(isa, kb + k0 * d->ks[2], d->ks[2], 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0);
-            if (mods && (d->softcap > 0.0f || (vec_alibi && d->alibi) || vec_bias)) {
+            if ((mods && (d->softcap > 0.0f || (vec_alibi && d->alibi) || vec_bias)) || (mask && vec_mask)) {
                 /* the elementwise steps as passes over the panel's contiguous lane vectors, key by
-                   key, in the rule's order (softcap, ALiBi, bias); the rest of the rule row by row */
-                int jj;
+                   key, in the rule's order (softcap, ALiBi, bias, mask); the rest of the rule row by
+                   row, the mask included when ALiBi or the bias is left to the rows (order) */
+                int jj, tmask = mask && vec_mask && !nosc.alibi && !nosc.bias;
                 if (d->softcap > 0.0f)
                     for (jj = 0; jj < nk; jj++) fa__softcap_run(isa, S0 + (int64_t)jj * ld, (pe - p0) * 16, d->softcap);
 #ifdef FLASHATTN__X86
@@ -1831,10 +1866,12 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                     fa__bias_tile_avx512(S0, ld, pe - p0, nk, d->bias + (int64_t)b * d->bs[0] + (int64_t)h0 * d->bs[1] +
                                          (i0 + pr0) * d->bs[2] + k0 * d->bs[3], d->bs[2], d->bs[3],
                                          (pe * 16 < nr ? pe * 16 : nr) - pr0);
+                if (tmask)
+                    fa__mask_tile_avx512(S0, ld, pe - p0, nk, k0, i0 + pr0 + d->Sk - d->Sq, d->causal, d->wl, d->wr);
 #endif
-                if (mask || nosc.alibi || nosc.bias)
+                if ((mask && !tmask) || nosc.alibi || nosc.bias)
                     for (r = pr0; r < pr1; r++)
-                        fa__modify_row(&nosc, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask, isa);
+                        fa__modify_row(&nosc, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask && !tmask, isa);
             } else if (mask || mods)
                 for (r = pr0; r < pr1; r++)
                     fa__modify_row(d, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask, isa);
