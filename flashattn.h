@@ -1468,12 +1468,16 @@ static size_t fa__pool_bytes(int nthreads)
 
 /* Runs fn over items [0, total) on nthreads threads (the caller is thread 0). `mem` holds
    fa__pool_bytes(nthreads). A thread that cannot be started leaves its share to the others. */
+#ifndef FA__STACK
+#define FA__STACK ((size_t)1 << 20)
+#endif
 static void fa__run(void (*fn)(void *, int64_t, int), void *ctx, int64_t total, int nthreads, void *mem)
 {
     fa__pool pl;
     pthread_t *th = (pthread_t *)mem;
     fa__worker *wk = (fa__worker *)(th + nthreads);
-    int t;
+    pthread_attr_t attr;
+    int t, attr_ok;
     if (nthreads <= 1 || total <= 1 || pthread_mutex_init(&pl.mu, NULL) != 0) {
         int64_t it;
         for (it = 0; it < total; it++) fn(ctx, it, 0);
@@ -1481,8 +1485,15 @@ static void fa__run(void (*fn)(void *, int64_t, int), void *ctx, int64_t total, 
     }
     pl.next = 0; pl.total = total; pl.fn = fn; pl.ctx = ctx;
     for (t = 0; t < nthreads; t++) { wk[t].pool = &pl; wk[t].tid = t; }
+    /* FA__STACK-byte stacks (the workers' own frames are a few KiB; OpenBLAS's single-threaded
+       GEMMs in naive's workers use its preallocated buffers): glibc keeps freed stacks in a cache
+       of 40 MiB and reuses them, which the default 8 MiB stacks of 15 workers overflow, so every
+       call mapped, faulted in and unmapped fresh ones */
+    attr_ok = pthread_attr_init(&attr) == 0;
+    if (attr_ok && pthread_attr_setstacksize(&attr, FA__STACK) != 0) { pthread_attr_destroy(&attr); attr_ok = 0; }
     for (t = 1; t < nthreads; t++)
-        if (pthread_create(&th[t], NULL, fa__worker_main, &wk[t]) != 0) { nthreads = t; break; }
+        if (pthread_create(&th[t], attr_ok ? &attr : NULL, fa__worker_main, &wk[t]) != 0) { nthreads = t; break; }
+    if (attr_ok) pthread_attr_destroy(&attr);
     fa__worker_main(&wk[0]);
     for (t = 1; t < nthreads; t++) pthread_join(th[t], NULL);
     pthread_mutex_destroy(&pl.mu);
