@@ -62,7 +62,8 @@
    The naive path runs its GEMMs inside its own workers with OpenBLAS single-threaded, so the call
    uses exactly `threads` threads; it sets OpenBLAS's thread count to 1 for the call and restores it.
    Each call starts its workers (1 MiB stacks; the caller is one of them) and joins them before it
-   returns: nothing outlives the call, which costs ~10-15 us per extra thread.
+   returns: nothing outlives the call, which costs ~10-15 us per extra thread. The stacks come from
+   the threads library, not from FLASHATTN_MALLOC, and are not part of the workspace counts.
 
    ERRORS: every request is validated before any output is written; on any status other than FA_OK,
    o, lse and scores are untouched. No global mutable state: concurrent calls are safe.
