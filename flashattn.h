@@ -1701,15 +1701,22 @@ static void fa__tiled_plan_make(const fa__dims *d, fa__tiled_plan *pl)
     else {
         /* Tall tiles (multiples of the 48-lane register panel) re-read K/V less often: 480 rows
            for D + Dv >= 192, 192 below (measured best on a 2 MiB-L2 Xeon), at most ~1 MiB of
-           workspace per thread; shorter when that would leave threads short of work. */
+           workspace per thread; shorter when that would leave threads short of work: up to 4
+           threads want 4 tall tiles (2 short ones) each, more threads 8 tiles each, as dynamic
+           scheduling leaves up to a tile per thread idle at the end (16 threads on a 16-core
+           Xeon: S=1024 ran 1.3-1.7x faster on 48 rows than on 96, S=2048 on 96 than on 192,
+           S=4096 D=128 1.2-1.4x on 192 than on 480); 48 rows stay while every thread gets two. */
         static const int cand[8] = { 480, 384, 288, 192, 96, 48, 32, 16 };
         int c, top = d->D + d->Dv >= 192 ? 480 : 192;
+        int64_t tiles;
         int64_t cap = 262144 / ((int64_t)d->D + d->Dv + 67);
         for (c = 0; c < 8; c++) {
             int64_t e = cand[c] < d->Sq ? cand[c] : d->Sq;
             pl->nq = (int)e;
             if (cand[c] > top || (cand[c] > 16 && cand[c] > cap)) continue;
-            if ((int64_t)d->B * d->Hq * ((d->Sq + e - 1) / e) >= (cand[c] > 96 ? 4 : 2) * want) break;
+            tiles = (int64_t)d->B * d->Hq * ((d->Sq + e - 1) / e);
+            if (tiles >= (want > 4 ? 8 : cand[c] > 96 ? 4 : 2) * want) break;
+            if (cand[c] == 48 && tiles >= 2 * want) break;
         }
     }
     pl->bk = d->block_k ? d->block_k : 64;
