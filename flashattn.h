@@ -708,42 +708,47 @@ FA__AVX512 static void fa__softcap_avx512(float *s, int n, float cap)
 #endif
 
 #ifdef FLASHATTN__X86
-/* ALiBi's step on a transposed tile (rows on lanes, key jj at S + jj*ld): s -= slope * |d_r - j|
-   with d_r = diag0 + r, for the lane vectors [0, nvec). Distances in int32 lanes, exact; the caller
-   guarantees |diag| and keys stay far below 2^31. */
-/* The causal/window mask on the transposed tile: lane u of vector v is the row whose diagonal is
-   diag0 + 16 v + u, and key k0 + jj is hidden (-INFINITY) unless -window_left <= (key - diag) and
-   (key - diag) <= 0 (causal) or <= window_right (fa__visible's rule, with 0 meaning unbounded).
-   Distances in int32 lanes: the caller checks that Sq + Sk fits. */
+/* Key minus diagonal, (k0 + jj) - (diag0 + 16 v + u), in the int32 lanes u of vector v of a
+   transposed tile (rows on lanes, key jj at S + jj*ld): the position term of ALiBi and of the
+   mask. The callers guarantee |diag| and keys stay far below 2^31. */
+FA__AVX512 static inline __m512i fa__dist16(int64_t k0, int jj, int64_t diag0, int v)
+{
+    return _mm512_sub_epi32(_mm512_set1_epi32((int)(k0 + jj - diag0 - 16 * v)),
+                            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+
+/* ALiBi's step on a transposed tile: s -= slope * |d_r - j| with d_r = diag0 + r, for the lane
+   vectors [0, nvec). Exact in int32 lanes. */
+FA__AVX512 static void fa__alibi_tile_avx512(float *S, int64_t ld, int nvec, int nk, int64_t k0, int64_t diag0,
+                                             float slope)
+{
+    const __m512 sl = _mm512_set1_ps(slope);
+    int jj, v;
+    for (jj = 0; jj < nk; jj++) {
+        float *col = S + (int64_t)jj * ld;
+        for (v = 0; v < nvec; v++) {
+            __m512i dist = fa__dist16(k0, jj, diag0, v);
+            __m512 f = _mm512_maskz_cvtepi32_ps((__mmask16)0xFFFF, _mm512_maskz_abs_epi32((__mmask16)0xFFFF, dist));
+            _mm512_storeu_ps(col + 16 * v, _mm512_fnmadd_ps(sl, f, _mm512_loadu_ps(col + 16 * v)));
+        }
+    }
+}
+
+/* The causal/window mask on the transposed tile: key k0 + jj is hidden (-INFINITY) from the row of
+   lane u of vector v unless -window_left <= (key - diag) and (key - diag) <= 0 (causal) or
+   <= window_right (fa__visible's rule, with 0 meaning unbounded). */
 FA__AVX512 static void fa__mask_tile_avx512(float *S, int64_t ld, int nvec, int nk, int64_t k0, int64_t diag0,
                                             int causal, int wl, int wr)
 {
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i lo = _mm512_set1_epi32(wl > 0 ? -wl : INT_MIN), hi = _mm512_set1_epi32(causal ? 0 : wr > 0 ? wr : INT_MAX);
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     int jj, v;
     for (jj = 0; jj < nk; jj++) {
         float *col = S + (int64_t)jj * ld;
         for (v = 0; v < nvec; v++) {
-            __m512i dist = _mm512_sub_epi32(_mm512_set1_epi32((int)(k0 + jj - diag0 - 16 * v)), lane);
+            __m512i dist = fa__dist16(k0, jj, diag0, v);
             __mmask16 hide = _mm512_cmp_epi32_mask(dist, lo, _MM_CMPINT_LT) | _mm512_cmp_epi32_mask(dist, hi, _MM_CMPINT_NLE);
             if (hide) _mm512_mask_storeu_ps(col + 16 * v, hide, ninf);
-        }
-    }
-}
-
-FA__AVX512 static void fa__alibi_tile_avx512(float *S, int64_t ld, int nvec, int nk, int64_t k0, int64_t diag0,
-                                             float slope)
-{
-    const __m512 sl = _mm512_set1_ps(slope);
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    int jj, v;
-    for (jj = 0; jj < nk; jj++) {
-        float *col = S + (int64_t)jj * ld;
-        for (v = 0; v < nvec; v++) {
-            __m512i dist = _mm512_add_epi32(lane, _mm512_set1_epi32((int)(diag0 + 16 * v - (k0 + jj))));
-            __m512 f = _mm512_maskz_cvtepi32_ps((__mmask16)0xFFFF, _mm512_maskz_abs_epi32((__mmask16)0xFFFF, dist));
-            _mm512_storeu_ps(col + 16 * v, _mm512_fnmadd_ps(sl, f, _mm512_loadu_ps(col + 16 * v)));
         }
     }
 }
@@ -854,6 +859,10 @@ static float fa__softmax_row(int isa, float *s, int n)
    A is read as broadcast scalars straight from the caller's K and V (any stride, no packing), B
    and C are contiguous lane vectors; a register block is 8 A-rows x 48 lanes (AVX-512) or
    6 x 16 (AVX2). The max, exp and rescale of the online softmax are vertical, one lane per row. */
+/* End of the register panel that starts at lane vector vp of nv: 3 vectors (48 lanes), and when 4
+   are left 2 + 2, not 3 + a load-bound 1. The tiled loop walks the same panels. */
+static int fa__panel_end(int vp, int nv) { return nv - vp == 4 ? vp + 2 : (nv - vp < 3 ? nv : vp + 3); }
+
 #ifdef FLASHATTN__X86
 #define FA__Z3(a) __m512 c##a##0 = _mm512_setzero_ps(), c##a##1 = c##a##0, c##a##2 = c##a##0
 #define FA__L3(a) __m512 c##a##0 = _mm512_loadu_ps(C + ra[a] * ldc), c##a##1 = _mm512_loadu_ps(C + ra[a] * ldc + 16), \
@@ -887,8 +896,7 @@ FA__AVX512 static void fa__gemm_avx512(const float *A, int64_t sa, int64_t sx, i
     int a0, v, x, a, vp, ve;
     /* one panel of up to 48 lanes of B at a time (it stays in L1) against every group of 8 A-rows */
     for (vp = 0; vp < nv; vp = ve) {
-        ve = vp + 3 <= nv ? vp + 3 : nv;
-        if (nv - vp == 4) ve = vp + 2;        /* 4 left: 2 + 2, not 3 + a load-bound 1 */
+        ve = fa__panel_end(vp, nv);
         for (a0 = 0; a0 < na; a0 += 8) {
             const float *pa[8];
             int64_t ra[8], off = 0;
@@ -1106,7 +1114,7 @@ FA__AVX512 static inline __m512 fa__exp2_lazy16(__m512 t)
 FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, float *m, float *l,
                                          float *O, int64_t ldo, int Dv, float *tmp)
 {
-    int v, j, t;
+    int v, j, t, up;
     const __m512 ninf = _mm512_set1_ps(-INFINITY), l2e = _mm512_set1_ps(FA__LOG2E);
     for (v = 0; v < nv; v++) {
         float *s = S + v * 16;
@@ -1122,14 +1130,14 @@ FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, 
             for (; j < nk; j++) mx = fa__max16(mx, _mm512_loadu_ps(s + j * lds));
             mx = fa__max16(fa__max16(mx, x1), fa__max16(x2, x3));
         }
-        if (_mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, _mm512_set1_ps(FA__LAZY)), _CMP_GT_OQ)) {
-            mr = _mm512_mask_mov_ps(mo, _mm512_cmp_ps_mask(mx, mo, _CMP_GT_OQ), mx);
-            ms = _mm512_mask_mov_ps(mr, _mm512_cmp_ps_mask(mr, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
+        up = _mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, _mm512_set1_ps(FA__LAZY)), _CMP_GT_OQ) != 0;
+        if (up) mr = _mm512_mask_mov_ps(mo, _mm512_cmp_ps_mask(mx, mo, _CMP_GT_OQ), mx);
+        ms = _mm512_mask_mov_ps(mr, _mm512_cmp_ps_mask(mr, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
+        if (up) {
             al = fa__exp16(_mm512_sub_ps(mo, ms));
             for (t = 0; t < Dv; t++)
                 _mm512_storeu_ps(O + t * ldo + v * 16, _mm512_mul_ps(_mm512_loadu_ps(O + t * ldo + v * 16), al));
         }
-        ms = _mm512_mask_mov_ps(mr, _mm512_cmp_ps_mask(mr, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
         for (j = 0; j < nk; j++) {
             __m512 e = fa__exp2_lazy16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j * lds), ms), l2e));
             _mm512_storeu_ps(s + j * lds, e);
@@ -1144,7 +1152,7 @@ FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, 
 FA__AVX2 static void fa__online_avx2(float *S, int64_t lds, int nk, int nv, float *m, float *l,
                                      float *O, int64_t ldo, int Dv, float *tmp)
 {
-    int v, j, t;
+    int v, j, t, up;
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     for (v = 0; v < 2 * nv; v++) {
         float *s = S + v * 8;
@@ -1160,14 +1168,14 @@ FA__AVX2 static void fa__online_avx2(float *S, int64_t lds, int nk, int nv, floa
             for (; j < nk; j++) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j * lds));
             mx = _mm256_max_ps(_mm256_max_ps(mx, x1), _mm256_max_ps(x2, x3));
         }
-        if (_mm256_movemask_ps(_mm256_cmp_ps(mx, _mm256_add_ps(mo, _mm256_set1_ps(FA__LAZY)), _CMP_GT_OQ))) {
-            mr = _mm256_blendv_ps(mo, mx, _mm256_cmp_ps(mx, mo, _CMP_GT_OQ));
-            ms = _mm256_blendv_ps(mr, _mm256_setzero_ps(), _mm256_cmp_ps(mr, ninf, _CMP_EQ_OQ));
+        up = _mm256_movemask_ps(_mm256_cmp_ps(mx, _mm256_add_ps(mo, _mm256_set1_ps(FA__LAZY)), _CMP_GT_OQ)) != 0;
+        if (up) mr = _mm256_blendv_ps(mo, mx, _mm256_cmp_ps(mx, mo, _CMP_GT_OQ));
+        ms = _mm256_blendv_ps(mr, _mm256_setzero_ps(), _mm256_cmp_ps(mr, ninf, _CMP_EQ_OQ));
+        if (up) {
             al = fa__exp8(_mm256_sub_ps(mo, ms));
             for (t = 0; t < Dv; t++)
                 _mm256_storeu_ps(O + t * ldo + v * 8, _mm256_mul_ps(_mm256_loadu_ps(O + t * ldo + v * 8), al));
         }
-        ms = _mm256_blendv_ps(mr, _mm256_setzero_ps(), _mm256_cmp_ps(mr, ninf, _CMP_EQ_OQ));
         for (j = 0; j < nk; j++) {
             __m256 e = fa__exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j * lds), ms));
             _mm256_storeu_ps(s + j * lds, e);
@@ -1783,17 +1791,17 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     float *Qt = c->ws + (size_t)tid * pl->thread_floats, *St = Qt + ld * D, *Ot = St + ld * pl->bk;
     float *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
     const float *kb, *vb;
-    int mods = fa__has_modifiers(d), rowmajor, vec_alibi, vec_bias, vec_mask;
+    int mods = fa__has_modifiers(d), rowmajor, vec_lanes, vec_bias;
     fa__dims nosc = *d;                    /* the rule without softcap, once the tile pass applied it */
 
     nosc.softcap = 0.0f;
     fa__tile_pos(d, pl, tile, &b, &h0, &i0, &nqr);
-    /* ALiBi on lane vectors: one head per tile and distances that fit int32 lanes */
-    vec_alibi = isa == 2 && pl->hpt == 1 && (int64_t)d->Sq + d->Sk + 64 < INT_MAX;
-    if (vec_alibi) nosc.alibi = NULL;
-    vec_mask = vec_alibi;                  /* the causal/window mask too, by the same lane distances */
+    /* ALiBi and the causal/window mask on lane vectors: one head per tile and key - diagonal
+       distances that fit int32 lanes */
+    vec_lanes = isa == 2 && pl->hpt == 1 && (int64_t)d->Sq + d->Sk + 64 < INT_MAX;
+    if (vec_lanes) nosc.alibi = NULL;
     /* the bias on lane vectors too (after ALiBi, as the rule orders them) where its strides allow */
-    vec_bias = isa == 2 && pl->hpt == 1 && d->bias && (d->bs[2] == 0 || d->bs[3] == 1) && (!d->alibi || vec_alibi);
+    vec_bias = isa == 2 && pl->hpt == 1 && d->bias && (d->bs[2] == 0 || d->bs[3] == 1) && (!d->alibi || vec_lanes);
     if (vec_bias) nosc.bias = NULL;
     g = h0 / d->group;
     nr = pl->hpt * nqr;
@@ -1869,26 +1877,28 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         for (p0 = v0; p0 < v1; p0 = pe) {
             int pr0 = p0 * 16, pr1;
             float *S0 = St + pr0, *O0 = Ot + pr0;
-            pe = v1 - p0 == 4 ? p0 + 2 : (v1 - p0 < 3 ? v1 : p0 + 3);
+            pe = fa__panel_end(p0, v1);
             pr1 = pe * 16 < r1 ? pe * 16 : r1;
             fa__gemm(isa, kb + k0 * d->ks[2], d->ks[2], 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0);
-            if ((mods && (d->softcap > 0.0f || (vec_alibi && d->alibi) || vec_bias)) || (mask && vec_mask)) {
+            if ((mods && (d->softcap > 0.0f || (vec_lanes && d->alibi) || vec_bias)) || (mask && vec_lanes)) {
                 /* the elementwise steps as passes over the panel's contiguous lane vectors, key by
                    key, in the rule's order (softcap, ALiBi, bias, mask); the rest of the rule row by
                    row, the mask included when ALiBi or the bias is left to the rows (order) */
-                int jj, tmask = mask && vec_mask && !nosc.alibi && !nosc.bias;
+                int jj, tmask = mask && vec_lanes && !nosc.alibi && !nosc.bias;
                 if (d->softcap > 0.0f)
                     for (jj = 0; jj < nk; jj++) fa__softcap_run(isa, S0 + (int64_t)jj * ld, (pe - p0) * 16, d->softcap);
 #ifdef FLASHATTN__X86
-                if (vec_alibi && d->alibi)
-                    fa__alibi_tile_avx512(S0, ld, pe - p0, nk, k0, i0 + pr0 + d->Sk - d->Sq,
-                                          d->alibi[(int64_t)b * d->alibi_stride + h0]);
-                if (vec_bias)
-                    fa__bias_tile_avx512(S0, ld, pe - p0, nk, d->bias + (int64_t)b * d->bs[0] + (int64_t)h0 * d->bs[1] +
-                                         (i0 + pr0) * d->bs[2] + k0 * d->bs[3], d->bs[2], d->bs[3],
-                                         (pe * 16 < nr ? pe * 16 : nr) - pr0);
-                if (tmask)
-                    fa__mask_tile_avx512(S0, ld, pe - p0, nk, k0, i0 + pr0 + d->Sk - d->Sq, d->causal, d->wl, d->wr);
+                {
+                    int64_t diag0 = i0 + pr0 + d->Sk - d->Sq;  /* the diagonal of the panel's first row */
+                    if (vec_lanes && d->alibi)
+                        fa__alibi_tile_avx512(S0, ld, pe - p0, nk, k0, diag0, d->alibi[(int64_t)b * d->alibi_stride + h0]);
+                    if (vec_bias)
+                        fa__bias_tile_avx512(S0, ld, pe - p0, nk, d->bias + (int64_t)b * d->bs[0] + (int64_t)h0 * d->bs[1] +
+                                             (i0 + pr0) * d->bs[2] + k0 * d->bs[3], d->bs[2], d->bs[3],
+                                             (pe * 16 < nr ? pe * 16 : nr) - pr0);
+                    if (tmask)
+                        fa__mask_tile_avx512(S0, ld, pe - p0, nk, k0, diag0, d->causal, d->wl, d->wr);
+                }
 #endif
                 if ((mask && !tmask) || nosc.alibi || nosc.bias)
                     for (r = pr0; r < pr1; r++)
