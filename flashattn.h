@@ -2759,38 +2759,28 @@ static __device__ __forceinline__ float fa__tc_tanh_fast(float x)
    (one MUFU op, relative error <= 2^-11): measured 2.5e-4 relative output error in fp16, 2e-3 in
    bf16 (limits 1e-3 and 5e-3); the exact 1 - 2/(1 + e^2x) costs a second MUFU op. */
 template <typename T> struct fa__tc_type;
-template <> struct fa__tc_type<__nv_bfloat16> {
-    static __device__ __forceinline__ unsigned pack(float lo, float hi)
-    {
-        unsigned u;
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(u) : "f"(hi), "f"(lo));
-        return u;
-    }
-    static __device__ __forceinline__ void mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1)
-    {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static __device__ __forceinline__ float tanh_(float x) { return fa__tc_tanh_fast(x); }
-};
-template <> struct fa__tc_type<__half> {
-    static __device__ __forceinline__ unsigned pack(float lo, float hi)
-    {
-        unsigned u;
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(u) : "f"(hi), "f"(lo));
-        return u;
-    }
-    static __device__ __forceinline__ void mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1)
-    {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static __device__ __forceinline__ float tanh_(float x) { return fa__tc_tanh_fast(x); }
-};
+/* One specialisation per type; they differ only in the PTX type name (in cvt and mma). */
+#define FA__TC_TYPE(T, PTX)                                                                      \
+    template <> struct fa__tc_type<T> {                                                          \
+        static __device__ __forceinline__ unsigned pack(float lo, float hi)                      \
+        {                                                                                        \
+            unsigned u;                                                                          \
+            asm("cvt.rn." PTX "x2.f32 %0, %1, %2;\n" : "=r"(u) : "f"(hi), "f"(lo));              \
+            return u;                                                                            \
+        }                                                                                        \
+        static __device__ __forceinline__ void mma(float c[4], const unsigned a[4], unsigned b0, \
+                                                   unsigned b1)                                  \
+        {                                                                                        \
+            asm("mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX ".f32 {%0,%1,%2,%3}, "      \
+                "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                                       \
+                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                 \
+                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                 \
+        }                                                                                        \
+        static __device__ __forceinline__ float tanh_(float x) { return fa__tc_tanh_fast(x); }   \
+    };
+FA__TC_TYPE(__nv_bfloat16, "bf16")
+FA__TC_TYPE(__half, "f16")
+#undef FA__TC_TYPE
 
 /* Keys visible to query row i by the position rules, as [lo, hi) (section 1's fa__key_range). */
 static __device__ __forceinline__ void fa__tc_range(const fa__tc_args &a, int i, int *lo, int *hi)
