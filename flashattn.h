@@ -859,6 +859,41 @@ static float fa__softmax_row(int isa, float *s, int n)
    A is read as broadcast scalars straight from the caller's K and V (any stride, no packing), B
    and C are contiguous lane vectors; a register block is 8 A-rows x 48 lanes (AVX-512) or
    6 x 16 (AVX2). The max, exp and rescale of the online softmax are vertical, one lane per row. */
+/* A stream of prefetches toward L2 over the rows of up to two matrices, a cache line per step. The
+   tiled loop points it at the next key block's K and V rows, and the AVX-512 GEMM loops take a step
+   every (mask + 1) iterations, so that block arrives while this one computes: without it the first
+   register panel of every block waited on L3 and ran at half speed (measured, 2-core Xeon, D=128).
+   A prefetch never faults; its address is formed as an integer. */
+typedef struct fa__pf {
+    uintptr_t row[2];                 /* next row of each matrix; matrix 0 first */
+    int64_t stride[2];                /* bytes */
+    int lines[2], rows[2];            /* cache lines per row, rows left */
+    int c, mask;                      /* next line in the row; step when (x & mask) == 0 */
+} fa__pf;
+
+static void fa__pf_set(fa__pf *p, int m, const float *base, int64_t stride, int64_t r0, int64_t r1, int width)
+{
+    p->row[m] = (uintptr_t)base + (uintptr_t)(r0 * stride) * sizeof(float);
+    p->stride[m] = stride * (int64_t)sizeof(float);
+    p->lines[m] = (int)(((int64_t)width * (int64_t)sizeof(float) + 63) / 64);
+    p->rows[m] = r1 > r0 && p->lines[m] > 0 ? (int)(r1 - r0) : 0;
+    p->c = 0;
+}
+
+static inline void fa__pf_step(fa__pf *p)
+{
+    int m = p->rows[0] > 0 ? 0 : 1;
+    if (p->rows[m] <= 0) return;
+#if defined(__GNUC__)
+    __builtin_prefetch((const void *)(p->row[m] + (uintptr_t)p->c * 64u), 0, 2);
+#endif
+    if (++p->c == p->lines[m]) {
+        p->c = 0;
+        p->row[m] += (uintptr_t)p->stride[m];
+        p->rows[m]--;
+    }
+}
+
 /* End of the register panel that starts at lane vector vp of nv: 3 vectors (48 lanes), and when 4
    are left 2 + 2, not 3 + a load-bound 1. The tiled loop walks the same panels. */
 static int fa__panel_end(int vp, int nv) { return nv - vp == 4 ? vp + 2 : (nv - vp < 3 ? nv : vp + 3); }
@@ -890,10 +925,20 @@ static int fa__panel_end(int vp, int nv) { return nv - vp == 4 ? vp + 2 : (nv - 
 #define FA__NZ(b) _mm512_cmp_ps_mask((b), _mm512_setzero_ps(), _CMP_NEQ_UQ)
 #define FA__X8(M) M(0); M(1); M(2); M(3); M(4); M(5); M(6); M(7)
 
+/* the prefetch stream's step inside a GEMM loop, and the next 8 C rows of an accumulating block
+   toward L1 while this block runs (their loads would otherwise stall the block's first FMAs) */
+#define FA__PFX(x) do { if (((x) & pf->mask) == 0) fa__pf_step(pf); } while (0)
+#define FA__PFC(n) do { if (a0 + 8 < na) for (a = 0; a < 8 && a0 + 8 + a < na; a++) { \
+                            const char *cp_ = (const char *)(C + (a0 + 8 + a) * ldc); int u_; \
+                            for (u_ = 0; u_ < (n); u_++) _mm_prefetch(cp_ + 64 * u_, _MM_HINT_T0); } } while (0)
+
 FA__AVX512 static void fa__gemm_avx512(const float *A, int64_t sa, int64_t sx, int na, int nx,
-                                       const float *B, int64_t ldb, float *C0, int64_t ldc, int nv, int acc)
+                                       const float *B, int64_t ldb, float *C0, int64_t ldc, int nv, int acc,
+                                       fa__pf *pf)
 {
     int a0, v, x, a, vp, ve;
+    fa__pf none;
+    if (!pf) { memset(&none, 0, sizeof none); pf = &none; }
     /* one panel of up to 48 lanes of B at a time (it stays in L1) against every group of 8 A-rows */
     for (vp = 0; vp < nv; vp = ve) {
         ve = fa__panel_end(vp, nv);
@@ -909,16 +954,20 @@ FA__AVX512 static void fa__gemm_avx512(const float *A, int64_t sa, int64_t sx, i
                 float *C = C0 + vp * 16;
                 if (acc == 2) {
                     FA__X8(FA__L3);
+                    FA__PFC(3);
                     for (x = 0; x < nx; x++, off += sx, b += ldb) {
                         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
                         __mmask16 k0 = FA__NZ(b0), k1 = FA__NZ(b1), k2 = FA__NZ(b2);
+                        FA__PFX(x);
                         FA__X8(FA__M3);
                     }
                     FA__X8(FA__S3);
                 } else if (acc) {
                     FA__X8(FA__L3);
+                    FA__PFC(3);
                     for (x = 0; x < nx; x++, off += sx, b += ldb) {
                         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
+                        FA__PFX(x);
                         FA__X8(FA__F3);
                     }
                     FA__X8(FA__S3);
@@ -926,6 +975,7 @@ FA__AVX512 static void fa__gemm_avx512(const float *A, int64_t sa, int64_t sx, i
                     FA__X8(FA__Z3);
                     for (x = 0; x < nx; x++, off += sx, b += ldb) {
                         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
+                        FA__PFX(x);
                         FA__X8(FA__F3);
                     }
                     FA__X8(FA__S3);
@@ -937,16 +987,20 @@ FA__AVX512 static void fa__gemm_avx512(const float *A, int64_t sa, int64_t sx, i
                 float *C = C0 + vp * 16;
                 if (acc == 2) {
                     FA__X8(FA__L2);
+                    FA__PFC(2);
                     for (x = 0; x < nx; x++, off += sx, b += ldb) {
                         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
                         __mmask16 k0 = FA__NZ(b0), k1 = FA__NZ(b1);
+                        FA__PFX(x);
                         FA__X8(FA__M2);
                     }
                     FA__X8(FA__S2);
                 } else if (acc) {
                     FA__X8(FA__L2);
+                    FA__PFC(2);
                     for (x = 0; x < nx; x++, off += sx, b += ldb) {
                         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+                        FA__PFX(x);
                         FA__X8(FA__F2);
                     }
                     FA__X8(FA__S2);
@@ -954,6 +1008,7 @@ FA__AVX512 static void fa__gemm_avx512(const float *A, int64_t sa, int64_t sx, i
                     FA__X8(FA__Z2);
                     for (x = 0; x < nx; x++, off += sx, b += ldb) {
                         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+                        FA__PFX(x);
                         FA__X8(FA__F2);
                     }
                     FA__X8(FA__S2);
@@ -1032,14 +1087,14 @@ FA__AVX2 static void fa__gemm_avx2(const float *A, int64_t sa, int64_t sx, int n
 #endif
 
 static void fa__gemm(int isa, const float *A, int64_t sa, int64_t sx, int na, int nx,
-                     const float *B, int64_t ldb, float *C, int64_t ldc, int nv, int acc)
+                     const float *B, int64_t ldb, float *C, int64_t ldc, int nv, int acc, fa__pf *pf)
 {
     int a0, x, l0, u, a;
 #ifdef FLASHATTN__X86
-    if (isa == 2) { fa__gemm_avx512(A, sa, sx, na, nx, B, ldb, C, ldc, nv, acc); return; }
+    if (isa == 2) { fa__gemm_avx512(A, sa, sx, na, nx, B, ldb, C, ldc, nv, acc, pf); return; }
     if (isa == 1) { fa__gemm_avx2(A, sa, sx, na, nx, B, ldb, C, ldc, nv, acc); return; }
 #endif
-    (void)isa;
+    (void)isa; (void)pf;
     /* portable C: 4 A-rows x 16 lanes in local arrays, fixed-length inner loops that compilers
        vectorise at -O2 for whatever SIMD the target has */
     for (a0 = 0; a0 < na; a0 += 4) {
@@ -1792,6 +1847,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     float *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
     const float *kb, *vb;
     int mods = fa__has_modifiers(d), rowmajor, vec_lanes, vec_bias;
+    fa__pf pf;
     fa__dims nosc = *d;                    /* the rule without softcap, once the tile pass applied it */
 
     nosc.softcap = 0.0f;
@@ -1872,6 +1928,17 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             continue;
         }
 #endif
+        /* the next block's K and V rows toward L2 during this block's GEMM loops, spread over them */
+        {
+            int64_t n1 = blk + 1 < blk1 ? (k1 + pl->bk < khi ? k1 + pl->bk : khi) - k1 : 0, lines, it;
+            int np = 0;
+            for (p0 = v0; p0 < v1; p0 = fa__panel_end(p0, v1)) np++;
+            fa__pf_set(&pf, 0, kb, d->ks[2], k1, k1 + n1, D);
+            fa__pf_set(&pf, 1, vb, d->vs[2], k1, k1 + n1, Dv);
+            lines = n1 * (pf.lines[0] + pf.lines[1]);
+            it = (int64_t)np * ((nk + 7) / 8 * (int64_t)D + (Dv + 7) / 8 * (int64_t)nk);
+            pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
+        }
         /* one register panel (up to 48 lanes, fa__gemm's) at a time through scores, modifiers,
            softmax and P V, so its slice of the score tile stays in L1 between the steps */
         for (p0 = v0; p0 < v1; p0 = pe) {
@@ -1879,7 +1946,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             float *S0 = St + pr0, *O0 = Ot + pr0;
             pe = fa__panel_end(p0, v1);
             pr1 = pe * 16 < r1 ? pe * 16 : r1;
-            fa__gemm(isa, kb + k0 * d->ks[2], d->ks[2], 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0);
+            fa__gemm(isa, kb + k0 * d->ks[2], d->ks[2], 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0, &pf);
             if ((mods && (d->softcap > 0.0f || (vec_lanes && d->alibi) || vec_bias)) || (mask && vec_lanes)) {
                 /* the elementwise steps as passes over the panel's contiguous lane vectors, key by
                    key, in the rule's order (softcap, ALiBi, bias, mask); the rest of the rule row by
@@ -1907,7 +1974,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                 for (r = pr0; r < pr1; r++)
                     fa__modify_row(d, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask, isa);
             fa__online(isa, S0, ld, nk, pe - p0, m + pr0, l + pr0, O0, ld, Dv, tmp);
-            fa__gemm(isa, vb + k0 * d->vs[2], 1, d->vs[2], Dv, nk, S0, ld, O0, ld, pe - p0, mask || d->bias ? 2 : 1);
+            fa__gemm(isa, vb + k0 * d->vs[2], 1, d->vs[2], Dv, nk, S0, ld, O0, ld, pe - p0, mask || d->bias ? 2 : 1, &pf);
         }
     }
 
