@@ -861,8 +861,9 @@ static float fa__softmax_row(int isa, float *s, int n)
    6 x 16 (AVX2). The max, exp and rescale of the online softmax are vertical, one lane per row. */
 /* A stream of prefetches toward L2 over the rows of up to two matrices, a cache line per step. The
    tiled loop points it at the next key block's K and V rows, and the AVX-512 GEMM loops take a step
-   every (mask + 1) iterations, so that block arrives while this one computes: without it the first
-   register panel of every block waited on L3 and ran at half speed (measured, 2-core Xeon, D=128).
+   every (mask + 1) iterations (the AVX2 ones too), so that block arrives while this one computes:
+   without it the first register panel of every block waited on L3 and ran at half speed (measured,
+   2-core Xeon, D=128).
    A prefetch never faults; its address is formed as an integer. */
 typedef struct fa__pf {
     uintptr_t row[2];                 /* next row of each matrix; matrix 0 first */
@@ -1053,9 +1054,12 @@ FA__AVX512 static void fa__gemm_avx512(const float *A, int64_t sa, int64_t sx, i
 #define FA__X6(M) M(0); M(1); M(2); M(3); M(4); M(5)
 
 FA__AVX2 static void fa__gemm_avx2(const float *A, int64_t sa, int64_t sx, int na, int nx,
-                                   const float *B, int64_t ldb, float *C0, int64_t ldc, int nv, int acc)
+                                   const float *B, int64_t ldb, float *C0, int64_t ldc, int nv, int acc,
+                                   fa__pf *pf)
 {
     int a0, v, x, a;
+    fa__pf none;
+    if (!pf) { memset(&none, 0, sizeof none); pf = &none; }
     for (a0 = 0; a0 < na; a0 += 6) {
         const float *pa[6];
         int64_t ra[6];
@@ -1073,11 +1077,13 @@ FA__AVX2 static void fa__gemm_avx2(const float *A, int64_t sa, int64_t sx, int n
                     __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
                     __m256 n0 = _mm256_cmp_ps(b0, _mm256_setzero_ps(), _CMP_NEQ_UQ);
                     __m256 n1 = _mm256_cmp_ps(b1, _mm256_setzero_ps(), _CMP_NEQ_UQ);
+                    FA__PFX(x);
                     FA__X6(FA__N2);
                 }
             else
                 for (x = 0; x < nx; x++, off += sx, b += ldb) {
                     __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+                    FA__PFX(x);
                     FA__X6(FA__G2);
                 }
             FA__X6(FA__T2);
@@ -1092,7 +1098,7 @@ static void fa__gemm(int isa, const float *A, int64_t sa, int64_t sx, int na, in
     int a0, x, l0, u, a;
 #ifdef FLASHATTN__X86
     if (isa == 2) { fa__gemm_avx512(A, sa, sx, na, nx, B, ldb, C, ldc, nv, acc, pf); return; }
-    if (isa == 1) { fa__gemm_avx2(A, sa, sx, na, nx, B, ldb, C, ldc, nv, acc); return; }
+    if (isa == 1) { fa__gemm_avx2(A, sa, sx, na, nx, B, ldb, C, ldc, nv, acc, pf); return; }
 #endif
     (void)isa; (void)pf;
     /* portable C: 4 A-rows x 16 lanes in local arrays, fixed-length inner loops that compilers
