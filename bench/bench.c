@@ -260,14 +260,14 @@ static void free_kv(att_arg *a)
 typedef struct { double ms, gflops, ceil; size_t ws; int ran; } res;
 
 /* Two fa_tiled calls on the same data with different params, timed alternately (median of up
-   to 7 rounds), so that load from other jobs falls on both: for the causal and thread ratios. */
-/* The fastest of each side in the last time_alt (a burst of other jobs on one core lands on the
-   2-thread run of a pair more than on the 1-thread run: the median ratio reads low under load). */
-static double alt_best_x, alt_best_y;
-static int alt_n;
-static void time_alt(int B, int H, int Hkv, int Sq, int Sk, int D, int causal_x, int thr_x, int causal_y,
-                     int thr_y, double *ms_x, double *ms_y)
+   to 7 rounds), so that load from other jobs falls on both: for the causal and thread ratios. The
+   fastest of each side comes back too: a burst of other jobs on one core lands on the 2-thread run
+   of a pair more than on the 1-thread run, so the median ratio reads low under load. */
+typedef struct { double med_x, med_y, best_x, best_y; int n; } alt_res;
+static alt_res time_alt(int B, int H, int Hkv, int Sq, int Sk, int D, int causal_x, int thr_x, int causal_y,
+                        int thr_y)
 {
+    alt_res r;
     att_arg a;
     fa_params px, py;
     size_t nq = (size_t)B * H * Sq * D, nk = (size_t)B * Hkv * Sk * D;
@@ -291,9 +291,10 @@ static void time_alt(int B, int H, int Hkv, int Sq, int Sk, int D, int causal_x,
     }
     qsort(tx, (size_t)n, sizeof tx[0], cmp_d);
     qsort(ty, (size_t)n, sizeof ty[0], cmp_d);
-    *ms_x = 1e3 * tx[n / 2]; *ms_y = 1e3 * ty[n / 2];
-    alt_best_x = 1e3 * tx[0]; alt_best_y = 1e3 * ty[0]; alt_n = n;
+    r.med_x = 1e3 * tx[n / 2]; r.med_y = 1e3 * ty[n / 2];
+    r.best_x = 1e3 * tx[0]; r.best_y = 1e3 * ty[0]; r.n = n;
     free(a.q); free_kv(&a); free(a.o);
+    return r;
 }
 
 /* Issue #5's rows: the masks and score modifiers at one long causal shape, each against plain
@@ -528,26 +529,26 @@ int main(int argc, char **argv)
                    "%.1f GB/s (%.3f ms)\n", C, gbs, 100.0 * gbs / bw, bw, r.ms);
         }
         if (!no_scaling && nthreads > 1) {
-            double m1, m2, kv = 2.0 * 8 * (quick ? 8192.0 : 32768.0) * 128 * 4;
+            double kv = 2.0 * 8 * (quick ? 8192.0 : 32768.0) * 128 * 4;
             int Ss = quick ? 2048 : 8192;
-            time_alt(2, 4, 4, Ss, Ss, 128, 0, 1, 0, nthreads, &m1, &m2);
-            scale_p = m1 / m2;
+            alt_res t = time_alt(2, 4, 4, Ss, Ss, 128, 0, 1, 0, nthreads);
+            scale_p = t.med_x / t.med_y;
             printf("%sscaling (tiled, 1 and %d threads timed alternately): prefill S=%d D=128 %.1f -> %.1f ms = %.2fx "
                    "(medians; fastest of %d each: %.1f -> %.1f ms = %.2fx)\n",
-                   C, nthreads, Ss, m1, m2, scale_p, alt_n, alt_best_x, alt_best_y, alt_best_x / alt_best_y);
-            time_alt(1, 32, 8, 1, quick ? 8192 : 32768, 128, 0, 1, 0, nthreads, &m1, &m2);
-            scale_d = m1 / m2;
+                   C, nthreads, Ss, t.med_x, t.med_y, scale_p, t.n, t.best_x, t.best_y, t.best_x / t.best_y);
+            t = time_alt(1, 32, 8, 1, quick ? 8192 : 32768, 128, 0, 1, 0, nthreads);
+            scale_d = t.med_x / t.med_y;
             printf("%sscaling: decode %.2f -> %.2f ms = %.2fx (K/V %.1f -> %.1f GB/s; the machine's own read "
-                   "bandwidth goes %.1f -> %.1f GB/s = %.2fx from 1 to %d threads)\n", C, m1, m2, scale_d,
-                   kv / m1 * 1e-6, kv / m2 * 1e-6, bw1, bw, bw / bw1, nthreads);
+                   "bandwidth goes %.1f -> %.1f GB/s = %.2fx from 1 to %d threads)\n", C, t.med_x, t.med_y, scale_d,
+                   kv / t.med_x * 1e-6, kv / t.med_y * 1e-6, bw1, bw, bw / bw1, nthreads);
         }
         {
             /* causal against non-causal, timed alternately at the same S */
             int Sc;
             for (D = 64; D <= 128; D *= 2)
                 for (Sc = quick ? 2048 : 4096; Sc <= (quick ? 2048 : 8192) && Sc <= max_s; Sc *= 2) {
-                    double mn, mc;
-                    time_alt(2, 4, 4, Sc, Sc, D, 0, nthreads, 1, nthreads, &mn, &mc);
+                    alt_res t = time_alt(2, 4, 4, Sc, Sc, D, 0, nthreads, 1, nthreads);
+                    double mn = t.med_x, mc = t.med_y;
                     printf("%scausal (timed alternately with non-causal): S=%d D=%d %.1f vs %.1f ms = %.2fx\n",
                            C, Sc, D, mc, mn, mn / mc);
                     have3 = 1;
