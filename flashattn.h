@@ -64,6 +64,10 @@
    Each call starts its workers (1 MiB stacks; the caller is one of them) and joins them before it
    returns: nothing outlives the call, which costs ~10-15 us per extra thread. The stacks come from
    the threads library, not from FLASHATTN_MALLOC, and are not part of the workspace counts.
+   For many short calls (a layer loop, small shapes on many cores) create an fa_pool once and set
+   p.pool: its workers stay parked between calls (they spin for 10-100 us after each call, then
+   sleep on a condition variable), so a call pays a wake-up instead of thread starts. Nothing is global:
+   the pool is the caller's, made by fa_pool_create and ended by fa_pool_destroy.
 
    ERRORS: every request is validated before any output is written; on any status other than FA_OK,
    o, lse and scores are untouched. No global mutable state: concurrent calls are safe.
@@ -119,6 +123,9 @@ typedef enum fa_status {
 
 typedef enum fa_dtype { FA_F32 = 0, FA_F16 = 1, FA_BF16 = 2 } fa_dtype;
 
+/* A caller-owned set of parked CPU worker threads (THREADS above): fa_pool_create, fa_pool_destroy. */
+typedef struct fa_pool fa_pool;
+
 typedef struct fa_params {
     /* shape: required, except where 0 means a default */
     int batch;        /* B >= 1 */
@@ -146,6 +153,8 @@ typedef struct fa_params {
     const float *bias;               /* additive fp32 bias, -INFINITY hides a key */
     int64_t bias_stride[4];          /* elements for {batch, head, query, key}; all zero means packed
                                         [B][Hq][Sq][Sk]; otherwise a zero stride broadcasts that axis */
+    fa_pool *pool;    /* CPU: NULL, the call starts and joins its own threads; else it runs on this
+                         pool's threads (threads 0 means all of them; more than it has is invalid) */
 } fa_params;
 
 /* The textbook path: scores (optional, packed [B][Hq][Sq][Sk] fp32, scaled and modified, -INFINITY
@@ -165,6 +174,13 @@ FLASHATTN_DEF double fa_max_abs_diff(const float *a, const float *b, size_t n);
 /* lse = log(sum_p exp(lse_p)), o = sum_p exp(lse_p - lse) * o_p; parts packed [rows][dv]. */
 FLASHATTN_DEF fa_status fa_merge(int rows, int dv, int parts, const float *const *o_parts,
                                  const float *const *lse_parts, float *o, float *lse);
+/* A pool of `threads` threads for the CPU calls (0: all online cores): threads - 1 workers are
+   started and parked here, and the caller of each call is the last one. *pool is set on FA_OK and
+   untouched otherwise (FA_ERR_NO_MEMORY when memory or a thread cannot be had). One call runs on a
+   pool at a time (others wait for it); destroy it only when no call is using it. */
+FLASHATTN_DEF fa_status fa_pool_create(int threads, fa_pool **pool);
+/* Stops and joins the workers and frees the pool; NULL is a no-op. */
+FLASHATTN_DEF void fa_pool_destroy(fa_pool *pool);
 
 #ifdef FLASHATTN_CUDA   /* device pointers; same meanings */
 FLASHATTN_DEF fa_status fa_cuda_naive(const fa_params *p, const void *q, const void *k, const void *v,
@@ -276,7 +292,10 @@ typedef struct fa__dims {
     float *lse;
     int block_q, block_k, threads;
     void *stream;
+    fa_pool *pool;
 } fa__dims;
+
+static int fa__pool_size(const fa_pool *pool);
 
 /* a*b into *r, 0 on int64 overflow (operands non-negative). */
 static int fa__mul64(int64_t a, int64_t b, int64_t *r)
@@ -325,6 +344,8 @@ static fa_status fa__resolve(const fa_params *p, const void *q, const void *k, c
     d->alibi = p->alibi_slopes; d->alibi_stride = p->alibi_slopes ? p->alibi_stride : 0;
     d->bias = p->bias; d->lse = p->lse;
     d->block_q = p->block_q; d->block_k = p->block_k; d->threads = p->threads; d->stream = p->stream;
+    d->pool = p->pool;
+    if (p->pool && p->threads > fa__pool_size(p->pool)) return FA_ERR_INVALID_ARG;
 
     /* strides: all zero means packed */
     if (!fa__packed3(d->B, d->Hq, d->Sq, d->D, d->qs) || !fa__packed3(d->B, d->Hkv, d->Sk, d->D, d->ks) ||
@@ -1488,22 +1509,28 @@ typedef struct fa__pool {
     void *ctx;
 } fa__pool;
 
-typedef struct fa__worker { fa__pool *pool; int tid; } fa__worker;
+typedef struct fa__worker { fa__pool *pool; int tid; fa_pool *owner; } fa__worker;
 
-static void *fa__worker_main(void *arg)
+/* Takes items from the queue until it is empty. */
+static void fa__drain(fa__pool *pl, int tid)
 {
-    fa__worker *w = (fa__worker *)arg;
-    fa__pool *pl = w->pool;
     for (;;) {
         int64_t item;
         pthread_mutex_lock(&pl->mu);
         item = pl->next++;
         pthread_mutex_unlock(&pl->mu);
         if (item >= pl->total) break;
-        pl->fn(pl->ctx, item, w->tid);
+        pl->fn(pl->ctx, item, tid);
     }
+}
+
+static void *fa__worker_main(void *arg)
+{
+    fa__worker *w = (fa__worker *)arg;
+    fa__drain(w->pool, w->tid);
     return NULL;
 }
+
 
 static int fa__online_cores(void)
 {
@@ -1523,27 +1550,180 @@ static size_t fa__phys_bytes(void)
     return SIZE_MAX;
 }
 
+/* Worker stacks, for a call's own threads and a pool's: FA__STACK bytes (see fa__run). */
+#ifndef FA__STACK
+#define FA__STACK ((size_t)1 << 20)
+#endif
+
+/* A caller-owned pool: n - 1 parked workers (tid 1..n-1), the caller of a call is tid 0. A job is
+   posted by bumping `gen` under `mu` and broadcasting `wake`; workers whose tid is below `active`
+   drain its queue and count `busy` down, the last one signalling `idle`. Between jobs a worker
+   spins on `gen` for a while before it sleeps, and the caller spins on `busy` before it waits, so
+   back-to-back calls cost no sleep and wake-up (the spins read with __atomic where the compiler
+   has it, and are skipped where it does not). `call` keeps one call at a time on the pool. */
+struct fa_pool {
+    int n;
+    pthread_mutex_t call, mu;
+    pthread_cond_t wake, idle;
+    unsigned long gen;
+    int active, busy, quit;
+    fa__pool *job;
+    pthread_t *th;
+    fa__worker *wk;
+};
+
+static int fa__pool_size(const fa_pool *pool) { return pool->n; }
+
+#if defined(__GNUC__) || defined(__clang__)
+#define FA__SPIN 2000      /* pause instructions: ~10-100 us, by CPU */
+#define fa__load_ul(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define fa__load_int(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define fa__store_ul(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define fa__store_int(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#if defined(__x86_64__) || defined(__i386__)
+#define fa__relax() __builtin_ia32_pause()
+#else
+#define fa__relax() ((void)0)
+#endif
+#else
+#define FA__SPIN 0
+#define fa__load_ul(p) (*(p))
+#define fa__load_int(p) (*(p))
+#define fa__store_ul(p, v) (*(p) = (v))
+#define fa__store_int(p, v) (*(p) = (v))
+#define fa__relax() ((void)0)
+#endif
+
+static void *fa__pool_main(void *arg)
+{
+    fa__worker *w = (fa__worker *)arg;
+    fa_pool *P = w->owner;
+    unsigned long seen = 0;
+    for (;;) {
+        fa__pool *job;
+        int spin, in;
+        for (spin = 0; spin < FA__SPIN && fa__load_ul(&P->gen) == seen; spin++) fa__relax();
+        pthread_mutex_lock(&P->mu);
+        while (P->gen == seen && !P->quit) pthread_cond_wait(&P->wake, &P->mu);
+        if (P->quit) { pthread_mutex_unlock(&P->mu); return NULL; }
+        seen = P->gen;
+        job = P->job;
+        in = w->tid < P->active;
+        pthread_mutex_unlock(&P->mu);
+        if (!in) continue;
+        fa__drain(job, w->tid);
+        pthread_mutex_lock(&P->mu);
+        fa__store_int(&P->busy, P->busy - 1);
+        if (P->busy == 0) pthread_cond_signal(&P->idle);
+        pthread_mutex_unlock(&P->mu);
+    }
+}
+
+static void fa__pool_stop(fa_pool *P, int started)
+{
+    int t;
+    pthread_mutex_lock(&P->mu);
+    P->quit = 1;
+    pthread_cond_broadcast(&P->wake);
+    pthread_mutex_unlock(&P->mu);
+    for (t = 1; t <= started; t++) pthread_join(P->th[t], NULL);
+}
+
+FLASHATTN__CPU_DEF fa_status fa_pool_create(int threads, fa_pool **pool)
+{
+    fa_pool *P;
+    size_t bytes;
+    int n, t, locks = 0;
+    pthread_attr_t attr;
+    if (!pool || threads < 0) return FA_ERR_INVALID_ARG;
+    n = threads ? threads : fa__online_cores();
+    bytes = sizeof(fa_pool) + (size_t)n * (sizeof(pthread_t) + sizeof(fa__worker));
+    P = (fa_pool *)FLASHATTN_MALLOC(bytes);
+    if (!P) return FA_ERR_NO_MEMORY;
+    memset(P, 0, bytes);
+    P->n = n;
+    P->th = (pthread_t *)(P + 1);
+    P->wk = (fa__worker *)(P->th + n);
+    if (pthread_mutex_init(&P->call, NULL) == 0) locks++;
+    if (locks == 1 && pthread_mutex_init(&P->mu, NULL) == 0) locks++;
+    if (locks == 2 && pthread_cond_init(&P->wake, NULL) == 0) locks++;
+    if (locks == 3 && pthread_cond_init(&P->idle, NULL) == 0) locks++;
+    if (locks == 4 && pthread_attr_init(&attr) == 0) locks++;
+    if (locks == 5 && pthread_attr_setstacksize(&attr, FA__STACK) == 0) {
+        for (t = 1; t < n; t++) {
+            P->wk[t].tid = t;
+            P->wk[t].owner = P;
+            if (pthread_create(&P->th[t], &attr, fa__pool_main, &P->wk[t]) != 0) break;
+        }
+        if (t == n) { pthread_attr_destroy(&attr); *pool = P; return FA_OK; }
+        fa__pool_stop(P, t - 1);
+    }
+    if (locks >= 5) pthread_attr_destroy(&attr);
+    if (locks >= 4) pthread_cond_destroy(&P->idle);
+    if (locks >= 3) pthread_cond_destroy(&P->wake);
+    if (locks >= 2) pthread_mutex_destroy(&P->mu);
+    if (locks >= 1) pthread_mutex_destroy(&P->call);
+    FLASHATTN_FREE(P);
+    return FA_ERR_NO_MEMORY;
+}
+
+FLASHATTN__CPU_DEF void fa_pool_destroy(fa_pool *pool)
+{
+    if (!pool) return;
+    fa__pool_stop(pool, pool->n - 1);
+    pthread_cond_destroy(&pool->idle);
+    pthread_cond_destroy(&pool->wake);
+    pthread_mutex_destroy(&pool->mu);
+    pthread_mutex_destroy(&pool->call);
+    FLASHATTN_FREE(pool);
+}
+
+/* The job on the pool's first nthreads threads, the caller as tid 0. */
+static void fa__pool_run(fa_pool *P, fa__pool *job, int nthreads)
+{
+    int spin;
+    pthread_mutex_lock(&P->call);
+    pthread_mutex_lock(&P->mu);
+    P->job = job;
+    P->active = nthreads;
+    fa__store_int(&P->busy, nthreads - 1);
+    fa__store_ul(&P->gen, P->gen + 1);
+    pthread_cond_broadcast(&P->wake);
+    pthread_mutex_unlock(&P->mu);
+    fa__drain(job, 0);
+    for (spin = 0; spin < FA__SPIN && fa__load_int(&P->busy) != 0; spin++) fa__relax();
+    pthread_mutex_lock(&P->mu);
+    while (P->busy != 0) pthread_cond_wait(&P->idle, &P->mu);
+    pthread_mutex_unlock(&P->mu);
+    pthread_mutex_unlock(&P->call);
+}
+
 /* Threads a call uses for `work` independent items. */
+static int fa__want_threads(const fa__dims *d)
+{
+    return d->threads ? d->threads : d->pool ? d->pool->n : fa__online_cores();
+}
+
 static int fa__nthreads(const fa__dims *d, int64_t work)
 {
-    int64_t t = d->threads ? d->threads : fa__online_cores();
+    int64_t t = fa__want_threads(d);
     if (t > work) t = work;
     return t < 1 ? 1 : (int)t;
 }
 
-/* Bytes of the per-call thread bookkeeping (handles and worker records), 64-byte rounded. */
-static size_t fa__pool_bytes(int nthreads)
+/* Bytes of the per-call thread bookkeeping (handles and worker records), 64-byte rounded; none
+   on a caller's pool, which has its own. */
+static size_t fa__pool_bytes(const fa__dims *d, int nthreads)
 {
-    size_t b = (size_t)nthreads * (sizeof(pthread_t) + sizeof(fa__worker));
+    size_t b = d->pool ? 0 : (size_t)nthreads * (sizeof(pthread_t) + sizeof(fa__worker));
     return (b + 63) & ~(size_t)63;
 }
 
-/* Runs fn over items [0, total) on nthreads threads (the caller is thread 0). `mem` holds
-   fa__pool_bytes(nthreads). A thread that cannot be started leaves its share to the others. */
-#ifndef FA__STACK
-#define FA__STACK ((size_t)1 << 20)
-#endif
-static void fa__run(void (*fn)(void *, int64_t, int), void *ctx, int64_t total, int nthreads, void *mem)
+/* Runs fn over items [0, total) on nthreads threads (the caller is thread 0): the caller's pool's,
+   or threads started here. `mem` holds fa__pool_bytes(d, nthreads). A thread that cannot be
+   started leaves its share to the others. */
+static void fa__run(fa_pool *pool, void (*fn)(void *, int64_t, int), void *ctx, int64_t total, int nthreads,
+                    void *mem)
 {
     fa__pool pl;
     pthread_t *th = (pthread_t *)mem;
@@ -1556,7 +1736,12 @@ static void fa__run(void (*fn)(void *, int64_t, int), void *ctx, int64_t total, 
         return;
     }
     pl.next = 0; pl.total = total; pl.fn = fn; pl.ctx = ctx;
-    for (t = 0; t < nthreads; t++) { wk[t].pool = &pl; wk[t].tid = t; }
+    if (pool) {
+        fa__pool_run(pool, &pl, nthreads);
+        pthread_mutex_destroy(&pl.mu);
+        return;
+    }
+    for (t = 0; t < nthreads; t++) { wk[t].pool = &pl; wk[t].tid = t; wk[t].owner = NULL; }
     /* FA__STACK-byte stacks (the workers' own frames are a few KiB; OpenBLAS's single-threaded
        GEMMs in naive's workers use its preallocated buffers): glibc keeps freed stacks in a cache
        of 40 MiB and reuses them, which the default 8 MiB stacks of 15 workers overflow, so every
@@ -1566,7 +1751,7 @@ static void fa__run(void (*fn)(void *, int64_t, int), void *ctx, int64_t total, 
     for (t = 1; t < nthreads; t++)
         if (pthread_create(&th[t], attr_ok ? &attr : NULL, fa__worker_main, &wk[t]) != 0) { nthreads = t; break; }
     if (attr_ok) pthread_attr_destroy(&attr);
-    fa__worker_main(&wk[0]);
+    fa__drain(&pl, 0);
     for (t = 1; t < nthreads; t++) pthread_join(th[t], NULL);
     pthread_mutex_destroy(&pl.mu);
 }
@@ -1597,7 +1782,7 @@ static void fa__naive_plan_make(const fa__dims *d, fa__naive_plan *pl)
     if (d->Sq == 0) return;                     /* a no-op allocates nothing */
     n = fa__mul_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq), (size_t)d->Sk);
     pl->score_bytes = fa__mul_size(n, sizeof(float));
-    pl->pool_bytes = fa__pool_bytes(pl->nthreads);
+    pl->pool_bytes = fa__pool_bytes(d, pl->nthreads);
     pl->total = fa__add_size(fa__add_size(pl->score_bytes, pl->pool_bytes), 64);
 }
 
@@ -1725,7 +1910,7 @@ FLASHATTN__CPU_DEF fa_status fa_naive(const fa_params *p, const void *q, const v
         int saved = openblas_get_num_threads();
         if (saved != 1) openblas_set_num_threads(1);
 #endif
-        fa__run(fa__naive_head, &c, (int64_t)d.B * d.Hq, pl.nthreads, fa__align64(mem));
+        fa__run(d.pool, fa__naive_head, &c, (int64_t)d.B * d.Hq, pl.nthreads, fa__align64(mem));
 #ifdef FLASHATTN__OPENBLAS
         if (saved != 1) openblas_set_num_threads(saved);
 #endif
@@ -1754,7 +1939,7 @@ static size_t fa__round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 static void fa__tiled_plan_make(const fa__dims *d, fa__tiled_plan *pl)
 {
-    int64_t want = d->threads ? d->threads : fa__online_cores();
+    int64_t want = fa__want_threads(d);
     size_t f, ld;
     memset(pl, 0, sizeof *pl);
     if (d->Sq == 0) return;
@@ -1814,7 +1999,7 @@ static void fa__tiled_plan_make(const fa__dims *d, fa__tiled_plan *pl)
     if (pl->nsplit > 1)
         pl->part_floats = fa__round16(fa__mul_size(fa__mul_size((size_t)pl->tiles * pl->nsplit, (size_t)pl->rows),
                                                    (size_t)d->Dv + 1));
-    pl->pool_bytes = fa__pool_bytes(pl->nthreads);
+    pl->pool_bytes = fa__pool_bytes(d, pl->nthreads);
     pl->total = fa__add_size(fa__mul_size(fa__add_size(fa__mul_size(f, (size_t)pl->nthreads), pl->part_floats),
                                           sizeof(float)), fa__add_size(pl->pool_bytes, 64));
 }
@@ -2073,8 +2258,8 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
     c.d = &d; c.pl = &pl; c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v;
     c.o = (float *)o; c.ws = (float *)fa__align64(mem); c.isa = fa__isa();
     c.parts = c.ws + pl.thread_floats * pl.nthreads;
-    fa__run(fa__tiled_item, &c, pl.items, pl.nthreads, c.parts + pl.part_floats);
-    if (pl.nsplit > 1) fa__run(fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
+    fa__run(d.pool, fa__tiled_item, &c, pl.items, pl.nthreads, c.parts + pl.part_floats);
+    if (pl.nsplit > 1) fa__run(d.pool, fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
     FLASHATTN_FREE(mem);
     return FA_OK;
 }

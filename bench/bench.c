@@ -8,7 +8,9 @@
 
    Options: --csv, --threads N (default 2), --quick (S <= 2048, decode Sk 8192, fewer repeats),
             --few-reps (fewer repeats only), --max-s N, --naive-mem GiB (largest naive score matrix
-            to allocate, default 9, and never over 60% of the memory available), --no-scaling, --no-naive. */
+            to allocate, default 9, and never over 60% of the memory available), --no-scaling, --no-naive,
+            --pool (every call runs on one fa_pool of N threads made at the start, instead of starting
+            its own threads). */
 #define _GNU_SOURCE
 #define FLASHATTN_IMPLEMENTATION
 #include "flashattn.h"
@@ -27,6 +29,7 @@
 #endif
 
 static int csv = 0, quick = 0, few_reps = 0, nthreads = 2, no_scaling = 0, no_naive = 0;
+static fa_pool *g_pool;             /* --pool: the pool every call runs on */
 static double gemm_ceiling = 0.0;   /* sgemm GFLOP/s at nthreads, measured in this run */
 static int max_s = 16384;
 static double naive_mem_gib = 9.0;
@@ -275,6 +278,7 @@ static alt_res time_alt(int B, int H, int Hkv, int Sq, int Sk, int D, int causal
     int n = 0, maxn = quick || few_reps ? 3 : 7;
     memset(&a, 0, sizeof a);
     a.p.batch = B; a.p.heads = H; a.p.kv_heads = Hkv; a.p.seq_q = Sq; a.p.seq_k = Sk; a.p.head_dim = D;
+    a.p.pool = g_pool;
     px = a.p; px.causal = causal_x; px.threads = thr_x;
     py = a.p; py.causal = causal_y; py.threads = thr_y;
     a.q = (float *)malloc(nq * 4);
@@ -318,7 +322,7 @@ static void bench_modifiers(int S, int D)
     memset(&a, 0, sizeof a);
     for (i = 0; i < H; i++) slopes[i] = 1.0f / (float)(2 << i);
     a.p.batch = B; a.p.heads = H; a.p.seq_q = S; a.p.seq_k = S; a.p.head_dim = D;
-    a.p.causal = 1; a.p.threads = nthreads;
+    a.p.causal = 1; a.p.threads = nthreads; a.p.pool = g_pool;
     a.q = (float *)malloc(nq * 4); a.o = (float *)malloc(nq * 4);
     fill_normal(a.q, nq);
     alloc_kv(&a, nq, 1);
@@ -381,7 +385,7 @@ static res bench_shape(const char *kind, int B, int H, int Hkv, int Sq, int Sk, 
     memset(&rn, 0, sizeof rn);
     memset(&rt, 0, sizeof rt);
     a.p.batch = B; a.p.heads = H; a.p.kv_heads = Hkv; a.p.seq_q = Sq; a.p.seq_k = Sk; a.p.head_dim = D;
-    a.p.causal = causal; a.p.threads = thr;
+    a.p.causal = causal; a.p.threads = thr; a.p.pool = g_pool;
     a.q = (float *)malloc(nq * 4);
     a.o = (float *)malloc(nq * 4); o2 = (float *)malloc(nq * 4);
     fill_normal(a.q, nq);
@@ -458,7 +462,7 @@ static res bench_shape(const char *kind, int B, int H, int Hkv, int Sq, int Sk, 
 
 int main(int argc, char **argv)
 {
-    int i, D, causal, S;
+    int i, D, causal, S, use_pool = 0;
     double gemm2 = 0, gemm1 = 0, bw = 0, bw1 = 0, t0 = now_s();
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv")) csv = 1;
@@ -469,14 +473,19 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-scaling")) no_scaling = 1;
         else if (!strcmp(argv[i], "--no-naive")) no_naive = 1;
         else if (!strcmp(argv[i], "--few-reps")) few_reps = 1;
+        else if (!strcmp(argv[i], "--pool")) use_pool = 1;
         else {
             fprintf(stderr, "usage: %s [--csv] [--threads N] [--quick] [--max-s N] [--naive-mem GiB] "
-                    "[--no-scaling] [--no-naive] [--few-reps]\n", argv[0]);
+                    "[--no-scaling] [--no-naive] [--few-reps] [--pool]\n", argv[0]);
             return 2;
         }
     }
     if (nthreads < 1) nthreads = 1;
     fix_coretype(argv);
+    if (use_pool && fa_pool_create(nthreads, &g_pool) != FA_OK) {
+        fprintf(stderr, "bench: fa_pool_create(%d) failed\n", nthreads);
+        return 1;
+    }
     avail_bytes = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     {
         FILE *f = fopen("/proc/loadavg", "r");
@@ -493,8 +502,8 @@ int main(int argc, char **argv)
 #endif
     {
         const char *ct = getenv("OPENBLAS_CORETYPE");
-        printf("%sflashattn.h bench: fp32, threads=%d, %ld online cores, OpenBLAS core %s%s%s%s\n", csv ? "# " : "",
-               nthreads, sysconf(_SC_NPROCESSORS_ONLN), corename(), ct ? " (OPENBLAS_CORETYPE=" : "", ct ? ct : "",
+        printf("%sflashattn.h bench: fp32, threads=%d%s, %ld online cores, OpenBLAS core %s%s%s%s\n", csv ? "# " : "",
+               nthreads, g_pool ? " on one fa_pool" : " started by each call", sysconf(_SC_NPROCESSORS_ONLN), corename(), ct ? " (OPENBLAS_CORETYPE=" : "", ct ? ct : "",
                ct ? (getenv("FA_BENCH_REEXEC") ? ", set by this bench after a Prescott mis-detection)" : ", from the environment)") : "");
     }
 #ifdef HAVE_OPENBLAS
@@ -587,5 +596,6 @@ int main(int argc, char **argv)
                scale_d >= 1.8 ? "MISSED for prefill, met for decode" : "MISSED");
     }
     printf("%sbench wall time: %.0f s\n", csv ? "# " : "", now_s() - t0);
+    fa_pool_destroy(g_pool);
     return 0;
 }

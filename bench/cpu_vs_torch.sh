@@ -23,6 +23,9 @@ $CC -O2 -std=c99 $BLAS -I. bench/bench.c -o "$OUT/bench" $LIBS || exit 1
 for t in 2 16; do
     timeout 80 "$OUT/bench" --threads $t --no-naive --no-scaling --few-reps --max-s "$MAXS" --csv > "$OUT/ours_t$t.csv"
     grep "^#" "$OUT/ours_t$t.csv"
+    # the same calls on one fa_pool made at the start (workers parked between calls)
+    timeout 80 "$OUT/bench" --threads $t --no-naive --no-scaling --few-reps --max-s "$MAXS" --csv --pool > "$OUT/pool_t$t.csv"
+    grep "^# flashattn" "$OUT/pool_t$t.csv"
 done
 PYTHONUNBUFFERED=1 timeout 110 python3 bench/torch_cpu.py --threads 2 16 --max-s "$MAXS" --quick --csv > "$OUT/torch.csv"
 head -1 "$OUT/torch.csv"
@@ -33,16 +36,22 @@ def rows(path):
     if not os.path.exists(path): return []
     with open(path) as f:
         return list(csv.DictReader(l for l in f if not l.startswith("#")))
-ours = {}
-for t in (2, 16):
-    for r in rows(f"{out}/ours_t{t}.csv"):
-        ours[(r["kind"], r["Sq"], r["Sk"], r["D"], r["causal"], r["threads"])] = r
-print(f"{'kind':7} {'Sq':>5} {'Sk':>5} {'D':>3} {'cau':>3} {'thr':>3} | {'tiled ms':>9} {'torch ms':>9} | {'tiled GF':>8} {'torch GF':>8} | {'x':>5}")
+def table(name):
+    t = {}
+    for th in (2, 16):
+        for r in rows(f"{out}/{name}_t{th}.csv"):
+            t[(r["kind"], r["Sq"], r["Sk"], r["D"], r["causal"], r["threads"])] = r
+    return t
+ours, pool = table("ours"), table("pool")
+print("x = torch ms / tiled ms; 'pool' runs the same calls on one fa_pool made at the start")
+print(f"{'kind':7} {'Sq':>5} {'Sk':>5} {'D':>3} {'cau':>3} {'thr':>3} | {'tiled ms':>9} {'pool ms':>9} {'torch ms':>9} | "
+      f"{'tiled GF':>8} {'torch GF':>8} | {'x':>5} {'x pool':>6}")
 for r in rows(f"{out}/torch.csv"):
     key = (r["kind"], r["Sq"], r["Sk"], r["D"], r["causal"], r["threads"])
-    o = ours.get(key)
+    o, q = ours.get(key), pool.get(key)
     if not o: continue
     tm, pm = float(o["tiled_ms"]), float(r["torch_ms"])
-    print(f"{r['kind']:7} {r['Sq']:>5} {r['Sk']:>5} {r['D']:>3} {r['causal']:>3} {r['threads']:>3} | {tm:9.2f} {pm:9.2f} | "
-          f"{float(o['tiled_gflops']):8.1f} {float(r['torch_gflops']):8.1f} | {pm / tm:5.2f}")
+    qm = float(q["tiled_ms"]) if q else float("nan")
+    print(f"{r['kind']:7} {r['Sq']:>5} {r['Sk']:>5} {r['D']:>3} {r['causal']:>3} {r['threads']:>3} | {tm:9.2f} {qm:9.2f} {pm:9.2f} | "
+          f"{float(o['tiled_gflops']):8.1f} {float(r['torch_gflops']):8.1f} | {pm / tm:5.2f} {pm / qm:6.2f}")
 PY

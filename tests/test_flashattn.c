@@ -682,6 +682,98 @@ static void test_two_callers(void **state)
     tc_free(&c[1]);
 }
 
+/* A caller-owned pool: bad arguments, a failed allocation, every path and thread count on it
+   (checked like every call: reference, untouched memory, peak == workspace bytes, no leak), more
+   threads than it has, and two callers sharing one pool at once. */
+static void test_pool(void **state)
+{
+    fa_pool *pool = NULL, *sentinel = (fa_pool *)(void *)&pool, *out;
+    static const int T[] = { 0, 1, 2, 3 };
+    size_t i, live;
+    int shp;
+    (void)state;
+    out = sentinel;
+    assert_int_equal(fa_pool_create(-1, &out), FA_ERR_INVALID_ARG);
+    assert_ptr_equal(out, sentinel);
+    assert_int_equal(fa_pool_create(2, NULL), FA_ERR_INVALID_ARG);
+    fa_pool_destroy(NULL);
+    ta_reset(0);                                        /* the pool's one allocation fails */
+    assert_int_equal(fa_pool_create(3, &out), FA_ERR_NO_MEMORY);
+    assert_ptr_equal(out, sentinel);
+    assert_int_equal(ta_live, 0);
+    ta_reset(-1);
+    assert_int_equal(fa_pool_create(1, &pool), FA_OK);    /* no workers: calls run on the caller */
+    {
+        tcase c;
+        fa_params p = shape(2, 3, 0, 40, 50, 16, 0, 1);
+        tc_init(&c, &p, "pool of 1");
+        tc_ref(&c);
+        c.p.pool = pool;
+        assert_true(tc_run(&c, NAIVE, 0, 0, 0, WITH_LSE | WITH_SCORES, NULL));
+        assert_true(tc_run(&c, TILED, 1, 0, 0, WITH_LSE, NULL));
+        tc_free(&c);
+    }
+    fa_pool_destroy(pool);
+    assert_int_equal(fa_pool_create(3, &pool), FA_OK);
+    for (shp = 0; shp < 4; shp++) {   /* 2: decoding, split keys and their merge on the pool */
+        tcase c;
+        fa_params p = shp == 0 ? shape(1, 1, 0, 5, 40, 8, 0, 0)
+                    : shp == 1 ? shape(3, 5, 0, 33, 33, 16, 0, 1)
+                    : shp == 2 ? shape(1, 4, 2, 1, 900, 32, 0, 0) : shape(2, 4, 0, 200, 200, 16, 0, 1);
+        tc_init(&c, &p, "pool shape %d", shp);
+        tc_ref(&c);
+        c.p.pool = pool;
+        for (i = 0; i < sizeof T / sizeof T[0]; i++) {
+            assert_true(tc_run(&c, NAIVE, T[i], 0, 0, WITH_LSE | WITH_SCORES, NULL));
+            assert_true(tc_run(&c, TILED, T[i], 0, 0, WITH_LSE, NULL));
+            assert_true(tc_run(&c, TILED, T[i], 8, 16, WITH_LSE, NULL));
+        }
+        tc_free(&c);
+    }
+    {   /* more threads than the pool has: invalid, nothing written, no workspace */
+        static float q[256], k[256], v[256], o[256];
+        fa_params p = shape(1, 2, 0, 8, 8, 16, 0, 0);
+        for (i = 0; i < 256; i++) { q[i] = 0.01f * (float)i; k[i] = 0.02f * (float)i; v[i] = 1.0f; }
+        p.pool = pool;
+        p.threads = 4;
+        ref_poison(o, sizeof o);
+        assert_int_equal(fa_tiled(&p, q, k, v, o), FA_ERR_INVALID_ARG);
+        assert_int_equal(fa_naive(&p, q, k, v, o, NULL), FA_ERR_INVALID_ARG);
+        assert_true(ref_is_poison(o, sizeof o));
+        assert_int_equal(fa_tiled_workspace_bytes(&p), 0);
+        assert_int_equal(fa_naive_workspace_bytes(&p), 0);
+        p.threads = 3;
+        assert_true(fa_tiled_workspace_bytes(&p) > 0);
+    }
+    {   /* two callers on one pool: their calls take turns */
+        tcase c[2];
+        caller_arg a[2];
+        pthread_t th[2];
+        fa_params p0 = shape(2, 4, 2, 100, 130, 32, 0, 1), p1 = shape(1, 3, 1, 77, 77, 64, 48, 0);
+        tc_init(&c[0], &p0, "pool caller 0");
+        tc_ref(&c[0]);
+        tc_init(&c[1], &p1, "pool caller 1");
+        tc_ref(&c[1]);
+        c[0].p.pool = c[1].p.pool = pool;
+        g_concurrent = 1;
+        for (i = 0; i < 2; i++) {
+            a[i].c = &c[i];
+            assert_int_equal(pthread_create(&th[i], NULL, caller_main, &a[i]), 0);
+        }
+        for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
+        g_concurrent = 0;
+        assert_true(a[0].ok);
+        assert_true(a[1].ok);
+        tc_free(&c[0]);
+        tc_free(&c[1]);
+    }
+    fa_pool_destroy(pool);
+    pthread_mutex_lock(&ta_mu);
+    live = ta_live;
+    pthread_mutex_unlock(&ta_mu);
+    assert_int_equal(live, 0);      /* the pool and every call gave everything back */
+}
+
 /* The naive path runs OpenBLAS single-threaded inside its own workers (no oversubscription) and
    gives the caller's OpenBLAS thread count back afterwards. */
 static void test_openblas_threads_restored(void **state)
@@ -1611,6 +1703,7 @@ int main(void)
         cmocka_unit_test(test_scale_and_large_logits),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_two_callers),
+        cmocka_unit_test(test_pool),
         cmocka_unit_test(test_openblas_threads_restored),
         cmocka_unit_test(test_seq_q_zero),
         cmocka_unit_test(test_seq_k_zero),
