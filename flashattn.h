@@ -1575,7 +1575,9 @@ struct fa_pool {
 static int fa__pool_size(const fa_pool *pool) { return pool->n; }
 
 #if defined(__GNUC__) || defined(__clang__)
+#ifndef FA__SPIN
 #define FA__SPIN 2000      /* pause instructions: ~10-100 us, by CPU */
+#endif
 #define fa__load_ul(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define fa__load_int(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define fa__store_ul(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
@@ -1586,6 +1588,7 @@ static int fa__pool_size(const fa_pool *pool) { return pool->n; }
 #define fa__relax() ((void)0)
 #endif
 #else
+#undef FA__SPIN
 #define FA__SPIN 0
 #define fa__load_ul(p) (*(p))
 #define fa__load_int(p) (*(p))

@@ -10,7 +10,8 @@
             --few-reps (fewer repeats only), --max-s N, --naive-mem GiB (largest naive score matrix
             to allocate, default 9, and never over 60% of the memory available), --no-scaling, --no-naive,
             --pool (every call runs on one fa_pool of N threads made at the start, instead of starting
-            its own threads). */
+            its own threads), --no-row-sgemm (no sgemm next to each row: OpenBLAS's threads spin after
+            each GEMM and would share the cores with the next row's call; %sgemm is then 0). */
 #define _GNU_SOURCE
 #define FLASHATTN_IMPLEMENTATION
 #include "flashattn.h"
@@ -28,7 +29,7 @@
 #define HAVE_OPENBLAS 1
 #endif
 
-static int csv = 0, quick = 0, few_reps = 0, nthreads = 2, no_scaling = 0, no_naive = 0;
+static int csv = 0, quick = 0, few_reps = 0, nthreads = 2, no_scaling = 0, no_naive = 0, no_ceiling = 0;
 static fa_pool *g_pool;             /* --pool: the pool every call runs on */
 static double gemm_ceiling = 0.0;   /* sgemm GFLOP/s at nthreads, measured in this run */
 static int max_s = 16384;
@@ -392,7 +393,7 @@ static res bench_shape(const char *kind, int B, int H, int Hkv, int Sq, int Sk, 
     alloc_kv(&a, nk, Sq == 1 ? LAYERS : 1);
     rt.ws = fa_tiled_workspace_bytes(&a.p);
 #ifdef HAVE_OPENBLAS
-    rt.ceil = sgemm_now(thr);
+    rt.ceil = no_ceiling ? 0.0 : sgemm_now(thr);
 #endif
     rn.ws = fa_naive_workspace_bytes(&a.p);
     if (!want_naive) note = "naive not run";
@@ -474,9 +475,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-naive")) no_naive = 1;
         else if (!strcmp(argv[i], "--few-reps")) few_reps = 1;
         else if (!strcmp(argv[i], "--pool")) use_pool = 1;
+        else if (!strcmp(argv[i], "--no-row-sgemm")) no_ceiling = 1;
         else {
             fprintf(stderr, "usage: %s [--csv] [--threads N] [--quick] [--max-s N] [--naive-mem GiB] "
-                    "[--no-scaling] [--no-naive] [--few-reps] [--pool]\n", argv[0]);
+                    "[--no-scaling] [--no-naive] [--few-reps] [--pool] [--no-row-sgemm]\n", argv[0]);
             return 2;
         }
     }

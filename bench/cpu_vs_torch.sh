@@ -21,10 +21,11 @@ else
 fi
 $CC -O2 -std=c99 $BLAS -I. bench/bench.c -o "$OUT/bench" $LIBS || exit 1
 for t in 2 16; do
-    timeout 80 "$OUT/bench" --threads $t --no-naive --no-scaling --few-reps --max-s "$MAXS" --csv > "$OUT/ours_t$t.csv"
+    timeout 80 "$OUT/bench" --threads $t --no-naive --no-scaling --no-row-sgemm --few-reps --max-s "$MAXS" --csv > "$OUT/ours_t$t.csv"
     grep "^#" "$OUT/ours_t$t.csv"
-    # the same calls on one fa_pool made at the start (workers parked between calls)
-    timeout 80 "$OUT/bench" --threads $t --no-naive --no-scaling --few-reps --max-s "$MAXS" --csv --pool > "$OUT/pool_t$t.csv"
+    # the same calls on one fa_pool made at the start (workers parked between calls); neither run
+    # times an sgemm next to each row (OpenBLAS's threads spin after it, on the cores of the next call)
+    timeout 80 "$OUT/bench" --threads $t --no-naive --no-scaling --no-row-sgemm --few-reps --max-s "$MAXS" --csv --pool > "$OUT/pool_t$t.csv"
     grep "^# flashattn" "$OUT/pool_t$t.csv"
 done
 PYTHONUNBUFFERED=1 timeout 110 python3 bench/torch_cpu.py --threads 2 16 --max-s "$MAXS" --quick --csv > "$OUT/torch.csv"
