@@ -56,7 +56,8 @@ run: deps $(addprefix $(BUILD)/,$(EXAMPLES))
 
 # ---- bench -------------------------------------------------------------------------------------
 # Built as a user would build it: plain -O2, no -march (the SIMD path is picked at run time).
-# `make bench BENCH_ARGS=--csv` (or --quick, --threads N, --max-s N, --naive-mem GiB); about 5 min.
+# `make bench BENCH_ARGS=--csv` (or --quick, --threads N, --max-s N, --naive-mem GiB, --pool,
+# --no-row-sgemm, --no-naive, --no-scaling, --few-reps); about 5 min.
 BENCH_ARGS ?=
 $(BUILD)/bench: bench/bench.c flashattn.h | $(BUILD)
 	$(CC) -O2 -g $(CSTD) $(WARN) -I. $< -o $@ $(LDLIBS)
