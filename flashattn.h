@@ -1531,7 +1531,6 @@ static void *fa__worker_main(void *arg)
     return NULL;
 }
 
-
 static int fa__online_cores(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1640,6 +1639,7 @@ FLASHATTN__CPU_DEF fa_status fa_pool_create(int threads, fa_pool **pool)
     pthread_attr_t attr;
     if (!pool || threads < 0) return FA_ERR_INVALID_ARG;
     n = threads ? threads : fa__online_cores();
+    if ((size_t)n > (SIZE_MAX - sizeof(fa_pool)) / (sizeof(pthread_t) + sizeof(fa__worker))) return FA_ERR_NO_MEMORY;
     bytes = sizeof(fa_pool) + (size_t)n * (sizeof(pthread_t) + sizeof(fa__worker));
     P = (fa_pool *)FLASHATTN_MALLOC(bytes);
     if (!P) return FA_ERR_NO_MEMORY;
