@@ -620,11 +620,14 @@ static void test_threads(void **state)
     size_t i;
     int shp;
     (void)state;
-    for (shp = 0; shp < 4; shp++) {   /* shape 3: 200 causal rows, where many threads pick shorter tiles */
+    /* shape 3: 200 causal rows, where many threads pick shorter tiles; shape 4: prefill with fewer
+       tiles than two per thread at 7 and 64 threads, so the keys are split and merged */
+    for (shp = 0; shp < 5; shp++) {
         tcase c;
         fa_params p = shp == 0 ? shape(1, 1, 0, 5, 40, 8, 0, 0)
                     : shp == 1 ? shape(3, 5, 0, 33, 33, 16, 0, 1)
-                    : shp == 2 ? shape(1, 4, 2, 1, 900, 32, 0, 0) : shape(2, 4, 0, 200, 200, 16, 0, 1);
+                    : shp == 2 ? shape(1, 4, 2, 1, 900, 32, 0, 0)
+                    : shp == 3 ? shape(2, 4, 0, 200, 200, 16, 0, 1) : shape(1, 2, 0, 40, 700, 16, 0, 1);
         tc_init(&c, &p, "threads shape %d", shp);
         tc_ref(&c);
         for (i = 0; i < sizeof T / sizeof T[0]; i++) {
