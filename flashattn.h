@@ -948,8 +948,9 @@ static int fa__panel_end(int vp, int nv) { return nv - vp == 4 ? vp + 2 : (nv - 
 #define FA__NZ(b) _mm512_cmp_ps_mask((b), _mm512_setzero_ps(), _CMP_NEQ_UQ)
 #define FA__X8(M) M(0); M(1); M(2); M(3); M(4); M(5); M(6); M(7)
 
-/* the prefetch stream's step inside a GEMM loop, and the next 8 C rows of an accumulating block
-   toward L1 while this block runs (their loads would otherwise stall the block's first FMAs) */
+/* the prefetch stream's step inside a GEMM loop (pf is never NULL: a stream with no rows left
+   steps nothing), and the next 8 C rows of an accumulating block toward L1 while this block runs
+   (their loads would otherwise stall the block's first FMAs) */
 #define FA__PFX(x) do { if (((x) & pf->mask) == 0) fa__pf_step(pf); } while (0)
 #define FA__PFC(n) do { if (a0 + 8 < na) for (a = 0; a < 8 && a0 + 8 + a < na; a++) { \
                             const char *cp_ = (const char *)(C + (a0 + 8 + a) * ldc); int u_; \
@@ -960,8 +961,6 @@ FA__AVX512 static void fa__gemm_avx512(const float *A, int64_t sa, int64_t sx, i
                                        fa__pf *pf)
 {
     int a0, v, x, a, vp, ve;
-    fa__pf none;
-    if (!pf) { memset(&none, 0, sizeof none); pf = &none; }
     /* one panel of up to 48 lanes of B at a time (it stays in L1) against every group of 8 A-rows */
     for (vp = 0; vp < nv; vp = ve) {
         ve = fa__panel_end(vp, nv);
@@ -1080,8 +1079,6 @@ FA__AVX2 static void fa__gemm_avx2(const float *A, int64_t sa, int64_t sx, int n
                                    fa__pf *pf)
 {
     int a0, v, x, a;
-    fa__pf none;
-    if (!pf) { memset(&none, 0, sizeof none); pf = &none; }
     for (a0 = 0; a0 < na; a0 += 6) {
         const float *pa[6];
         int64_t ra[6];
