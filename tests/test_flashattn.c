@@ -655,19 +655,20 @@ static void *caller_main(void *arg)
     return NULL;
 }
 
-static void test_two_callers(void **state)
+/* Two caller threads at once on the same pair of cases, on `pool` (NULL: every call starts its
+   own threads); each call checked as usual, the peak and leak checks off while both run. */
+static void run_two_callers(fa_pool *pool, const char *tag)
 {
     tcase c[2];
     caller_arg a[2];
     pthread_t th[2];
     fa_params p0 = shape(2, 4, 2, 100, 130, 32, 0, 1), p1 = shape(1, 3, 1, 77, 77, 64, 48, 0);
     int i;
-    size_t live;
-    (void)state;
-    tc_init(&c[0], &p0, "caller 0");
+    tc_init(&c[0], &p0, "%s caller 0", tag);
     tc_ref(&c[0]);
-    tc_init(&c[1], &p1, "caller 1");
+    tc_init(&c[1], &p1, "%s caller 1", tag);
     tc_ref(&c[1]);
+    c[0].p.pool = c[1].p.pool = pool;
     g_concurrent = 1;
     for (i = 0; i < 2; i++) {
         a[i].c = &c[i];
@@ -675,14 +676,21 @@ static void test_two_callers(void **state)
     }
     for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
     g_concurrent = 0;
+    assert_true(a[0].ok);
+    assert_true(a[1].ok);
+    tc_free(&c[0]);
+    tc_free(&c[1]);
+}
+
+static void test_two_callers(void **state)
+{
+    size_t live;
+    (void)state;
+    run_two_callers(NULL, "own threads");
     pthread_mutex_lock(&ta_mu);
     live = ta_live;
     pthread_mutex_unlock(&ta_mu);
-    assert_true(a[0].ok);
-    assert_true(a[1].ok);
     assert_int_equal(live, 0);    /* nothing leaked by either caller */
-    tc_free(&c[0]);
-    tc_free(&c[1]);
 }
 
 /* A caller-owned pool: bad arguments, a failed allocation, every path and thread count on it
@@ -748,28 +756,7 @@ static void test_pool(void **state)
         p.threads = 3;
         assert_true(fa_tiled_workspace_bytes(&p) > 0);
     }
-    {   /* two callers on one pool: their calls take turns */
-        tcase c[2];
-        caller_arg a[2];
-        pthread_t th[2];
-        fa_params p0 = shape(2, 4, 2, 100, 130, 32, 0, 1), p1 = shape(1, 3, 1, 77, 77, 64, 48, 0);
-        tc_init(&c[0], &p0, "pool caller 0");
-        tc_ref(&c[0]);
-        tc_init(&c[1], &p1, "pool caller 1");
-        tc_ref(&c[1]);
-        c[0].p.pool = c[1].p.pool = pool;
-        g_concurrent = 1;
-        for (i = 0; i < 2; i++) {
-            a[i].c = &c[i];
-            assert_int_equal(pthread_create(&th[i], NULL, caller_main, &a[i]), 0);
-        }
-        for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
-        g_concurrent = 0;
-        assert_true(a[0].ok);
-        assert_true(a[1].ok);
-        tc_free(&c[0]);
-        tc_free(&c[1]);
-    }
+    run_two_callers(pool, "pool");   /* two callers on one pool: their calls take turns */
     fa_pool_destroy(pool);
     pthread_mutex_lock(&ta_mu);
     live = ta_live;
