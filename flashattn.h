@@ -156,6 +156,8 @@ typedef struct fa_params {
                                         [B][Hq][Sq][Sk]; otherwise a zero stride broadcasts that axis */
     fa_pool *pool;    /* CPU: NULL, the call starts and joins its own threads; else it runs on this
                          pool's threads (threads 0 means all of them; more than it has is invalid) */
+    int deterministic; /* CUDA backward: nonzero gives bitwise the same gradients on every run
+                          (it may be slower); the CPU paths are always deterministic */
 } fa_params;
 
 /* The textbook path: scores (optional, packed [B][Hq][Sq][Sk] fp32, scaled and modified, -INFINITY
@@ -183,6 +185,17 @@ FLASHATTN_DEF fa_status fa_pool_create(int threads, fa_pool **pool);
 /* Stops and joins the workers and frees the pool; NULL is a no-op. */
 FLASHATTN_DEF void fa_pool_destroy(fa_pool *pool);
 
+/* Backward: the gradients of o with respect to q, k and v for an upstream gradient d_o (laid out as
+   o), into dq, dk, dv (laid out as q, k, v; overwritten). Call with the p of the forward that made
+   o; p->lse is an input there (the forward's lse): required by fa_tiled_backward, recomputed by
+   fa_naive_backward when NULL. Bitwise the same gradients for any threads, pool or none. */
+FLASHATTN_DEF fa_status fa_naive_backward(const fa_params *p, const void *q, const void *k, const void *v,
+                                          const void *o, const void *d_o, void *dq, void *dk, void *dv);
+FLASHATTN_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q, const void *k, const void *v,
+                                          const void *o, const void *d_o, void *dq, void *dk, void *dv);
+FLASHATTN_DEF size_t fa_naive_backward_workspace_bytes(const fa_params *p);
+FLASHATTN_DEF size_t fa_tiled_backward_workspace_bytes(const fa_params *p);
+
 #ifdef FLASHATTN_CUDA   /* device pointers; same meanings */
 FLASHATTN_DEF fa_status fa_cuda_naive(const fa_params *p, const void *q, const void *k, const void *v,
                                       void *o, float *scores);
@@ -191,6 +204,10 @@ FLASHATTN_DEF fa_status fa_cuda_tiled(const fa_params *p, const void *q, const v
    Runs on the default stream. */
 FLASHATTN_DEF fa_status fa_cuda_merge(int rows, int dv, int parts, const float *const *o_parts,
                                       const float *const *lse_parts, float *o, float *lse);
+FLASHATTN_DEF fa_status fa_cuda_naive_backward(const fa_params *p, const void *q, const void *k, const void *v,
+                                               const void *o, const void *d_o, void *dq, void *dk, void *dv);
+FLASHATTN_DEF fa_status fa_cuda_tiled_backward(const fa_params *p, const void *q, const void *k, const void *v,
+                                               const void *o, const void *d_o, void *dq, void *dk, void *dv);
 #endif
 
 #ifdef __cplusplus
@@ -2272,6 +2289,27 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
     if (pl.nsplit > 1) fa__run(d.pool, fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
     FLASHATTN_FREE(mem);
     return FA_OK;
+}
+
+/* ============================================================================================== */
+/* 6b. CPU: the backward (being written: every call is FA_ERR_UNSUPPORTED until it lands)          */
+/* ============================================================================================== */
+
+FLASHATTN__CPU_DEF size_t fa_naive_backward_workspace_bytes(const fa_params *p) { (void)p; return 0; }
+FLASHATTN__CPU_DEF size_t fa_tiled_backward_workspace_bytes(const fa_params *p) { (void)p; return 0; }
+
+FLASHATTN__CPU_DEF fa_status fa_naive_backward(const fa_params *p, const void *q, const void *k, const void *v,
+                                               const void *o, const void *d_o, void *dq, void *dk, void *dv)
+{
+    (void)p; (void)q; (void)k; (void)v; (void)o; (void)d_o; (void)dq; (void)dk; (void)dv;
+    return FA_ERR_UNSUPPORTED;
+}
+
+FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q, const void *k, const void *v,
+                                               const void *o, const void *d_o, void *dq, void *dk, void *dv)
+{
+    (void)p; (void)q; (void)k; (void)v; (void)o; (void)d_o; (void)dq; (void)dk; (void)dv;
+    return FA_ERR_UNSUPPORTED;
 }
 
 /* ============================================================================================== */
