@@ -70,7 +70,7 @@ bench: deps $(BUILD)/bench
 # the portable C kernels (FLASHATTN_ISA=0), the AVX2 kernels (FLASHATTN_ISA=1, where the CPU has
 # AVX-512), and ASan+UBSan. Each takes seconds.
 TEST_SRC  := tests/test_flashattn.c
-TEST_DEPS := $(TEST_SRC) tests/ref.h flashattn.h
+TEST_DEPS := $(TEST_SRC) tests/ref.h tests/talloc.h flashattn.h
 TEST_LIBS := -lcmocka $(LDLIBS)
 SAN_ENV   := ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1
 CLANG     ?= $(shell command -v clang 2>/dev/null)
@@ -87,13 +87,34 @@ $(BUILD)/test_flashattn_noblas: $(TEST_DEPS) | $(BUILD)
 $(BUILD)/test_flashattn_avx2: $(TEST_DEPS) | $(BUILD)
 	$(CC) $(CFLAGS) $(CSTD) $(WARN) -DFLASHATTN_ISA=1 -I. $< -o $@ $(TEST_LIBS)
 
+# the backward's suite, in the same four builds
+BWD_SRC  := tests/test_backward.c
+BWD_DEPS := $(BWD_SRC) tests/ref.h tests/talloc.h flashattn.h
+
+$(BUILD)/test_backward: $(BWD_DEPS) | $(BUILD)
+	$(CC) $(CFLAGS) $(CSTD) $(WARN) -I. $< -o $@ $(TEST_LIBS)
+
+$(BUILD)/test_backward_san: $(BWD_DEPS) | $(BUILD)
+	$(CC) -O1 -g $(SAN) $(CSTD) $(WARN) -I. $< -o $@ $(TEST_LIBS)
+
+$(BUILD)/test_backward_noblas: $(BWD_DEPS) | $(BUILD)
+	$(CC) $(CFLAGS) $(CSTD) $(WARN) -DFLASHATTN_NO_BLAS -DFLASHATTN_ISA=0 -I. $< -o $@ -lcmocka -lm -lpthread
+
+$(BUILD)/test_backward_avx2: $(BWD_DEPS) | $(BUILD)
+	$(CC) $(CFLAGS) $(CSTD) $(WARN) -DFLASHATTN_ISA=1 -I. $< -o $@ $(TEST_LIBS)
+
 test: deps test-compile $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench \
       $(BUILD)/test_flashattn $(BUILD)/test_flashattn_san $(BUILD)/test_flashattn_noblas \
-      $(BUILD)/test_flashattn_avx2 test-cuda-compile
+      $(BUILD)/test_flashattn_avx2 $(BUILD)/test_backward $(BUILD)/test_backward_san \
+      $(BUILD)/test_backward_noblas $(BUILD)/test_backward_avx2 test-cuda-compile
 	./$(BUILD)/test_flashattn
 	./$(BUILD)/test_flashattn_noblas
 	./$(BUILD)/test_flashattn_avx2
 	$(SAN_ENV) ./$(BUILD)/test_flashattn_san
+	./$(BUILD)/test_backward
+	./$(BUILD)/test_backward_noblas
+	./$(BUILD)/test_backward_avx2
+	$(SAN_ENV) ./$(BUILD)/test_backward_san
 
 # compile checks, each linked and run: C99 -pedantic with two translation units (impl.c holds the
 # implementation, user.c only the declarations); the same as C++ (g++ -pedantic); FLASHATTN_NO_BLAS;

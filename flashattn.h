@@ -434,6 +434,27 @@ static void fa__rows_range(const fa__dims *d, int64_t i0, int64_t i1, int64_t *l
     if (*hi < *lo) *hi = *lo;
 }
 
+/* Query rows that see some key of [k0, k1) by the position rules, as [lo, hi): the inverse of
+   fa__rows_range, by bisection on fa__key_range (a row's visible keys only move right as the row
+   goes down). The backward's key tiles walk these rows. */
+static void fa__key_rows(const fa__dims *d, int64_t k0, int64_t k1, int64_t *lo, int64_t *hi)
+{
+    int64_t a = 0, b = d->Sq, m, l, h;
+    while (a < b) {                 /* the first row whose visible keys end after k0 */
+        m = a + (b - a) / 2;
+        fa__key_range(d, m, &l, &h);
+        if (h > k0) b = m; else a = m + 1;
+    }
+    *lo = a;
+    b = d->Sq;
+    while (a < b) {                 /* the first row whose visible keys start at or after k1 */
+        m = a + (b - a) / 2;
+        fa__key_range(d, m, &l, &h);
+        if (l >= k1) b = m; else a = m + 1;
+    }
+    *hi = a;
+}
+
 /* Whether every (row, key) pair of rows [i0, i1) x keys [k0, k1) is visible by the position
    rules, so that no mask is needed there. */
 static int fa__block_unmasked(const fa__dims *d, int64_t i0, int64_t i1, int64_t k0, int64_t k1)
@@ -2292,24 +2313,542 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
 }
 
 /* ============================================================================================== */
-/* 6b. CPU: the backward (being written: every call is FA_ERR_UNSUPPORTED until it lands)          */
+/* 6b. CPU: the backward                                                                          */
 /* ============================================================================================== */
 
-FLASHATTN__CPU_DEF size_t fa_naive_backward_workspace_bytes(const fa_params *p) { (void)p; return 0; }
-FLASHATTN__CPU_DEF size_t fa_tiled_backward_workspace_bytes(const fa_params *p) { (void)p; return 0; }
+/* Both backwards compute, per (batch, query head, row i, visible key j), with s the modified score
+   of the forward and P_ij = exp(s_ij - lse_i):
+       delta_i = dot(d_o_i, o_i),  dP_ij = dot(d_o_i, v_j),  dS_ij = P_ij (dP_ij - delta_i) g_ij
+       dv_j += P_ij d_o_i,  dq_i += scale dS_ij k_j,  dk_j += scale dS_ij q_i
+   where g_ij = 1 - tanh^2(s_raw / softcap) = 1 - (s_capped / softcap)^2 with softcap, else 1.
+   fa__ds is that rule on one element (0 where P is 0, so that a hidden key's NaN in v or d_o
+   reaches nothing); the SIMD kernel below is the same rule on lanes.
+
+   Determinism. fa_tiled_backward makes every output element in one work item, in an order fixed
+   by the shape: one pass over key tiles (an item per batch, kv head and tile of FA__BWD_KT keys)
+   accumulates dk and dv over the query heads of the group and the query rows in order, and one
+   pass over query tiles (an item per batch, head and tile of FA__BWD_QT rows) accumulates dq over
+   the key blocks in order. No item adds into another's output, so no reduction depends on which
+   thread ran what, and the tiles do not depend on the thread count: the same bits for any
+   `threads`, pool or none. The price is that the two passes each recompute S = Q K^T and
+   dP = dO V^T (7 GEMM-sized products instead of the 5 of an atomics-based FlashAttention-2
+   backward); the per-row delta is computed once, into a [B][Hq][Sq] buffer.
+   fa_naive_backward runs an item per (batch, kv head), the group's heads in order: also
+   deterministic. */
+#define FA__BWD_KT 96      /* keys per item of the dk/dv pass (two 48-lane register panels) */
+#define FA__BWD_QB 64      /* query rows per step of the dk/dv pass */
+#define FA__BWD_QT 96      /* query rows per item of the dq pass */
+#define FA__BWD_BK 64      /* keys per block of the dq pass */
+
+static float fa__softcap_grad(float s_capped, float cap)
+{
+    float t = s_capped / cap;
+    return 1.0f - t * t;
+}
+
+static float fa__ds(float p, float dp, float delta, float g)
+{
+    return p == 0.0f ? 0.0f : p * (dp - delta) * g;
+}
+
+/* S[x][u] = exp(S[x][u] - L) and then dP[x][u] = fa__ds(S[x][u], dP[x][u], Dl, G[x][u]) over rows
+   x < nx and lanes u < nl (lanes at or past `valid` get 0 in both), with L and Dl per row
+   (lrow[x], drow[x]) when lrow is not NULL, else per lane (llane[u], dlane[u]). A row or lane whose
+   L is -INFINITY saw no key: its P is 0. G may be NULL (no softcap). */
+static void fa__bwd_pds_c(float *S, float *dP, const float *G, int64_t ld, int nx, int nl, int valid,
+                          const float *lrow, const float *drow, const float *llane, const float *dlane)
+{
+    int x, u;
+    for (x = 0; x < nx; x++) {
+        float *s = S + x * ld, *dp = dP + x * ld;
+        const float *g = G ? G + x * ld : NULL;
+        for (u = 0; u < nl; u++) {
+            float L = lrow ? lrow[x] : llane[u], Dd = lrow ? drow[x] : dlane[u], p;
+            p = u >= valid || L == -INFINITY || s[u] == -INFINITY ? 0.0f : fa__expf(s[u] - L);
+            s[u] = p;
+            dp[u] = fa__ds(p, dp[u], Dd, g ? g[u] : 1.0f);
+        }
+    }
+}
+
+#ifdef FLASHATTN__X86
+FA__AVX512 static void fa__bwd_pds_avx512(float *S, float *dP, const float *G, int64_t ld, int nx, int nl,
+                                          int valid, const float *lrow, const float *drow,
+                                          const float *llane, const float *dlane)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
+    int x, u;
+    for (x = 0; x < nx; x++) {
+        float *s = S + x * ld, *dp = dP + x * ld;
+        const float *g = G ? G + x * ld : NULL;
+        __m512 lr = lrow ? _mm512_set1_ps(lrow[x]) : zero, dr = lrow ? _mm512_set1_ps(drow[x]) : zero;
+        for (u = 0; u < nl; u += 16) {
+            __m512 L = lrow ? lr : _mm512_loadu_ps(llane + u), Dd = lrow ? dr : _mm512_loadu_ps(dlane + u);
+            __m512 sv = _mm512_loadu_ps(s + u), p, ds;
+            __mmask16 ok = _mm512_cmp_ps_mask(L, ninf, _CMP_NEQ_UQ) & _mm512_cmp_ps_mask(sv, ninf, _CMP_NEQ_UQ);
+            if (valid - u < 16) ok &= valid - u > 0 ? (__mmask16)((1u << (valid - u)) - 1u) : (__mmask16)0;
+            p = _mm512_maskz_mov_ps(ok, fa__exp16(_mm512_sub_ps(sv, L)));
+            ds = _mm512_sub_ps(_mm512_loadu_ps(dp + u), Dd);
+            if (g) ds = _mm512_mul_ps(ds, _mm512_loadu_ps(g + u));
+            ds = _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(p, zero, _CMP_NEQ_UQ), p, ds);
+            _mm512_storeu_ps(s + u, p);
+            _mm512_storeu_ps(dp + u, ds);
+        }
+    }
+}
+#endif
+
+/* nl is a multiple of 16 */
+static void fa__bwd_pds(int isa, float *S, float *dP, const float *G, int64_t ld, int nx, int nl, int valid,
+                        const float *lrow, const float *drow, const float *llane, const float *dlane)
+{
+#ifdef FLASHATTN__X86
+    if (isa == 2) { fa__bwd_pds_avx512(S, dP, G, ld, nx, nl, valid, lrow, drow, llane, dlane); return; }
+#endif
+    (void)isa;
+    fa__bwd_pds_c(S, dP, G, ld, nx, nl, valid, lrow, drow, llane, dlane);
+}
+
+/* Softcap on n scores of a row (stride 1) or a lane run, its derivative into g (same layout). */
+static void fa__bwd_softcap(int isa, float *s, float *g, int n, float cap)
+{
+    int t;
+    fa__softcap_run(isa, s, n, cap);
+    for (t = 0; t < n; t++) g[t] = fa__softcap_grad(s[t], cap);
+}
+
+/* The request of a backward: fa__resolve's checks, the CPU's, and the gradient buffers, which are
+   outputs laid out as q, k, v (so their strides must be writable ones: no zero stride on an axis
+   with more than one index, token rows that do not overlap). */
+static int fa__bwd_writable(const int64_t s[3], int64_t n0, int64_t n1, int64_t n2, int width)
+{
+    const int64_t n[3] = { n0, n1, n2 };
+    int a;
+    if (n0 == 0 || n1 == 0 || n2 == 0) return 1;     /* nothing is written */
+    for (a = 0; a < 3; a++)
+        if (s[a] < 0 || (n[a] > 1 && s[a] == 0)) return 0;
+    return !(n2 > 1 && s[2] < width);
+}
+
+static fa_status fa__bwd_resolve(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
+                                 const void *d_o, const void *dq, const void *dk, const void *dv,
+                                 int need_lse, fa__dims *d)
+{
+    fa_status st = fa__resolve(p, q, k, v, o, d);
+    if (st != FA_OK) return st;
+    if ((st = fa__cpu_check(d)) != FA_OK) return st;
+    if (d->Sq > 0 && (!d_o || !dq || (need_lse && !d->lse))) return FA_ERR_INVALID_ARG;
+    if (d->Sk > 0 && (!dk || !dv)) return FA_ERR_INVALID_ARG;
+    if (!fa__bwd_writable(d->qs, d->B, d->Hq, d->Sq, d->D) || !fa__bwd_writable(d->ks, d->B, d->Hkv, d->Sk, d->D) ||
+        !fa__bwd_writable(d->vs, d->B, d->Hkv, d->Sk, d->Dv))
+        return FA_ERR_INVALID_ARG;
+    return FA_OK;
+}
+
+/* dk and dv of keys no row sees, for Sq == 0 (every key) */
+static void fa__bwd_zero_kv(const fa__dims *d, float *dk, float *dv)
+{
+    int b, g;
+    int64_t j;
+    for (b = 0; b < d->B; b++)
+        for (g = 0; g < d->Hkv; g++)
+            for (j = 0; j < d->Sk; j++) {
+                memset(dk + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1] + j * d->ks[2], 0, (size_t)d->D * sizeof(float));
+                memset(dv + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1] + j * d->vs[2], 0, (size_t)d->Dv * sizeof(float));
+            }
+}
+
+/* ---- the naive backward --------------------------------------------------------------------- */
+
+typedef struct fa__nbwd_plan {
+    int nthreads;
+    size_t mat_floats, mats, pool_bytes, total;
+} fa__nbwd_plan;
+
+static void fa__nbwd_plan_make(const fa__dims *d, fa__nbwd_plan *pl)
+{
+    memset(pl, 0, sizeof *pl);
+    pl->nthreads = fa__nthreads(d, (int64_t)d->B * d->Hkv);
+    if (d->Sq == 0 || d->Sk == 0) return;
+    /* P and dP (dS in place), and the softcap derivative */
+    pl->mats = d->softcap > 0.0f ? 3 : 2;
+    pl->mat_floats = fa__round16(fa__mul_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq),
+                                              (size_t)d->Sk));
+    pl->pool_bytes = fa__pool_bytes(d, pl->nthreads);
+    pl->total = fa__add_size(fa__add_size(fa__mul_size(fa__mul_size(pl->mat_floats, pl->mats), sizeof(float)),
+                                          pl->pool_bytes), 64);
+}
+
+typedef struct fa__bwd_ctx {
+    const fa__dims *d;
+    int isa;
+    const float *q, *k, *v, *o, *d_o;
+    float *dq, *dk, *dv;
+    float *P, *dS, *G;              /* naive: the whole matrices */
+    float *ws, *delta;              /* tiled: per-thread tiles, the per-row delta */
+    const void *plan;
+} fa__bwd_ctx;
+
+static float fa__dot(const float *a, const float *b, int n)
+{
+    float s = 0.0f;
+    int t;
+    for (t = 0; t < n; t++) s += a[t] * b[t];
+    return s;
+}
+
+/* One (batch, kv head): for each query head of its group, S, P (the forward's softmax), dP, dS,
+   then dq of the head and dk, dv summed over the group. */
+static void fa__nbwd_item(void *vctx, int64_t item, int tid)
+{
+    const fa__bwd_ctx *c = (const fa__bwd_ctx *)vctx;
+    const fa__dims *d = c->d;
+    int b = (int)(item / d->Hkv), g = (int)(item % d->Hkv), hh, Sq = d->Sq, Sk = d->Sk, D = d->D, Dv = d->Dv;
+    int64_t i, j, t;
+    const float *k = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
+    const float *v = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+    float *dk = c->dk + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
+    float *dv = c->dv + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+    int mask = d->causal || d->wl > 0 || d->wr > 0, mods = mask || d->alibi || d->bias;
+    fa__dims nosc = *d;
+    (void)tid;
+    nosc.softcap = 0.0f;
+    for (hh = 0; hh < d->group; hh++) {
+        int h = g * d->group + hh, first = hh == 0, blas = 0;
+        size_t base = ((size_t)b * d->Hq + h) * (size_t)Sq * (size_t)Sk;
+        float *P = c->P + base, *dS = c->dS + base, *G = c->G ? c->G + base : NULL;
+        const float *q = c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
+        const float *o = c->o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
+        const float *dO = c->d_o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
+        float *dq = c->dq + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
+#ifndef FLASHATTN_NO_BLAS
+        /* OpenBLAS where the strides suit it; with hidden keys only on finite inputs, since its
+           0 * NaN would carry a NaN to entries whose weight is 0 (the loops skip those) */
+        blas = d->qs[2] >= D && d->ks[2] >= D && d->vs[2] >= Dv && d->os[2] >= Dv && d->qs[2] <= INT_MAX &&
+               d->ks[2] <= INT_MAX && d->vs[2] <= INT_MAX && d->os[2] <= INT_MAX;
+        if (blas && (mask || d->bias))
+            blas = fa__finite_rows(q, Sq, d->qs[2], D) && fa__finite_rows(k, Sk, d->ks[2], D) &&
+                   fa__finite_rows(v, Sk, d->vs[2], Dv) && fa__finite_rows(dO, Sq, d->os[2], Dv);
+        if (blas) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Sq, Sk, D, d->scale, q, (int)d->qs[2],
+                        k, (int)d->ks[2], 0.0f, P, Sk);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Sq, Sk, Dv, 1.0f, dO, (int)d->os[2],
+                        v, (int)d->vs[2], 0.0f, dS, Sk);
+        } else
+#endif
+        for (i = 0; i < Sq; i++)
+            for (j = 0; j < Sk; j++) {
+                P[i * Sk + j] = d->scale * fa__dot(q + i * d->qs[2], k + j * d->ks[2], D);
+                dS[i * Sk + j] = fa__dot(dO + i * d->os[2], v + j * d->vs[2], Dv);
+            }
+        for (i = 0; i < Sq; i++) {
+            float *s = P + i * Sk, *ds = dS + i * Sk, delta = fa__dot(dO + i * d->os[2], o + i * d->os[2], Dv);
+            if (G) fa__bwd_softcap(c->isa, s, G + i * Sk, Sk, d->softcap);
+            if (mods) fa__modify_row(&nosc, b, h, i, 0, Sk, s, 1, mask, c->isa);
+            fa__softmax_row(c->isa, s, Sk);
+            for (j = 0; j < Sk; j++) ds[j] = fa__ds(s[j], ds[j], delta, G ? G[i * Sk + j] : 1.0f);
+        }
+#ifndef FLASHATTN_NO_BLAS
+        if (blas) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Sq, D, Sk, d->scale, dS, Sk, k, (int)d->ks[2],
+                        0.0f, dq, (int)d->qs[2]);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Sk, D, Sq, d->scale, dS, Sk, q, (int)d->qs[2],
+                        first ? 0.0f : 1.0f, dk, (int)d->ks[2]);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Sk, Dv, Sq, 1.0f, P, Sk, dO, (int)d->os[2],
+                        first ? 0.0f : 1.0f, dv, (int)d->vs[2]);
+            continue;
+        }
+#endif
+        (void)blas;
+        for (i = 0; i < Sq; i++) {
+            float *dqi = dq + i * d->qs[2];
+            for (t = 0; t < D; t++) dqi[t] = 0.0f;
+            for (j = 0; j < Sk; j++) {
+                float w = dS[i * Sk + j];
+                const float *kj = k + j * d->ks[2];
+                if (w == 0.0f) continue;
+                for (t = 0; t < D; t++) dqi[t] += w * kj[t];
+            }
+            for (t = 0; t < D; t++) dqi[t] *= d->scale;
+        }
+        for (j = 0; j < Sk; j++) {
+            float *dkj = dk + j * d->ks[2], *dvj = dv + j * d->vs[2];
+            if (first) {
+                for (t = 0; t < D; t++) dkj[t] = 0.0f;
+                for (t = 0; t < Dv; t++) dvj[t] = 0.0f;
+            }
+            for (i = 0; i < Sq; i++) {
+                float w = dS[i * Sk + j] * d->scale, pw = P[i * Sk + j];
+                const float *qi = q + i * d->qs[2], *doi = dO + i * d->os[2];
+                if (w != 0.0f) for (t = 0; t < D; t++) dkj[t] += w * qi[t];
+                if (pw != 0.0f) for (t = 0; t < Dv; t++) dvj[t] += pw * doi[t];
+            }
+        }
+    }
+}
+
+FLASHATTN__CPU_DEF size_t fa_naive_backward_workspace_bytes(const fa_params *p)
+{
+    fa__dims d;
+    fa__nbwd_plan pl;
+    if (!p || fa__resolve(p, p, p, p, p, &d) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
+    fa__nbwd_plan_make(&d, &pl);
+    return pl.total;
+}
+
+/* dq of every row when there are no keys (Sk == 0): 0 */
+static void fa__bwd_zero_q(const fa__dims *d, float *dq)
+{
+    int b, h;
+    int64_t i;
+    for (b = 0; b < d->B; b++)
+        for (h = 0; h < d->Hq; h++)
+            for (i = 0; i < d->Sq; i++)
+                memset(dq + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1] + i * d->qs[2], 0, (size_t)d->D * sizeof(float));
+}
 
 FLASHATTN__CPU_DEF fa_status fa_naive_backward(const fa_params *p, const void *q, const void *k, const void *v,
                                                const void *o, const void *d_o, void *dq, void *dk, void *dv)
 {
-    (void)p; (void)q; (void)k; (void)v; (void)o; (void)d_o; (void)dq; (void)dk; (void)dv;
-    return FA_ERR_UNSUPPORTED;
+    fa__dims d;
+    fa__nbwd_plan pl;
+    fa__bwd_ctx c;
+    void *mem;
+    fa_status st = fa__bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 0, &d);
+    if (st != FA_OK) return st;
+    if (d.Sq == 0 || d.Sk == 0) {
+        if (d.Sq == 0) fa__bwd_zero_kv(&d, (float *)dk, (float *)dv);
+        else fa__bwd_zero_q(&d, (float *)dq);
+        return FA_OK;
+    }
+    fa__nbwd_plan_make(&d, &pl);
+    if (pl.total == SIZE_MAX || pl.mat_floats >= SIZE_MAX / 16 || pl.total > fa__phys_bytes()) return FA_ERR_NO_MEMORY;
+    mem = FLASHATTN_MALLOC(pl.total);
+    if (!mem) return FA_ERR_NO_MEMORY;
+    memset(&c, 0, sizeof c);
+    c.d = &d; c.isa = fa__isa();
+    c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v; c.o = (const float *)o;
+    c.d_o = (const float *)d_o; c.dq = (float *)dq; c.dk = (float *)dk; c.dv = (float *)dv;
+    c.P = (float *)((char *)fa__align64(mem) + pl.pool_bytes);
+    c.dS = c.P + pl.mat_floats;
+    c.G = pl.mats == 3 ? c.dS + pl.mat_floats : NULL;
+    {
+#ifdef FLASHATTN__OPENBLAS
+        int saved = openblas_get_num_threads();
+        if (saved != 1) openblas_set_num_threads(1);
+#endif
+        fa__run(d.pool, fa__nbwd_item, &c, (int64_t)d.B * d.Hkv, pl.nthreads, fa__align64(mem));
+#ifdef FLASHATTN__OPENBLAS
+        if (saved != 1) openblas_set_num_threads(saved);
+#endif
+    }
+    FLASHATTN_FREE(mem);
+    return FA_OK;
+}
+
+/* ---- the tiled backward --------------------------------------------------------------------- */
+
+typedef struct fa__tbwd_plan {
+    int kt, qb, qt, bk, ldk, ld, nthreads;
+    int64_t ktiles, qtiles, kv_items, q_items;
+    size_t kv_floats, q_floats, thread_floats, delta_floats, pool_bytes, total;
+} fa__tbwd_plan;
+
+static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
+{
+    size_t f, cap = d->softcap > 0.0f;
+    memset(pl, 0, sizeof *pl);
+    if (d->Sq == 0 || d->Sk == 0) return;      /* zeros are written, nothing is allocated */
+    pl->kt = FA__BWD_KT; pl->qb = FA__BWD_QB; pl->qt = FA__BWD_QT; pl->bk = d->block_k ? d->block_k : FA__BWD_BK;
+    if (d->block_q) pl->qt = d->block_q;
+    if (pl->qt > d->Sq) pl->qt = d->Sq > 0 ? d->Sq : 1;
+    if (pl->bk > d->Sk) pl->bk = d->Sk > 0 ? d->Sk : 1;
+    if (pl->kt > d->Sk) pl->kt = d->Sk > 0 ? d->Sk : 1;
+    pl->ldk = (int)fa__round16((size_t)pl->kt);
+    pl->ld = (int)fa__round16((size_t)pl->qt);
+    pl->ktiles = ((int64_t)d->Sk + pl->kt - 1) / pl->kt;
+    pl->qtiles = ((int64_t)d->Sq + pl->qt - 1) / pl->qt;
+    pl->kv_items = pl->ktiles * d->B * d->Hkv;
+    pl->q_items = pl->qtiles * d->B * d->Hq;
+    /* dk/dv pass: Kt, dKt [D][ldk], Vt, dVt [Dv][ldk], P, dS (and G) [qb][ldk] */
+    f = fa__mul_size((size_t)pl->ldk, fa__add_size(fa__mul_size(2, (size_t)d->D), fa__mul_size(2, (size_t)d->Dv)));
+    pl->kv_floats = fa__add_size(f, fa__mul_size((size_t)pl->ldk * (size_t)pl->qb, 2 + cap));
+    /* dq pass: Qt, dQt [D][ld], dOt [Dv][ld], S, dP (and G) [bk][ld], lse and delta [ld] */
+    f = fa__mul_size((size_t)pl->ld, fa__add_size(fa__mul_size(2, (size_t)d->D), (size_t)d->Dv));
+    f = fa__add_size(f, fa__mul_size(fa__mul_size((size_t)pl->ld, (size_t)pl->bk), 2 + cap));
+    pl->q_floats = fa__add_size(f, 2 * (size_t)pl->ld);
+    pl->thread_floats = fa__round16(pl->kv_floats > pl->q_floats ? pl->kv_floats : pl->q_floats);
+    pl->delta_floats = fa__round16(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq));
+    pl->nthreads = fa__nthreads(d, pl->kv_items + pl->q_items);
+    pl->pool_bytes = fa__pool_bytes(d, pl->nthreads);
+    pl->total = fa__add_size(fa__mul_size(fa__add_size(fa__mul_size(pl->thread_floats, (size_t)pl->nthreads),
+                                                       pl->delta_floats), sizeof(float)),
+                             fa__add_size(pl->pool_bytes, 64));
+}
+
+/* delta of every row of one (batch, head) */
+static void fa__tbwd_delta(void *vctx, int64_t item, int tid)
+{
+    const fa__bwd_ctx *c = (const fa__bwd_ctx *)vctx;
+    const fa__dims *d = c->d;
+    int b = (int)(item / d->Hq), h = (int)(item % d->Hq);
+    int64_t i, off = (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
+    (void)tid;
+    for (i = 0; i < d->Sq; i++)
+        c->delta[item * d->Sq + i] = fa__dot(c->d_o + off + i * d->os[2], c->o + off + i * d->os[2], d->Dv);
+}
+
+static const fa__pf fa__no_prefetch = { { 0, 0 }, { 0, 0 }, { 0, 0 }, { 0, 0 }, 0, 0x7FFFFFFF };
+
+/* One tile of keys of one (batch, kv head): Kt, Vt packed (keys along the lanes), then for each
+   query head of the group and each step of query rows that see the tile: S = Q Kt, modifiers and
+   mask, P = exp(S - lse), dP = dO Vt, dS, dVt += dO^T P, dKt += Q^T dS; finally dk, dv. */
+static void fa__tbwd_kv(const fa__bwd_ctx *c, const fa__tbwd_plan *pl, int64_t item, float *ws)
+{
+    const fa__dims *d = c->d;
+    int64_t kt = item / ((int64_t)d->B * d->Hkv), bg = item % ((int64_t)d->B * d->Hkv);
+    int b = (int)(bg / d->Hkv), g = (int)(bg % d->Hkv), D = d->D, Dv = d->Dv, isa = c->isa, ldk = pl->ldk, hh, j, t;
+    int64_t k0 = kt * pl->kt, k1 = k0 + pl->kt < d->Sk ? k0 + pl->kt : d->Sk, ilo, ihi, i0;
+    int nk = (int)(k1 - k0), nvk = (nk + 15) / 16, acc = d->causal || d->wl > 0 || d->wr > 0 || d->bias ? 2 : 1;
+    float *Kt = ws, *dKt = Kt + (size_t)ldk * D, *Vt = dKt + (size_t)ldk * D, *dVt = Vt + (size_t)ldk * Dv;
+    float *P = dVt + (size_t)ldk * Dv, *dS = P + (size_t)ldk * pl->qb, *G = d->softcap > 0.0f ? dS + (size_t)ldk * pl->qb : NULL;
+    const float *kb = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
+    const float *vb = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+    float *dkb = c->dk + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
+    float *dvb = c->dv + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+    fa__pf pf = fa__no_prefetch;
+    fa__dims nosc = *d;
+    nosc.softcap = 0.0f;
+    memset(Kt, 0, (size_t)ldk * (2 * (size_t)D + 2 * (size_t)Dv) * sizeof(float));
+    for (j = 0; j < nk; j++) {
+        const float *kr = kb + (k0 + j) * d->ks[2], *vr = vb + (k0 + j) * d->vs[2];
+        for (t = 0; t < D; t++) Kt[(size_t)t * ldk + j] = kr[t] * d->scale;
+        for (t = 0; t < Dv; t++) Vt[(size_t)t * ldk + j] = vr[t];
+    }
+    fa__key_rows(d, k0, k1, &ilo, &ihi);
+    for (hh = 0; ilo < ihi && hh < d->group; hh++) {
+        int h = g * d->group + hh;
+        const float *qb = c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
+        const float *dob = c->d_o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
+        const float *lse = d->lse + ((int64_t)b * d->Hq + h) * d->Sq, *delta = c->delta + ((int64_t)b * d->Hq + h) * d->Sq;
+        for (i0 = ilo; i0 < ihi; i0 += pl->qb) {
+            int64_t i1 = i0 + pl->qb < ihi ? i0 + pl->qb : ihi;
+            int nr = (int)(i1 - i0), r, mask = !fa__block_unmasked(d, i0, i1, k0, k1);
+            const float *qr = qb + i0 * d->qs[2], *dor = dob + i0 * d->os[2];
+            fa__gemm(isa, qr, d->qs[2], 1, nr, D, Kt, ldk, P, ldk, nvk, 0, &pf);
+            fa__gemm(isa, dor, d->os[2], 1, nr, Dv, Vt, ldk, dS, ldk, nvk, 0, &pf);
+            for (r = 0; r < nr; r++) {
+                float *s = P + (size_t)r * ldk;
+                if (G) fa__bwd_softcap(isa, s, G + (size_t)r * ldk, nvk * 16, d->softcap);
+                if (mask || d->alibi || d->bias) fa__modify_row(&nosc, b, h, i0 + r, k0, nk, s, 1, mask, isa);
+            }
+            fa__bwd_pds(isa, P, dS, G, ldk, nr, nvk * 16, nk, lse + i0, delta + i0, NULL, NULL);
+            fa__gemm(isa, dor, 1, d->os[2], Dv, nr, P, ldk, dVt, ldk, nvk, acc, &pf);
+            fa__gemm(isa, qr, 1, d->qs[2], D, nr, dS, ldk, dKt, ldk, nvk, acc, &pf);
+        }
+    }
+    for (j = 0; j < nk; j++) {
+        float *dkr = dkb + (k0 + j) * d->ks[2], *dvr = dvb + (k0 + j) * d->vs[2];
+        for (t = 0; t < D; t++) dkr[t] = dKt[(size_t)t * ldk + j] * d->scale;
+        for (t = 0; t < Dv; t++) dvr[t] = dVt[(size_t)t * ldk + j];
+    }
+}
+
+/* One tile of query rows of one (batch, head): Qt, dOt packed (rows along the lanes), then for each
+   block of the keys the rows see: S = K Qt, modifiers and mask, P = exp(S - lse), dP = V dOt, dS,
+   dQt += K^T dS; finally dq. */
+static void fa__tbwd_q(const fa__bwd_ctx *c, const fa__tbwd_plan *pl, int64_t item, float *ws)
+{
+    const fa__dims *d = c->d;
+    int64_t per = (int64_t)d->B * d->Hq, qt = pl->qtiles - 1 - item / per, bh = item % per;
+    int b = (int)(bh / d->Hq), h = (int)(bh % d->Hq), g = h / d->group, D = d->D, Dv = d->Dv, isa = c->isa;
+    int64_t ld = pl->ld, i0 = qt * pl->qt, i1 = i0 + pl->qt < d->Sq ? i0 + pl->qt : d->Sq, klo, khi, k0, r, t;
+    int nr = (int)(i1 - i0), nv = (nr + 15) / 16, acc = d->causal || d->wl > 0 || d->wr > 0 || d->bias ? 2 : 1;
+    float *Qt = ws, *dQt = Qt + ld * D, *dOt = dQt + ld * D, *S = dOt + ld * Dv, *dP = S + ld * pl->bk;
+    float *L = dP + ld * pl->bk, *Dl = L + ld, *G = d->softcap > 0.0f ? Dl + ld : NULL;
+    const float *qb = c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
+    const float *dob = c->d_o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
+    const float *lse = d->lse + bh * d->Sq + i0, *delta = c->delta + bh * d->Sq + i0;
+    float *dqb = c->dq + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
+    fa__pf pf = fa__no_prefetch;
+    fa__dims nosc = *d;
+    nosc.softcap = 0.0f;
+    memset(Qt, 0, (size_t)ld * (2 * (size_t)D + (size_t)Dv) * sizeof(float));
+    for (r = 0; r < nr; r++) {
+        const float *qr = qb + (i0 + r) * d->qs[2], *dor = dob + (i0 + r) * d->os[2];
+        for (t = 0; t < D; t++) Qt[t * ld + r] = qr[t] * d->scale;
+        for (t = 0; t < Dv; t++) dOt[t * ld + r] = dor[t];
+    }
+    for (r = 0; r < ld; r++) {
+        L[r] = r < nr ? lse[r] : -INFINITY;
+        Dl[r] = r < nr ? delta[r] : 0.0f;
+    }
+    fa__rows_range(d, i0, i1, &klo, &khi);
+    for (k0 = klo; k0 < khi; k0 += pl->bk) {
+        int64_t k1 = k0 + pl->bk < khi ? k0 + pl->bk : khi;
+        int nk = (int)(k1 - k0), j, mask = !fa__block_unmasked(d, i0, i1, k0, k1);
+        const float *kr = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1] + k0 * d->ks[2];
+        const float *vr = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1] + k0 * d->vs[2];
+        fa__gemm(isa, kr, d->ks[2], 1, nk, D, Qt, ld, S, ld, nv, 0, &pf);
+        fa__gemm(isa, vr, d->vs[2], 1, nk, Dv, dOt, ld, dP, ld, nv, 0, &pf);
+        if (G) for (j = 0; j < nk; j++) fa__bwd_softcap(isa, S + j * ld, G + j * ld, nv * 16, d->softcap);
+        if (mask || d->alibi || d->bias)
+            for (r = 0; r < nr; r++) fa__modify_row(&nosc, b, h, i0 + r, k0, nk, S + r, ld, mask, isa);
+        fa__bwd_pds(isa, S, dP, G, ld, nk, nv * 16, nv * 16, NULL, NULL, L, Dl);
+        fa__gemm(isa, kr, 1, d->ks[2], D, nk, dP, ld, dQt, ld, nv, acc, &pf);
+    }
+    for (r = 0; r < nr; r++) {
+        float *dqr = dqb + (i0 + r) * d->qs[2];
+        for (t = 0; t < D; t++) dqr[t] = dQt[t * ld + r] * d->scale;
+    }
+}
+
+static void fa__tbwd_item(void *vctx, int64_t item, int tid)
+{
+    const fa__bwd_ctx *c = (const fa__bwd_ctx *)vctx;
+    const fa__tbwd_plan *pl = (const fa__tbwd_plan *)c->plan;
+    float *ws = c->ws + (size_t)tid * pl->thread_floats;
+    if (item < pl->kv_items) fa__tbwd_kv(c, pl, item, ws);
+    else fa__tbwd_q(c, pl, item - pl->kv_items, ws);
+}
+
+FLASHATTN__CPU_DEF size_t fa_tiled_backward_workspace_bytes(const fa_params *p)
+{
+    fa__dims d;
+    fa__tbwd_plan pl;
+    if (!p || fa__resolve(p, p, p, p, p, &d) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
+    fa__tbwd_plan_make(&d, &pl);
+    return pl.total;
 }
 
 FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q, const void *k, const void *v,
                                                const void *o, const void *d_o, void *dq, void *dk, void *dv)
 {
-    (void)p; (void)q; (void)k; (void)v; (void)o; (void)d_o; (void)dq; (void)dk; (void)dv;
-    return FA_ERR_UNSUPPORTED;
+    fa__dims d;
+    fa__tbwd_plan pl;
+    fa__bwd_ctx c;
+    void *mem;
+    fa_status st = fa__bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d);
+    if (st != FA_OK) return st;
+    if (d.Sq == 0 || d.Sk == 0) {
+        if (d.Sq == 0) fa__bwd_zero_kv(&d, (float *)dk, (float *)dv);
+        else fa__bwd_zero_q(&d, (float *)dq);
+        return FA_OK;
+    }
+    fa__tbwd_plan_make(&d, &pl);
+    if (pl.total == SIZE_MAX) return FA_ERR_NO_MEMORY;
+    mem = FLASHATTN_MALLOC(pl.total);
+    if (!mem) return FA_ERR_NO_MEMORY;
+    memset(&c, 0, sizeof c);
+    c.d = &d; c.isa = fa__isa(); c.plan = &pl;
+    c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v; c.o = (const float *)o;
+    c.d_o = (const float *)d_o; c.dq = (float *)dq; c.dk = (float *)dk; c.dv = (float *)dv;
+    c.ws = (float *)fa__align64(mem);
+    c.delta = c.ws + pl.thread_floats * pl.nthreads;
+    fa__run(d.pool, fa__tbwd_delta, &c, (int64_t)d.B * d.Hq, pl.nthreads, c.delta + pl.delta_floats);
+    fa__run(d.pool, fa__tbwd_item, &c, pl.kv_items + pl.q_items, pl.nthreads, c.delta + pl.delta_floats);
+    FLASHATTN_FREE(mem);
+    return FA_OK;
 }
 
 /* ============================================================================================== */

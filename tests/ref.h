@@ -470,4 +470,177 @@ static inline void ref_round_to(fa_dtype dt, float *x, size_t n)
         for (i = 0; i < n; i++) x[i] = ref_bf16_to_f32(ref_f32_to_bf16(x[i]));
 }
 
+
+/* ---- the reference backward ---------------------------------------------------------------- */
+
+/* API.md's forward and backward in double on double inputs (q, k, v with p's strides, d_o with
+   o's strides): *loss = sum over rows of dot(o_i, d_o_i), and, when dq is not NULL, the gradients
+   of that loss, packed: dq [B][Hq][Sq][D], dk [B][Hkv][Sk][D], dv [B][Hkv][Sk][Dv] (dk and dv
+   summed over the query heads of a kv head). Written from the definitions: P by a softmax of the
+   visible scores, dS = P (dP - delta) times softcap's derivative 1 - tanh^2(s / softcap) at the
+   scaled score s. Central differences of *loss check the gradients (test_reference_gradients).
+   Returns 0 if out of memory. */
+static inline int ref_backward_d(const fa_params *p, const double *q, const double *k, const double *v,
+                                 const double *d_o, double *loss, double *dq, double *dk, double *dv)
+{
+    ref_dims d;
+    double *s, *raw, *pr, *o;
+    unsigned char *vis;
+    int b, h, i, j, t;
+    ref_dims_of(p, &d);
+    s = (double *)malloc(((size_t)d.Sk + 1) * sizeof(double));
+    raw = (double *)malloc(((size_t)d.Sk + 1) * sizeof(double));
+    pr = (double *)malloc(((size_t)d.Sk + 1) * sizeof(double));
+    o = (double *)malloc(((size_t)d.Dv + 1) * sizeof(double));
+    vis = (unsigned char *)malloc((size_t)d.Sk + 1);
+    if (!s || !raw || !pr || !o || !vis) {
+        free(s); free(raw); free(pr); free(o); free(vis);
+        return 0;
+    }
+    *loss = 0.0;
+    if (dq) {
+        memset(dq, 0, ((size_t)d.B * d.Hq * d.Sq * d.D + 1) * sizeof(double));
+        memset(dk, 0, ((size_t)d.B * d.Hkv * d.Sk * d.D + 1) * sizeof(double));
+        memset(dv, 0, ((size_t)d.B * d.Hkv * d.Sk * d.Dv + 1) * sizeof(double));
+    }
+    for (b = 0; b < d.B; b++)
+        for (h = 0; h < d.Hq; h++) {
+            int g = h / (d.Hq / d.Hkv);
+            double slope = p->alibi_slopes ? (double)p->alibi_slopes[(int64_t)b * p->alibi_stride + h] : 0.0;
+            for (i = 0; i < d.Sq; i++) {
+                const double *qi = q + b * d.qs[0] + h * d.qs[1] + i * d.qs[2];
+                const double *doi = d_o + b * d.os[0] + h * d.os[1] + i * d.os[2];
+                int64_t diag = (int64_t)i + d.Sk - d.Sq;
+                double mx = -INFINITY, sum = 0.0, delta = 0.0;
+                int any = 0;
+                for (j = 0; j < d.Sk; j++) {
+                    const double *kj = k + b * d.ks[0] + g * d.ks[1] + j * d.ks[2];
+                    double x = 0.0;
+                    int hidden = 0;
+                    for (t = 0; t < d.D; t++) x += qi[t] * kj[t];
+                    x *= d.scale;
+                    raw[j] = x;
+                    if (p->softcap > 0.0f) x = p->softcap * tanh(x / p->softcap);
+                    if (p->alibi_slopes) x -= slope * fabs((double)(diag - j));
+                    if (p->bias) {
+                        double bij = (double)p->bias[b * d.bs[0] + h * d.bs[1] + i * d.bs[2] + j * d.bs[3]];
+                        x += bij;
+                        if (bij == -INFINITY) hidden = 1;
+                    }
+                    if (p->causal && j > diag) hidden = 1;
+                    if (p->window_left > 0 && j < diag - p->window_left) hidden = 1;
+                    if (p->window_right > 0 && j > diag + p->window_right) hidden = 1;
+                    vis[j] = (unsigned char)!hidden;
+                    s[j] = x;
+                    if (!hidden) {
+                        any = 1;
+                        if (x > mx) mx = x;
+                    }
+                }
+                if (!any) continue;            /* no visible key: o = 0, no gradient */
+                for (j = 0; j < d.Sk; j++) {
+                    pr[j] = vis[j] ? exp(s[j] - mx) : 0.0;
+                    sum += pr[j];
+                }
+                for (t = 0; t < d.Dv; t++) o[t] = 0.0;
+                for (j = 0; j < d.Sk; j++) {
+                    const double *vj = v + b * d.vs[0] + g * d.vs[1] + j * d.vs[2];
+                    pr[j] /= sum;
+                    if (vis[j]) for (t = 0; t < d.Dv; t++) o[t] += pr[j] * vj[t];
+                }
+                for (t = 0; t < d.Dv; t++) delta += o[t] * doi[t];
+                *loss += delta;
+                if (!dq) continue;
+                for (j = 0; j < d.Sk; j++) {
+                    const double *kj = k + b * d.ks[0] + g * d.ks[1] + j * d.ks[2];
+                    const double *vj = v + b * d.vs[0] + g * d.vs[1] + j * d.vs[2];
+                    double dp = 0.0, ds, th;
+                    double *dqi = dq + (((size_t)b * d.Hq + h) * d.Sq + i) * d.D;
+                    double *dkj = dk + (((size_t)b * d.Hkv + g) * d.Sk + j) * d.D;
+                    double *dvj = dv + (((size_t)b * d.Hkv + g) * d.Sk + j) * d.Dv;
+                    if (!vis[j]) continue;
+                    for (t = 0; t < d.Dv; t++) dp += doi[t] * vj[t];
+                    ds = pr[j] * (dp - delta);
+                    if (p->softcap > 0.0f) {
+                        th = tanh(raw[j] / p->softcap);
+                        ds *= 1.0 - th * th;
+                    }
+                    for (t = 0; t < d.D; t++) {
+                        dqi[t] += d.scale * ds * kj[t];
+                        dkj[t] += d.scale * ds * qi[t];
+                    }
+                    for (t = 0; t < d.Dv; t++) dvj[t] += pr[j] * doi[t];
+                }
+            }
+        }
+    free(s); free(raw); free(pr); free(o); free(vis);
+    return 1;
+}
+
+static inline double *ref_to_double(const float *x, size_t n)
+{
+    double *y = (double *)malloc((n ? n : 1) * sizeof(double));
+    size_t i;
+    if (y) for (i = 0; i < n; i++) y[i] = (double)x[i];
+    return y;
+}
+
+/* The gradients for fp32 inputs (q, k, v with p's strides, d_o with o's), rounded to fp32,
+   packed as ref_backward_d's. Returns 0 if out of memory. */
+static inline int ref_attention_backward(const fa_params *p, const float *q, const float *k, const float *v,
+                                         const float *d_o, float *dq, float *dk, float *dv)
+{
+    ref_dims d;
+    size_t nq = ref_tensor_elems(p, REF_Q), nk = ref_tensor_elems(p, REF_K), nv = ref_tensor_elems(p, REF_V);
+    size_t no = ref_tensor_elems(p, REF_O), ndq, ndk, ndv, i;
+    double *qd, *kd, *vd, *dod, *gq, *gk, *gv, loss;
+    int ok;
+    ref_dims_of(p, &d);
+    ndq = (size_t)d.B * d.Hq * d.Sq * d.D; ndk = (size_t)d.B * d.Hkv * d.Sk * d.D; ndv = (size_t)d.B * d.Hkv * d.Sk * d.Dv;
+    qd = ref_to_double(q, nq); kd = ref_to_double(k, nk); vd = ref_to_double(v, nv); dod = ref_to_double(d_o, no);
+    gq = (double *)malloc((ndq + 1) * sizeof(double)); gk = (double *)malloc((ndk + 1) * sizeof(double));
+    gv = (double *)malloc((ndv + 1) * sizeof(double));
+    ok = qd && kd && vd && dod && gq && gk && gv && ref_backward_d(p, qd, kd, vd, dod, &loss, gq, gk, gv);
+    if (ok) {
+        for (i = 0; i < ndq; i++) dq[i] = (float)gq[i];
+        for (i = 0; i < ndk; i++) dk[i] = (float)gk[i];
+        for (i = 0; i < ndv; i++) dv[i] = (float)gv[i];
+    }
+    free(qd); free(kd); free(vd); free(dod); free(gq); free(gk); free(gv);
+    return ok;
+}
+
+/* A strided [n0][n1][n2][width] tensor's rows copied into packed form. */
+static inline void ref_gather(const float *x, int64_t n0, int64_t n1, int64_t n2, int width, const int64_t st[3],
+                              float *packed)
+{
+    int64_t a, b, c;
+    for (a = 0; a < n0; a++)
+        for (b = 0; b < n1; b++)
+            for (c = 0; c < n2; c++)
+                memcpy(packed + ((a * n1 + b) * n2 + c) * width, x + a * st[0] + b * st[1] + c * st[2],
+                       (size_t)width * sizeof(float));
+}
+
+/* 1 when every element of a strided tensor's buffer (n_elems) outside its rows holds the poison. */
+static inline int ref_gaps_untouched(const float *x, size_t n_elems, int64_t n0, int64_t n1, int64_t n2, int width,
+                                     const int64_t st[3])
+{
+    unsigned char *in_row = (unsigned char *)calloc(n_elems ? n_elems : 1, 1);
+    int64_t a, b, c;
+    size_t e;
+    int ok = 1;
+    if (!in_row) return 0;
+    for (a = 0; a < n0; a++)
+        for (b = 0; b < n1; b++)
+            for (c = 0; c < n2; c++) {
+                size_t at = (size_t)(a * st[0] + b * st[1] + c * st[2]);
+                if (at + (size_t)width <= n_elems) memset(in_row + at, 1, (size_t)width);
+            }
+    for (e = 0; e < n_elems && ok; e++)
+        if (!in_row[e] && !ref_is_poison(x + e, sizeof(float))) ok = 0;
+    free(in_row);
+    return ok;
+}
+
 #endif /* FLASHATTN_TESTS_REF_H */

@@ -22,64 +22,7 @@
 #include <pthread.h>
 #include <cmocka.h>
 
-/* ---- the counting, failable allocator the implementation is compiled with -------------------- */
-
-#define TA_HDR 64   /* keeps malloc's alignment and holds the block's size */
-
-static pthread_mutex_t ta_mu = PTHREAD_MUTEX_INITIALIZER;
-static size_t ta_live, ta_peak;        /* bytes the library holds now, and the most since reset */
-static long ta_calls;                  /* allocations since reset */
-static long ta_fail_in = -1;           /* the allocation (0 = the next) that fails; -1: none */
-static int ta_failed;                  /* an injected failure happened since reset */
-
-static void *ta_malloc(size_t n)
-{
-    unsigned char *b;
-    pthread_mutex_lock(&ta_mu);
-    ta_calls++;
-    if (ta_fail_in == 0) {
-        ta_fail_in = -1;
-        ta_failed = 1;
-        pthread_mutex_unlock(&ta_mu);
-        return NULL;
-    }
-    if (ta_fail_in > 0) ta_fail_in--;
-    b = n > SIZE_MAX - TA_HDR ? NULL : (unsigned char *)malloc(n + TA_HDR);
-    if (b) {
-        memcpy(b, &n, sizeof n);
-        ta_live += n;
-        if (ta_live > ta_peak) ta_peak = ta_live;
-    }
-    pthread_mutex_unlock(&ta_mu);
-    return b ? b + TA_HDR : NULL;
-}
-
-static void ta_free(void *p)
-{
-    unsigned char *b;
-    size_t n;
-    if (!p) return;
-    b = (unsigned char *)p - TA_HDR;
-    memcpy(&n, b, sizeof n);
-    pthread_mutex_lock(&ta_mu);
-    ta_live -= n;
-    pthread_mutex_unlock(&ta_mu);
-    free(b);
-}
-
-/* Starts a measurement; returns the bytes live before it (0 unless a concurrent test runs). */
-static size_t ta_reset(long fail_in)
-{
-    size_t live;
-    pthread_mutex_lock(&ta_mu);
-    ta_peak = ta_live;
-    ta_calls = 0;
-    ta_fail_in = fail_in;
-    ta_failed = 0;
-    live = ta_live;
-    pthread_mutex_unlock(&ta_mu);
-    return live;
-}
+#include "tests/talloc.h"
 
 #define FLASHATTN_MALLOC(n) ta_malloc(n)
 #define FLASHATTN_FREE(p) ta_free(p)

@@ -1,0 +1,704 @@
+/* tests/test_backward.c - the CPU backward suite of flashattn.h (cmocka, C99).
+
+   fa_naive_backward and fa_tiled_backward are checked against tests/ref.h's float64 gradients
+   (ref_backward_d, itself checked by central differences in test_reference_gradients) with API.md's
+   fp32 tolerance, fa_allclose(dx, ref, 1e-4, 1e-5) for each of dq, dk, dv, on fresh N(0,1) q, k, v
+   and d_o (a new seed per case). The forward's o and lse come from fa_tiled with the same p, as a
+   training step would have them. Every call gets gradient buffers poisoned with NaN and is checked
+   to have written every row of dq, dk, dv and nothing else (the gaps of strided buffers), not to
+   have written its inputs, to peak at exactly fa_*_backward_workspace_bytes, and to leak nothing.
+   Seeds: a case counter mixed with FA_TEST_SEED (default 20261201); failures print name and seed. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <pthread.h>
+#include <cmocka.h>
+
+#include "tests/talloc.h"
+
+#define FLASHATTN_MALLOC(n) ta_malloc(n)
+#define FLASHATTN_FREE(p) ta_free(p)
+#define FLASHATTN_IMPLEMENTATION
+#include "flashattn.h"
+#include "tests/ref.h"
+
+#ifdef __SANITIZE_ADDRESS__
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+#endif
+
+enum { NAIVE = 0, TILED = 1 };
+static const char *const path_name[2] = { "fa_naive_backward", "fa_tiled_backward" };
+static uint64_t g_seed_base = 20261201u;
+static uint64_t g_case_counter;
+
+/* ---- a case: a request, its inputs, the forward's o and lse, the reference gradients --------- */
+
+typedef struct bcase {
+    char name[160];
+    uint64_t seed;
+    fa_params p;
+    ref_rng rng;
+    ref_tensors t;                   /* q, k, v, and o (from the forward) */
+    float *d_o, *lse, *bias, *alibi;
+    float *dq, *dk, *dv;             /* strided like q, k, v */
+    float *ref_dq, *ref_dk, *ref_dv; /* packed */
+    size_t n_bias, n_alibi, ndq, ndk, ndv;
+    uint64_t in_hash;
+} bcase;
+
+static uint64_t bc_hash(uint64_t h, const void *x, size_t bytes)
+{
+    const unsigned char *c = (const unsigned char *)x;
+    size_t i;
+    for (i = 0; i < bytes; i++) h = (h ^ c[i]) * 0x100000001B3ull;
+    return h;
+}
+
+static uint64_t bc_inputs_hash(const bcase *c)
+{
+    uint64_t h = 0xCBF29CE484222325ull;
+    h = bc_hash(h, c->t.q, c->t.nq * sizeof(float));
+    h = bc_hash(h, c->t.k, c->t.nk * sizeof(float));
+    h = bc_hash(h, c->t.v, c->t.nv * sizeof(float));
+    h = bc_hash(h, c->t.o, c->t.no * sizeof(float));
+    h = bc_hash(h, c->d_o, c->t.no * sizeof(float));
+    h = bc_hash(h, c->lse, ((size_t)c->p.batch * c->p.heads * c->p.seq_q + 1) * sizeof(float));
+    if (c->bias) h = bc_hash(h, c->bias, c->n_bias * sizeof(float));
+    if (c->alibi) h = bc_hash(h, c->alibi, c->n_alibi * sizeof(float));
+    return h;
+}
+
+static void bc_init(bcase *c, const fa_params *p, const char *fmt, ...)
+{
+    va_list ap;
+    memset(c, 0, sizeof *c);
+    va_start(ap, fmt);
+    vsnprintf(c->name, sizeof c->name, fmt, ap);
+    va_end(ap);
+    c->p = *p;
+    c->seed = g_seed_base * 0x100000001B3ull + (++g_case_counter);
+    ref_seed(&c->rng, c->seed);
+    assert_true(ref_tensors_make(&c->p, &c->rng, &c->t));
+    c->d_o = ref_alloc(c->t.no);
+    assert_non_null(c->d_o);
+    ref_fill_normal(&c->rng, c->d_o, c->t.no);
+}
+
+/* A bias with strides {s0, s1, s2, s3} (all zero: packed), N(0,1). */
+static void bc_bias(bcase *c, int64_t s0, int64_t s1, int64_t s2, int64_t s3)
+{
+    c->p.bias_stride[0] = s0; c->p.bias_stride[1] = s1; c->p.bias_stride[2] = s2; c->p.bias_stride[3] = s3;
+    c->n_bias = ref_bias_elems(&c->p);
+    c->bias = ref_alloc(c->n_bias);
+    assert_non_null(c->bias);
+    ref_fill_normal(&c->rng, c->bias, c->n_bias);
+    c->p.bias = c->bias;
+}
+
+/* ALiBi slopes 2^(-8(h+1)/Hq) (times 1 + b/4 per batch when per_batch, rows Hq apart). */
+static void bc_alibi(bcase *c, int per_batch)
+{
+    int B = per_batch ? c->p.batch : 1, b, h, Hq = c->p.heads;
+    c->n_alibi = (size_t)B * (size_t)Hq;
+    c->alibi = ref_alloc(c->n_alibi);
+    assert_non_null(c->alibi);
+    for (b = 0; b < B; b++)
+        for (h = 0; h < Hq; h++)
+            c->alibi[(size_t)b * Hq + h] = (float)(pow(2.0, -8.0 * (h + 1) / Hq) * (1.0 + 0.25 * b));
+    c->p.alibi_slopes = c->alibi;
+    c->p.alibi_stride = per_batch ? Hq : 0;
+}
+
+/* The forward (fa_tiled, giving o and lse), the reference gradients, poisoned gradient buffers. */
+static void bc_ready(bcase *c)
+{
+    ref_dims d;
+    size_t rows;
+    fa_status st;
+    ref_dims_of(&c->p, &d);
+    rows = (size_t)d.B * d.Hq * d.Sq;
+    c->lse = ref_alloc(rows + 1);
+    assert_non_null(c->lse);
+    c->p.lse = c->lse;
+    st = fa_tiled(&c->p, c->t.q, c->t.k, c->t.v, c->t.o);
+    if (st != FA_OK) fail_msg("%s: forward %s", c->name, fa_status_string(st));
+    c->ndq = (size_t)d.B * d.Hq * d.Sq * d.D;
+    c->ndk = (size_t)d.B * d.Hkv * d.Sk * d.D;
+    c->ndv = (size_t)d.B * d.Hkv * d.Sk * d.Dv;
+    c->ref_dq = ref_alloc(c->ndq); c->ref_dk = ref_alloc(c->ndk); c->ref_dv = ref_alloc(c->ndv);
+    c->dq = ref_alloc(c->t.nq); c->dk = ref_alloc(c->t.nk); c->dv = ref_alloc(c->t.nv);
+    assert_true(c->ref_dq && c->ref_dk && c->ref_dv && c->dq && c->dk && c->dv);
+    assert_true(ref_attention_backward(&c->p, c->t.q, c->t.k, c->t.v, c->d_o, c->ref_dq, c->ref_dk, c->ref_dv));
+    c->in_hash = bc_inputs_hash(c);
+}
+
+static void bc_free(bcase *c)
+{
+    ref_tensors_free(&c->t);
+    free(c->d_o); free(c->lse); free(c->bias); free(c->alibi);
+    free(c->dq); free(c->dk); free(c->dv); free(c->ref_dq); free(c->ref_dk); free(c->ref_dv);
+    memset(c, 0, sizeof *c);
+}
+
+static fa_status bc_call(const bcase *c, const fa_params *p, int path)
+{
+    return path == NAIVE ? fa_naive_backward(p, c->t.q, c->t.k, c->t.v, c->t.o, c->d_o, c->dq, c->dk, c->dv)
+                         : fa_tiled_backward(p, c->t.q, c->t.k, c->t.v, c->t.o, c->d_o, c->dq, c->dk, c->dv);
+}
+
+static size_t bc_ws(const fa_params *p, int path)
+{
+    return path == NAIVE ? fa_naive_backward_workspace_bytes(p) : fa_tiled_backward_workspace_bytes(p);
+}
+
+static void bc_poison(bcase *c)
+{
+    ref_poison(c->dq, c->t.nq * sizeof(float));
+    ref_poison(c->dk, c->t.nk * sizeof(float));
+    ref_poison(c->dv, c->t.nv * sizeof(float));
+}
+
+static void bc_check_grad(const bcase *c, int path, const char *what, const float *x, size_t n_elems, int64_t n1,
+                          int64_t n2, int width, const int64_t st[3], const float *ref, size_t n)
+{
+    float *packed = ref_alloc(n);
+    size_t w;
+    assert_non_null(packed);
+    ref_gather(x, c->p.batch, n1, n2, width, st, packed);
+    if (!fa_allclose(packed, ref, n, 1e-4f, 1e-5f)) {
+        w = ref_worst(packed, ref, n, 1e-4, 1e-5);
+        fail_msg("%s [%s, seed %llu]: %s[%zu] = %.9g, reference %.9g (max |diff| %.3g)", c->name, path_name[path],
+                 (unsigned long long)c->seed, what, w, (double)packed[w], (double)ref[w],
+                 fa_max_abs_diff(packed, ref, n));
+    }
+    if (!ref_gaps_untouched(x, n_elems, c->p.batch, n1, n2, width, st))
+        fail_msg("%s [%s]: %s was written outside its rows", c->name, path_name[path], what);
+    free(packed);
+}
+
+/* One path on the case: status, peak == workspace, no leak, inputs untouched, every gradient
+   within tolerance and nothing written outside its rows. */
+static void bc_run(bcase *c, int path)
+{
+    ref_dims d;
+    size_t ws, live;
+    fa_status st;
+    ref_dims_of(&c->p, &d);
+    bc_poison(c);
+    ws = bc_ws(&c->p, path);
+    live = ta_reset(-1);
+    st = bc_call(c, &c->p, path);
+    if (st != FA_OK) fail_msg("%s [%s]: %s", c->name, path_name[path], fa_status_string(st));
+    if (ta_peak - live != ws)
+        fail_msg("%s [%s]: peak allocation %zu bytes, workspace query said %zu", c->name, path_name[path],
+                 ta_peak - live, ws);
+    if (ta_live != live) fail_msg("%s [%s]: %zu bytes leaked", c->name, path_name[path], ta_live - live);
+    if (bc_inputs_hash(c) != c->in_hash) fail_msg("%s [%s]: an input was written", c->name, path_name[path]);
+    bc_check_grad(c, path, "dq", c->dq, c->t.nq, d.Hq, d.Sq, d.D, d.qs, c->ref_dq, c->ndq);
+    bc_check_grad(c, path, "dk", c->dk, c->t.nk, d.Hkv, d.Sk, d.D, d.ks, c->ref_dk, c->ndk);
+    bc_check_grad(c, path, "dv", c->dv, c->t.nv, d.Hkv, d.Sk, d.Dv, d.vs, c->ref_dv, c->ndv);
+}
+
+static void bc_both(bcase *c)
+{
+    bc_ready(c);
+    bc_run(c, NAIVE);
+    bc_run(c, TILED);
+    bc_free(c);
+}
+
+static fa_params shape(int B, int Hq, int Hkv, int Sq, int Sk, int D, int Dv)
+{
+    fa_params p;
+    memset(&p, 0, sizeof p);
+    p.batch = B; p.heads = Hq; p.kv_heads = Hkv; p.seq_q = Sq; p.seq_k = Sk; p.head_dim = D; p.head_dim_v = Dv;
+    p.threads = 2;
+    return p;
+}
+
+/* [B][S][H][D] strides, with `pad` extra elements per token row. */
+static void bshd(fa_params *p, int pad)
+{
+    int Dv = p->head_dim_v ? p->head_dim_v : p->head_dim, Hkv = p->kv_heads ? p->kv_heads : p->heads;
+    int64_t rq = (int64_t)p->heads * p->head_dim + pad, rk = (int64_t)Hkv * p->head_dim + pad;
+    int64_t rv = (int64_t)Hkv * Dv + pad, ro = (int64_t)p->heads * Dv + pad;
+    p->q_stride[0] = rq * p->seq_q; p->q_stride[1] = p->head_dim; p->q_stride[2] = rq;
+    p->k_stride[0] = rk * p->seq_k; p->k_stride[1] = p->head_dim; p->k_stride[2] = rk;
+    p->v_stride[0] = rv * p->seq_k; p->v_stride[1] = Dv; p->v_stride[2] = rv;
+    p->o_stride[0] = ro * p->seq_q; p->o_stride[1] = Dv; p->o_stride[2] = ro;
+}
+
+/* ---- the reference itself, by central differences ----------------------------------------- */
+
+static void fd_check(const fa_params *p0, const char *name)
+{
+    bcase c;
+    ref_dims d;
+    double *x[3], *dod, *g[3], loss, lp, lm;
+    size_t n[3], ng[3], e;
+    int which, trial;
+    bc_init(&c, p0, "%s", name);
+    ref_dims_of(&c.p, &d);
+    n[0] = c.t.nq; n[1] = c.t.nk; n[2] = c.t.nv;
+    x[0] = ref_to_double(c.t.q, n[0]); x[1] = ref_to_double(c.t.k, n[1]); x[2] = ref_to_double(c.t.v, n[2]);
+    dod = ref_to_double(c.d_o, c.t.no);
+    ng[0] = (size_t)d.B * d.Hq * d.Sq * d.D; ng[1] = (size_t)d.B * d.Hkv * d.Sk * d.D;
+    ng[2] = (size_t)d.B * d.Hkv * d.Sk * d.Dv;
+    for (which = 0; which < 3; which++) g[which] = (double *)malloc((ng[which] + 1) * sizeof(double));
+    assert_true(x[0] && x[1] && x[2] && dod && g[0] && g[1] && g[2]);
+    assert_true(ref_backward_d(&c.p, x[0], x[1], x[2], dod, &loss, g[0], g[1], g[2]));
+    for (which = 0; which < 3; which++)
+        for (trial = 0; trial < 24; trial++) {
+            /* a random element of the packed gradient, and the same element of the strided input */
+            size_t at = (size_t)(ref_next(&c.rng) % ng[which]), row, col, off;
+            int64_t n1 = which == 0 ? d.Hq : d.Hkv, n2 = which == 0 ? d.Sq : d.Sk;
+            int width = which == 2 ? d.Dv : d.D;
+            const int64_t *st = which == 0 ? d.qs : which == 1 ? d.ks : d.vs;
+            const double h = 1e-5;
+            double fd, saved;
+            row = at / (size_t)width; col = at % (size_t)width;
+            off = (size_t)((int64_t)(row / (size_t)(n1 * n2)) * st[0] + (int64_t)(row / (size_t)n2 % (size_t)n1) * st[1] +
+                           (int64_t)(row % (size_t)n2) * st[2]) + col;
+            saved = x[which][off];
+            x[which][off] = saved + h;
+            assert_true(ref_backward_d(&c.p, x[0], x[1], x[2], dod, &lp, NULL, NULL, NULL));
+            x[which][off] = saved - h;
+            assert_true(ref_backward_d(&c.p, x[0], x[1], x[2], dod, &lm, NULL, NULL, NULL));
+            x[which][off] = saved;
+            fd = (lp - lm) / (2.0 * h);
+            if (!(fabs(fd - g[which][at]) <= 1e-6 + 1e-5 * fabs(fd)))
+                fail_msg("%s: d%c[%zu]: reference %.12g, central difference %.12g", name, "qkv"[which], at,
+                         g[which][at], fd);
+        }
+    for (e = 0; e < 3; e++) { free(x[e]); free(g[e]); }
+    free(dod);
+    bc_free(&c);
+}
+
+static void test_reference_gradients(void **state)
+{
+    fa_params p = shape(2, 4, 2, 9, 13, 5, 3);
+    (void)state;
+    fd_check(&p, "fd plain GQA Dv != D");
+    p.causal = 1; p.window_left = 4;
+    fd_check(&p, "fd causal window Sq < Sk");
+    p = shape(1, 2, 1, 11, 7, 4, 4);
+    p.softcap = 1.5f; p.causal = 1;
+    fd_check(&p, "fd softcap 1.5 causal Sq > Sk");
+    {
+        bcase c;
+        double *x[3], *dod, *g[3], loss, lp, lm;
+        size_t n[3], which;
+        ref_dims d;
+        /* ALiBi and a bias: constants, so the gradient of q alone is checked with them on */
+        p = shape(2, 2, 2, 6, 8, 3, 3);
+        p.window_right = 2;
+        bc_init(&c, &p, "fd alibi bias");
+        bc_alibi(&c, 1);
+        bc_bias(&c, 0, 0, 0, 0);
+        ref_dims_of(&c.p, &d);
+        n[0] = c.t.nq; n[1] = c.t.nk; n[2] = c.t.nv;
+        x[0] = ref_to_double(c.t.q, n[0]); x[1] = ref_to_double(c.t.k, n[1]); x[2] = ref_to_double(c.t.v, n[2]);
+        dod = ref_to_double(c.d_o, c.t.no);
+        g[0] = (double *)malloc((size_t)d.B * d.Hq * d.Sq * d.D * sizeof(double) + 8);
+        g[1] = (double *)malloc((size_t)d.B * d.Hkv * d.Sk * d.D * sizeof(double) + 8);
+        g[2] = (double *)malloc((size_t)d.B * d.Hkv * d.Sk * d.Dv * sizeof(double) + 8);
+        assert_true(ref_backward_d(&c.p, x[0], x[1], x[2], dod, &loss, g[0], g[1], g[2]));
+        for (which = 0; which < n[0]; which += 5) {
+            double saved = x[0][which], fd;
+            x[0][which] = saved + 1e-5;
+            assert_true(ref_backward_d(&c.p, x[0], x[1], x[2], dod, &lp, NULL, NULL, NULL));
+            x[0][which] = saved - 1e-5;
+            assert_true(ref_backward_d(&c.p, x[0], x[1], x[2], dod, &lm, NULL, NULL, NULL));
+            x[0][which] = saved;
+            fd = (lp - lm) / 2e-5;
+            /* packed q here, so the element index is the packed one */
+            assert_true(fabs(fd - g[0][which]) <= 1e-6 + 1e-5 * fabs(fd));
+        }
+        for (which = 0; which < 3; which++) { free(x[which]); free(g[which]); }
+        free(dod);
+        bc_free(&c);
+    }
+}
+
+/* ---- the grid -------------------------------------------------------------------------------- */
+
+static void test_seq_lengths(void **state)
+{
+    static const int S[] = { 1, 2, 15, 16, 17, 63, 64, 65, 95, 96, 97, 130, 200, 257, 1031 };
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof S / sizeof S[0]; i++) {
+        bcase c;
+        fa_params p = shape(1, 2, 2, S[i], S[i], 64, 64);
+        bc_init(&c, &p, "S=%d", S[i]);
+        bc_both(&c);
+        p.causal = 1;
+        bc_init(&c, &p, "S=%d causal", S[i]);
+        bc_both(&c);
+    }
+}
+
+static void test_head_dims(void **state)
+{
+    static const int D[] = { 1, 3, 64, 80, 128, 256 };
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof D / sizeof D[0]; i++) {
+        bcase c;
+        fa_params p = shape(2, 2, 1, 70, 83, D[i], D[i]);
+        bc_init(&c, &p, "D=%d", D[i]);
+        bc_both(&c);
+        p = shape(1, 2, 2, 33, 130, D[i], D[i] == 1 ? 5 : D[i] / 2 + 1);
+        p.causal = 1;
+        bc_init(&c, &p, "D=%d Dv=%d causal", D[i], p.head_dim_v);
+        bc_both(&c);
+    }
+}
+
+static void test_block_sizes(void **state)
+{
+    static const int bq[] = { 1, 7, 16, 33, 500 }, bk[] = { 1, 5, 64, 101, 500 };
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof bq / sizeof bq[0]; i++) {
+        bcase c;
+        fa_params p = shape(1, 2, 1, 77, 150, 32, 32);
+        p.block_q = bq[i]; p.block_k = bk[i]; p.causal = (int)(i & 1);
+        bc_init(&c, &p, "block_q=%d block_k=%d causal=%d", bq[i], bk[i], p.causal);
+        bc_both(&c);
+    }
+}
+
+static void test_gqa_causal_windows(void **state)
+{
+    bcase c;
+    fa_params p;
+    (void)state;
+    p = shape(2, 8, 2, 100, 100, 64, 64);
+    bc_init(&c, &p, "GQA 8/2");
+    bc_both(&c);
+    p = shape(1, 6, 1, 90, 150, 32, 48);
+    p.causal = 1;
+    bc_init(&c, &p, "MQA causal Sq < Sk");
+    bc_both(&c);
+    p = shape(1, 2, 2, 150, 60, 32, 32);
+    p.causal = 1;
+    bc_init(&c, &p, "causal Sq > Sk (hidden rows)");
+    bc_both(&c);
+    p = shape(1, 2, 2, 300, 300, 64, 64);
+    p.causal = 1; p.window_left = 40;
+    bc_init(&c, &p, "causal sliding window 40");
+    bc_both(&c);
+    p = shape(2, 2, 1, 120, 200, 32, 32);
+    p.window_left = 17; p.window_right = 9;
+    bc_init(&c, &p, "window 17/9 Sq < Sk");
+    bc_both(&c);
+    p = shape(1, 1, 1, 1, 500, 64, 64);
+    p.window_left = 30; p.causal = 1;
+    bc_init(&c, &p, "decode row window (keys no row sees)");
+    bc_both(&c);
+}
+
+static void test_modifiers(void **state)
+{
+    bcase c;
+    fa_params p;
+    (void)state;
+    p = shape(1, 2, 2, 130, 130, 64, 64);
+    p.softcap = 1.5f;
+    bc_init(&c, &p, "softcap 1.5");
+    bc_both(&c);
+    p.softcap = 30.0f; p.causal = 1;
+    bc_init(&c, &p, "softcap 30 causal");
+    bc_both(&c);
+    p = shape(2, 4, 2, 97, 140, 32, 32);
+    p.causal = 1;
+    bc_init(&c, &p, "alibi per head");
+    bc_alibi(&c, 0);
+    bc_both(&c);
+    bc_init(&c, &p, "alibi per batch");
+    bc_alibi(&c, 1);
+    bc_both(&c);
+    p = shape(2, 2, 1, 70, 90, 32, 32);
+    p.scale = 0.37f;
+    bc_init(&c, &p, "bias packed, explicit scale");
+    bc_bias(&c, 0, 0, 0, 0);
+    bc_both(&c);
+    bc_init(&c, &p, "bias [B][Sk] key padding");
+    bc_bias(&c, 90, 0, 0, 1);
+    {
+        int j;
+        for (j = 70; j < 90; j++) c.bias[j] = -INFINITY;         /* batch 0: keys 70.. hidden */
+        for (j = 0; j < 90; j++) c.bias[90 + j] = -INFINITY;     /* batch 1: every key hidden */
+    }
+    bc_both(&c);
+    bc_init(&c, &p, "bias [Sq][Sk] broadcast over batch and head, hidden rows and a hidden tile");
+    bc_bias(&c, 0, 0, 90, 1);
+    {
+        int i, j;
+        for (j = 0; j < 90; j++) c.bias[5 * 90 + j] = -INFINITY;               /* row 5 sees nothing */
+        for (i = 0; i < 70; i++) for (j = 0; j < 40; j++) c.bias[i * 90 + j] = -INFINITY;   /* keys 0-39 */
+    }
+    bc_both(&c);
+    bc_init(&c, &p, "bias per head [Hq][Sk]");
+    bc_bias(&c, 0, 90, 0, 1);
+    bc_both(&c);
+}
+
+static void test_strides_and_everything(void **state)
+{
+    bcase c;
+    fa_params p;
+    (void)state;
+    p = shape(2, 4, 2, 81, 101, 32, 48);
+    bshd(&p, 0);
+    bc_init(&c, &p, "[B][S][H][D]");
+    bc_both(&c);
+    p = shape(2, 4, 2, 81, 101, 32, 48);
+    bshd(&p, 7);
+    p.causal = 1;
+    bc_init(&c, &p, "[B][S][H][D] with gaps, causal");
+    bc_both(&c);
+    p = shape(2, 4, 2, 150, 190, 64, 32);
+    bshd(&p, 3);
+    p.causal = 1; p.window_left = 50; p.softcap = 20.0f; p.scale = 0.2f; p.block_q = 37; p.block_k = 29;
+    bc_init(&c, &p, "every feature at once");
+    bc_alibi(&c, 1);
+    bc_bias(&c, 0, 0, 190, 1);
+    bc_both(&c);
+}
+
+static void test_empty(void **state)
+{
+    bcase c;
+    fa_params p;
+    int path;
+    (void)state;
+    for (path = 0; path < 2; path++) {
+        size_t e;
+        p = shape(2, 2, 1, 0, 40, 16, 8);
+        bc_init(&c, &p, "seq_q = 0");
+        bc_ready(&c);
+        bc_poison(&c);
+        assert_int_equal(bc_call(&c, &c.p, path), FA_OK);
+        for (e = 0; e < c.t.nk; e++) assert_true(c.dk[e] == 0.0f);
+        for (e = 0; e < c.t.nv; e++) assert_true(c.dv[e] == 0.0f);
+        assert_int_equal(bc_ws(&c.p, path), 0);
+        bc_free(&c);
+        p = shape(2, 2, 1, 30, 0, 16, 8);
+        bc_init(&c, &p, "seq_k = 0");
+        bc_ready(&c);
+        bc_poison(&c);
+        assert_int_equal(bc_call(&c, &c.p, path), FA_OK);
+        for (e = 0; e < c.t.nq; e++) assert_true(c.dq[e] == 0.0f);
+        bc_free(&c);
+    }
+}
+
+/* Bitwise the same gradients at 1, 2, 3, 5 and 8 threads and on a pool. */
+static void test_determinism(void **state)
+{
+    static const int th[] = { 1, 2, 3, 5, 8 };
+    fa_params shapes[3];
+    int s, path;
+    (void)state;
+    shapes[0] = shape(2, 4, 2, 333, 333, 64, 64);
+    shapes[0].causal = 1; shapes[0].window_left = 100;
+    shapes[1] = shape(1, 8, 2, 3, 2000, 64, 64);
+    shapes[2] = shape(3, 2, 1, 200, 150, 48, 40);
+    shapes[2].softcap = 5.0f;
+    for (s = 0; s < 3; s++)
+        for (path = 0; path < 2; path++) {
+            bcase c;
+            float *g0[3];
+            size_t i, n[3];
+            fa_pool *pool;
+            bc_init(&c, &shapes[s], "determinism shape %d", s);
+            bc_ready(&c);
+            n[0] = c.t.nq; n[1] = c.t.nk; n[2] = c.t.nv;
+            g0[0] = ref_alloc(n[0]); g0[1] = ref_alloc(n[1]); g0[2] = ref_alloc(n[2]);
+            assert_true(g0[0] && g0[1] && g0[2]);
+            assert_int_equal(fa_pool_create(3, &pool), FA_OK);
+            for (i = 0; i < sizeof th / sizeof th[0] + 1; i++) {
+                fa_params p = c.p;
+                if (i < sizeof th / sizeof th[0]) p.threads = th[i];
+                else { p.threads = 0; p.pool = pool; }
+                bc_poison(&c);
+                assert_int_equal(bc_call(&c, &p, path), FA_OK);
+                if (i == 0) {
+                    memcpy(g0[0], c.dq, n[0] * sizeof(float));
+                    memcpy(g0[1], c.dk, n[1] * sizeof(float));
+                    memcpy(g0[2], c.dv, n[2] * sizeof(float));
+                } else if (memcmp(g0[0], c.dq, n[0] * sizeof(float)) || memcmp(g0[1], c.dk, n[1] * sizeof(float)) ||
+                           memcmp(g0[2], c.dv, n[2] * sizeof(float))) {
+                    fail_msg("%s [%s]: threads %d%s differ from threads 1", c.name, path_name[path], p.threads,
+                             p.pool ? " (pool)" : "");
+                }
+            }
+            fa_pool_destroy(pool);
+            free(g0[0]); free(g0[1]); free(g0[2]);
+            bc_free(&c);
+        }
+}
+
+/* Invalid requests: the status, and every gradient buffer untouched. */
+static void test_errors(void **state)
+{
+    bcase c;
+    fa_params p = shape(1, 2, 2, 20, 30, 16, 16), bad;
+    int path;
+    (void)state;
+    bc_init(&c, &p, "errors");
+    bc_ready(&c);
+    for (path = 0; path < 2; path++) {
+#define EXPECT(st_, call_) do { bc_poison(&c); assert_int_equal((call_), (st_)); \
+        assert_true(ref_is_poison(c.dq, c.t.nq * sizeof(float)) && ref_is_poison(c.dk, c.t.nk * sizeof(float)) && \
+                    ref_is_poison(c.dv, c.t.nv * sizeof(float))); } while (0)
+        EXPECT(FA_ERR_INVALID_ARG, path ? fa_tiled_backward(NULL, c.t.q, c.t.k, c.t.v, c.t.o, c.d_o, c.dq, c.dk, c.dv)
+                                        : fa_naive_backward(NULL, c.t.q, c.t.k, c.t.v, c.t.o, c.d_o, c.dq, c.dk, c.dv));
+        EXPECT(FA_ERR_INVALID_ARG, path ? fa_tiled_backward(&c.p, c.t.q, c.t.k, c.t.v, c.t.o, NULL, c.dq, c.dk, c.dv)
+                                        : fa_naive_backward(&c.p, c.t.q, c.t.k, c.t.v, c.t.o, NULL, c.dq, c.dk, c.dv));
+        EXPECT(FA_ERR_INVALID_ARG, path ? fa_tiled_backward(&c.p, c.t.q, c.t.k, c.t.v, c.t.o, c.d_o, c.dq, NULL, c.dv)
+                                        : fa_naive_backward(&c.p, c.t.q, c.t.k, c.t.v, c.t.o, c.d_o, c.dq, NULL, c.dv));
+        EXPECT(FA_ERR_INVALID_ARG, path ? fa_tiled_backward(&c.p, c.t.q, c.t.k, c.t.v, NULL, c.d_o, c.dq, c.dk, c.dv)
+                                        : fa_naive_backward(&c.p, c.t.q, c.t.k, c.t.v, NULL, c.d_o, c.dq, c.dk, c.dv));
+        bad = c.p; bad.heads = 3;
+        EXPECT(FA_ERR_INVALID_ARG, bc_call(&c, &bad, path));
+        bad = c.p; bad.dtype = FA_BF16;
+        EXPECT(FA_ERR_UNSUPPORTED, bc_call(&c, &bad, path));
+        /* a zero stride broadcasts an input, but dk is written there: every key row would overlap */
+        bad = c.p; bad.k_stride[0] = 960; bad.k_stride[1] = 480; bad.k_stride[2] = 0;
+        EXPECT(FA_ERR_INVALID_ARG, bc_call(&c, &bad, path));
+        bad = c.p; bad.threads = -1;
+        EXPECT(FA_ERR_INVALID_ARG, bc_call(&c, &bad, path));
+#undef EXPECT
+    }
+    /* the tiled backward needs the forward's lse; the naive one recomputes it */
+    p = c.p;
+    p.lse = NULL;
+    bc_poison(&c);
+    assert_int_equal(fa_tiled_backward(&p, c.t.q, c.t.k, c.t.v, c.t.o, c.d_o, c.dq, c.dk, c.dv), FA_ERR_INVALID_ARG);
+    assert_true(ref_is_poison(c.dq, c.t.nq * sizeof(float)));
+    bc_run(&c, NAIVE);                 /* with its lse, as a reference for the next line */
+    c.p.lse = NULL;
+    bc_run(&c, NAIVE);
+    c.p.lse = c.lse;
+    bc_free(&c);
+}
+
+/* Injected allocation failures: FA_ERR_NO_MEMORY, outputs untouched, nothing leaked; sizes that
+   cannot exist: FA_ERR_NO_MEMORY before any allocation. */
+static void test_no_memory(void **state)
+{
+    bcase c;
+    fa_params p = shape(2, 2, 1, 50, 60, 16, 16), huge;
+    float one = 1.0f, lse1 = 0.0f, g[3];
+    int path;
+    size_t live;
+    (void)state;
+    bc_init(&c, &p, "alloc failure");
+    bc_ready(&c);
+    for (path = 0; path < 2; path++) {
+        bc_poison(&c);
+        live = ta_reset(0);
+        assert_int_equal(bc_call(&c, &c.p, path), FA_ERR_NO_MEMORY);
+        assert_true(ta_failed);
+        assert_int_equal(ta_live, live);
+        assert_true(ref_is_poison(c.dq, c.t.nq * sizeof(float)) && ref_is_poison(c.dk, c.t.nk * sizeof(float)));
+    }
+    bc_free(&c);
+    /* the naive path's P and dS at S = 2^21 are 16 TiB each: refused before any allocation or write */
+    huge = shape(1, 1, 1, 1 << 21, 1 << 21, 1, 1);
+    huge.q_stride[2] = huge.k_stride[2] = huge.v_stride[2] = 0;      /* one broadcast row: tiny inputs */
+    huge.q_stride[1] = huge.k_stride[1] = huge.v_stride[1] = 1;
+    huge.lse = &lse1;
+    g[0] = g[1] = g[2] = 7.0f;
+    live = ta_reset(-1);
+    assert_int_equal(fa_naive_backward(&huge, &one, &one, &one, &one, &one, g, g + 1, g + 2), FA_ERR_INVALID_ARG);
+    huge.q_stride[0] = huge.q_stride[1] = huge.q_stride[2] = 0;      /* packed: writable strides */
+    huge.k_stride[0] = huge.k_stride[1] = huge.k_stride[2] = 0;
+    huge.v_stride[0] = huge.v_stride[1] = huge.v_stride[2] = 0;
+    assert_int_equal(fa_naive_backward(&huge, &one, &one, &one, &one, &one, g, g + 1, g + 2), FA_ERR_NO_MEMORY);
+    assert_int_equal(ta_calls, 0);
+    assert_true(g[0] == 7.0f && g[1] == 7.0f && g[2] == 7.0f);
+    (void)live;
+}
+
+/* The memory target: S = 131,072, D = 128, B = H = 1 in less than 64 MB of workspace, on every
+   thread count up to 16; and no O(Sq x Sk) term (the workspace grows linearly with S). */
+static void test_workspace(void **state)
+{
+    fa_params p = shape(1, 1, 1, 131072, 131072, 128, 128);
+    size_t w;
+    int t;
+    (void)state;
+    for (t = 1; t <= 16; t *= 2) {
+        p.threads = t;
+        w = fa_tiled_backward_workspace_bytes(&p);
+        if (!(w > 0 && w < ((size_t)64 << 20))) fail_msg("threads %d: %zu bytes", t, w);
+    }
+    p.threads = 4;
+    p.seq_q = p.seq_k = 1 << 20;
+    w = fa_tiled_backward_workspace_bytes(&p);
+    assert_true(w < ((size_t)64 << 20));
+    assert_true(fa_naive_backward_workspace_bytes(&p) == SIZE_MAX || fa_naive_backward_workspace_bytes(&p) > ((size_t)1 << 40));
+}
+
+/* A NaN in q reaches its row's dq and the keys it sees, not other rows. */
+static void test_nan_rows(void **state)
+{
+    bcase c;
+    fa_params p = shape(1, 1, 1, 40, 40, 8, 8);
+    int path, i, t;
+    (void)state;
+    p.causal = 1;
+    bc_init(&c, &p, "NaN in q row 30");
+    bc_ready(&c);
+    c.t.q[30 * 8 + 2] = NAN;
+    c.in_hash = bc_inputs_hash(&c);
+    for (path = 0; path < 2; path++) {
+        bc_poison(&c);
+        assert_int_equal(bc_call(&c, &c.p, path), FA_OK);
+        for (i = 0; i < 40; i++)
+            for (t = 0; t < 8; t++) {
+                float x = c.dq[i * 8 + t];
+                if (i == 30) continue;            /* its own row may be NaN */
+                if (x != x) fail_msg("%s: dq row %d is NaN", path_name[path], i);
+            }
+        /* keys after 30 are seen only by rows > 30, none of which is NaN */
+        for (i = 31; i < 40; i++)
+            for (t = 0; t < 8; t++)
+                if (c.dk[i * 8 + t] != c.dk[i * 8 + t] || c.dv[i * 8 + t] != c.dv[i * 8 + t])
+                    fail_msg("%s: key %d is NaN", path_name[path], i);
+    }
+    bc_free(&c);
+}
+
+int main(void)
+{
+    const char *seed = getenv("FA_TEST_SEED");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reference_gradients),
+        cmocka_unit_test(test_seq_lengths),
+        cmocka_unit_test(test_head_dims),
+        cmocka_unit_test(test_block_sizes),
+        cmocka_unit_test(test_gqa_causal_windows),
+        cmocka_unit_test(test_modifiers),
+        cmocka_unit_test(test_strides_and_everything),
+        cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_no_memory),
+        cmocka_unit_test(test_workspace),
+        cmocka_unit_test(test_nan_rows),
+    };
+    if (seed) g_seed_base = strtoull(seed, NULL, 10);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
