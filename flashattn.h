@@ -57,6 +57,13 @@
    (refused before asking the allocator, which might overcommit and fail only at first touch). fa_tiled allocates O(threads x tile), never O(Sq x Sk).
    fa_*_workspace_bytes return exactly what the call will allocate.
 
+   BACKWARD: fa_naive_backward and fa_tiled_backward take the forward's p (and, for the tiled one,
+   the forward's lse in p->lse) with o and d_o, and overwrite dq, dk, dv (laid out as q, k, v; so
+   their strides must be writable). dS = P (dP - delta) with delta = rowsum(d_o * o) and softcap's
+   derivative 1 - tanh^2; ALiBi and bias are constants; GQA sums dk, dv over the group. Both are
+   deterministic: every output element is made by one work item in an order fixed by the shape
+   (section 6b says how), so the bits do not depend on threads or the pool.
+
    THREADS: `threads` workers (0: all online cores) share batch x heads x query tiles; with few query
    rows (decoding), or fewer tiles than two per thread, the key axis is split too and the parts
    merged by log-sum-exp (fa_merge's rule).
