@@ -2716,7 +2716,7 @@ static void fa__tbwd_kv(const fa__bwd_ctx *c, const fa__tbwd_plan *pl, int64_t i
     int64_t kt = item / ((int64_t)d->B * d->Hkv), bg = item % ((int64_t)d->B * d->Hkv);
     int b = (int)(bg / d->Hkv), g = (int)(bg % d->Hkv), D = d->D, Dv = d->Dv, isa = c->isa, ldk = pl->ldk, hh, j, t;
     int64_t k0 = kt * pl->kt, k1 = k0 + pl->kt < d->Sk ? k0 + pl->kt : d->Sk, ilo, ihi, i0;
-    int nk = (int)(k1 - k0), nvk = (nk + 15) / 16, acc = d->causal || d->wl > 0 || d->wr > 0 || d->bias ? 2 : 1;
+    int nk = (int)(k1 - k0), nvk = (nk + 15) / 16;
     float *Kt = ws, *dKt = Kt + (size_t)ldk * D, *Vt = dKt + (size_t)ldk * D, *dVt = Vt + (size_t)ldk * Dv;
     float *P = dVt + (size_t)ldk * Dv, *dS = P + (size_t)ldk * pl->qb, *G = d->softcap > 0.0f ? dS + (size_t)ldk * pl->qb : NULL;
     const float *kb = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
@@ -2740,7 +2740,7 @@ static void fa__tbwd_kv(const fa__bwd_ctx *c, const fa__tbwd_plan *pl, int64_t i
         const float *lse = d->lse + ((int64_t)b * d->Hq + h) * d->Sq, *delta = c->delta + ((int64_t)b * d->Hq + h) * d->Sq;
         for (i0 = ilo; i0 < ihi; i0 += pl->qb) {
             int64_t i1 = i0 + pl->qb < ihi ? i0 + pl->qb : ihi;
-            int nr = (int)(i1 - i0), r, mask = !fa__block_unmasked(d, i0, i1, k0, k1);
+            int nr = (int)(i1 - i0), r, mask = !fa__block_unmasked(d, i0, i1, k0, k1), acc = mask || d->bias ? 2 : 1;
             const float *qr = qb + i0 * d->qs[2], *dor = dob + i0 * d->os[2];
             fa__gemm(isa, qr, d->qs[2], 1, nr, D, Kt, ldk, P, ldk, nvk, 0, &pf);
             fa__gemm(isa, dor, d->os[2], 1, nr, Dv, Vt, ldk, dS, ldk, nvk, 0, &pf);
@@ -2770,7 +2770,7 @@ static void fa__tbwd_q(const fa__bwd_ctx *c, const fa__tbwd_plan *pl, int64_t it
     int64_t per = (int64_t)d->B * d->Hq, qt = pl->qtiles - 1 - item / per, bh = item % per;
     int b = (int)(bh / d->Hq), h = (int)(bh % d->Hq), g = h / d->group, D = d->D, Dv = d->Dv, isa = c->isa;
     int64_t ld = pl->ld, i0 = qt * pl->qt, i1 = i0 + pl->qt < d->Sq ? i0 + pl->qt : d->Sq, klo, khi, k0, r, t;
-    int nr = (int)(i1 - i0), nv = (nr + 15) / 16, acc = d->causal || d->wl > 0 || d->wr > 0 || d->bias ? 2 : 1;
+    int nr = (int)(i1 - i0), nv = (nr + 15) / 16;
     float *Qt = ws, *dQt = Qt + ld * D, *dOt = dQt + ld * D, *S = dOt + ld * Dv, *dP = S + ld * pl->bk;
     float *L = dP + ld * pl->bk, *Dl = L + ld, *G = d->softcap > 0.0f ? Dl + ld : NULL;
     const float *qb = c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
@@ -2793,7 +2793,7 @@ static void fa__tbwd_q(const fa__bwd_ctx *c, const fa__tbwd_plan *pl, int64_t it
     fa__rows_range(d, i0, i1, &klo, &khi);
     for (k0 = klo; k0 < khi; k0 += pl->bk) {
         int64_t k1 = k0 + pl->bk < khi ? k0 + pl->bk : khi;
-        int nk = (int)(k1 - k0), j, mask = !fa__block_unmasked(d, i0, i1, k0, k1);
+        int nk = (int)(k1 - k0), j, mask = !fa__block_unmasked(d, i0, i1, k0, k1), acc = mask || d->bias ? 2 : 1;
         const float *kr = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1] + k0 * d->ks[2];
         const float *vr = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1] + k0 * d->vs[2];
         fa__gemm(isa, kr, d->ks[2], 1, nk, D, Qt, ld, S, ld, nv, 0, &pf);
