@@ -9,7 +9,7 @@ CSTD    := -std=c99 -pedantic
 LDLIBS  := -lopenblas -lm -lpthread
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-EXAMPLES := quickstart naive_vs_tiled split_keys
+EXAMPLES := quickstart naive_vs_tiled split_keys train_step
 
 .PHONY: all deps run test bench test-cuda bench-cuda bench-cuda-build clean
 
@@ -48,10 +48,11 @@ $(BUILD):
 $(BUILD)/%: examples/%.c flashattn.h | $(BUILD)
 	$(CC) $(CFLAGS) $(CSTD) $(WARN) -I. $< -o $@ $(LDLIBS)
 
-# the two quick examples, then the article's experiments (about half a minute on 2 cores)
+# the quick examples (train_step: a second), then the article's experiments (about half a minute on 2 cores)
 run: deps $(addprefix $(BUILD)/,$(EXAMPLES))
 	./$(BUILD)/quickstart
 	./$(BUILD)/split_keys
+	./$(BUILD)/train_step
 	./$(BUILD)/naive_vs_tiled
 
 # ---- bench -------------------------------------------------------------------------------------
