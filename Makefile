@@ -192,7 +192,7 @@ test-cuda-compile:
 	  echo "on 2 cores, with nothing printed meanwhile (make test CUDA=0 skips this step)"; \
 	  $(STEP) "CUDA: compile of the .cu translation units (sm_80, sm_90, PTX; not run)" '$(MAKE) --no-print-directory cuda-objs'; \
 	fi
-	-@$(SKIP_STEP) "CUDA: tests" "make test runs none (no GPU here); make test-cuda on a GPU machine"
+	-@$(SKIP_STEP) "CUDA: tests" "never run by make test; make test-cuda runs them on a GPU machine"
 
 # Every CUDA translation unit, compiled for sm_80 (baseline), sm_90 (H100/H200) and PTX for later
 # GPUs; host code -Wall -Wextra -Werror. Objects are linked by test-cuda (and bench-cuda). The

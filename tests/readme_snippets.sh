@@ -49,4 +49,4 @@ for f in "$out"/snippet_*.c; do
   echo "ok: $what ($tools)"
   count=$((count + 1))
 done
-echo "step-detail: $count README C blocks compiled as C99 -pedantic and as C++${clang:+ (gcc, g++, clang, clang++)}"
+echo "step-detail: $count blocks, each by $cc and $cxx${clang:+ and by clang as C and C++}"

@@ -46,7 +46,7 @@ pkg-config)
     "$tmp/consumer-$pc" "$([ $pc = flashattn-noblas ] && echo noblas || echo blas)" "$version"
   done
   uninstall_clean "$prefix" PREFIX="$prefix"
-  echo "step-detail: installed, consumer built with pkg-config flashattn and flashattn-noblas $version, run, uninstalled"
+  echo "step-detail: $version installed, flashattn and flashattn-noblas consumers built, run, uninstalled"
   ;;
 cmake)
   command -v cmake >/dev/null || { echo "cmake not found (Debian: apt-get install cmake)"; exit 77; }
@@ -66,7 +66,7 @@ cmake)
     echo "find_package(flashattn $bad) refused, as it should be"
   done
   uninstall_clean "$prefix" PREFIX="$prefix"
-  echo "step-detail: installed, find_package(flashattn 0.2) gave flashattn::flashattn and ::flashattn_noblas, both built and run; 0.1, 1.0, 9.9 refused; uninstalled"
+  echo "step-detail: flashattn::flashattn and ::flashattn_noblas consumers built and run; 0.1, 1.0, 9.9 refused; uninstalled"
   ;;
 destdir)
   stage=$tmp/stage final=/opt/flashattn-test
@@ -76,7 +76,7 @@ destdir)
   grep -qx "prefix=$final" "$stage$final/lib/pkgconfig/flashattn.pc" || { echo "flashattn.pc does not name $final"; exit 1; }
   if [ -e "$final" ]; then echo "$final exists: make install wrote outside DESTDIR?"; exit 1; fi
   uninstall_clean "$stage" DESTDIR="$stage" PREFIX="$final"
-  echo "step-detail: DESTDIR staging: the five files under DESTDIR/PREFIX only, .pc names PREFIX; uninstalled"
+  echo "step-detail: the five files under DESTDIR/PREFIX only, the .pc naming PREFIX; uninstalled"
   ;;
 *) echo "unknown mode $mode"; exit 2 ;;
 esac
