@@ -22,7 +22,7 @@ if [ "$skip" = 1 ]; then
 fi
 
 n=$(( $(wc -l < "$summary" 2>/dev/null || echo 0) + 1 ))
-log=$(dirname "$summary")/logs/$(printf '%02d' "$n")-$(printf '%s' "$label" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-60).log
+log=$(dirname "$summary")/logs/$(printf '%02d' "$n")-$(printf '%s' "$label" | tr -cs 'A-Za-z0-9' '-' | cut -c1-50).log
 printf '\n==== %s\n' "$label"
 t0=$(date +%s.%N)
 bash -c "$cmd" 2>&1 | tee "$log"
