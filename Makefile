@@ -110,6 +110,8 @@ test: deps
 	  tests/summary.sh $(SUMMARY) $$rc $$(( $$(date +%s) - t0 ))
 
 test-steps: $(TEST_STEPS)
+# A step added elsewhere: a target whose recipe lines are `-@$(STEP) "what it is" 'command'`, and
+# `test-steps: that-target` beside it (a later `TEST_STEPS +=` would come too late for this rule).
 
 # compile checks, each linked and run: C99 -pedantic with two translation units (impl.c holds the
 # implementation, user.c only the declarations); the same as C++ (g++ -pedantic); FLASHATTN_NO_BLAS;
