@@ -101,6 +101,8 @@ SUMMARY    := $(BUILD)/summary.txt
 STEP       := tests/run_step.sh $(SUMMARY)
 SKIP_STEP  := tests/run_step.sh --skip $(SUMMARY)
 CLANGXX    ?= $(shell command -v clang++ 2>/dev/null)
+# the steps call make through this, not $(MAKE) itself, so that `make -n test` only prints them
+SUBMAKE     = $(MAKE) --no-print-directory
 TEST_STEPS := test-compile test-readme test-examples test-suites test-install test-cuda-compile
 
 .PHONY: test-steps test-readme test-examples test-suites test-install
@@ -155,31 +157,31 @@ test-readme: | $(BUILD)
 # 2 s budget instead of 40 s (`make run` runs it all). The bench is built, not run (`make bench`).
 test-examples: | $(BUILD)
 	-@$(STEP) "example: quickstart, built and run (naive and tiled allclose)" \
-	  '$(MAKE) --no-print-directory $(BUILD)/quickstart && ./$(BUILD)/quickstart'
+	  '$(SUBMAKE) $(BUILD)/quickstart && ./$(BUILD)/quickstart'
 	-@$(STEP) "example: split_keys, built and run (chunks merged by fa_merge = one call)" \
-	  '$(MAKE) --no-print-directory $(BUILD)/split_keys && ./$(BUILD)/split_keys'
+	  '$(SUBMAKE) $(BUILD)/split_keys && ./$(BUILD)/split_keys'
 	-@$(STEP) "example: naive_vs_tiled --quick, built and run (all checks; timing on a 2 s budget)" \
-	  '$(MAKE) --no-print-directory $(BUILD)/naive_vs_tiled && ./$(BUILD)/naive_vs_tiled --quick'
+	  '$(SUBMAKE) $(BUILD)/naive_vs_tiled && ./$(BUILD)/naive_vs_tiled --quick'
 	-@$(STEP) "bench: built (not run; make bench runs it, about 5 min)" \
-	  '$(MAKE) --no-print-directory $(BUILD)/bench'
+	  '$(SUBMAKE) $(BUILD)/bench'
 
 # The cmocka suite, four builds.
 test-suites: | $(BUILD)
 	-@$(STEP) "cmocka test_flashattn (OpenBLAS, this CPU's best SIMD path)" \
-	  '$(MAKE) --no-print-directory $(BUILD)/test_flashattn && ./$(BUILD)/test_flashattn'
+	  '$(SUBMAKE) $(BUILD)/test_flashattn && ./$(BUILD)/test_flashattn'
 	-@$(STEP) "cmocka test_flashattn_noblas (FLASHATTN_NO_BLAS, portable C: FLASHATTN_ISA=0)" \
-	  '$(MAKE) --no-print-directory $(BUILD)/test_flashattn_noblas && ./$(BUILD)/test_flashattn_noblas'
+	  '$(SUBMAKE) $(BUILD)/test_flashattn_noblas && ./$(BUILD)/test_flashattn_noblas'
 	-@$(STEP) "cmocka test_flashattn_avx2 (FLASHATTN_ISA=1)" \
-	  '$(MAKE) --no-print-directory $(BUILD)/test_flashattn_avx2 && ./$(BUILD)/test_flashattn_avx2'
+	  '$(SUBMAKE) $(BUILD)/test_flashattn_avx2 && ./$(BUILD)/test_flashattn_avx2'
 	-@$(STEP) "cmocka test_flashattn_san (ASan + UBSan)" \
-	  '$(MAKE) --no-print-directory $(BUILD)/test_flashattn_san && $(SAN_ENV) ./$(BUILD)/test_flashattn_san'
+	  '$(SUBMAKE) $(BUILD)/test_flashattn_san && $(SAN_ENV) ./$(BUILD)/test_flashattn_san'
 
 # make install into a temporary prefix, a consumer built against it, make uninstall (see the
 # install block below and tests/consumer/run.sh).
 test-install: | $(BUILD)
-	-@$(STEP) "install: consumer through pkg-config (flashattn, flashattn-noblas)" 'MAKE="$(MAKE)" CC="$(CC)" tests/consumer/run.sh pkg-config'
-	-@$(STEP) "install: consumer through CMake find_package(flashattn 0.2)" 'MAKE="$(MAKE)" CC="$(CC)" tests/consumer/run.sh cmake'
-	-@$(STEP) "install: DESTDIR staging and uninstall" 'MAKE="$(MAKE)" CC="$(CC)" tests/consumer/run.sh destdir'
+	-@$(STEP) "install: consumer through pkg-config (flashattn, flashattn-noblas)" 'MAKE="$(SUBMAKE)" CC="$(CC)" tests/consumer/run.sh pkg-config'
+	-@$(STEP) "install: consumer through CMake find_package(flashattn 0.2)" 'MAKE="$(SUBMAKE)" CC="$(CC)" tests/consumer/run.sh cmake'
+	-@$(STEP) "install: DESTDIR staging and uninstall" 'MAKE="$(SUBMAKE)" CC="$(CC)" tests/consumer/run.sh destdir'
 
 # ---- CUDA (the GPU machine; CI compiles only) -------------------------------------------------
 # make test compiles the CUDA translation units when nvcc is found (about 2 min on 2 cores) and
@@ -192,7 +194,7 @@ test-cuda-compile:
 	else \
 	  echo; echo "CUDA: compiling the .cu translation units for sm_80, sm_90 and PTX, compile only: about 2 min"; \
 	  echo "on 2 cores, with nothing printed meanwhile (make test CUDA=0 skips this step)"; \
-	  $(STEP) "CUDA: compile of the .cu translation units (sm_80, sm_90, PTX; not run)" '$(MAKE) --no-print-directory cuda-objs'; \
+	  $(STEP) "CUDA: compile of the .cu translation units (sm_80, sm_90, PTX; not run)" '$(SUBMAKE) cuda-objs'; \
 	fi
 	-@$(SKIP_STEP) "CUDA: tests" "never run by make test; make test-cuda runs them on a GPU machine"
 
