@@ -1,4 +1,4 @@
-/* flashattn.h - v0.1.0 - exact attention kernels in one header - MIT licence (end of file)
+/* flashattn.h - v0.2.0 - exact attention kernels in one header - MIT licence (end of file)
 
    A naive attention that materialises the Sq x Sk score matrix (GEMMs through OpenBLAS) and a
    tiled online-softmax attention that never does (K/V walked in blocks with a running max m, a
@@ -14,13 +14,23 @@
        #define FLASHATTN_IMPLEMENTATION     // in exactly ONE C or C++ file
        #include "flashattn.h"
 
-       fa_params p = {0};                   // zero means "the default" everywhere
+       fa_params p = FA_PARAMS_INIT;        // all zero: "the default" everywhere; C and C++
        p.batch = 2; p.heads = 8; p.seq_q = 512; p.seq_k = 512; p.head_dim = 64;
        fa_status st = fa_tiled(&p, q, k, v, o);   // q,k,v,o: packed [B][H][S][D] fp32
        if (st != FA_OK) fprintf(stderr, "%s\n", fa_status_string(st));
 
    Build with plain `cc -O2 ... -lopenblas -lm -lpthread` (`-lm -lpthread` under FLASHATTN_NO_BLAS).
    No -march flag is needed: the SIMD path of the running CPU is chosen at run time.
+   FA_PARAMS_INIT is {0} in C and {} in C++ (where {0} trips -Wmissing-field-initializers);
+   memset(&p, 0, sizeof p) is the same. `make install PREFIX=...` installs the header with a
+   pkg-config file (flashattn, flashattn-noblas) and a CMake package (find_package(flashattn)
+   gives flashattn::flashattn and flashattn::flashattn_noblas).
+
+   VERSION: FLASHATTN_VERSION_MAJOR/MINOR/PATCH, FLASHATTN_VERSION_STRING ("0.2.0") and
+   FLASHATTN_VERSION_NUMBER (major*10000 + minor*100 + patch) at compile time; fa_version() and
+   fa_version_number() at run time, from the implementation that was linked. fa_build_info(buf, n)
+   writes one line saying what the build holds: the BLAS (OpenBLAS's own config string), the SIMD
+   paths compiled in and the one this CPU runs, and whether CUDA is linked.
 
    OPTIONS (define before including)
 
@@ -45,6 +55,13 @@
                    window_right > 0 && j > d + window_right
        o_i   = sum_j softmax(s_i)_j v_j over visible keys,  lse_i = log sum_j exp(s_ij)
        A row with no visible key gets o_i = 0 and lse_i = -INFINITY, never NaN.
+
+   WINDOW vs flash-attn's window_size = (left, right): there -1 means unbounded and 0 means no key
+   on that side; here 0 means unbounded, and a positive W means the same as there (W keys on that
+   side of the diagonal, plus the diagonal). So (-1, -1) is window_left = window_right = 0; (L, -1)
+   is window_left = L; (-1, R) is window_right = R; (L, 0) is window_left = L with causal = 1, and
+   (-1, 0) is causal = 1 alone. A left side of 0 ((0, R): no key before the diagonal) has no window
+   equivalent here; hide those keys with a bias.
 
    Layout: strides in elements for {batch, head, token}, the feature dim contiguous; all three zero
    means packed [B][H][S][D]; [B][S][H][D] is {S*H*D, D, H*D}. GQA/MQA through kv_heads.
@@ -104,8 +121,12 @@
 #include <stdint.h>
 
 #define FLASHATTN_VERSION_MAJOR 0
-#define FLASHATTN_VERSION_MINOR 1
+#define FLASHATTN_VERSION_MINOR 2
 #define FLASHATTN_VERSION_PATCH 0
+#define FLASHATTN_VERSION_STRING "0.2.0"
+/* major * 10000 + minor * 100 + patch: 200 for 0.2.0; compare with fa_version_number() */
+#define FLASHATTN_VERSION_NUMBER \
+    (FLASHATTN_VERSION_MAJOR * 10000 + FLASHATTN_VERSION_MINOR * 100 + FLASHATTN_VERSION_PATCH)
 
 #ifdef FLASHATTN_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -154,7 +175,10 @@ typedef struct fa_params {
     int threads;      /* CPU worker threads; 0 means all online cores */
     void *stream;     /* CUDA backend: a cudaStream_t; 0 means the default stream */
     /* score modifiers and masks; all zero means off */
-    int window_left, window_right;   /* sliding window, 0 means unbounded on that side */
+    int window_left, window_right;   /* sliding window: W > 0 keeps the W keys on that side of the
+                                        diagonal; 0 means unbounded on that side (flash-attn's -1;
+                                        its 0, no key on that side, is causal = 1 on the right and
+                                        has no window form on the left: WINDOW above) */
     float softcap;                   /* > 0: s = softcap * tanh(s / softcap) */
     const float *alibi_slopes;       /* [Hq] fp32, or [B][Hq] when alibi_stride = Hq */
     int64_t alibi_stride;            /* elements between batches of slopes; 0: one [Hq] row for all */
@@ -166,6 +190,16 @@ typedef struct fa_params {
     int deterministic; /* CUDA backward: nonzero gives bitwise the same gradients on every run
                           (it may be slower); the CPU paths are always deterministic */
 } fa_params;
+
+/* The all-zero fa_params (every field "the default"; set the five required shape fields next):
+       fa_params p = FA_PARAMS_INIT;
+   warning-free under -Wall -Wextra -Werror in C (gcc, clang) and in C++ (g++, clang++), where
+   `= {0}` trips -Wmissing-field-initializers. memset(&p, 0, sizeof p) is the same request. */
+#ifdef __cplusplus
+#define FA_PARAMS_INIT {}
+#else
+#define FA_PARAMS_INIT {0}
+#endif
 
 /* The textbook path: scores (optional, packed [B][Hq][Sq][Sk] fp32, scaled and modified, -INFINITY
    where hidden) are materialised in full. */
@@ -181,6 +215,19 @@ FLASHATTN_DEF const char *fa_status_string(fa_status s);
 /* torch.allclose: every |a-b| <= atol + rtol*|b|; a NaN anywhere fails. */
 FLASHATTN_DEF int fa_allclose(const float *a, const float *b, size_t n, float rtol, float atol);
 FLASHATTN_DEF double fa_max_abs_diff(const float *a, const float *b, size_t n);
+/* The version of the implementation linked in, at run time: fa_version() is "0.2.0"
+   (FLASHATTN_VERSION_STRING), fa_version_number() is 200 (FLASHATTN_VERSION_NUMBER). A program
+   whose declarations came from another copy of the header can compare them with the macros. */
+FLASHATTN_DEF const char *fa_version(void);
+FLASHATTN_DEF int fa_version_number(void);
+/* What this build holds, as one line written into buf (snprintf semantics: at most n bytes with
+   the terminating NUL, buf may be NULL when n is 0; returns the length of the whole line, so a
+   return >= n means it was cut short; 256 bytes are always enough). No allocation, no state:
+       flashattn 0.2.0; BLAS: OpenBLAS <openblas_get_config()> | none (FLASHATTN_NO_BLAS);
+       SIMD compiled: avx512f avx2+fma portable; this CPU runs: avx512f | avx2+fma | portable;
+       CUDA: in this translation unit | linked | not linked
+   "this CPU runs" is the path fa_tiled and fa_naive's own loops take here (FLASHATTN_ISA caps it). */
+FLASHATTN_DEF size_t fa_build_info(char *buf, size_t n);
 /* lse = log(sum_p exp(lse_p)), o = sum_p exp(lse_p - lse) * o_p; parts packed [rows][dv]. */
 FLASHATTN_DEF fa_status fa_merge(int rows, int dv, int parts, const float *const *o_parts,
                                  const float *const *lse_parts, float *o, float *lse);
@@ -303,6 +350,72 @@ FLASHATTN__CPU_DEF double fa_max_abs_diff(const float *a, const float *b, size_t
         if (d > m) m = d;
     }
     return m;
+}
+
+/* ---- version and build information (fa_version, fa_version_number, fa_build_info) ------------ */
+
+FLASHATTN__CPU_DEF const char *fa_version(void) { return FLASHATTN_VERSION_STRING; }
+FLASHATTN__CPU_DEF int fa_version_number(void) { return FLASHATTN_VERSION_NUMBER; }
+
+static int fa__isa(void);
+
+/* Whether the x86 kernels are compiled: the same test as section 3's FLASHATTN__X86, which is
+   defined further down (the suite checks that the two agree). */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(FLASHATTN_NO_SIMD)
+#define FA__INFO_X86 1
+#else
+#define FA__INFO_X86 0
+#endif
+
+/* CUDA outside this translation unit: a weak reference to fa_cuda_tiled's symbol is non-NULL when
+   a CUDA translation unit (FLASHATTN_IMPLEMENTATION and FLASHATTN_CUDA under nvcc) is linked in. */
+#if !defined(__CUDACC__) && defined(__ELF__) && (defined(__GNUC__) || defined(__clang__))
+#define FA__INFO_CUDA_PROBE 1
+extern char fa__cuda_probe __asm__("fa_cuda_tiled") __attribute__((weak));
+#endif
+
+/* Appends the text to buf[*len...] as far as n allows, counting the whole length in *len. */
+static void fa__info_put(char *buf, size_t n, size_t *len, const char *text)
+{
+    size_t t = strlen(text);
+    if (*len + 1 < n) {
+        size_t room = n - 1 - *len;
+        memcpy(buf + *len, text, t < room ? t : room);
+    }
+    *len += t;
+}
+
+FLASHATTN__CPU_DEF size_t fa_build_info(char *buf, size_t n)
+{
+    static const char *const isa_name[3] = { "portable", "avx2+fma", "avx512f" };
+    size_t len = 0;
+    int isa = fa__isa();
+    if (!buf) n = 0;
+    fa__info_put(buf, n, &len, "flashattn " FLASHATTN_VERSION_STRING "; BLAS: ");
+#ifdef FLASHATTN_NO_BLAS
+    fa__info_put(buf, n, &len, "none (FLASHATTN_NO_BLAS)");
+#else
+    {
+        const char *cfg = openblas_get_config();
+        fa__info_put(buf, n, &len, cfg ? cfg : "OpenBLAS");
+    }
+#endif
+    fa__info_put(buf, n, &len, FA__INFO_X86 ? "; SIMD compiled: avx512f avx2+fma portable" : "; SIMD compiled: portable");
+#ifdef FLASHATTN_ISA
+    fa__info_put(buf, n, &len, " (capped by FLASHATTN_ISA)");
+#endif
+    fa__info_put(buf, n, &len, "; this CPU runs: ");
+    fa__info_put(buf, n, &len, isa_name[isa >= 0 && isa <= 2 ? isa : 0]);
+    fa__info_put(buf, n, &len, "; CUDA: ");
+#if defined(__CUDACC__) && defined(FLASHATTN_CUDA)
+    fa__info_put(buf, n, &len, "in this translation unit");
+#elif defined(FA__INFO_CUDA_PROBE)
+    fa__info_put(buf, n, &len, &fa__cuda_probe != NULL ? "linked" : "not linked");
+#else
+    fa__info_put(buf, n, &len, "not in this translation unit");
+#endif
+    if (n > 0) buf[len < n ? len : n - 1] = '\0';
+    return len;
 }
 
 /* The request with every default filled in, in one place. */
