@@ -281,6 +281,11 @@ int main(int argc, char **argv)
     printf("%sflashattn.h backward bench: fp32, threads=%d%s, %ld online cores, OpenBLAS core %s%s\n", C, nthreads,
            g_pool ? " on one fa_pool" : " started by each call", sysconf(_SC_NPROCESSORS_ONLN), bench_corename(),
            bench_coretype_note());
+    {
+        char info[512];
+        fa_build_info(info, sizeof info);
+        printf("%sbuild: %s\n", C, info);
+    }
     if (!no_ceiling) {
         gemm0 = bench_sgemm_gflops(2048, nthreads, quick || few_reps ? 3 : 7, quick || few_reps ? 0.5 : 2.0);
         printf("%sceiling: OpenBLAS sgemm 2048^3 %.1f GFLOP/s at %d threads at the start; each row is held to one "
