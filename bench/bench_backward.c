@@ -14,7 +14,8 @@
    FLOPs as FlashAttention counts them: the backward is 2.5 x the forward's 4*B*H*Sq*Sk*D, halved
    for causal; the window row counts its visible (row, key) pairs only.
 
-   Options: --threads N (default 2), --quick (S <= 2048, fewer repeats), --few-reps (fewer repeats
+   Options: --block-k N, --block-q N (the tiles: keys per item, query rows per block; 0 the library's),
+            --threads N (default 2), --quick (S <= 2048, fewer repeats), --few-reps (fewer repeats
             only), --max-s N, --naive-mem GiB (largest naive workspace to allocate, default 9, and
             never over 60% of the memory available at the start), --csv, --no-naive, --no-row-sgemm
             (no sgemm next to each row: OpenBLAS's threads spin after each GEMM and share the cores
@@ -26,7 +27,7 @@
 #include "bench_util.h"
 
 static int csv = 0, quick = 0, few_reps = 0, nthreads = 2, no_naive = 0, no_ceiling = 0;
-static int max_s = 8192;
+static int max_s = 8192, opt_bk = 0, opt_bq = 0;   /* --block-k, --block-q: the tiles (0: the library's) */
 static double naive_mem_gib = 9.0, avail_bytes = 0.0;
 static fa_pool *g_pool;
 
@@ -122,6 +123,7 @@ static row run_row(shape s, int want_naive, int alt)
     memset(&p, 0, sizeof p);
     p.batch = s.B; p.heads = s.H; p.kv_heads = s.Hkv; p.seq_q = s.S; p.seq_k = s.S; p.head_dim = s.D;
     p.causal = s.causal; p.window_left = s.wl; p.threads = nthreads; p.pool = g_pool;
+    p.block_k = opt_bk; p.block_q = opt_bq;
     pa = p; pa.window_left = 0; pa.causal = 1;
     r.tiled_ws = fa_tiled_backward_workspace_bytes(&p);
     r.naive_ws = fa_naive_backward_workspace_bytes(&p);
@@ -258,9 +260,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-naive")) no_naive = 1;
         else if (!strcmp(argv[i], "--no-row-sgemm")) no_ceiling = 1;
         else if (!strcmp(argv[i], "--pool")) use_pool = 1;
+        else if (!strcmp(argv[i], "--block-k") && i + 1 < argc) opt_bk = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--block-q") && i + 1 < argc) opt_bq = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--csv] [--threads N] [--quick] [--few-reps] [--max-s N] [--naive-mem GiB] "
-                    "[--no-naive] [--no-row-sgemm] [--pool]\n", argv[0]);
+                    "[--no-naive] [--no-row-sgemm] [--pool] [--block-k N] [--block-q N]\n", argv[0]);
             return 2;
         }
     }
