@@ -2445,21 +2445,22 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
    fa__ds is that rule on one element (0 where P is 0, so that a hidden key's NaN in v or d_o
    reaches nothing); the SIMD kernel below is the same rule on lanes.
 
-   Determinism. fa_tiled_backward makes every output element in one work item, in an order fixed
-   by the shape: one pass over key tiles (an item per batch, kv head and tile of FA__BWD_KT keys)
-   accumulates dk and dv over the query heads of the group and the query rows in order, and one
-   pass over query tiles (an item per batch, head and tile of FA__BWD_QT rows) accumulates dq over
-   the key blocks in order. No item adds into another's output, so no reduction depends on which
-   thread ran what, and the tiles do not depend on the thread count: the same bits for any
-   `threads`, pool or none. The price is that the two passes each recompute S = Q K^T and
-   dP = dO V^T (7 GEMM-sized products instead of the 5 of an atomics-based FlashAttention-2
-   backward); the per-row delta is computed once, into a [B][Hq][Sq] buffer.
+   Determinism. fa_tiled_backward runs one pass over key tiles (an item per batch, kv head and tile
+   of keys, FlashAttention-2's arrangement): each item accumulates its tile's dk and dv over the
+   query heads of the group and the query rows in order, and forms for each block of query rows
+   its contribution to dq. Those contributions are added into dq in key-tile order: a counter per
+   (batch, head, row block) says whose turn it is, and a tile waits for its turn (the tiles before
+   it were taken from the queue earlier, so the wait ends). Every output element is then summed in
+   an order fixed by the shape, and the tiles come from the shape, not the thread count: the same
+   bits for any `threads`, pool or none, with FlashAttention-2's 5 GEMM-sized products (a design
+   with a second pass for dq costs 7: it ran 1.3-1.9x slower, bench/RESULTS.md "CPU backward").
+   The per-row delta is computed once, into a [B][Hq][Sq] buffer, before the tiles.
    fa_naive_backward runs an item per (batch, kv head), the group's heads in order: also
    deterministic. */
-#define FA__BWD_KT 96      /* keys per item of the dk/dv pass (two 48-lane register panels) */
-#define FA__BWD_QB 64      /* query rows per step of the dk/dv pass */
-#define FA__BWD_QT 96      /* query rows per item of the dq pass */
-#define FA__BWD_BK 64      /* keys per block of the dq pass */
+#define FA__BWD_KT 96      /* keys per item (two 48-lane register panels), below FA__BWD_WIDE keys */
+#define FA__BWD_KT_WIDE 192 /* keys per item from FA__BWD_WIDE keys: Q, dO and dq stream half as often */
+#define FA__BWD_WIDE 2048
+#define FA__BWD_QB 64      /* query rows per block (the grid of dq's turns) */
 
 static float fa__softcap_grad(float s_capped, float cap)
 {
@@ -2798,7 +2799,7 @@ static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
     size_t f, cap = d->softcap > 0.0f;
     memset(pl, 0, sizeof *pl);
     if (d->Sq == 0 || d->Sk == 0) return;      /* zeros are written, nothing is allocated */
-    pl->kt = d->block_k ? d->block_k : FA__BWD_KT;
+    pl->kt = d->block_k ? d->block_k : d->Sk >= FA__BWD_WIDE ? FA__BWD_KT_WIDE : FA__BWD_KT;
     pl->qb = d->block_q ? d->block_q : FA__BWD_QB;
     if (pl->kt > d->Sk) pl->kt = d->Sk;
     if (pl->qb > d->Sq) pl->qb = d->Sq;
