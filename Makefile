@@ -12,13 +12,18 @@ SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 EXAMPLES := quickstart naive_vs_tiled split_keys train_step
 
 .PHONY: all deps run test bench test-cuda bench-cuda bench-cuda-build clean
+.PHONY: mpi-example test-mpi
 
 all: deps $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench
+all: mpi-example
 
 # ---- dependencies: Debian's libopenblas-dev and libcmocka-dev ----------------------------------
 # Installed with apt-get when missing and we are root; otherwise deps stops and prints the exact
 # command. Without dpkg (not Debian), a one-line compile and link against both libraries decides.
 DEPS_PKGS := libopenblas-dev libcmocka-dev
+# OpenMPI for examples/ring_attention_mpi.c (make test-mpi)
+MPI_PKGS  := libopenmpi-dev openmpi-bin
+DEPS_PKGS += $(MPI_PKGS)
 deps:
 	@missing=""; \
 	if command -v dpkg-query >/dev/null 2>&1; then \
@@ -54,6 +59,48 @@ run: deps $(addprefix $(BUILD)/,$(EXAMPLES))
 	./$(BUILD)/split_keys
 	./$(BUILD)/train_step
 	./$(BUILD)/naive_vs_tiled
+
+# ---- MPI: ring attention across processes (examples/ring_attention_mpi.c) ---------------------
+# Built and tested when mpicc and mpirun exist (checked when the recipe runs, so a deps step that
+# has just installed them counts). test-mpi runs it under mpirun with 1, 2, 3 and 4 ranks on this
+# machine (oversubscribed), causal and not, each checked against one process (fp32 tolerances of
+# API.md); then once with --perturb, which must fail. A few seconds. In a container as root:
+# OpenMPI refuses root without the two ALLOW variables; plm=isolated starts the ranks here without
+# ssh; shared memory (vader) without single-copy CMA, which needs ptrace, often denied there.
+MPICC     ?= mpicc
+MPIRUN    ?= mpirun
+MPI_ENV   := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
+MPI_FLAGS ?= --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl self,vader \
+             --mca btl_vader_single_copy_mechanism none
+MPI_RUN   := $(MPI_ENV) timeout 300 $(MPIRUN) $(MPI_FLAGS)
+MPI_SMALL := --S 312 --B 2 --H 4 --Hkv 2 --D 32
+MPI_MQA   := --S 1024 --B 1 --H 8 --Hkv 1 --D 64 --threads 2
+
+$(BUILD)/ring_attention_mpi: examples/ring_attention_mpi.c flashattn.h | $(BUILD)
+	$(MPICC) $(CFLAGS) $(CSTD) $(WARN) -I. $< -o $@ $(LDLIBS)
+
+mpi-example:
+	@if command -v $(MPICC) >/dev/null 2>&1; then $(MAKE) --no-print-directory $(BUILD)/ring_attention_mpi; \
+	else echo "SKIPPED: mpicc not found, $(BUILD)/ring_attention_mpi not built"; fi
+
+test-mpi:
+	@if command -v $(MPICC) >/dev/null 2>&1 && command -v $(MPIRUN) >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory $(BUILD)/ring_attention_mpi || exit 1; \
+	  for np in 1 2 3 4; do for causal in 1 0; do \
+	    echo "$(MPIRUN) -np $$np $(BUILD)/ring_attention_mpi $(MPI_SMALL) --causal $$causal"; \
+	    $(MPI_RUN) -np $$np ./$(BUILD)/ring_attention_mpi $(MPI_SMALL) --causal $$causal \
+	      || { echo "FAILED: ring_attention_mpi, $$np ranks, causal=$$causal"; exit 1; }; \
+	  done; done; \
+	  for np in 2 4; do \
+	    echo "$(MPIRUN) -np $$np $(BUILD)/ring_attention_mpi $(MPI_MQA) --causal 1"; \
+	    $(MPI_RUN) -np $$np ./$(BUILD)/ring_attention_mpi $(MPI_MQA) --causal 1 \
+	      || { echo "FAILED: ring_attention_mpi, $$np ranks, MQA"; exit 1; }; \
+	  done; \
+	  if $(MPI_RUN) -np 2 ./$(BUILD)/ring_attention_mpi $(MPI_SMALL) --perturb >/dev/null 2>&1; then \
+	    echo "FAILED: ring_attention_mpi --perturb passed its check"; exit 1; \
+	  else echo "ok: ring_attention_mpi --perturb (a wrong dk) fails its check"; fi; \
+	  echo "ok: test-mpi, ring attention at 1-4 ranks, forward and backward, matches one process"; \
+	else echo "SKIPPED: mpicc or mpirun not found, ring attention over MPI not tested (Debian: $(MPI_PKGS))"; fi
 
 # ---- bench -------------------------------------------------------------------------------------
 # Built as a user would build it: plain -O2, no -march (the SIMD path is picked at run time).
