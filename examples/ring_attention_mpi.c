@@ -63,6 +63,7 @@ typedef struct ring {
     float *q, *own, *ring[2], *o[2], *lse[2], *o_part, *lse_part;
     float *d_o[2], *dq, *dq_s, *dkv_in[2], *dkv_s, *dkv;
     double wait_s;                     /* seconds in MPI_Wait* during the last pass */
+    double compute_s;                  /* seconds in fa_tiled / fa_tiled_backward during the last pass */
     double bytes;                      /* bytes this rank sent during the last pass */
 } ring;
 
@@ -75,11 +76,12 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-/* element (b, global token s, head h, feature d) of tensor `t` (0 q, 1 k, 2 v, 3 d_o) */
+/* element (b, global token s, head h, feature d) of tensor `t` (0 q, 1 k, 2 v, 3 d_o): a position
+   hashed with the tensor's own seed, so the four tensors are independent */
 static float gen(int t, int b, int s, int h, int d)
 {
-    uint64_t key = ((((uint64_t)t * 65536u + (uint64_t)b) * 16777216u + (uint64_t)s) * 4096u + (uint64_t)h) * 4096u
-                   + (uint64_t)d;
+    uint64_t pos = (((uint64_t)b * 16777216u + (uint64_t)s) * 4096u + (uint64_t)h) * 4096u + (uint64_t)d;
+    uint64_t key = mix64(pos) ^ mix64(0x5eed0000u + (uint64_t)t);
     uint64_t a = mix64(key * 2u), c = mix64(key * 2u + 1u);
     double u1 = ((double)(a >> 11) + 0.5) / 9007199254740992.0, u2 = (double)(c >> 11) / 9007199254740992.0;
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
@@ -206,7 +208,8 @@ static void add_rows(float *dst, const float *src, int B, int seq, int tokens, s
 static void forward(ring *R)
 {
     int t, qc, have[2] = { 0, 0 };
-    R->wait_s = 0.0; R->bytes = 0.0;
+    double t0;
+    R->wait_s = 0.0; R->compute_s = 0.0; R->bytes = 0.0;
     for (t = 0; t < R->n; t++) {
         const float *cur = t == 0 ? R->own : R->ring[(t - 1) % 2];
         int j = (R->rank - t + R->n) % R->n, nreq = 0;
@@ -222,8 +225,10 @@ static void forward(ring *R)
             plan(R, qc, j, &nk, &causal);
             if (nk == 0) continue;
             p = call_params(R, nk, causal, have[qc] ? R->lse_part : R->lse[qc]);
+            t0 = MPI_Wtime();
             check_fa(fa_tiled(&p, q_chunk(R, R->q, qc), cur, cur + R->half, have[qc] ? R->o_part : R->o[qc]),
                      "fa_tiled");
+            R->compute_s += MPI_Wtime() - t0;
             if (have[qc]) {
                 const float *op[2], *lp[2];
                 op[0] = R->o[qc]; op[1] = R->o_part; lp[0] = R->lse[qc]; lp[1] = R->lse_part;
@@ -251,7 +256,8 @@ static void backward(ring *R)
     MPI_Request sreq[2] = { MPI_REQUEST_NULL, MPI_REQUEST_NULL }, fin = MPI_REQUEST_NULL;
     int t, qc;
     const size_t qrow = (size_t)R->H * R->D, krow = (size_t)R->Hkv * R->D;
-    R->wait_s = 0.0; R->bytes = 0.0;
+    double t0;
+    R->wait_s = 0.0; R->compute_s = 0.0; R->bytes = 0.0;
     memset(R->dq, 0, R->qn * sizeof(float));
     for (t = 0; t < R->n; t++) {
         const float *cur = t == 0 ? R->own : R->ring[(t - 1) % 2];
@@ -276,9 +282,11 @@ static void backward(ring *R)
             plan(R, qc, j, &nk, &causal);
             if (nk == 0) continue;
             p = call_params(R, nk, causal, R->lse[qc]);
+            t0 = MPI_Wtime();
             check_fa(fa_tiled_backward(&p, q_chunk(R, R->q, qc), cur, cur + R->half, R->o[qc], R->d_o[qc],
                                        (float *)q_chunk(R, R->dq_s, qc), R->dkv_s, R->dkv_s + R->half),
                      "fa_tiled_backward");
+            R->compute_s += MPI_Wtime() - t0;
             add_rows((float *)q_chunk(R, R->dq, qc), q_chunk(R, R->dq_s, qc), R->B, 2 * R->C, R->C, qrow);
             if (waiting) { wait_all(R, 1, &req[nreq]); waiting = 0; }
             poke(nreq, req);
@@ -600,12 +608,27 @@ static double median(double *x, int n)
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
+static double load1(void)
+{
+    double l = -1.0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1.0;
+        fclose(f);
+    }
+    return l;
+}
+
+/* per rank, summed over the reps: 0 wait fwd, 1 compute fwd, 2 wait bwd, 3 compute bwd, 4 and 5 the
+   messages alone (fwd, bwd; median of the reps), 6 and 7 the fractions hidden (fwd, bwd) */
+#define NSTAT 8
+
 int main(int argc, char **argv)
 {
     opts o;
     ring R;
-    int rank, n, ok = 1, rep;
-    double *tf, *tb, wf = 0.0, wb = 0.0, sent_f = 0.0, sent_b = 0.0, cf, cb, mx[6], sum[6], v[6];
+    int rank, n, ok = 1, rep, x;
+    double *tf, *tb, *cf, *cb, sent_f = 0.0, sent_b = 0.0, v[NSTAT], mx[NSTAT], sum[NSTAT], load0 = load1();
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -636,46 +659,49 @@ int main(int argc, char **argv)
         return 2;
     }
     setup(&R, &o, rank, n);
-    tf = (double *)malloc((size_t)o.reps * sizeof(double));
-    tb = (double *)malloc((size_t)o.reps * sizeof(double));
-    if (!tf || !tb) die("out of memory");
+    tf = (double *)malloc((size_t)o.reps * sizeof(double)); tb = (double *)malloc((size_t)o.reps * sizeof(double));
+    cf = (double *)malloc((size_t)o.reps * sizeof(double)); cb = (double *)malloc((size_t)o.reps * sizeof(double));
+    if (!tf || !tb || !cf || !cb) die("out of memory");
+    for (x = 0; x < NSTAT; x++) v[x] = 0.0;
     for (rep = 0; rep < o.reps; rep++) {
-        double t0, t1, t2, loc[2], glob[2];
+        double t0, loc[2], glob[2];
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
         forward(&R);
         loc[0] = MPI_Wtime() - t0;
-        wf = R.wait_s; sent_f = R.bytes;
+        v[0] += R.wait_s; v[1] += R.compute_s; sent_f = R.bytes;
         MPI_Barrier(MPI_COMM_WORLD);
-        t1 = MPI_Wtime();
+        t0 = MPI_Wtime();
         backward(&R);
-        t2 = MPI_Wtime();
-        loc[1] = t2 - t1;
-        wb = R.wait_s; sent_b = R.bytes;
+        loc[1] = MPI_Wtime() - t0;
+        v[2] += R.wait_s; v[3] += R.compute_s; sent_b = R.bytes;
         MPI_Allreduce(loc, glob, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         tf[rep] = glob[0]; tb[rep] = glob[1];
     }
     if (o.perturb && rank == n - 1) R.dkv[R.kvn / 3] += 1e-2f;   /* a wrong gradient the check must catch */
-    cf = comm_alone(&R, 0);
-    cb = comm_alone(&R, 1);
-    /* per rank: wait fwd, wait bwd, comm alone fwd, bwd, then the hidden fractions */
-    v[0] = wf; v[1] = wb; v[2] = cf; v[3] = cb;
-    v[4] = cf > 0.0 ? 1.0 - wf / cf : 1.0;
-    v[5] = cb > 0.0 ? 1.0 - wb / cb : 1.0;
-    MPI_Reduce(v, mx, 6, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    MPI_Reduce(v, sum, 6, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    for (rep = 0; rep < o.reps; rep++) { cf[rep] = comm_alone(&R, 0); cb[rep] = comm_alone(&R, 1); }
+    for (x = 0; x < 4; x++) v[x] /= o.reps;
+    v[4] = median(cf, o.reps); v[5] = median(cb, o.reps);
+    /* hidden: the share of the messages' own time (sent with nothing else to do) that this rank did
+       not spend waiting. The wait also holds the time a rank waits for a slower neighbour to post its
+       send, so on a shared machine this is a lower bound. */
+    v[6] = v[4] > 0.0 ? 1.0 - v[0] / v[4] : 1.0;
+    v[7] = v[5] > 0.0 ? 1.0 - v[2] / v[5] : 1.0;
+    for (x = 6; x < 8; x++) v[x] = n == 1 ? 1.0 : v[x] < 0.0 ? 0.0 : v[x];   /* one rank sends nothing */
+    MPI_Reduce(v, mx, NSTAT, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    MPI_Reduce(v, sum, NSTAT, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) {
         double f = median(tf, o.reps), b = median(tb, o.reps);
-        double hf = sum[4] / n, hb = sum[5] / n;
         printf("ring attention over MPI: %d rank(s), B=%d S=%d H=%d Hkv=%d D=%d %s, chunks of %d tokens "
-               "(rank r holds chunks r and %d-r), %d thread(s) per rank, %d rep(s)\n",
-               n, o.B, o.S, o.H, o.Hkv, o.D, o.causal ? "causal" : "non-causal", R.C, 2 * n - 1, o.threads, o.reps);
-        printf("  forward:  %.4f s (slowest rank, median of reps); sent %.2f MiB per rank; waiting in MPI %.4f s "
-               "(mean; max %.4f) against %.4f s for the same messages alone: %.0f%% hidden\n",
-               f, sent_f / 1048576.0, sum[0] / n, mx[0], sum[2] / n, n > 1 ? 100.0 * (hf < 0 ? 0 : hf) : 100.0);
-        printf("  backward: %.4f s (slowest rank, median of reps); sent %.2f MiB per rank; waiting in MPI %.4f s "
-               "(mean; max %.4f) against %.4f s for the same messages alone: %.0f%% hidden\n",
-               b, sent_b / 1048576.0, sum[1] / n, mx[1], sum[3] / n, n > 1 ? 100.0 * (hb < 0 ? 0 : hb) : 100.0);
+               "(rank r holds chunks r and %d-r), %d thread(s) per rank, %d rep(s); load average %.2f before, %.2f after\n",
+               n, o.B, o.S, o.H, o.Hkv, o.D, o.causal ? "causal" : "non-causal", R.C, 2 * n - 1, o.threads, o.reps,
+               load0, load1());
+        printf("  forward:  %.4f s (slowest rank, median of reps), computing %.4f s, waiting in MPI %.4f s (max %.4f);\n"
+               "            sent %.2f MiB per rank, %.4f s for the same messages alone: %.0f%% hidden\n",
+               f, sum[1] / n, sum[0] / n, mx[0], sent_f / 1048576.0, sum[4] / n, 100.0 * sum[6] / n);
+        printf("  backward: %.4f s (slowest rank, median of reps), computing %.4f s, waiting in MPI %.4f s (max %.4f);\n"
+               "            sent %.2f MiB per rank, %.4f s for the same messages alone: %.0f%% hidden\n",
+               b, sum[3] / n, sum[2] / n, mx[2], sent_b / 1048576.0, sum[5] / n, 100.0 * sum[7] / n);
     }
     if (o.check) {
         whole W, G;
@@ -698,11 +724,13 @@ int main(int argc, char **argv)
         MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
     }
     if (rank == 0)
-        printf("RESULT ranks=%d S=%d causal=%d fwd_s=%.4f bwd_s=%.4f sent_fwd_MiB=%.2f sent_bwd_MiB=%.2f "
-               "wait_fwd_s=%.4f wait_bwd_s=%.4f comm_fwd_s=%.4f comm_bwd_s=%.4f check=%s\n",
-               n, o.S, o.causal, median(tf, o.reps), median(tb, o.reps), sent_f / 1048576.0, sent_b / 1048576.0,
-               sum[0] / n, sum[1] / n, sum[2] / n, sum[3] / n, !o.check ? "off" : ok ? "PASS" : "FAIL");
-    free(tf); free(tb);
+        printf("RESULT ranks=%d S=%d causal=%d threads=%d fwd_s=%.4f bwd_s=%.4f compute_fwd_s=%.4f compute_bwd_s=%.4f "
+               "wait_fwd_s=%.4f wait_bwd_s=%.4f comm_fwd_s=%.4f comm_bwd_s=%.4f hidden_fwd=%.2f hidden_bwd=%.2f "
+               "sent_fwd_MiB=%.2f sent_bwd_MiB=%.2f check=%s\n",
+               n, o.S, o.causal, o.threads, median(tf, o.reps), median(tb, o.reps), sum[1] / n, sum[3] / n,
+               sum[0] / n, sum[2] / n, sum[4] / n, sum[5] / n, sum[6] / n, sum[7] / n,
+               sent_f / 1048576.0, sent_b / 1048576.0, !o.check ? "off" : ok ? "PASS" : "FAIL");
+    free(tf); free(tb); free(cf); free(cb);
     teardown(&R);
     MPI_Finalize();
     return ok ? 0 : 1;
