@@ -12,7 +12,7 @@ SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 EXAMPLES := quickstart naive_vs_tiled split_keys train_step
 
 .PHONY: all deps run test bench test-cuda bench-cuda bench-cuda-build clean
-.PHONY: mpi-example test-mpi
+.PHONY: mpi-example test-mpi bench-mpi
 
 all: deps $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench
 all: mpi-example
@@ -101,6 +101,10 @@ test-mpi:
 	  else echo "ok: ring_attention_mpi --perturb (a wrong dk) fails its check"; fi; \
 	  echo "ok: test-mpi, ring attention at 1-4 ranks, forward and backward, matches one process"; \
 	else echo "SKIPPED: mpicc or mpirun not found, ring attention over MPI not tested (Debian: $(MPI_PKGS))"; fi
+
+# the ring's cost on this machine at S = 16k, D = 64, H = 8 (bench/ring_mpi.sh; a few minutes)
+bench-mpi: deps mpi-example
+	MPIRUN=$(MPIRUN) MPI_RUN_FLAGS="$(MPI_FLAGS)" sh bench/ring_mpi.sh
 
 # ---- bench -------------------------------------------------------------------------------------
 # Built as a user would build it: plain -O2, no -march (the SIMD path is picked at run time).
