@@ -14,7 +14,7 @@ EXAMPLES := quickstart naive_vs_tiled split_keys train_step
 .PHONY: all deps run test bench test-cuda bench-cuda bench-cuda-build clean
 .PHONY: mpi-example test-mpi test-mpi-steps bench-mpi
 
-all: deps $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench
+all: deps $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench $(BUILD)/bench_backward
 all: mpi-example
 
 # ---- dependencies: Debian's libopenblas-dev and libcmocka-dev ----------------------------------
@@ -68,8 +68,15 @@ BENCH_ARGS ?=
 $(BUILD)/bench: bench/bench.c flashattn.h | $(BUILD)
 	$(CC) -O2 -g $(CSTD) $(WARN) -I. $< -o $@ $(LDLIBS)
 
-bench: deps $(BUILD)/bench
+# then the backward's bench (bench/bench_backward.c): `make bench BENCH_BWD_ARGS="--quick"` (or --csv,
+# --threads N, --max-s N, --naive-mem GiB, --no-naive, --no-row-sgemm, --pool, --few-reps); about 4 min
+BENCH_BWD_ARGS ?=
+$(BUILD)/bench_backward: bench/bench_backward.c bench/bench_util.h flashattn.h | $(BUILD)
+	$(CC) -O2 -g $(CSTD) $(WARN) -I. $< -o $@ $(LDLIBS)
+
+bench: deps $(BUILD)/bench $(BUILD)/bench_backward
 	./$(BUILD)/bench $(BENCH_ARGS)
+	./$(BUILD)/bench_backward $(BENCH_BWD_ARGS)
 
 # ---- tests -------------------------------------------------------------------------------------
 # One suite, four builds: plain (OpenBLAS, the best SIMD path of this CPU), FLASHATTN_NO_BLAS with
@@ -188,6 +195,8 @@ test-examples: | $(BUILD)
 	  '$(SUBMAKE) $(BUILD)/naive_vs_tiled && ./$(BUILD)/naive_vs_tiled --quick'
 	-@$(STEP) "bench: built (not run; make bench runs it, about 5 min)" \
 	  '$(SUBMAKE) $(BUILD)/bench'
+	-@$(STEP) "bench_backward: built (not run; make bench runs it after bench, about 4 min)" \
+	  '$(SUBMAKE) $(BUILD)/bench_backward'
 
 # The cmocka suites (forward, backward), four builds each.
 test-suites: | $(BUILD)
