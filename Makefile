@@ -12,13 +12,18 @@ SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 EXAMPLES := quickstart naive_vs_tiled split_keys train_step
 
 .PHONY: all deps run test bench test-cuda bench-cuda bench-cuda-build clean
+.PHONY: mpi-example test-mpi test-mpi-steps bench-mpi
 
 all: deps $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench $(BUILD)/bench_backward
+all: mpi-example
 
 # ---- dependencies: Debian's libopenblas-dev and libcmocka-dev ----------------------------------
 # Installed with apt-get when missing and we are root; otherwise deps stops and prints the exact
 # command. Without dpkg (not Debian), a one-line compile and link against both libraries decides.
 DEPS_PKGS := libopenblas-dev libcmocka-dev
+# OpenMPI for examples/ring_attention_mpi.c (make test-mpi)
+MPI_PKGS  := libopenmpi-dev openmpi-bin
+DEPS_PKGS += $(MPI_PKGS)
 deps:
 	@missing=""; \
 	if command -v dpkg-query >/dev/null 2>&1; then \
@@ -218,6 +223,63 @@ test-install: | $(BUILD)
 	-@$(STEP) "install: consumer through pkg-config (flashattn, flashattn-noblas)" 'MAKE="$(SUBMAKE)" CC="$(CC)" tests/consumer/run.sh pkg-config'
 	-@$(STEP) "install: consumer through CMake find_package(flashattn 0.2)" 'MAKE="$(SUBMAKE)" CC="$(CC)" tests/consumer/run.sh cmake'
 	-@$(STEP) "install: DESTDIR staging and uninstall" 'MAKE="$(SUBMAKE)" CC="$(CC)" tests/consumer/run.sh destdir'
+
+# ---- MPI: ring attention across processes (examples/ring_attention_mpi.c) ---------------------
+# Built and tested when mpicc and mpirun exist (checked when the recipe runs, so a deps step that
+# has just installed them counts). test-mpi, a step of make test, runs it under mpirun with 1, 2, 3
+# and 4 ranks on this machine (oversubscribed), causal and not, each checked against one process
+# (API.md's fp32 tolerances, forward and backward); MQA with 2 threads a rank at 2 and 4 ranks;
+# then once with --perturb, which must fail. About 15 s on 2 cores. In a container as root:
+# OpenMPI refuses root without the two ALLOW variables (and --allow-run-as-root); plm=isolated
+# starts the ranks here without ssh; shared memory (vader) without single-copy CMA, which needs
+# ptrace, often denied there. timeout: a ring that deadlocks fails instead of hanging make test.
+MPICC     ?= mpicc
+MPIRUN    ?= mpirun
+MPI_ENV   := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated
+MPI_FLAGS ?= --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl self,vader \
+             --mca btl_vader_single_copy_mechanism none
+MPI_RUN   := $(MPI_ENV) timeout 300 $(MPIRUN) $(MPI_FLAGS)
+MPI_SMALL := --S 312 --B 2 --H 4 --Hkv 2 --D 32
+MPI_MQA   := --S 1024 --B 1 --H 8 --Hkv 1 --D 64 --threads 2
+MPI_BIN   := ./$(BUILD)/ring_attention_mpi
+
+$(BUILD)/ring_attention_mpi: examples/ring_attention_mpi.c flashattn.h | $(BUILD)
+	$(MPICC) $(CFLAGS) $(CSTD) $(WARN) -I. $< -o $@ $(LDLIBS)
+
+mpi-example:
+	@if command -v $(MPICC) >/dev/null 2>&1; then $(MAKE) --no-print-directory $(BUILD)/ring_attention_mpi; \
+	else echo "SKIPPED: mpicc not found, $(BUILD)/ring_attention_mpi not built"; fi
+
+# test-mpi-steps: the steps, in make test's summary; make test-mpi: the same alone, with their
+# summary lines, failing when one failed
+test-steps: test-mpi-steps
+test-mpi: | $(BUILD)
+	@: > $(BUILD)/summary-mpi.txt; $(MAKE) --no-print-directory test-mpi-steps SUMMARY=$(BUILD)/summary-mpi.txt; \
+	  echo; cat $(BUILD)/summary-mpi.txt; ! grep -q '^FAIL' $(BUILD)/summary-mpi.txt
+
+test-mpi-steps: | $(BUILD)
+	-@if command -v $(MPICC) >/dev/null 2>&1 && command -v $(MPIRUN) >/dev/null 2>&1; then \
+	  $(STEP) "MPI: ring_attention_mpi built with mpicc (C99 -pedantic -Werror)" '$(SUBMAKE) $(BUILD)/ring_attention_mpi' || exit 1; \
+	  for np in 1 2 3 4; do \
+	    $(STEP) "MPI: ring attention, $$np rank(s), causal and not, B=2 H=4 Hkv=2 D=32 S=312: o, lse, dq, dk, dv = one process" \
+	      'for c in 1 0; do $(MPI_RUN) -np '$$np' $(MPI_BIN) $(MPI_SMALL) --causal $$c || exit 1; done' || rc=1; \
+	  done; \
+	  $(STEP) "MPI: ring attention, 2 and 4 ranks of 2 threads, MQA (H=8 Hkv=1 D=64 S=1024, causal) = one process" \
+	    'for np in 2 4; do $(MPI_RUN) -np $$np $(MPI_BIN) $(MPI_MQA) --causal 1 || exit 1; done' || rc=1; \
+	  $(STEP) "MPI: ring attention --perturb (one wrong dk) fails its check" \
+	    'if $(MPI_RUN) -np 2 $(MPI_BIN) $(MPI_SMALL) --perturb >/dev/null 2>&1; then \
+	       echo "FAILED: ring_attention_mpi --perturb passed its check"; exit 1; \
+	     else echo "ok: the perturbed run failed its check"; fi' || rc=1; \
+	  exit $${rc:-0}; \
+	else $(SKIP_STEP) "MPI: ring attention (examples/ring_attention_mpi.c)" "mpicc or mpirun not found; Debian: $(MPI_PKGS)"; fi
+
+# the ring's cost on this machine at S = 16k, D = 64, H = 8 (bench/ring_mpi.sh; about 5 min on 2
+# cores). OpenMPI's shared-memory default here: single-copy CMA where ptrace allows it, with which a
+# receiver pulls a block during its own MPI calls (`make bench-mpi MPI_BENCH_FLAGS="$(MPI_FLAGS)"`:
+# copy-in/copy-out, which needs both ranks inside MPI to move the data)
+MPI_BENCH_FLAGS ?= --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl self,vader
+bench-mpi: deps mpi-example
+	MPIRUN=$(MPIRUN) MPI_RUN_FLAGS="$(MPI_BENCH_FLAGS)" sh bench/ring_mpi.sh
 
 # ---- CUDA (the GPU machine; CI compiles only) -------------------------------------------------
 # make test compiles the CUDA translation units when nvcc is found (about 2 min on 2 cores) and
