@@ -711,12 +711,14 @@ static float fa__exp_sum_c(float *s, int n, float m)
     return sum;
 }
 
-/* max that lets NaN through, so that a NaN row stays NaN */
+/* max that keeps a NaN: once m or an element is NaN the result is NaN, whatever follows (a later
+   finite or -INFINITY element must not replace it, or a NaN row followed by hidden keys would look
+   empty and come out 0 / -INFINITY) */
 static float fa__row_max_c(const float *s, int n, float m)
 {
     int t;
     for (t = 0; t < n; t++)
-        if (!(s[t] <= m)) m = s[t];
+        if (s[t] > m || s[t] != s[t]) m = s[t];
     return m;
 }
 
@@ -958,15 +960,25 @@ static void fa__softcap_run(int isa, float *s, int n, float cap)
 }
 
 #ifdef FLASHATTN__X86
+/* the vector maxes return their second operand when one is NaN, so a lane's NaN would be replaced
+   by the next vector's value: NaNs are counted apart and win */
 FA__AVX512 static float fa__row_max_avx512(const float *s, int n, float m)
 {
-    __m512 acc = _mm512_set1_ps(m);
+    __m512 acc = _mm512_set1_ps(m), x;
+    __mmask16 nan = 0;
     int t;
-    for (t = 0; t + 16 <= n; t += 16) acc = fa__max16(acc, _mm512_loadu_ps(s + t));
+    for (t = 0; t + 16 <= n; t += 16) {
+        x = _mm512_loadu_ps(s + t);
+        nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+        acc = fa__max16(acc, x);
+    }
     if (t < n) {
         __mmask16 k = (__mmask16)((1u << (n - t)) - 1u);
-        acc = _mm512_mask_max_ps(acc, k, acc, _mm512_maskz_loadu_ps(k, s + t));
+        x = _mm512_maskz_loadu_ps(k, s + t);
+        nan |= _mm512_mask_cmp_ps_mask(k, x, x, _CMP_UNORD_Q);
+        acc = _mm512_mask_max_ps(acc, k, acc, x);
     }
+    if (nan) return NAN;
     {
         float buf[16];
         _mm512_storeu_ps(buf, acc);
@@ -984,10 +996,15 @@ FA__AVX512 static void fa__scale_avx512(float *s, int n, float c)
 
 FA__AVX2 static float fa__row_max_avx2(const float *s, int n, float m)
 {
-    __m256 acc = _mm256_set1_ps(m);
+    __m256 acc = _mm256_set1_ps(m), nan = _mm256_setzero_ps(), x;
     float buf[8];
     int t;
-    for (t = 0; t + 8 <= n; t += 8) acc = _mm256_max_ps(acc, _mm256_loadu_ps(s + t));
+    for (t = 0; t + 8 <= n; t += 8) {
+        x = _mm256_loadu_ps(s + t);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+        acc = _mm256_max_ps(acc, x);
+    }
+    if (_mm256_movemask_ps(nan)) return NAN;
     _mm256_storeu_ps(buf, acc);
     return fa__row_max_c(s + t, n - t, fa__row_max_c(buf, 8, m));
 }

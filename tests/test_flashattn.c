@@ -190,14 +190,24 @@ static void note_margin(const tcase *c, const char *what, const float *a, const 
 }
 
 /* Compares out with ref (n elements, rows of `width`); prints the worst element on failure.
-   skip_row: optional flags, rows whose comparison is skipped. */
+   skip_row: optional flags, rows a NaN reaches (in the reference): there out must be NaN exactly
+   where the reference is (a NaN must not vanish, nor spread) instead of close. */
 static int close_rows(const tcase *c, const char *what, const float *out, const float *ref, size_t rows,
                       size_t width, const unsigned char *skip_row)
 {
-    size_t r;
+    size_t r, t;
     for (r = 0; r < rows; r++) {
         const float *a = out + r * width, *b = ref + r * width;
-        if (skip_row && skip_row[r]) continue;
+        if (skip_row && skip_row[r]) {
+            for (t = 0; t < width; t++)
+                if ((a[t] != a[t]) != (b[t] != b[t])) {
+                    print_error("%s [seed %llu]: %s row %zu col %zu: got %.9g, want %.9g (NaN where the reference "
+                                "has one, and only there)\n", c->name, (unsigned long long)c->seed, what, r, t,
+                                (double)a[t], (double)b[t]);
+                    return 0;
+                }
+            continue;
+        }
         note_margin(c, what, a, b, width);
         if (!fa_allclose(a, b, width, 1e-5f, 1e-5f)) {
             size_t w = ref_worst(a, b, width, 1e-5, 1e-5);
@@ -835,6 +845,91 @@ static void test_nan_isolation(void **state)
                 free(skip);
                 tc_free(&c);
             }
+}
+
+/* The rows a NaN reaches in the reference (o or lse NaN), as skip flags for tc_run. */
+static unsigned char *nan_rows(const tcase *c, size_t *count)
+{
+    unsigned char *skip = (unsigned char *)calloc(c->rows ? c->rows : 1, 1);
+    size_t r, t, w = c->rows ? c->n_o / c->rows : 0;
+    assert_non_null(skip);
+    *count = 0;
+    for (r = 0; r < c->rows; r++) {
+        int bad = c->ref_lse[r] != c->ref_lse[r];
+        for (t = 0; t < w; t++) bad |= c->ref_o[r * w + t] != c->ref_o[r * w + t];
+        skip[r] = (unsigned char)bad;
+        *count += (size_t)bad;
+    }
+    return skip;
+}
+
+/* A NaN is never turned into an empty row (regression: the max of a row kept a NaN only until the
+   next element, so a NaN followed by hidden keys, or on AVX-512 by the -INFINITY lanes past a short
+   row, gave o = 0 and lse = -inf; fa_merge and the tiled key split likewise). The reached rows are
+   NaN where the reference is (tc_run's skip rows), the others match it. */
+static void test_nan_propagates(void **state)
+{
+    int t, path, k;
+    (void)state;
+    {   /* the case: B = H = 1, Sq = Sk = 2, D = 1, causal, q[0] = NaN: row 0 sees key 0 only */
+        fa_params p = shape(1, 1, 0, 2, 2, 1, 0, 1);
+        tcase c;
+        unsigned char *skip;
+        size_t n;
+        tc_init(&c, &p, "nan in q[0], causal 2x2");
+        c.t.q[0] = NAN;
+        tc_ref(&c);
+        skip = nan_rows(&c, &n);
+        assert_int_equal(n, 1);
+        assert_true(skip[0] && c.ref_lse[0] != c.ref_lse[0]);
+        for (path = 0; path < 2; path++)
+            for (t = 1; t <= 2; t++) assert_true(tc_run(&c, path, t, 0, 0, WITH_LSE | WITH_SCORES, skip));
+        free(skip);
+        tc_free(&c);
+    }
+    for (k = 0; k < 3; k++) {   /* a short row (3 and 19 keys) whose last key is NaN: lanes past it are -inf */
+        fa_params p = shape(1, 2, 0, 2, k == 2 ? 19 : 3, 4, 0, 0);
+        tcase c;
+        unsigned char *skip;
+        size_t n;
+        tc_init(&c, &p, "nan in the last key of a short row, variant %d", k);
+        c.t.k[(size_t)(p.seq_k - 1) * 4 + 1] = NAN;        /* head 0's last key */
+        if (k == 1) c.t.v[(size_t)(p.seq_k - 1) * 4 + 2] = NAN;   /* and a NaN value element: one column */
+        tc_ref(&c);
+        skip = nan_rows(&c, &n);
+        assert_int_equal(n, 2);                              /* both rows of head 0 */
+        for (path = 0; path < 2; path++)
+            for (t = 1; t <= 2; t++) assert_true(tc_run(&c, path, t, 0, 0, WITH_LSE | WITH_SCORES, skip));
+        free(skip);
+        tc_free(&c);
+    }
+    {   /* decoding with the keys split into parts (256 or 512 keys each at 1-3 threads): a NaN key in
+           the last part with visible keys, every later part hidden by a key-padding bias, so that the
+           merge sees a NaN part, then only -inf ones */
+        static const int pad[1] = { 4096 - 300 };
+        fa_params p = shape(1, 2, 1, 1, 4096, 16, 0, 0);
+        tcase c;
+        unsigned char *skip;
+        size_t n;
+        tc_init(&c, &p, "nan in the last visible part of split keys");
+        tc_bias(&c, 4096, 0, 0, 1);
+        bias_pad_keys(&c, pad);
+        c.t.k[(size_t)290 * 16 + 3] = NAN;
+        tc_ref(&c);
+        skip = nan_rows(&c, &n);
+        assert_int_equal(n, 2);
+        for (t = 1; t <= 3; t++) assert_true(tc_run(&c, TILED, t, 0, 0, WITH_LSE, skip));
+        assert_true(tc_run(&c, NAIVE, 2, 0, 0, WITH_LSE | WITH_SCORES, skip));
+        free(skip);
+        tc_free(&c);
+    }
+    {   /* fa_merge: a NaN part followed by empty ones, and an empty one followed by a NaN one */
+        float o0[4] = { 1, 2, 3, 4 }, o1[4] = { 5, 6, 7, 8 }, l0[2] = { NAN, -INFINITY }, l1[2] = { -INFINITY, NAN };
+        float o[4], l[2];
+        const float *op[2] = { o0, o1 }, *lp[2] = { l0, l1 };
+        assert_int_equal(fa_merge(2, 2, 2, op, lp, o, l), FA_OK);
+        assert_true(l[0] != l[0] && l[1] != l[1] && o[0] != o[0] && o[3] != o[3]);
+    }
 }
 
 /* Decoding shapes: few query rows, GQA groups of 1 to 8, long key ranges: the tiled path packs the
@@ -1820,6 +1915,7 @@ int main(void)
         cmocka_unit_test(test_seq_q_zero),
         cmocka_unit_test(test_seq_k_zero),
         cmocka_unit_test(test_nan_isolation),
+        cmocka_unit_test(test_nan_propagates),
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_errors_invalid),
         cmocka_unit_test(test_errors_overlap),
