@@ -2274,7 +2274,8 @@ static void fa__tiled_plan_make(const fa__dims *d, fa__tiled_plan *pl)
         pl->hpt = h;
     }
     if (pl->hpt > 1) pl->nq = d->Sq;
-    else if (d->block_q) pl->nq = d->block_q < d->Sq ? d->block_q : d->Sq;
+    else if (d->block_q) pl->nq = (d->block_q < d->Sq ? d->block_q : d->Sq) < INT_MAX - 15 ?   /* ld fits int */
+                                  (d->block_q < d->Sq ? d->block_q : d->Sq) : INT_MAX - 15;
     else {
         /* Tall tiles (multiples of the 48-lane register panel) re-read K/V less often: 480 rows
            for D + Dv >= 192, 192 below (measured best on a 2 MiB-L2 Xeon), at most ~1 MiB of
@@ -2287,7 +2288,7 @@ static void fa__tiled_plan_make(const fa__dims *d, fa__tiled_plan *pl)
            where the short count also split the keys), then 32 rows at two each; 16-row tiles
            only when neither gives two (S=128 at 16 threads: 32 rows ~10% faster than 16). */
         static const int cand[8] = { 480, 384, 288, 192, 96, 48, 32, 16 };
-        int c, top = d->D + d->Dv >= 192 ? 480 : 192, fallback = 0;
+        int c, top = (int64_t)d->D + d->Dv >= 192 ? 480 : 192, fallback = 0;
         int64_t tiles;
         int64_t cap = 262144 / ((int64_t)d->D + d->Dv + 67);
         for (c = 0; c < 8; c++) {
@@ -2305,7 +2306,7 @@ static void fa__tiled_plan_make(const fa__dims *d, fa__tiled_plan *pl)
     pl->rows = pl->hpt * pl->nq;
     ld = fa__round16((size_t)pl->rows);
     pl->ld = (int)ld;
-    pl->qtiles = (d->Sq + pl->nq - 1) / pl->nq;
+    pl->qtiles = ((int64_t)d->Sq + pl->nq - 1) / pl->nq;
     pl->tiles = pl->qtiles * d->B * (d->Hq / pl->hpt);
     pl->nsplit = 1;
     /* split the keys for decoding (a few query rows per tile: 8 items per thread), and for
@@ -2385,8 +2386,8 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     g = h0 / d->group;
     nr = pl->hpt * nqr;
     nv = (nr + 15) / 16;
-    kb = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
-    vb = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+    kb = d->Sk > 0 ? c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1] : NULL;   /* k, v may be NULL */
+    vb = d->Sk > 0 ? c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1] : NULL;
     /* up to 8 rows on AVX-512: Q and O row-major, dot-product scores (fa__dots_avx512) */
 #ifdef FLASHATTN__X86
     rowmajor = isa == 2 && nr <= 8;
@@ -2459,7 +2460,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             fa__pf_set(&pf, 0, kb, d->ks[2], k1, k1 + n1, D);
             fa__pf_set(&pf, 1, vb, d->vs[2], k1, k1 + n1, Dv);
             lines = n1 * (pf.lines[0] + pf.lines[1]);
-            it = (int64_t)np * ((nk + 7) / 8 * (int64_t)D + (Dv + 7) / 8 * (int64_t)nk);
+            it = (int64_t)np * (((int64_t)nk + 7) / 8 * D + ((int64_t)Dv + 7) / 8 * nk);
             pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
         }
         /* one register panel (up to 48 lanes, fa__gemm's) at a time through scores, modifiers,

@@ -790,6 +790,15 @@ static void test_seq_k_zero(void **state)
             assert_int_equal(call_path(path, &p, c.t.q, NULL, NULL, o, NULL), FA_OK);
             for (i = 0; i < sizeof o / sizeof o[0]; i++) assert_true(o[i] == 0.0f);
             for (i = 0; i < sizeof lse / sizeof lse[0]; i++) assert_true(lse[i] == -INFINITY);
+            /* with k and v strides that would step away from NULL: no arithmetic on the NULL pointers
+               (regression, seen by clang's UBSan) */
+            p.k_stride[0] = 1000; p.k_stride[1] = 100; p.k_stride[2] = 10;
+            p.v_stride[0] = 999; p.v_stride[1] = 99; p.v_stride[2] = 9;
+            ref_poison(o, sizeof o);
+            assert_int_equal(call_path(path, &p, c.t.q, NULL, NULL, o, NULL), FA_OK);
+            for (i = 0; i < sizeof o / sizeof o[0]; i++) assert_true(o[i] == 0.0f);
+            memset(p.k_stride, 0, sizeof p.k_stride);
+            memset(p.v_stride, 0, sizeof p.v_stride);
         }
         tc_free(&c);
     }
@@ -1237,6 +1246,46 @@ static void test_errors_no_memory(void **state)
     assert_int_equal(fa_naive(&p, in, in, in, scores, NULL), FA_ERR_NO_MEMORY);
     assert_int_equal(ta_calls, 0);     /* the overflow is seen before any allocation */
     munmap(base, R);
+}
+
+/* Sizes at the ends of int: every count in 64 bits (regressions: fa_tiled returned FA_OK and wrote
+   nothing for Sq within ~480 of INT_MAX, its tile count (Sq + nq - 1) / nq overflowing int; D + Dv
+   overflowed int in the workspace query for head_dim_v = INT_MAX; a huge block_q made the tile's
+   lane count overflow int). Such calls need terabytes of o, so the tile plan of the call is checked
+   directly: its tiles cover every row; the workspace queries run under UBSan in the _san build. */
+static void test_size_limits(void **state)
+{
+    static const int sqs[3] = { INT_MAX - 100, INT_MAX - 479, INT_MAX };
+    int i, bq;
+    (void)state;
+    for (i = 0; i < 3; i++)
+        for (bq = 0; bq <= 1; bq++) {
+            fa_params p = shape(1, 2, 1, sqs[i], 64, 16, 0, 1);
+            fa__dims d;
+            fa__tiled_plan pl;
+            int b, h0, nqr;
+            int64_t i0;
+            p.block_q = bq ? INT_MAX : 0;
+            p.threads = 2;
+            assert_int_equal(fa__resolve(&p, &p, &p, &p, &p, &d, NULL), FA_OK);
+            fa__tiled_plan_make(&d, &pl);
+            assert_true(pl.nq > 0 && pl.ld >= pl.rows && pl.qtiles > 0 && pl.items >= pl.qtiles);
+            assert_true(pl.qtiles * pl.nq >= (int64_t)sqs[i] && (pl.qtiles - 1) * pl.nq < (int64_t)sqs[i]);
+            fa__tile_pos(&d, &pl, 0, &b, &h0, &i0, &nqr);      /* the first tile holds the last rows */
+            assert_true(nqr > 0 && i0 + nqr == (int64_t)sqs[i]);
+            assert_true(fa_tiled_workspace_bytes(&p) > 0);
+        }
+    {
+        fa_params p = shape(1, 1, 0, 8, 8, 1, INT_MAX, 0);
+        assert_true(fa_tiled_workspace_bytes(&p) > 0);
+        assert_true(fa_naive_workspace_bytes(&p) > 0);
+        p = shape(1, 1, 0, 8, 8, INT_MAX, INT_MAX, 0);
+        assert_true(fa_tiled_workspace_bytes(&p) > 0);
+        assert_true(fa_naive_workspace_bytes(&p) > 0);
+        p = shape(1, 1, 0, 8, INT_MAX, 16, 0, 0);
+        p.block_k = INT_MAX;
+        assert_true(fa_tiled_workspace_bytes(&p) > 0);
+    }
 }
 
 /* Every allocation the call makes is failed in turn: each gives FA_ERR_NO_MEMORY with outputs
@@ -1920,6 +1969,7 @@ int main(void)
         cmocka_unit_test(test_errors_invalid),
         cmocka_unit_test(test_errors_overlap),
         cmocka_unit_test(test_errors_no_memory),
+        cmocka_unit_test(test_size_limits),
         cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_workspace_bytes),
         cmocka_unit_test(test_windows),
