@@ -22,6 +22,11 @@
 #include <math.h>
 #include <float.h>
 #include <sys/mman.h>
+#include <unistd.h>
+#include <dirent.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 #include <pthread.h>
 #include <cmocka.h>
 
@@ -720,14 +725,64 @@ static void test_pool(void **state)
     assert_int_equal(live, 0);      /* the pool and every call gave everything back */
 }
 
-/* The naive path runs OpenBLAS single-threaded inside its own workers (no oversubscription) and
-   gives the caller's OpenBLAS thread count back afterwards. */
-static void test_openblas_threads_restored(void **state)
+#if !defined(FLASHATTN_NO_BLAS) && defined(OPENBLAS_VERSION)
+/* A second thread that reads OpenBLAS's thread count as often as it can until told to stop. */
+typedef struct watch_arg { int stop, want; long samples, wrong; } watch_arg;
+
+static void *watch_main(void *arg)
+{
+    watch_arg *w = (watch_arg *)arg;
+    while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+        w->samples++;
+        if (openblas_get_num_threads() != w->want) w->wrong++;
+    }
+    return NULL;
+}
+
+/* CPU time (clock ticks) of every thread of the process but the caller: OpenBLAS's own workers
+   when no thread of ours is alive; -1 where /proc cannot say. */
+static long other_threads_ticks(void)
+{
+#ifdef __linux__
+    char path[96], line[1024];
+    long me = (long)syscall(SYS_gettid), total = 0;
+    DIR *dir = opendir("/proc/self/task");
+    struct dirent *e;
+    if (!dir) return -1;
+    while ((e = readdir(dir)) != NULL) {
+        long tid = atol(e->d_name), ut = 0, st = 0;
+        const char *s;
+        FILE *f;
+        int field;
+        if (tid <= 0 || tid == me) continue;
+        snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+        if (!(f = fopen(path, "r"))) continue;           /* a thread that just ended */
+        if (fgets(line, sizeof line, f) && (s = strrchr(line, ')')) != NULL) {
+            /* after "pid (comm)": state is field 3, utime 14 and stime 15 */
+            for (field = 3, s += 2; field < 14 && s; field++) { s = strchr(s, ' '); if (s) s++; }
+            if (s && sscanf(s, "%ld %ld", &ut, &st) == 2) total += ut + st;
+        }
+        fclose(f);
+    }
+    closedir(dir);
+    return total;
+#else
+    return -1;
+#endif
+}
+#endif
+
+/* fa_naive leaves OpenBLAS's thread count to the program: a second thread sees the program's count
+   all through the calls (regression: the count was set to 1 for each call, process-wide), the count
+   afterwards is what it was, and OpenBLAS's own worker threads do no work during the calls (the
+   GEMMs run on fa_naive's workers, `threads` of them: fa__sgemm's blocks stay under OpenBLAS's
+   single-thread size). A control GEMM shows that the measurement sees OpenBLAS's workers. */
+static void test_openblas_threads_untouched(void **state)
 {
 #if !defined(FLASHATTN_NO_BLAS) && defined(OPENBLAS_VERSION)
-    fa_params p = shape(1, 2, 0, 64, 64, 16, 0, 1);
+    fa_params p = shape(1, 2, 0, 64, 64, 16, 0, 1), big = shape(1, 2, 0, 1024, 1024, 64, 0, 0);
     tcase c;
-    int t;
+    int t, it;
     (void)state;
     tc_init(&c, &p, "openblas threads");
     tc_ref(&c);
@@ -736,8 +791,56 @@ static void test_openblas_threads_restored(void **state)
         assert_true(tc_run(&c, NAIVE, 2, 0, 0, WITH_LSE, NULL));
         assert_int_equal(openblas_get_num_threads(), t);
     }
-    openblas_set_num_threads(1);
     tc_free(&c);
+    openblas_set_num_threads(2);
+    {   /* a watcher thread during calls whose GEMMs OpenBLAS would thread (m n k far above 2^18) */
+        tcase cb;
+        watch_arg w;
+        pthread_t th;
+        memset(&w, 0, sizeof w);
+        w.want = 2;
+        tc_init(&cb, &big, "openblas threads, watched");
+        tc_ref(&cb);
+        assert_int_equal(pthread_create(&th, NULL, watch_main, &w), 0);
+        for (it = 0; it < 3; it++) assert_true(tc_run(&cb, NAIVE, 2, 0, 0, WITH_LSE, NULL));
+        __atomic_store_n(&w.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(th, NULL);
+        print_message("openblas count watcher: %ld samples, %ld not the program's count\n", w.samples, w.wrong);
+        assert_true(w.samples > 0);
+        assert_int_equal(w.wrong, 0);
+        tc_free(&cb);
+    }
+    {   /* OpenBLAS's workers idle during the calls; busy in a GEMM of the program's own */
+        static float qa[1024 * 64 * 2], ka[1024 * 64 * 2], va[1024 * 64 * 2], oa[1024 * 64 * 2];
+        float *ga, *gb, *gc;
+        long t0, t1, t2;
+        size_t i;
+        for (i = 0; i < sizeof qa / sizeof qa[0]; i++) {
+            qa[i] = (float)((i * 7) % 13) * 0.01f; ka[i] = (float)((i * 5) % 11) * 0.01f; va[i] = (float)(i % 17);
+        }
+        big.threads = 2;
+        usleep(300000);                           /* OpenBLAS's workers stop spinning and sleep */
+        t0 = other_threads_ticks();
+        if (t0 < 0) {
+            print_message("no per-thread CPU times here: OpenBLAS's workers not measured\n");
+        } else {
+            for (it = 0; it < 24; it++) assert_int_equal(fa_naive(&big, qa, ka, va, oa, NULL), FA_OK);
+            t1 = other_threads_ticks();
+            ga = (float *)calloc(1024 * 1024, sizeof(float)); gb = (float *)calloc(1024 * 1024, sizeof(float));
+            gc = (float *)calloc(1024 * 1024, sizeof(float));
+            assert_true(ga && gb && gc);
+            for (it = 0; it < 12; it++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1024, 1024, 1024, 1.0f, ga, 1024, gb, 1024,
+                            0.0f, gc, 1024);
+            t2 = other_threads_ticks();
+            free(ga); free(gb); free(gc);
+            print_message("OpenBLAS's workers: %ld ticks during 24 fa_naive calls, %ld during 12 sgemm 1024^3 of "
+                          "the program\n", t1 - t0, t2 - t1);
+            assert_true(t2 - t1 >= 2);            /* the measurement sees them when they work */
+            assert_true(t1 - t0 <= 1);            /* and fa_naive gave them nothing */
+        }
+    }
+    openblas_set_num_threads(1);
 #else
     (void)state;
     skip();
@@ -1960,7 +2063,7 @@ int main(void)
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_two_callers),
         cmocka_unit_test(test_pool),
-        cmocka_unit_test(test_openblas_threads_restored),
+        cmocka_unit_test(test_openblas_threads_untouched),
         cmocka_unit_test(test_seq_q_zero),
         cmocka_unit_test(test_seq_k_zero),
         cmocka_unit_test(test_nan_isolation),
