@@ -559,6 +559,28 @@ static void test_scale_and_large_logits(void **state)
         tc_check(&c, 4, 8);
         tc_free(&c);
     }
+    {   /* |q|, |k| near 2^63 with scale 2^-126: the logits are N(0,1)-sized, but q.k before the scale
+           overflows fp32 (regression: fa_naive formed the unscaled q.k and gave NaN rows); the scale
+           is a power of two, so scale * q is exact and the case is as well-conditioned as N(0,1) */
+        tcase c;
+        fa_params p = shape(1, 2, 0, 20, 33, 16, 0, 1);
+        size_t i, j, over = 0;
+        int t;
+        p.scale = FLT_MIN;
+        tc_init(&c, &p, "q, k near 2^63, scale 2^-126");
+        for (i = 0; i < c.t.nq; i++) c.t.q[i] = ldexpf(c.t.q[i], 63);
+        for (i = 0; i < c.t.nk; i++) c.t.k[i] = ldexpf(c.t.k[i], 63);
+        for (i = 0; i < 20; i++)
+            for (j = 0; j < 33; j++) {
+                double dot = 0.0;
+                for (t = 0; t < 16; t++) dot += (double)c.t.q[i * 16 + t] * (double)c.t.k[j * 16 + t];
+                over += fabs(dot) > FLT_MAX;
+            }
+        assert_true(over > 20);           /* the unscaled products really leave fp32 */
+        tc_ref(&c);
+        tc_check(&c, 8, 8);
+        tc_free(&c);
+    }
     {   /* every logit of a row near +120: exp(s) alone would overflow */
         tcase c;
         fa_params p = shape(1, 1, 0, 9, 50, 4, 0, 0);
