@@ -18,8 +18,24 @@ all: deps $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench
 # ---- dependencies: Debian's libopenblas-dev and libcmocka-dev ----------------------------------
 # Installed with apt-get when missing and we are root; otherwise deps stops and prints the exact
 # command. Without dpkg (not Debian), a one-line compile and link against both libraries decides.
+# Optional: clang and its runtimes (libFuzzer, sanitizers) for the fuzzer (make fuzz; make test runs
+# it for a minute when they are there): installed too when root, else a note; never an error.
 DEPS_PKGS := libopenblas-dev libcmocka-dev
+DEPS_OPT_PKGS := clang libclang-rt-dev
 deps:
+	@if command -v dpkg-query >/dev/null 2>&1; then \
+	  opt=""; \
+	  for pkg in $(DEPS_OPT_PKGS); do \
+	    dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q "install ok installed" || opt="$$opt $$pkg"; \
+	  done; \
+	  if [ -n "$$opt" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "deps: installing$$opt (optional: the fuzzer) with apt-get"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$opt >/dev/null; } || \
+	      echo "deps: note: apt-get could not install$$opt; make fuzz will be skipped"; \
+	  elif [ -n "$$opt" ]; then \
+	    echo "deps: note: optional$$opt not installed (the fuzzer): sudo apt-get install -y$$opt"; \
+	  fi; \
+	fi
 	@missing=""; \
 	if command -v dpkg-query >/dev/null 2>&1; then \
 	  for pkg in $(DEPS_PKGS); do \
@@ -115,6 +131,36 @@ test: deps test-compile $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench \
 	./$(BUILD)/test_backward_noblas
 	./$(BUILD)/test_backward_avx2
 	$(SAN_ENV) ./$(BUILD)/test_backward_san
+	@$(MAKE) --no-print-directory test-fuzz
+
+# ---- the fuzzer (tests/fuzz_params.c: libFuzzer with ASan and UBSan; clang and its runtime) ------
+# make fuzz runs it for FUZZ_TIME seconds (0: until stopped) on build/fuzz_corpus, which grows from
+# run to run; a failing input is written to build/crash-*. make test runs it for FUZZ_TEST_TIME
+# seconds from a fresh corpus with a fixed seed, or prints SKIPPED without clang's fuzzer runtime.
+FUZZ_TIME      ?= 300
+FUZZ_TEST_TIME ?= 60
+FUZZ_CC        ?= $(if $(CLANG),$(CLANG),clang)
+FUZZ_FLAGS     := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+.PHONY: fuzz test-fuzz
+
+$(BUILD)/fuzz_params: tests/fuzz_params.c tests/ref.h tests/talloc.h flashattn.h | $(BUILD)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(CSTD) $(WARN) -I. $< -o $@ $(LDLIBS)
+
+fuzz: deps $(BUILD)/fuzz_params
+	@mkdir -p $(BUILD)/fuzz_corpus
+	$(SAN_ENV) ./$(BUILD)/fuzz_params -max_total_time=$(FUZZ_TIME) -artifact_prefix=$(BUILD)/ $(BUILD)/fuzz_corpus
+
+test-fuzz: | $(BUILD)
+	@if printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' \
+	    | $(FUZZ_CC) -x c -fsanitize=fuzzer - -o $(BUILD)/fuzz_probe 2>/dev/null; then \
+	  echo "fuzzing fa_params for $(FUZZ_TEST_TIME) s (tests/fuzz_params.c; make fuzz FUZZ_TIME=... for longer)"; \
+	  $(MAKE) --no-print-directory $(BUILD)/fuzz_params && rm -rf $(BUILD)/fuzz_corpus_test && mkdir -p $(BUILD)/fuzz_corpus_test && \
+	  { $(SAN_ENV) ./$(BUILD)/fuzz_params -max_total_time=$(FUZZ_TEST_TIME) -seed=1 -print_final_stats=1 \
+	      -artifact_prefix=$(BUILD)/ $(BUILD)/fuzz_corpus_test > $(BUILD)/fuzz_test.log 2>&1; rc=$$?; } ; \
+	  grep -E "^stat::(number_of_executed_units|new_units_added)" $(BUILD)/fuzz_test.log; \
+	  if [ $$rc -ne 0 ]; then tail -n 40 $(BUILD)/fuzz_test.log; echo "FAILED: the fuzzer (log: $(BUILD)/fuzz_test.log)"; exit 1; fi; \
+	  echo "ok: fuzzer, no failure in $(FUZZ_TEST_TIME) s"; \
+	else echo "SKIPPED: clang's libFuzzer runtime not found (Debian: apt-get install clang libclang-rt-dev), the fuzzer was not run"; fi
 
 # compile checks, each linked and run: C99 -pedantic with two translation units (impl.c holds the
 # implementation, user.c only the declarations); the same as C++ (g++ -pedantic); FLASHATTN_NO_BLAS;

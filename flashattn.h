@@ -2565,6 +2565,91 @@ static void fa__tiled_merge(void *vctx, int64_t tile, int tid)
     }
 }
 
+/* ---- rows the online softmax cannot hold ------------------------------------------------------
+   The tiled kernel accumulates O = sum_j e^(s_j - m) v_j unnormalised, with e^(s_j - m) up to e^8
+   (the lazy rescale), so O leaves fp32 when Sk e^8 max|v| passes FLT_MAX although o ~ v does not
+   (v = 1e36 at Sk = 200). A row whose o comes out not finite is therefore computed again by
+   fa__row_exact, one pass that keeps o normalised (a convex combination of the v_j, so |o| <=
+   max|v|): exact for any finite input, and the same NaN / inf for a row a NaN or inf reaches. It
+   costs a scan of each tile's o rows while they are in cache, and a scalar pass only for such rows. */
+static void fa__row_exact(const fa__dims *d, const float *q, const float *k, const float *v, int b, int h,
+                          int64_t i, float *orow, float *lse)
+{
+    const float *qi = q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1] + i * d->qs[2];
+    const float *kb = k + (int64_t)b * d->ks[0] + (int64_t)(h / d->group) * d->ks[1];
+    const float *vb = v + (int64_t)b * d->vs[0] + (int64_t)(h / d->group) * d->vs[1];
+    float s[64], m = -INFINITY, l = 0.0f;
+    int64_t lo, hi, j0, j;
+    int t, n, Dv = d->Dv;
+    for (t = 0; t < Dv; t++) orow[t] = 0.0f;
+    fa__key_range(d, i, &lo, &hi);
+    for (j0 = lo; j0 < hi; j0 += 64) {
+        n = (int)(hi - j0 < 64 ? hi - j0 : 64);
+        for (j = 0; j < n; j++) {
+            const float *kj = kb + (j0 + j) * d->ks[2];
+            float acc = 0.0f;
+            for (t = 0; t < d->D; t++) acc += qi[t] * d->scale * kj[t];
+            s[j] = acc;
+        }
+        fa__modify_row(d, b, h, i, j0, n, s, 1, 1, 0);
+        for (j = 0; j < n; j++) {
+            const float *vj = vb + (j0 + j) * d->vs[2];
+            float keep, w, l1;
+            if (s[j] == -INFINITY) continue;
+            if (s[j] != s[j]) {                           /* a NaN score: every weight is NaN */
+                for (t = 0; t < Dv; t++) orow[t] = s[j];
+                if (lse) *lse = s[j];
+                return;
+            }
+            if (s[j] > m) { keep = m == -INFINITY ? 0.0f : l * fa__expf(m - s[j]); w = 1.0f; m = s[j]; }
+            else { keep = l; w = fa__expf(s[j] - m); }
+            l1 = keep + w;
+            if (w == 0.0f) { l = l1; continue; }         /* a weight of 0 adds nothing, even of an inf v */
+            for (t = 0; t < Dv; t++) orow[t] = orow[t] * (keep / l1) + vj[t] * (w / l1);
+            l = l1;
+        }
+    }
+    if (lse) *lse = l > 0.0f || l != l ? m + logf(l) : -INFINITY;
+}
+
+/* 1 when some element of o's row r (nr rows of the tile at b, h0, i0) is not finite. */
+static int fa__row_bad(const float *orow, int Dv)
+{
+    int t;
+    for (t = 0; t < Dv; t++)
+        if (orow[t] - orow[t] != 0.0f) return 1;
+    return 0;
+}
+
+/* The rows of tile `tile` once written to o: those not finite computed again (fa__row_exact). */
+static void fa__tiled_fix(const fa__tiled_ctx *c, int64_t tile)
+{
+    const fa__dims *d = c->d;
+    int b, h0, nqr, r;
+    int64_t i0;
+    fa__tile_pos(d, c->pl, tile, &b, &h0, &i0, &nqr);
+    for (r = 0; r < c->pl->hpt * nqr; r++) {
+        int h = h0 + r / nqr;
+        int64_t i = i0 + r % nqr;
+        float *orow = c->o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1] + i * d->os[2];
+        if (fa__row_bad(orow, d->Dv))
+            fa__row_exact(d, c->q, c->k, c->v, b, h, i, orow, d->lse ? d->lse + ((int64_t)b * d->Hq + h) * d->Sq + i : NULL);
+    }
+}
+
+/* fa__run's items: a tile (whole key range) then its check, or a split-key tile's merge then its check. */
+static void fa__tiled_item_fixed(void *vctx, int64_t item, int tid)
+{
+    fa__tiled_item(vctx, item, tid);
+    fa__tiled_fix((const fa__tiled_ctx *)vctx, item);
+}
+
+static void fa__tiled_merge_fixed(void *vctx, int64_t tile, int tid)
+{
+    fa__tiled_merge(vctx, tile, tid);
+    fa__tiled_fix((const fa__tiled_ctx *)vctx, tile);
+}
+
 FLASHATTN__CPU_DEF size_t fa_tiled_workspace_bytes(const fa_params *p)
 {
     fa__dims d;
@@ -2590,8 +2675,9 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
     c.d = &d; c.pl = &pl; c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v;
     c.o = (float *)o; c.ws = (float *)fa__align64(mem); c.isa = fa__isa();
     c.parts = c.ws + pl.thread_floats * pl.nthreads;
-    fa__run(d.pool, fa__tiled_item, &c, pl.items, pl.nthreads, c.parts + pl.part_floats);
-    if (pl.nsplit > 1) fa__run(d.pool, fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
+    fa__run(d.pool, pl.nsplit > 1 ? fa__tiled_item : fa__tiled_item_fixed, &c, pl.items, pl.nthreads,
+            c.parts + pl.part_floats);
+    if (pl.nsplit > 1) fa__run(d.pool, fa__tiled_merge_fixed, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
     FLASHATTN_FREE(mem);
     return FA_OK;
 }
