@@ -44,15 +44,46 @@
        hidden when causal && j > d, window_left > 0 && j < d - window_left,
                    window_right > 0 && j > d + window_right
        o_i   = sum_j softmax(s_i)_j v_j over visible keys,  lse_i = log sum_j exp(s_ij)
-       A row with no visible key gets o_i = 0 and lse_i = -INFINITY, never NaN.
+       A row with no visible key gets o_i = 0 and lse_i = -INFINITY, never NaN. A NaN in q, k or
+       v makes NaN the rows (and, for v, the columns) it reaches, and no others; it never turns a
+       row into an empty one (fa_merge and the key split likewise keep a NaN part's NaN).
 
    Layout: strides in elements for {batch, head, token}, the feature dim contiguous; all three zero
    means packed [B][H][S][D]; [B][S][H][D] is {S*H*D, D, H*D}. GQA/MQA through kv_heads.
-   bias_stride is {batch, head, query, key}: all zero means packed [B][Hq][Sq][Sk], otherwise a zero
-   stride broadcasts that axis ([B][Sk] key padding is {Sk, 0, 0, 1}). alibi_slopes is [Hq], or
-   [B][Hq] with alibi_stride = Hq.
+   Inputs (q, k, v) take their strides as given, any int64 values: a zero stride broadcasts that
+   axis, and only all three zero means packed. k_stride = {0, 0, D} is one [Sk][D] K shared by every
+   batch and kv head; q_stride = {0, Sq*D, D} is the same [H][Sq][D] queries for every batch.
+   Outputs are written by many workers at once, so o's strides must be >= 0 and its rows must not
+   overlap: the axes of more than one index, taken by increasing stride, must nest (each stride at
+   least the extent of the axes inside it, a token's at least head_dim_v). Every nested layout with
+   or without padding passes ([B][H][S][Dv], [B][S][H][Dv], heads Dv + 5 apart, ...); o_stride[1] =
+   Dv / 2 in [B][S][H][Dv] (heads overlapping) or a zero stride over batches of two fails. And no
+   output (o, lse, fa_naive's scores) may share a byte with an input (q, k, v, bias, alibi_slopes)
+   or with another output, each tensor counted from its first to its last element: no in-place
+   attention. A layout that breaks these rules is FA_ERR_INVALID_ARG, nothing written; fa_explain
+   says which rule. bias_stride is {batch, head, query, key}: all zero means packed [B][Hq][Sq][Sk],
+   otherwise a zero stride broadcasts that axis ([B][Sk] key padding is {Sk, 0, 0, 1}). alibi_slopes
+   is [Hq], or [B][Hq] with alibi_stride = Hq. softcap is 0 (off) or in [FLT_MIN, 3e38] (1/softcap
+   must be finite).
 
-   MEMORY: fa_naive allocates the whole [B][Hq][Sq][Sk] fp32 score matrix, as the textbook does, and
+   ERRORS, EXPLAINED: fa_explain(p, q, k, v, o, scores) returns NULL when fa_naive (with scores) or
+   fa_tiled (scores NULL) accepts the arguments, else the sentence of the first check that fails,
+   e.g. "heads must be a multiple of kv_heads" or "lse overlaps o": every FA_ERR_INVALID_ARG and
+   FA_ERR_UNSUPPORTED of the CPU calls has one. fa_explain_merge and fa_explain_pool_create do the
+   same for fa_merge and fa_pool_create. They keep nothing and allocate nothing: the calls and they
+   run the same checks, which say why as they fail.
+
+   RANGE: both paths fold the scale into q before the products (s = (scale q) . k), so a logit in
+   fp32 range is formed even when |q|, |k| are near 1e20. fa_naive normalises before P V, so its o
+   is in range for any finite v. fa_tiled on the CPU accumulates O = sum_j e^(s_j - m) v_j before it
+   divides by l, with e^(s_j - m) <= e^8 (the lazy rescale): its o is exact while
+   Sk e^8 max|v| <= FLT_MAX, that is max|v| <= 1.14e35 / Sk (Sk the keys of a row); past that a row
+   may come out +-inf or NaN where fa_naive is right (v = 1e36 at Sk = 200, or 3e32 at Sk = 4000,
+   with the row's scores rising by almost 8 after its first block). Finding such rows would cost a
+   pass over o (2.5-5% at S = 128-256), and fp32 activations are far below that limit.
+
+   MEMORY: fa_naive allocates the whole [B][Hq][Sq][Sk] fp32 score matrix, as the textbook does
+   (and per thread one [Sq][D] scale * Q), and
    returns FA_ERR_NO_MEMORY when it cannot, or when it is larger than the machine's physical memory
    (refused before asking the allocator, which might overcommit and fail only at first touch). fa_tiled allocates O(threads x tile), never O(Sq x Sk).
    fa_*_workspace_bytes return exactly what the call will allocate.
@@ -67,8 +98,15 @@
    THREADS: `threads` workers (0: all online cores) share batch x heads x query tiles; with few query
    rows (decoding), or fewer tiles than two per thread, the key axis is split too and the parts
    merged by log-sum-exp (fa_merge's rule).
-   The naive path runs its GEMMs inside its own workers with OpenBLAS single-threaded, so the call
-   uses exactly `threads` threads; it sets OpenBLAS's thread count to 1 for the call and restores it.
+   The naive path runs its GEMMs inside its own workers, each on the worker's thread, so the call
+   uses exactly `threads` threads, and it leaves OpenBLAS's thread count (the program's, shared by
+   all its threads) alone: where OpenBLAS could thread a GEMM (its count above 1, or an OpenMP
+   build) the GEMM is issued in blocks of at most FLASHATTN_OPENBLAS_1T_MNK = 262144 multiply-adds
+   (m n k), which OpenBLAS 0.3.21-0.3.28 runs on the calling thread (65536 x its build option
+   GEMM_MULTITHREAD_THRESHOLD, 4 by default and in Debian; define the macro lower for a build with
+   a lower threshold). Blocked, the score GEMM is ~25-35% slower than whole; with OpenBLAS's count
+   at 1 (bench sets it) the GEMMs are whole. OpenBLAS has no per-thread count to use instead:
+   openblas_set_num_threads_local (0.3.27+) sets the same process-wide one in pthreads builds.
    Each call starts its workers (1 MiB stacks; the caller is one of them) and joins them before it
    returns: nothing outlives the call, which costs ~10-15 us per extra thread. The stacks come from
    the threads library, not from FLASHATTN_MALLOC, and are not part of the workspace counts.
@@ -411,10 +449,10 @@ static int fa__rows_disjoint(int axes, const int64_t *n, const int64_t *st, int6
 
 /* The byte range [*a, *b) that a tensor reaching offsets [lo, hi) from base covers (empty when
    lo == hi), for the overlap checks; computed as integers, saturating at the address space's end. */
-static void fa__range(const void *base, int64_t lo, int64_t hi, uintptr_t *a, uintptr_t *b)
+static void fa__range(uintptr_t base, int64_t lo, int64_t hi, uintptr_t *a, uintptr_t *b)
 {
     uint64_t n = (uint64_t)hi - (uint64_t)lo;          /* elements (hi - lo < 2^64) */
-    uintptr_t p = (uintptr_t)base + (uintptr_t)((uint64_t)lo * sizeof(float));
+    uintptr_t p = base + (uintptr_t)((uint64_t)lo * sizeof(float));
     *a = *b = p;
     if (hi > lo) *b = n > (UINTPTR_MAX - p) / sizeof(float) ? UINTPTR_MAX : p + (uintptr_t)(n * sizeof(float));
 }
@@ -2165,18 +2203,18 @@ static fa_status fa__cpu_alias(const fa__dims *d, const void *q, const void *k, 
     int ni = 0, a, t;
     if (d->Sq == 0) return FA_OK;
     /* inputs; the extents fit int64 (fa__resolve) */
-    fa__extent(3, nq, d->qs, d->D, &lo, &hi); fa__range(q, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+    fa__extent(3, nq, d->qs, d->D, &lo, &hi); fa__range((uintptr_t)q, lo, hi, &in[ni][0], &in[ni][1]); ni++;
     if (d->Sk > 0) {
-        fa__extent(3, nk, d->ks, d->D, &lo, &hi); fa__range(k, lo, hi, &in[ni][0], &in[ni][1]); ni++;
-        fa__extent(3, nk, d->vs, d->Dv, &lo, &hi); fa__range(v, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+        fa__extent(3, nk, d->ks, d->D, &lo, &hi); fa__range((uintptr_t)k, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+        fa__extent(3, nk, d->vs, d->Dv, &lo, &hi); fa__range((uintptr_t)v, lo, hi, &in[ni][0], &in[ni][1]); ni++;
     }
-    if (d->bias) { fa__extent(4, nb, d->bs, 1, &lo, &hi); fa__range(d->bias, lo, hi, &in[ni][0], &in[ni][1]); ni++; }
-    if (d->alibi) { fa__extent(1, &nB, &d->alibi_stride, d->Hq, &lo, &hi); fa__range(d->alibi, lo, hi, &in[ni][0], &in[ni][1]); ni++; }
+    if (d->bias) { fa__extent(4, nb, d->bs, 1, &lo, &hi); fa__range((uintptr_t)d->bias, lo, hi, &in[ni][0], &in[ni][1]); ni++; }
+    if (d->alibi) { fa__extent(1, &nB, &d->alibi_stride, d->Hq, &lo, &hi); fa__range((uintptr_t)d->alibi, lo, hi, &in[ni][0], &in[ni][1]); ni++; }
     /* outputs: o, lse packed [B][Hq][Sq], scores packed [B][Hq][Sq][Sk] (its count may pass int64) */
-    fa__extent(3, nq, d->os, d->Dv, &lo, &hi); fa__range(o, lo, hi, &out[0][0], &out[0][1]);
-    fa__range(d->lse, 0, d->lse ? rows : 0, &out[1][0], &out[1][1]);
+    fa__extent(3, nq, d->os, d->Dv, &lo, &hi); fa__range((uintptr_t)o, lo, hi, &out[0][0], &out[0][1]);
+    fa__range((uintptr_t)d->lse, 0, d->lse ? rows : 0, &out[1][0], &out[1][1]);
     n = scores && fa__mul64(rows, d->Sk, &n) ? n : INT64_MAX;
-    fa__range(scores, 0, scores ? n : 0, &out[2][0], &out[2][1]);
+    fa__range((uintptr_t)scores, 0, scores ? n : 0, &out[2][0], &out[2][1]);
     for (t = 0; t < 3; t++)
         for (a = 0; a < ni; a++)
             if (fa__overlap(out[t][0], out[t][1], in[a][0], in[a][1]))
@@ -2565,91 +2603,6 @@ static void fa__tiled_merge(void *vctx, int64_t tile, int tid)
     }
 }
 
-/* ---- rows the online softmax cannot hold ------------------------------------------------------
-   The tiled kernel accumulates O = sum_j e^(s_j - m) v_j unnormalised, with e^(s_j - m) up to e^8
-   (the lazy rescale), so O leaves fp32 when Sk e^8 max|v| passes FLT_MAX although o ~ v does not
-   (v = 1e36 at Sk = 200). A row whose o comes out not finite is therefore computed again by
-   fa__row_exact, one pass that keeps o normalised (a convex combination of the v_j, so |o| <=
-   max|v|): exact for any finite input, and the same NaN / inf for a row a NaN or inf reaches. It
-   costs a scan of each tile's o rows while they are in cache, and a scalar pass only for such rows. */
-static void fa__row_exact(const fa__dims *d, const float *q, const float *k, const float *v, int b, int h,
-                          int64_t i, float *orow, float *lse)
-{
-    const float *qi = q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1] + i * d->qs[2];
-    const float *kb = k + (int64_t)b * d->ks[0] + (int64_t)(h / d->group) * d->ks[1];
-    const float *vb = v + (int64_t)b * d->vs[0] + (int64_t)(h / d->group) * d->vs[1];
-    float s[64], m = -INFINITY, l = 0.0f;
-    int64_t lo, hi, j0, j;
-    int t, n, Dv = d->Dv;
-    for (t = 0; t < Dv; t++) orow[t] = 0.0f;
-    fa__key_range(d, i, &lo, &hi);
-    for (j0 = lo; j0 < hi; j0 += 64) {
-        n = (int)(hi - j0 < 64 ? hi - j0 : 64);
-        for (j = 0; j < n; j++) {
-            const float *kj = kb + (j0 + j) * d->ks[2];
-            float acc = 0.0f;
-            for (t = 0; t < d->D; t++) acc += qi[t] * d->scale * kj[t];
-            s[j] = acc;
-        }
-        fa__modify_row(d, b, h, i, j0, n, s, 1, 1, 0);
-        for (j = 0; j < n; j++) {
-            const float *vj = vb + (j0 + j) * d->vs[2];
-            float keep, w, l1;
-            if (s[j] == -INFINITY) continue;
-            if (s[j] != s[j]) {                           /* a NaN score: every weight is NaN */
-                for (t = 0; t < Dv; t++) orow[t] = s[j];
-                if (lse) *lse = s[j];
-                return;
-            }
-            if (s[j] > m) { keep = m == -INFINITY ? 0.0f : l * fa__expf(m - s[j]); w = 1.0f; m = s[j]; }
-            else { keep = l; w = fa__expf(s[j] - m); }
-            l1 = keep + w;
-            if (w == 0.0f) { l = l1; continue; }         /* a weight of 0 adds nothing, even of an inf v */
-            for (t = 0; t < Dv; t++) orow[t] = orow[t] * (keep / l1) + vj[t] * (w / l1);
-            l = l1;
-        }
-    }
-    if (lse) *lse = l > 0.0f || l != l ? m + logf(l) : -INFINITY;
-}
-
-/* 1 when some element of o's row r (nr rows of the tile at b, h0, i0) is not finite. */
-static int fa__row_bad(const float *orow, int Dv)
-{
-    int t;
-    for (t = 0; t < Dv; t++)
-        if (orow[t] - orow[t] != 0.0f) return 1;
-    return 0;
-}
-
-/* The rows of tile `tile` once written to o: those not finite computed again (fa__row_exact). */
-static void fa__tiled_fix(const fa__tiled_ctx *c, int64_t tile)
-{
-    const fa__dims *d = c->d;
-    int b, h0, nqr, r;
-    int64_t i0;
-    fa__tile_pos(d, c->pl, tile, &b, &h0, &i0, &nqr);
-    for (r = 0; r < c->pl->hpt * nqr; r++) {
-        int h = h0 + r / nqr;
-        int64_t i = i0 + r % nqr;
-        float *orow = c->o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1] + i * d->os[2];
-        if (fa__row_bad(orow, d->Dv))
-            fa__row_exact(d, c->q, c->k, c->v, b, h, i, orow, d->lse ? d->lse + ((int64_t)b * d->Hq + h) * d->Sq + i : NULL);
-    }
-}
-
-/* fa__run's items: a tile (whole key range) then its check, or a split-key tile's merge then its check. */
-static void fa__tiled_item_fixed(void *vctx, int64_t item, int tid)
-{
-    fa__tiled_item(vctx, item, tid);
-    fa__tiled_fix((const fa__tiled_ctx *)vctx, item);
-}
-
-static void fa__tiled_merge_fixed(void *vctx, int64_t tile, int tid)
-{
-    fa__tiled_merge(vctx, tile, tid);
-    fa__tiled_fix((const fa__tiled_ctx *)vctx, tile);
-}
-
 FLASHATTN__CPU_DEF size_t fa_tiled_workspace_bytes(const fa_params *p)
 {
     fa__dims d;
@@ -2675,9 +2628,8 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
     c.d = &d; c.pl = &pl; c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v;
     c.o = (float *)o; c.ws = (float *)fa__align64(mem); c.isa = fa__isa();
     c.parts = c.ws + pl.thread_floats * pl.nthreads;
-    fa__run(d.pool, pl.nsplit > 1 ? fa__tiled_item : fa__tiled_item_fixed, &c, pl.items, pl.nthreads,
-            c.parts + pl.part_floats);
-    if (pl.nsplit > 1) fa__run(d.pool, fa__tiled_merge_fixed, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
+    fa__run(d.pool, fa__tiled_item, &c, pl.items, pl.nthreads, c.parts + pl.part_floats);
+    if (pl.nsplit > 1) fa__run(d.pool, fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
     FLASHATTN_FREE(mem);
     return FA_OK;
 }
@@ -3251,15 +3203,15 @@ static fa_status fa__merge_parts(int rows, int dv, int parts, const float *const
         if (!op[p]) return fa__why(why, bad, "an entry of o_parts is NULL");
         if (!lp[p]) return fa__why(why, bad, "an entry of lse_parts is NULL");
     }
-    fa__range(o, 0, (int64_t)rows * dv, &oa, &ob);
-    fa__range(lse, 0, lse ? rows : 0, &la, &lb);
+    fa__range((uintptr_t)o, 0, (int64_t)rows * dv, &oa, &ob);
+    fa__range((uintptr_t)lse, 0, lse ? rows : 0, &la, &lb);
     if (fa__overlap(oa, ob, la, lb)) return fa__why(why, bad, "lse overlaps o");
     for (p = 0; p < parts; p++) {
-        fa__range(op[p], 0, (int64_t)rows * dv, &a, &b);
+        fa__range((uintptr_t)op[p], 0, (int64_t)rows * dv, &a, &b);
         if (op[p] != o && fa__overlap(oa, ob, a, b))
             return fa__why(why, bad, "o overlaps an entry of o_parts without being it (o may be one of them, or apart)");
         if (fa__overlap(la, lb, a, b)) return fa__why(why, bad, "lse overlaps an entry of o_parts");
-        fa__range(lp[p], 0, rows, &a, &b);
+        fa__range((uintptr_t)lp[p], 0, rows, &a, &b);
         if (lse && lp[p] != lse && fa__overlap(la, lb, a, b))
             return fa__why(why, bad, "lse overlaps an entry of lse_parts without being it (lse may be one of them, or apart)");
         if (fa__overlap(oa, ob, a, b)) return fa__why(why, bad, "o overlaps an entry of lse_parts");

@@ -13,7 +13,8 @@
    - a refused call (fa_explain not NULL) returns FA_ERR_INVALID_ARG or FA_ERR_UNSUPPORTED, the
      same from fa_naive and fa_tiled, and writes no byte of any buffer; an accepted one returns
      FA_OK from both;
-   - on N(0,1) inputs (or those times a power of two), fa_naive, fa_tiled and the float64 reference
+   - on N(0,1) inputs (or v those times a power of two, up to fa_tiled's documented range limit),
+     fa_naive, fa_tiled and the float64 reference
      (tests/ref.h) agree within API.md's fp32 tolerance, o, lse and scores; writes stay inside the
      outputs' rows;
    - with NaNs in the inputs, o and lse are NaN exactly where the reference's are (a NaN reaches
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <float.h>
 #include <pthread.h>
 
 #include "tests/talloc.h"
@@ -313,8 +315,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ref_seed(&g, fz_u32(&z));
     if (mode == 8) { fz_broken(&z, p); return 0; }
     FZ_CHECK(ref_tensors_make(&p, &g, &t), "alloc");
-    if (mode == 7) {   /* large values, a power of two so the case stays as well-conditioned */
-        int e = fz_int(&z, 0, 120);   /* up to |v| ~ 1e36: past the lazy rescale's e^8 Sk max|v| */
+    if (mode == 7) {   /* large values, times a power of two so the case stays as well-conditioned,
+                          up to fa_tiled's documented limit max|v| <= FLT_MAX / (e^8 Sk) */
+        float vmax = 0.0f;
+        int e = fz_int(&z, 0, 127), lim;
+        for (i = 0; i < t.nv; i++) vmax = fabsf(t.v[i]) > vmax ? fabsf(t.v[i]) : vmax;
+        lim = (int)floor(log2(FLT_MAX / (exp(8.0) * (Sk > 0 ? Sk : 1) * (vmax > 1.0f ? vmax : 1.0f))));
+        if (e > lim) e = lim;
         for (i = 0; i < t.nv; i++) t.v[i] = ldexpf(t.v[i], e);
     }
     if (alibi_kind >= 4) {
