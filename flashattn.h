@@ -1068,7 +1068,8 @@ static float fa__exp_sum(int isa, float *s, int n, float m)
 }
 
 /* A softmax of one score row in place; returns its lse. A row with no visible key (max -INFINITY)
-   becomes zeros, lse -INFINITY; a NaN anywhere in the row makes the row NaN. */
+   becomes zeros, lse -INFINITY; a NaN anywhere in the row makes its visible entries and lse NaN
+   (hidden ones stay 0, so that the backward carries the NaN to no key the row does not see). */
 static float fa__softmax_row(int isa, float *s, int n)
 {
     float m, sum, inv;
@@ -1082,6 +1083,10 @@ static float fa__softmax_row(int isa, float *s, int n)
     if (m == -INFINITY) {
         memset(s, 0, (size_t)n * sizeof(float));
         return -INFINITY;
+    }
+    if (m != m) {                 /* a NaN row: NaN where a key is visible, 0 where it is hidden */
+        for (t = 0; t < n; t++) s[t] = s[t] == -INFINITY ? 0.0f : m;
+        return m;
     }
     sum = fa__exp_sum(isa, s, n, m);
     inv = 1.0f / sum;
