@@ -20,11 +20,27 @@ all: mpi-example
 # ---- dependencies: Debian's libopenblas-dev and libcmocka-dev ----------------------------------
 # Installed with apt-get when missing and we are root; otherwise deps stops and prints the exact
 # command. Without dpkg (not Debian), a one-line compile and link against both libraries decides.
+# Optional: clang and its runtimes (libFuzzer, sanitizers) for the fuzzer (make fuzz; make test runs
+# it for a minute when they are there): installed too when root, else a note; never an error.
 DEPS_PKGS := libopenblas-dev libcmocka-dev
 # OpenMPI for examples/ring_attention_mpi.c (make test-mpi)
 MPI_PKGS  := libopenmpi-dev openmpi-bin
 DEPS_PKGS += $(MPI_PKGS)
+DEPS_OPT_PKGS := clang libclang-rt-dev
 deps:
+	@if command -v dpkg-query >/dev/null 2>&1; then \
+	  opt=""; \
+	  for pkg in $(DEPS_OPT_PKGS); do \
+	    dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q "install ok installed" || opt="$$opt $$pkg"; \
+	  done; \
+	  if [ -n "$$opt" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "deps: installing$$opt (optional: the fuzzer) with apt-get"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$opt >/dev/null; } || \
+	      echo "deps: note: apt-get could not install$$opt; make fuzz will be skipped"; \
+	  elif [ -n "$$opt" ]; then \
+	    echo "deps: note: optional$$opt not installed (the fuzzer): sudo apt-get install -y$$opt"; \
+	  fi; \
+	fi
 	@missing=""; \
 	if command -v dpkg-query >/dev/null 2>&1; then \
 	  for pkg in $(DEPS_PKGS); do \
@@ -143,6 +159,38 @@ test: deps
 test-steps: $(TEST_STEPS)
 # A step added elsewhere: a target whose recipe lines are `-@$(STEP) "what it is" 'command'`, and
 # `test-steps: that-target` beside it (a later `TEST_STEPS +=` would come too late for this rule).
+
+# ---- the fuzzer (tests/fuzz_params.c: libFuzzer with ASan and UBSan; clang and its runtime) ------
+# make fuzz runs it for FUZZ_TIME seconds (0: until stopped) on build/fuzz_corpus, which grows from
+# run to run; a failing input is written to build/crash-*. make test runs it for FUZZ_TEST_TIME
+# seconds from a fresh corpus with a fixed seed (a step of its own), or skips it without clang's
+# fuzzer runtime (the deps step installs it when root).
+FUZZ_TIME      ?= 300
+FUZZ_TEST_TIME ?= 60
+FUZZ_CC        ?= $(if $(CLANG),$(CLANG),clang)
+FUZZ_FLAGS     := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_PROBE      = printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' \
+                  | $(FUZZ_CC) -x c -fsanitize=fuzzer - -o $(BUILD)/fuzz_probe >/dev/null 2>&1
+.PHONY: fuzz test-fuzz
+
+$(BUILD)/fuzz_params: tests/fuzz_params.c tests/ref.h tests/talloc.h flashattn.h | $(BUILD)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(CSTD) $(WARN) -I. $< -o $@ $(LDLIBS)
+
+fuzz: deps $(BUILD)/fuzz_params
+	@mkdir -p $(BUILD)/fuzz_corpus
+	$(SAN_ENV) ./$(BUILD)/fuzz_params -max_total_time=$(FUZZ_TIME) -artifact_prefix=$(BUILD)/ $(BUILD)/fuzz_corpus
+
+test-steps: test-fuzz
+test-fuzz: | $(BUILD)
+	-@if $(FUZZ_PROBE); then \
+	  $(STEP) "fuzz: tests/fuzz_params.c for $(FUZZ_TEST_TIME) s (libFuzzer, ASan, UBSan; fixed seed, fresh corpus)" \
+	    '$(SUBMAKE) $(BUILD)/fuzz_params && rm -rf $(BUILD)/fuzz_corpus_test && mkdir -p $(BUILD)/fuzz_corpus_test && \
+	     { $(SAN_ENV) ./$(BUILD)/fuzz_params -max_total_time=$(FUZZ_TEST_TIME) -seed=1 -print_final_stats=1 \
+	         -artifact_prefix=$(BUILD)/ $(BUILD)/fuzz_corpus_test > $(BUILD)/fuzz_test.log 2>&1; rc=$$?; } ; \
+	     echo "step-detail: $$(sed -n "s/^stat::number_of_executed_units: *//p" $(BUILD)/fuzz_test.log) inputs run"; \
+	     if [ $$rc -ne 0 ]; then tail -n 40 $(BUILD)/fuzz_test.log; echo "the fuzzer failed: $(BUILD)/fuzz_test.log, input in $(BUILD)/crash-*"; fi; \
+	     exit $$rc'; \
+	else $(SKIP_STEP) "fuzz: tests/fuzz_params.c" "clang with its libFuzzer runtime not found (Debian: apt-get install clang libclang-rt-dev)"; fi
 
 # compile checks, each linked and run: C99 -pedantic with two translation units (impl.c holds the
 # implementation, user.c only the declarations); the same as C++ (g++ -pedantic); FLASHATTN_NO_BLAS;

@@ -54,7 +54,9 @@
        hidden when causal && j > d, window_left > 0 && j < d - window_left,
                    window_right > 0 && j > d + window_right
        o_i   = sum_j softmax(s_i)_j v_j over visible keys,  lse_i = log sum_j exp(s_ij)
-       A row with no visible key gets o_i = 0 and lse_i = -INFINITY, never NaN.
+       A row with no visible key gets o_i = 0 and lse_i = -INFINITY, never NaN. A NaN in q, k or
+       v makes NaN the rows (and, for v, the columns) it reaches, and no others; it never turns a
+       row into an empty one (fa_merge and the key split likewise keep a NaN part's NaN).
 
    WINDOW vs flash-attn's window_size = (left, right): there -1 means unbounded and 0 means no key
    on that side; here 0 means unbounded, and a positive W means the same as there (W keys on that
@@ -65,11 +67,40 @@
 
    Layout: strides in elements for {batch, head, token}, the feature dim contiguous; all three zero
    means packed [B][H][S][D]; [B][S][H][D] is {S*H*D, D, H*D}. GQA/MQA through kv_heads.
-   bias_stride is {batch, head, query, key}: all zero means packed [B][Hq][Sq][Sk], otherwise a zero
-   stride broadcasts that axis ([B][Sk] key padding is {Sk, 0, 0, 1}). alibi_slopes is [Hq], or
-   [B][Hq] with alibi_stride = Hq.
+   Inputs (q, k, v) take their strides as given, any int64 values: a zero stride broadcasts that
+   axis, and only all three zero means packed. k_stride = {0, 0, D} is one [Sk][D] K shared by every
+   batch and kv head; q_stride = {0, Sq*D, D} is the same [H][Sq][D] queries for every batch.
+   Outputs are written by many workers at once, so o's strides must be >= 0 and its rows must not
+   overlap: the axes of more than one index, taken by increasing stride, must nest (each stride at
+   least the extent of the axes inside it, a token's at least head_dim_v). Every nested layout with
+   or without padding passes ([B][H][S][Dv], [B][S][H][Dv], heads Dv + 5 apart, ...); o_stride[1] =
+   Dv / 2 in [B][S][H][Dv] (heads overlapping) or a zero stride over batches of two fails. And no
+   output (o, lse, fa_naive's scores) may share a byte with an input (q, k, v, bias, alibi_slopes)
+   or with another output, each tensor counted from its first to its last element: no in-place
+   attention. A layout that breaks these rules is FA_ERR_INVALID_ARG, nothing written; fa_explain
+   says which rule. bias_stride is {batch, head, query, key}: all zero means packed [B][Hq][Sq][Sk],
+   otherwise a zero stride broadcasts that axis ([B][Sk] key padding is {Sk, 0, 0, 1}). alibi_slopes
+   is [Hq], or [B][Hq] with alibi_stride = Hq. softcap is 0 (off) or in [FLT_MIN, 3e38] (1/softcap
+   must be finite).
 
-   MEMORY: fa_naive allocates the whole [B][Hq][Sq][Sk] fp32 score matrix, as the textbook does, and
+   ERRORS, EXPLAINED: fa_explain(p, q, k, v, o, scores) returns NULL when fa_naive (with scores) or
+   fa_tiled (scores NULL) accepts the arguments, else the sentence of the first check that fails,
+   e.g. "heads must be a multiple of kv_heads" or "lse overlaps o": every FA_ERR_INVALID_ARG and
+   FA_ERR_UNSUPPORTED of the CPU calls has one. fa_explain_merge and fa_explain_pool_create do the
+   same for fa_merge and fa_pool_create. They keep nothing and allocate nothing: the calls and they
+   run the same checks, which say why as they fail.
+
+   RANGE: both paths fold the scale into q before the products (s = (scale q) . k), so a logit in
+   fp32 range is formed even when |q|, |k| are near 1e20. fa_naive normalises before P V, so its o
+   is in range for any finite v. fa_tiled on the CPU accumulates O = sum_j e^(s_j - m) v_j before it
+   divides by l, with e^(s_j - m) <= e^8 (the lazy rescale): its o is exact while
+   Sk e^8 max|v| <= FLT_MAX, that is max|v| <= 1.14e35 / Sk (Sk the keys of a row); past that a row
+   may come out +-inf or NaN where fa_naive is right (v = 1e36 at Sk = 200, or 3e32 at Sk = 4000,
+   with the row's scores rising by almost 8 after its first block). Finding such rows would cost a
+   pass over o (2.5-5% at S = 128-256), and fp32 activations are far below that limit.
+
+   MEMORY: fa_naive allocates the whole [B][Hq][Sq][Sk] fp32 score matrix, as the textbook does
+   (and per thread one [Sq][D] scale * Q), and
    returns FA_ERR_NO_MEMORY when it cannot, or when it is larger than the machine's physical memory
    (refused before asking the allocator, which might overcommit and fail only at first touch). fa_tiled allocates O(threads x tile), never O(Sq x Sk).
    fa_*_workspace_bytes return exactly what the call will allocate.
@@ -84,8 +115,15 @@
    THREADS: `threads` workers (0: all online cores) share batch x heads x query tiles; with few query
    rows (decoding), or fewer tiles than two per thread, the key axis is split too and the parts
    merged by log-sum-exp (fa_merge's rule).
-   The naive path runs its GEMMs inside its own workers with OpenBLAS single-threaded, so the call
-   uses exactly `threads` threads; it sets OpenBLAS's thread count to 1 for the call and restores it.
+   The naive path runs its GEMMs inside its own workers, each on the worker's thread, so the call
+   uses exactly `threads` threads, and it leaves OpenBLAS's thread count (the program's, shared by
+   all its threads) alone: where OpenBLAS could thread a GEMM (its count above 1, or an OpenMP
+   build) the GEMM is issued in blocks of at most FLASHATTN_OPENBLAS_1T_MNK = 262144 multiply-adds
+   (m n k), which OpenBLAS 0.3.21-0.3.28 runs on the calling thread (65536 x its build option
+   GEMM_MULTITHREAD_THRESHOLD, 4 by default and in Debian; define the macro lower for a build with
+   a lower threshold). Blocked, the score GEMM is ~25-35% slower than whole; with OpenBLAS's count
+   at 1 (bench sets it) the GEMMs are whole. OpenBLAS has no per-thread count to use instead:
+   openblas_set_num_threads_local (0.3.27+) sets the same process-wide one in pthreads builds.
    Each call starts its workers (1 MiB stacks; the caller is one of them) and joins them before it
    returns: nothing outlives the call, which costs ~10-15 us per extra thread. The stacks come from
    the threads library, not from FLASHATTN_MALLOC, and are not part of the workspace counts.
@@ -212,6 +250,16 @@ FLASHATTN_DEF size_t fa_naive_workspace_bytes(const fa_params *p);
 FLASHATTN_DEF size_t fa_tiled_workspace_bytes(const fa_params *p);
 /* A fixed, non-NULL sentence for every value, unknown ones included. */
 FLASHATTN_DEF const char *fa_status_string(fa_status s);
+/* Why fa_naive (scores: its last argument) or fa_tiled (scores NULL) would refuse these arguments:
+   NULL when the CPU paths accept them, else a fixed sentence that names the field and the rule it
+   breaks, for every FA_ERR_INVALID_ARG and FA_ERR_UNSUPPORTED those calls return. Stateless (no
+   allocation, no buffer kept); an accepted request may still fail with FA_ERR_NO_MEMORY. */
+FLASHATTN_DEF const char *fa_explain(const fa_params *p, const void *q, const void *k, const void *v,
+                                     const void *o, const float *scores);
+/* The same for fa_merge's arguments, and for fa_pool_create's. */
+FLASHATTN_DEF const char *fa_explain_merge(int rows, int dv, int parts, const float *const *o_parts,
+                                           const float *const *lse_parts, const float *o, const float *lse);
+FLASHATTN_DEF const char *fa_explain_pool_create(int threads, fa_pool **pool);
 /* torch.allclose: every |a-b| <= atol + rtol*|b|; a NaN anywhere fails. */
 FLASHATTN_DEF int fa_allclose(const float *a, const float *b, size_t n, float rtol, float atol);
 FLASHATTN_DEF double fa_max_abs_diff(const float *a, const float *b, size_t n);
@@ -287,6 +335,7 @@ FLASHATTN_DEF fa_status fa_cuda_tiled_backward(const fa_params *p, const void *q
 #include <math.h>
 #include <string.h>
 #include <limits.h>
+#include <float.h>
 #include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
@@ -455,65 +504,178 @@ static int fa__packed3(int64_t n0, int64_t n1, int64_t n2, int64_t n3, int64_t s
 
 static int fa__zero3(const int64_t s[3]) { return s[0] == 0 && s[1] == 0 && s[2] == 0; }
 
-/* Resolves and validates everything a backend-independent check can see. Pointers to q, k, v, o
-   are required only for tensors that are not empty. */
-static fa_status fa__resolve(const fa_params *p, const void *q, const void *k, const void *v,
-                             const void *o, fa__dims *d)
+/* Sets *why (when not NULL) to the sentence that explains st; returns st. Every failing check of
+   the validation says why through this, so that a check and its sentence are one line. */
+static fa_status fa__why(const char **why, fa_status st, const char *sentence)
 {
+    if (why) *why = sentence;
+    return st;
+}
+
+/* The offsets [lo, hi) (in elements, from the base pointer) that a strided tensor reaches: `axes`
+   axes of n[a] indices at st[a] elements apart (any sign), each index holding a run of w
+   contiguous elements. 0 when a count overflows int64; an empty tensor reaches nothing (0, 0). */
+static int fa__extent(int axes, const int64_t *n, const int64_t *st, int64_t w, int64_t *lo, int64_t *hi)
+{
+    int64_t a = 0, b = w;
     int i;
-    if (!p) return FA_ERR_INVALID_ARG;
+    *lo = *hi = 0;
+    for (i = 0; i < axes; i++) {
+        int64_t m = n[i] - 1, s = st[i], x;
+        if (n[i] <= 0) return 1;
+        if (m == 0 || s == 0) continue;
+        if (s < -INT64_MAX || (s < 0 ? -s : s) > INT64_MAX / m) return 0;
+        x = m * s;
+        if (x < 0) { if (a < INT64_MIN - x) return 0; a += x; }
+        else { if (b > INT64_MAX - x) return 0; b += x; }
+    }
+    *lo = a; *hi = b;
+    return 1;
+}
+
+/* 1 when the runs of w elements of a strided output (axes as for fa__extent, strides >= 0) are
+   pairwise disjoint, by a rule that is cheap and sufficient: the axes with more than one index,
+   taken by increasing stride, nest, each stride at least the extent of the axes inside it (w for
+   the innermost). Every layout made by nesting the axes in some order, with or without padding
+   between them, passes; a zero stride on an axis of more than one index, or two axes interleaved,
+   fails. Used for o here and for the backward's dq, dk, dv. */
+static int fa__rows_disjoint(int axes, const int64_t *n, const int64_t *st, int64_t w)
+{
+    int idx[4], m = 0, a, b;
+    int64_t inner = w;
+    for (a = 0; a < axes && a < 4; a++) {
+        if (n[a] <= 0) return 1;                  /* nothing is written */
+        if (st[a] < 0) return 0;
+        if (n[a] > 1) idx[m++] = a;
+    }
+    for (a = 1; a < m; a++)                        /* by stride, at most 4 axes */
+        for (b = a; b > 0 && st[idx[b]] < st[idx[b - 1]]; b--) { int t = idx[b]; idx[b] = idx[b - 1]; idx[b - 1] = t; }
+    for (a = 0; a < m; a++) {
+        int64_t s = st[idx[a]], x;
+        if (s < inner) return 0;
+        if (s > INT64_MAX / (n[idx[a]] - 1)) return 0;
+        x = s * (n[idx[a]] - 1);
+        if (inner > INT64_MAX - x) return 0;
+        inner += x;
+    }
+    return 1;
+}
+
+/* The byte range [*a, *b) that a tensor reaching offsets [lo, hi) from base covers (empty when
+   lo == hi), for the overlap checks; computed as integers, saturating at the address space's end. */
+static void fa__range(uintptr_t base, int64_t lo, int64_t hi, uintptr_t *a, uintptr_t *b)
+{
+    uint64_t n = (uint64_t)hi - (uint64_t)lo;          /* elements (hi - lo < 2^64) */
+    uintptr_t p = base + (uintptr_t)((uint64_t)lo * sizeof(float));
+    *a = *b = p;
+    if (hi > lo) *b = n > (UINTPTR_MAX - p) / sizeof(float) ? UINTPTR_MAX : p + (uintptr_t)(n * sizeof(float));
+}
+
+static int fa__overlap(uintptr_t a0, uintptr_t b0, uintptr_t a1, uintptr_t b1)
+{
+    return a0 < b0 && a1 < b1 && a0 < b1 && a1 < b0;
+}
+
+/* Resolves and validates everything a backend-independent check can see: the shape, the options,
+   the layouts (extents that fit int64, o's rows disjoint) and the pointers q, k, v, o, required
+   only for tensors that are not empty. On failure *why (when why is not NULL) names the field
+   and the rule it breaks; fa_explain returns that sentence. */
+static fa_status fa__resolve(const fa_params *p, const void *q, const void *k, const void *v,
+                             const void *o, fa__dims *d, const char **why)
+{
+    const fa_status bad = FA_ERR_INVALID_ARG;
+    int64_t lo, hi;
+    if (!p) return fa__why(why, bad, "p is NULL");
     memset(d, 0, sizeof *d);
-    if (p->batch < 1 || p->heads < 1 || p->kv_heads < 0 || p->seq_q < 0 || p->seq_k < 0 ||
-        p->head_dim < 1 || p->head_dim_v < 0)
-        return FA_ERR_INVALID_ARG;
+    if (p->batch < 1) return fa__why(why, bad, "batch must be at least 1");
+    if (p->heads < 1) return fa__why(why, bad, "heads must be at least 1");
+    if (p->kv_heads < 0) return fa__why(why, bad, "kv_heads must be 0 (meaning heads) or positive");
+    if (p->seq_q < 0) return fa__why(why, bad, "seq_q must not be negative");
+    if (p->seq_k < 0) return fa__why(why, bad, "seq_k must not be negative");
+    if (p->head_dim < 1) return fa__why(why, bad, "head_dim must be at least 1");
+    if (p->head_dim_v < 0) return fa__why(why, bad, "head_dim_v must be 0 (meaning head_dim) or positive");
     d->B = p->batch; d->Hq = p->heads; d->Hkv = p->kv_heads ? p->kv_heads : p->heads;
-    if (d->Hkv > d->Hq || d->Hq % d->Hkv != 0) return FA_ERR_INVALID_ARG;
+    if (d->Hq % d->Hkv != 0) return fa__why(why, bad, "heads must be a multiple of kv_heads");
     d->group = d->Hq / d->Hkv;
     d->Sq = p->seq_q; d->Sk = p->seq_k; d->D = p->head_dim;
     d->Dv = p->head_dim_v ? p->head_dim_v : p->head_dim;
-    if (p->dtype != FA_F32 && p->dtype != FA_F16 && p->dtype != FA_BF16) return FA_ERR_INVALID_ARG;
+    if (p->dtype != FA_F32 && p->dtype != FA_F16 && p->dtype != FA_BF16)
+        return fa__why(why, bad, "dtype must be FA_F32, FA_F16 or FA_BF16");
     d->dtype = p->dtype;
-    if (p->scale != p->scale || fabsf(p->scale) > 3.0e38f) return FA_ERR_INVALID_ARG;  /* NaN, inf */
+    if (p->scale != p->scale || fabsf(p->scale) > 3.0e38f)
+        return fa__why(why, bad, "scale must be finite, at most 3e38 in magnitude (0 means 1/sqrt(head_dim))");
     d->scale = p->scale != 0.0f ? p->scale : (float)(1.0 / sqrt((double)p->head_dim));
-    if (!(p->softcap >= 0.0f) || p->softcap > 3.0e38f) return FA_ERR_INVALID_ARG;
+    /* softcap's 1/softcap must be finite: FLT_MIN (2^-126) is the smallest cap taken */
+    if (!(p->softcap == 0.0f || (p->softcap >= FLT_MIN && p->softcap <= 3.0e38f)))
+        return fa__why(why, bad, "softcap must be 0 (off) or between FLT_MIN (1.17549435e-38) and 3e38");
     d->softcap = p->softcap;
-    if (p->block_q < 0 || p->block_k < 0 || p->threads < 0) return FA_ERR_INVALID_ARG;
-    if (p->window_left < 0 || p->window_right < 0 || p->alibi_stride < 0) return FA_ERR_INVALID_ARG;
+    if (p->block_q < 0) return fa__why(why, bad, "block_q must be 0 (the library's choice) or positive");
+    if (p->block_k < 0) return fa__why(why, bad, "block_k must be 0 (the library's choice) or positive");
+    if (p->threads < 0) return fa__why(why, bad, "threads must be 0 (all cores) or positive");
+    if (p->window_left < 0) return fa__why(why, bad, "window_left must be 0 (unbounded) or positive");
+    if (p->window_right < 0) return fa__why(why, bad, "window_right must be 0 (unbounded) or positive");
+    if (p->alibi_stride < 0) return fa__why(why, bad, "alibi_stride must not be negative");
     d->causal = p->causal != 0; d->wl = p->window_left; d->wr = p->window_right;
     d->alibi = p->alibi_slopes; d->alibi_stride = p->alibi_slopes ? p->alibi_stride : 0;
     d->bias = p->bias; d->lse = p->lse;
     d->block_q = p->block_q; d->block_k = p->block_k; d->threads = p->threads; d->stream = p->stream;
     d->pool = p->pool;
-    if (p->pool && p->threads > fa__pool_size(p->pool)) return FA_ERR_INVALID_ARG;
+    if (p->pool && p->threads > fa__pool_size(p->pool))
+        return fa__why(why, bad, "threads must not exceed the size of pool");
 
-    /* strides: all zero means packed */
-    if (!fa__packed3(d->B, d->Hq, d->Sq, d->D, d->qs) || !fa__packed3(d->B, d->Hkv, d->Sk, d->D, d->ks) ||
-        !fa__packed3(d->B, d->Hkv, d->Sk, d->Dv, d->vs) || !fa__packed3(d->B, d->Hq, d->Sq, d->Dv, d->os))
-        return FA_ERR_INVALID_ARG;
+    /* strides: all three zero means packed; otherwise taken as given (a zero stride broadcasts) */
+    if (!fa__packed3(d->B, d->Hq, d->Sq, d->D, d->qs))
+        return fa__why(why, bad, "q's element count (batch x heads x seq_q x head_dim) overflows int64");
+    if (!fa__packed3(d->B, d->Hkv, d->Sk, d->D, d->ks))
+        return fa__why(why, bad, "k's element count (batch x kv_heads x seq_k x head_dim) overflows int64");
+    if (!fa__packed3(d->B, d->Hkv, d->Sk, d->Dv, d->vs))
+        return fa__why(why, bad, "v's element count (batch x kv_heads x seq_k x head_dim_v) overflows int64");
+    if (!fa__packed3(d->B, d->Hq, d->Sq, d->Dv, d->os))
+        return fa__why(why, bad, "o's element count (batch x heads x seq_q x head_dim_v) overflows int64");
     if (!fa__zero3(p->q_stride)) memcpy(d->qs, p->q_stride, sizeof d->qs);
     if (!fa__zero3(p->k_stride)) memcpy(d->ks, p->k_stride, sizeof d->ks);
     if (!fa__zero3(p->v_stride)) memcpy(d->vs, p->v_stride, sizeof d->vs);
-    if (!fa__zero3(p->o_stride)) {
-        /* o is written: every axis with more than one index needs a positive stride, and a token
-           row must not overlap the next one */
-        const int64_t n[3] = { d->B, d->Hq, d->Sq };
-        for (i = 0; i < 3; i++)
-            if (p->o_stride[i] < 0 || (n[i] > 1 && p->o_stride[i] == 0)) return FA_ERR_INVALID_ARG;
-        if (d->Sq > 1 && p->o_stride[2] < d->Dv) return FA_ERR_INVALID_ARG;
-        memcpy(d->os, p->o_stride, sizeof d->os);
+    if (!fa__zero3(p->o_stride)) memcpy(d->os, p->o_stride, sizeof d->os);
+    {
+        const int64_t nq[3] = { d->B, d->Hq, d->Sq }, nk[3] = { d->B, d->Hkv, d->Sk };
+        if (!fa__extent(3, nq, d->qs, d->D, &lo, &hi))
+            return fa__why(why, bad, "q_stride: the offsets q's rows reach overflow int64");
+        if (!fa__extent(3, nk, d->ks, d->D, &lo, &hi))
+            return fa__why(why, bad, "k_stride: the offsets k's rows reach overflow int64");
+        if (!fa__extent(3, nk, d->vs, d->Dv, &lo, &hi))
+            return fa__why(why, bad, "v_stride: the offsets v's rows reach overflow int64");
+        /* o is written by many workers: its rows must not overlap (o_stride in the doc block) */
+        if (d->os[0] < 0 || d->os[1] < 0 || d->os[2] < 0)
+            return fa__why(why, bad, "o_stride must not be negative");
+        if (!fa__extent(3, nq, d->os, d->Dv, &lo, &hi))
+            return fa__why(why, bad, "o_stride: the offsets o's rows reach overflow int64");
+        if (!fa__rows_disjoint(3, nq, d->os, d->Dv))
+            return fa__why(why, bad, "o_stride: rows of o overlap (by stride, each axis of more than one "
+                                     "index must step over the axes inside it, and a token over head_dim_v)");
     }
     if (p->bias) {
+        const int64_t nb[4] = { d->B, d->Hq, d->Sq, d->Sk };
         if (p->bias_stride[0] == 0 && p->bias_stride[1] == 0 && p->bias_stride[2] == 0 &&
             p->bias_stride[3] == 0) {
-            if (!fa__packed3(d->B, d->Hq, d->Sq, d->Sk, d->bs)) return FA_ERR_INVALID_ARG;
+            if (!fa__packed3(d->B, d->Hq, d->Sq, d->Sk, d->bs))
+                return fa__why(why, bad, "bias's element count (batch x heads x seq_q x seq_k) overflows int64");
             d->bs[3] = 1;
         } else {
             memcpy(d->bs, p->bias_stride, sizeof d->bs);
         }
+        if (!fa__extent(4, nb, d->bs, 1, &lo, &hi))
+            return fa__why(why, bad, "bias_stride: the offsets the bias reaches overflow int64");
+    }
+    if (p->alibi_slopes) {
+        const int64_t nb = d->B;
+        if (!fa__extent(1, &nb, &d->alibi_stride, d->Hq, &lo, &hi))
+            return fa__why(why, bad, "alibi_stride: the offsets the slopes reach overflow int64");
     }
     if (d->Sq > 0) {
-        if (!q || !o) return FA_ERR_INVALID_ARG;
-        if (d->Sk > 0 && (!k || !v)) return FA_ERR_INVALID_ARG;
+        if (!q) return fa__why(why, bad, "q is NULL (required when seq_q > 0)");
+        if (!o) return fa__why(why, bad, "o is NULL (required when seq_q > 0)");
+        if (d->Sk > 0 && !k) return fa__why(why, bad, "k is NULL (required when seq_q > 0 and seq_k > 0)");
+        if (d->Sk > 0 && !v) return fa__why(why, bad, "v is NULL (required when seq_q > 0 and seq_k > 0)");
     }
     return FA_OK;
 }
@@ -701,12 +863,14 @@ static float fa__exp_sum_c(float *s, int n, float m)
     return sum;
 }
 
-/* max that lets NaN through, so that a NaN row stays NaN */
+/* max that keeps a NaN: once m or an element is NaN the result is NaN, whatever follows (a later
+   finite or -INFINITY element must not replace it, or a NaN row followed by hidden keys would look
+   empty and come out 0 / -INFINITY) */
 static float fa__row_max_c(const float *s, int n, float m)
 {
     int t;
     for (t = 0; t < n; t++)
-        if (!(s[t] <= m)) m = s[t];
+        if (s[t] > m || s[t] != s[t]) m = s[t];
     return m;
 }
 
@@ -948,15 +1112,25 @@ static void fa__softcap_run(int isa, float *s, int n, float cap)
 }
 
 #ifdef FLASHATTN__X86
+/* the vector maxes return their second operand when one is NaN, so a lane's NaN would be replaced
+   by the next vector's value: NaNs are counted apart and win */
 FA__AVX512 static float fa__row_max_avx512(const float *s, int n, float m)
 {
-    __m512 acc = _mm512_set1_ps(m);
+    __m512 acc = _mm512_set1_ps(m), x;
+    __mmask16 nan = 0;
     int t;
-    for (t = 0; t + 16 <= n; t += 16) acc = fa__max16(acc, _mm512_loadu_ps(s + t));
+    for (t = 0; t + 16 <= n; t += 16) {
+        x = _mm512_loadu_ps(s + t);
+        nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+        acc = fa__max16(acc, x);
+    }
     if (t < n) {
         __mmask16 k = (__mmask16)((1u << (n - t)) - 1u);
-        acc = _mm512_mask_max_ps(acc, k, acc, _mm512_maskz_loadu_ps(k, s + t));
+        x = _mm512_maskz_loadu_ps(k, s + t);
+        nan |= _mm512_mask_cmp_ps_mask(k, x, x, _CMP_UNORD_Q);
+        acc = _mm512_mask_max_ps(acc, k, acc, x);
     }
+    if (nan) return NAN;
     {
         float buf[16];
         _mm512_storeu_ps(buf, acc);
@@ -974,10 +1148,15 @@ FA__AVX512 static void fa__scale_avx512(float *s, int n, float c)
 
 FA__AVX2 static float fa__row_max_avx2(const float *s, int n, float m)
 {
-    __m256 acc = _mm256_set1_ps(m);
+    __m256 acc = _mm256_set1_ps(m), nan = _mm256_setzero_ps(), x;
     float buf[8];
     int t;
-    for (t = 0; t + 8 <= n; t += 8) acc = _mm256_max_ps(acc, _mm256_loadu_ps(s + t));
+    for (t = 0; t + 8 <= n; t += 8) {
+        x = _mm256_loadu_ps(s + t);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+        acc = _mm256_max_ps(acc, x);
+    }
+    if (_mm256_movemask_ps(nan)) return NAN;
     _mm256_storeu_ps(buf, acc);
     return fa__row_max_c(s + t, n - t, fa__row_max_c(buf, 8, m));
 }
@@ -1003,7 +1182,8 @@ static float fa__exp_sum(int isa, float *s, int n, float m)
 }
 
 /* A softmax of one score row in place; returns its lse. A row with no visible key (max -INFINITY)
-   becomes zeros, lse -INFINITY; a NaN anywhere in the row makes the row NaN. */
+   becomes zeros, lse -INFINITY; a NaN anywhere in the row makes its visible entries and lse NaN
+   (hidden ones stay 0, so that the backward carries the NaN to no key the row does not see). */
 static float fa__softmax_row(int isa, float *s, int n)
 {
     float m, sum, inv;
@@ -1017,6 +1197,10 @@ static float fa__softmax_row(int isa, float *s, int n)
     if (m == -INFINITY) {
         memset(s, 0, (size_t)n * sizeof(float));
         return -INFINITY;
+    }
+    if (m != m) {                 /* a NaN row: NaN where a key is visible, 0 where it is hidden */
+        for (t = 0; t < n; t++) s[t] = s[t] == -INFINITY ? 0.0f : m;
+        return m;
     }
     sum = fa__exp_sum(isa, s, n, m);
     inv = 1.0f / sum;
@@ -1788,13 +1972,26 @@ static void fa__pool_stop(fa_pool *P, int started)
     for (t = 1; t <= started; t++) pthread_join(P->th[t], NULL);
 }
 
+static fa_status fa__pool_check(int threads, fa_pool **pool, const char **why)
+{
+    if (!pool) return fa__why(why, FA_ERR_INVALID_ARG, "pool is NULL (where fa_pool_create stores the new pool)");
+    if (threads < 0) return fa__why(why, FA_ERR_INVALID_ARG, "threads must be 0 (all cores) or positive");
+    return FA_OK;
+}
+
+FLASHATTN__CPU_DEF const char *fa_explain_pool_create(int threads, fa_pool **pool)
+{
+    const char *why = NULL;
+    return fa__pool_check(threads, pool, &why) == FA_OK ? NULL : why;
+}
+
 FLASHATTN__CPU_DEF fa_status fa_pool_create(int threads, fa_pool **pool)
 {
     fa_pool *P;
     size_t bytes;
     int n, t, locks = 0;
     pthread_attr_t attr;
-    if (!pool || threads < 0) return FA_ERR_INVALID_ARG;
+    if (fa__pool_check(threads, pool, NULL) != FA_OK) return FA_ERR_INVALID_ARG;
     n = threads ? threads : fa__online_cores();
     if ((size_t)n > (SIZE_MAX - sizeof(fa_pool)) / (sizeof(pthread_t) + sizeof(fa__worker))) return FA_ERR_NO_MEMORY;
     bytes = sizeof(fa_pool) + (size_t)n * (sizeof(pthread_t) + sizeof(fa__worker));
@@ -1929,11 +2126,75 @@ static void *fa__align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uint
 #define FLASHATTN__OPENBLAS 1
 #endif
 
+#ifndef FLASHATTN_NO_BLAS
+/* ---- GEMMs on the calling thread --------------------------------------------------------------
+   The naive paths run their GEMMs inside their own `threads` workers, so every GEMM must run on the
+   thread that calls it, and without touching OpenBLAS's thread count: that count is the program's,
+   shared by all its threads (a thread that changed it for a call would change it for every other
+   thread meanwhile). OpenBLAS has no per-thread count (openblas_set_num_threads_local, from 0.3.27,
+   sets the same process-wide one in its pthreads builds), but from 0.3.21 through 0.3.28 its GEMM
+   (interface/gemm.c) runs on the calling thread whenever m * n * k <= 65536 x GEMM_MULTITHREAD_THRESHOLD,
+   a build option that is 4 by default and in Debian's packages, before it reads the count. So
+   fa__sgemm issues the whole GEMM when OpenBLAS runs it on the caller anyway (a sequential build, a
+   pthreads build whose count is 1, or a small product), and otherwise blocks of at most
+   FLASHATTN_OPENBLAS_1T_MNK multiply-adds (about 25-35% slower for the score GEMM, a few % for P V).
+   A program that changes the count during a call affects only the GEMMs issued after the change. */
+#ifndef FLASHATTN_OPENBLAS_1T_MNK
+#define FLASHATTN_OPENBLAS_1T_MNK 262144
+#endif
+
+/* C = alpha op(A) op(B) + beta C, row-major, with cblas_sgemm's arguments (ta, tb nonzero for
+   transposed), on the calling thread only. */
+static void fa__sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc)
+{
+#ifdef FLASHATTN__OPENBLAS
+    const int64_t L = FLASHATTN_OPENBLAS_1T_MNK;
+    int64_t mc, nc, kc, i0, j0, k0;
+    int par = openblas_get_parallel();
+    if ((double)M * (double)N * (double)K > (double)L && M > 0 && N > 0 && K > 0 &&
+        !(par == 0 || (par == 1 && openblas_get_num_threads() == 1))) {
+        /* blocks: 64 columns of C; no split of K while that leaves 16 rows a block (the score GEMM),
+           else 128 rows and K in parts (P V); columns widened again when M is short (decoding) */
+        nc = N < 64 ? N : 64;
+        if ((int64_t)K * 16 * nc <= L) {
+            kc = K;
+            mc = L / (nc * K);
+        } else {
+            mc = 128;
+            kc = L / (mc * nc);
+        }
+        if (mc > M) mc = M;
+        if (kc < 1) kc = 1;
+        if (kc > K) kc = K;
+        if (L / (mc * kc) > nc) nc = L / (mc * kc);
+        if (nc > N) nc = N;
+        if (nc < 1) nc = 1;
+        for (i0 = 0; i0 < M; i0 += mc)
+            for (j0 = 0; j0 < N; j0 += nc)
+                for (k0 = 0; k0 < K; k0 += kc) {
+                    int m = (int)(M - i0 < mc ? M - i0 : mc), n = (int)(N - j0 < nc ? N - j0 : nc);
+                    int kk = (int)(K - k0 < kc ? K - k0 : kc);
+                    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                                m, n, kk, alpha, ta ? A + k0 * lda + i0 : A + i0 * lda + k0, lda,
+                                tb ? B + j0 * ldb + k0 : B + k0 * ldb + j0, ldb, k0 == 0 ? beta : 1.0f,
+                                C + i0 * ldc + j0, ldc);
+                }
+        return;
+    }
+#endif
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+                A, lda, B, ldb, beta, C, ldc);
+}
+#endif
+
 typedef struct fa__naive_plan {
     int nthreads;
-    size_t score_bytes, pool_bytes, total;
+    size_t q_floats, score_bytes, pool_bytes, total;
 } fa__naive_plan;
 
+/* Memory of a call: the thread bookkeeping, each thread's scale * Q of its head ([Sq][D], 64-byte
+   rounded), then the [B][Hq][Sq][Sk] scores. */
 static void fa__naive_plan_make(const fa__dims *d, fa__naive_plan *pl)
 {
     size_t n;
@@ -1942,15 +2203,19 @@ static void fa__naive_plan_make(const fa__dims *d, fa__naive_plan *pl)
     if (d->Sq == 0) return;                     /* a no-op allocates nothing */
     n = fa__mul_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq), (size_t)d->Sk);
     pl->score_bytes = fa__mul_size(n, sizeof(float));
+    pl->q_floats = fa__mul_size((size_t)d->Sq, (size_t)d->D);
+    pl->q_floats = pl->q_floats > SIZE_MAX - 15 ? SIZE_MAX : (pl->q_floats + 15) & ~(size_t)15;
     pl->pool_bytes = fa__pool_bytes(d, pl->nthreads);
     pl->total = fa__add_size(fa__add_size(pl->score_bytes, pl->pool_bytes), 64);
+    pl->total = fa__add_size(pl->total, fa__mul_size(fa__mul_size(pl->q_floats, (size_t)pl->nthreads), sizeof(float)));
 }
 
 typedef struct fa__naive_ctx {
     const fa__dims *d;
+    const fa__naive_plan *pl;
     int isa;
     const float *q, *k, *v;
-    float *o, *S, *scores;
+    float *o, *S, *Q, *scores;
 } fa__naive_ctx;
 
 #ifndef FLASHATTN_NO_BLAS
@@ -1967,20 +2232,19 @@ static int fa__finite_rows(const float *x, int rows, int64_t stride, int cols)
 }
 #endif
 
-/* One (batch, head): S = scale Q K^T, modifiers and mask, softmax, O = P V. */
+/* One (batch, head): S = (scale Q) K^T, modifiers and mask, softmax, O = P V. The scale is folded
+   into a copy of Q first, as the tiled path does, so that a logit in fp32 range is formed without
+   an unscaled q.k overflowing on the way (|q|, |k| near 1e20 with a small scale). */
 static void fa__naive_head(void *vctx, int64_t item, int tid)
 {
     const fa__naive_ctx *c = (const fa__naive_ctx *)vctx;
     const fa__dims *d = c->d;
     int b = (int)(item / d->Hq), h = (int)(item % d->Hq), g = h / d->group;
     int Sq = d->Sq, Sk = d->Sk, D = d->D, Dv = d->Dv, i, j, t;
-    const float *q = c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
-    const float *k = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
-    const float *v = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+    const float *q = c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1], *k, *v;
     float *o = c->o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
-    float *S = c->S + (size_t)item * Sq * Sk;
+    float *S = c->S + (size_t)item * Sq * Sk, *Q = c->Q + (size_t)tid * c->pl->q_floats;
     int mask = d->causal || d->wl > 0 || d->wr > 0;
-    (void)tid;
     if (Sk == 0) {
         for (i = 0; i < Sq; i++) {
             memset(o + i * d->os[2], 0, (size_t)Dv * sizeof(float));
@@ -1988,18 +2252,21 @@ static void fa__naive_head(void *vctx, int64_t item, int tid)
         }
         return;
     }
+    k = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
+    v = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+    for (i = 0; i < Sq; i++)
+        for (t = 0; t < D; t++) Q[(size_t)i * D + t] = q[i * d->qs[2] + t] * d->scale;
 #ifndef FLASHATTN_NO_BLAS
-    if (d->qs[2] >= D && d->ks[2] >= D && d->qs[2] <= INT_MAX && d->ks[2] <= INT_MAX)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Sq, Sk, D, d->scale, q, (int)d->qs[2],
-                    k, (int)d->ks[2], 0.0f, S, Sk);
+    if (d->ks[2] >= D && d->ks[2] <= INT_MAX)
+        fa__sgemm(0, 1, Sq, Sk, D, 1.0f, Q, D, k, (int)d->ks[2], 0.0f, S, Sk);
     else
 #endif
     for (i = 0; i < Sq; i++)
         for (j = 0; j < Sk; j++) {
-            const float *qi = q + i * d->qs[2], *kj = k + j * d->ks[2];
+            const float *qi = Q + (size_t)i * D, *kj = k + j * d->ks[2];
             float acc = 0.0f;
             for (t = 0; t < D; t++) acc += qi[t] * kj[t];
-            S[(size_t)i * Sk + j] = d->scale * acc;
+            S[(size_t)i * Sk + j] = acc;
         }
     for (i = 0; i < Sq; i++) {
         float *s = S + (size_t)i * Sk, lse;
@@ -2014,8 +2281,7 @@ static void fa__naive_head(void *vctx, int64_t item, int tid)
        rows that never see its key; the loop below skips zero weights */
     if (d->vs[2] >= Dv && d->os[2] >= Dv && d->vs[2] <= INT_MAX && d->os[2] <= INT_MAX &&
         !((mask || d->bias) && !fa__finite_rows(v, Sk, d->vs[2], Dv)))
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Sq, Dv, Sk, 1.0f, S, Sk, v, (int)d->vs[2],
-                    0.0f, o, (int)d->os[2]);
+        fa__sgemm(0, 0, Sq, Dv, Sk, 1.0f, S, Sk, v, (int)d->vs[2], 0.0f, o, (int)d->os[2]);
     else
 #endif
     for (i = 0; i < Sq; i++) {
@@ -2031,17 +2297,79 @@ static void fa__naive_head(void *vctx, int64_t item, int tid)
     }
 }
 
-static fa_status fa__cpu_check(const fa__dims *d)
+/* What the CPU paths cannot serve of a valid request. */
+static fa_status fa__cpu_check_why(const fa__dims *d, const char **why)
 {
-    if (d->dtype != FA_F32) return FA_ERR_UNSUPPORTED;   /* the CPU paths store fp32 only */
+    if (d->dtype != FA_F32)
+        return fa__why(why, FA_ERR_UNSUPPORTED, "dtype: the CPU paths store fp32 only (FA_F16 and FA_BF16 run on CUDA)");
     return FA_OK;
+}
+
+static fa_status fa__cpu_check(const fa__dims *d) { return fa__cpu_check_why(d, NULL); }
+
+/* The outputs of a forward call (o, lse, scores) share no byte with each other or with an input
+   (q, k, v, bias, alibi_slopes): the workers read inputs and write outputs in no order that would
+   make sharing well defined. Each tensor is taken as the range from its first to its last element
+   (fa__extent), so an output laid inside another tensor's padding is refused too. */
+static fa_status fa__cpu_alias(const fa__dims *d, const void *q, const void *k, const void *v, const void *o,
+                               const float *scores, const char **why)
+{
+    const fa_status bad = FA_ERR_INVALID_ARG;
+    const int64_t nq[3] = { d->B, d->Hq, d->Sq }, nk[3] = { d->B, d->Hkv, d->Sk };
+    const int64_t nb[4] = { d->B, d->Hq, d->Sq, d->Sk }, nB = d->B;
+    uintptr_t in[5][2], out[3][2];
+    int64_t lo, hi, rows = (int64_t)d->B * d->Hq * d->Sq, n;
+    int ni = 0, a, t;
+    if (d->Sq == 0) return FA_OK;
+    /* inputs; the extents fit int64 (fa__resolve) */
+    fa__extent(3, nq, d->qs, d->D, &lo, &hi); fa__range((uintptr_t)q, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+    if (d->Sk > 0) {
+        fa__extent(3, nk, d->ks, d->D, &lo, &hi); fa__range((uintptr_t)k, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+        fa__extent(3, nk, d->vs, d->Dv, &lo, &hi); fa__range((uintptr_t)v, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+    }
+    if (d->bias) { fa__extent(4, nb, d->bs, 1, &lo, &hi); fa__range((uintptr_t)d->bias, lo, hi, &in[ni][0], &in[ni][1]); ni++; }
+    if (d->alibi) { fa__extent(1, &nB, &d->alibi_stride, d->Hq, &lo, &hi); fa__range((uintptr_t)d->alibi, lo, hi, &in[ni][0], &in[ni][1]); ni++; }
+    /* outputs: o, lse packed [B][Hq][Sq], scores packed [B][Hq][Sq][Sk] (its count may pass int64) */
+    fa__extent(3, nq, d->os, d->Dv, &lo, &hi); fa__range((uintptr_t)o, lo, hi, &out[0][0], &out[0][1]);
+    fa__range((uintptr_t)d->lse, 0, d->lse ? rows : 0, &out[1][0], &out[1][1]);
+    n = scores && fa__mul64(rows, d->Sk, &n) ? n : INT64_MAX;
+    fa__range((uintptr_t)scores, 0, scores ? n : 0, &out[2][0], &out[2][1]);
+    for (t = 0; t < 3; t++)
+        for (a = 0; a < ni; a++)
+            if (fa__overlap(out[t][0], out[t][1], in[a][0], in[a][1]))
+                return fa__why(why, bad, t == 0 ? "o overlaps an input (q, k, v, bias or alibi_slopes); outputs must not share memory with inputs"
+                                       : t == 1 ? "lse overlaps an input (q, k, v, bias or alibi_slopes); outputs must not share memory with inputs"
+                                                : "scores overlaps an input (q, k, v, bias or alibi_slopes); outputs must not share memory with inputs");
+    if (fa__overlap(out[1][0], out[1][1], out[0][0], out[0][1])) return fa__why(why, bad, "lse overlaps o");
+    if (fa__overlap(out[2][0], out[2][1], out[0][0], out[0][1]) || fa__overlap(out[2][0], out[2][1], out[1][0], out[1][1]))
+        return fa__why(why, bad, "scores overlaps o or lse");
+    return FA_OK;
+}
+
+/* Every check of a forward call that can fail with FA_ERR_INVALID_ARG or FA_ERR_UNSUPPORTED, in the
+   calls' order; FA_OK when none fails. */
+static fa_status fa__forward_check(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
+                                   const float *scores, fa__dims *d, const char **why)
+{
+    fa_status st = fa__resolve(p, q, k, v, o, d, why);
+    if (st == FA_OK) st = fa__cpu_check_why(d, why);
+    if (st == FA_OK) st = fa__cpu_alias(d, q, k, v, o, scores, why);
+    return st;
+}
+
+FLASHATTN__CPU_DEF const char *fa_explain(const fa_params *p, const void *q, const void *k, const void *v,
+                                          const void *o, const float *scores)
+{
+    fa__dims d;
+    const char *why = NULL;
+    return fa__forward_check(p, q, k, v, o, scores, &d, &why) == FA_OK ? NULL : why;
 }
 
 FLASHATTN__CPU_DEF size_t fa_naive_workspace_bytes(const fa_params *p)
 {
     fa__dims d;
     fa__naive_plan pl;
-    if (!p || fa__resolve(p, p, p, p, p, &d) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
+    if (!p || fa__resolve(p, p, p, p, p, &d, NULL) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
     fa__naive_plan_make(&d, &pl);
     return pl.total;
 }
@@ -2053,28 +2381,20 @@ FLASHATTN__CPU_DEF fa_status fa_naive(const fa_params *p, const void *q, const v
     fa__naive_plan pl;
     fa__naive_ctx c;
     void *mem;
-    fa_status st = fa__resolve(p, q, k, v, o, &d);
+    fa_status st = fa__forward_check(p, q, k, v, o, scores, &d, NULL);
     if (st != FA_OK) return st;
-    if ((st = fa__cpu_check(&d)) != FA_OK) return st;
     if (d.Sq == 0) return FA_OK;
     fa__naive_plan_make(&d, &pl);
     if (pl.total == SIZE_MAX || pl.score_bytes == SIZE_MAX || pl.total > fa__phys_bytes())
         return FA_ERR_NO_MEMORY;
     mem = FLASHATTN_MALLOC(pl.total);
     if (!mem) return FA_ERR_NO_MEMORY;
-    c.d = &d; c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v;
+    c.d = &d; c.pl = &pl; c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v;
     c.o = (float *)o; c.scores = scores; c.isa = fa__isa();
-    c.S = (float *)((char *)fa__align64(mem) + pl.pool_bytes);
-    {
-#ifdef FLASHATTN__OPENBLAS
-        int saved = openblas_get_num_threads();
-        if (saved != 1) openblas_set_num_threads(1);
-#endif
-        fa__run(d.pool, fa__naive_head, &c, (int64_t)d.B * d.Hq, pl.nthreads, fa__align64(mem));
-#ifdef FLASHATTN__OPENBLAS
-        if (saved != 1) openblas_set_num_threads(saved);
-#endif
-    }
+    c.Q = (float *)((char *)fa__align64(mem) + pl.pool_bytes);
+    c.S = c.Q + pl.q_floats * (size_t)pl.nthreads;
+    /* the GEMMs run on the workers' threads (fa__sgemm); OpenBLAS's thread count is left alone */
+    fa__run(d.pool, fa__naive_head, &c, (int64_t)d.B * d.Hq, pl.nthreads, fa__align64(mem));
     FLASHATTN_FREE(mem);
     return FA_OK;
 }
@@ -2111,7 +2431,8 @@ static void fa__tiled_plan_make(const fa__dims *d, fa__tiled_plan *pl)
         pl->hpt = h;
     }
     if (pl->hpt > 1) pl->nq = d->Sq;
-    else if (d->block_q) pl->nq = d->block_q < d->Sq ? d->block_q : d->Sq;
+    else if (d->block_q) pl->nq = (d->block_q < d->Sq ? d->block_q : d->Sq) < INT_MAX - 15 ?   /* ld fits int */
+                                  (d->block_q < d->Sq ? d->block_q : d->Sq) : INT_MAX - 15;
     else {
         /* Tall tiles (multiples of the 48-lane register panel) re-read K/V less often: 480 rows
            for D + Dv >= 192, 192 below (measured best on a 2 MiB-L2 Xeon), at most ~1 MiB of
@@ -2124,7 +2445,7 @@ static void fa__tiled_plan_make(const fa__dims *d, fa__tiled_plan *pl)
            where the short count also split the keys), then 32 rows at two each; 16-row tiles
            only when neither gives two (S=128 at 16 threads: 32 rows ~10% faster than 16). */
         static const int cand[8] = { 480, 384, 288, 192, 96, 48, 32, 16 };
-        int c, top = d->D + d->Dv >= 192 ? 480 : 192, fallback = 0;
+        int c, top = (int64_t)d->D + d->Dv >= 192 ? 480 : 192, fallback = 0;
         int64_t tiles;
         int64_t cap = 262144 / ((int64_t)d->D + d->Dv + 67);
         for (c = 0; c < 8; c++) {
@@ -2142,7 +2463,7 @@ static void fa__tiled_plan_make(const fa__dims *d, fa__tiled_plan *pl)
     pl->rows = pl->hpt * pl->nq;
     ld = fa__round16((size_t)pl->rows);
     pl->ld = (int)ld;
-    pl->qtiles = (d->Sq + pl->nq - 1) / pl->nq;
+    pl->qtiles = ((int64_t)d->Sq + pl->nq - 1) / pl->nq;
     pl->tiles = pl->qtiles * d->B * (d->Hq / pl->hpt);
     pl->nsplit = 1;
     /* split the keys for decoding (a few query rows per tile: 8 items per thread), and for
@@ -2222,8 +2543,8 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     g = h0 / d->group;
     nr = pl->hpt * nqr;
     nv = (nr + 15) / 16;
-    kb = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
-    vb = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+    kb = d->Sk > 0 ? c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1] : NULL;   /* k, v may be NULL */
+    vb = d->Sk > 0 ? c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1] : NULL;
     /* up to 8 rows on AVX-512: Q and O row-major, dot-product scores (fa__dots_avx512) */
 #ifdef FLASHATTN__X86
     rowmajor = isa == 2 && nr <= 8;
@@ -2296,7 +2617,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             fa__pf_set(&pf, 0, kb, d->ks[2], k1, k1 + n1, D);
             fa__pf_set(&pf, 1, vb, d->vs[2], k1, k1 + n1, Dv);
             lines = n1 * (pf.lines[0] + pf.lines[1]);
-            it = (int64_t)np * ((nk + 7) / 8 * (int64_t)D + (Dv + 7) / 8 * (int64_t)nk);
+            it = (int64_t)np * (((int64_t)nk + 7) / 8 * D + ((int64_t)Dv + 7) / 8 * nk);
             pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
         }
         /* one register panel (up to 48 lanes, fa__gemm's) at a time through scores, modifiers,
@@ -2405,7 +2726,7 @@ FLASHATTN__CPU_DEF size_t fa_tiled_workspace_bytes(const fa_params *p)
 {
     fa__dims d;
     fa__tiled_plan pl;
-    if (!p || fa__resolve(p, p, p, p, p, &d) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
+    if (!p || fa__resolve(p, p, p, p, p, &d, NULL) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
     fa__tiled_plan_make(&d, &pl);
     return pl.total;
 }
@@ -2416,9 +2737,8 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
     fa__tiled_plan pl;
     fa__tiled_ctx c;
     void *mem;
-    fa_status st = fa__resolve(p, q, k, v, o, &d);
+    fa_status st = fa__forward_check(p, q, k, v, o, NULL, &d, NULL);
     if (st != FA_OK) return st;
-    if ((st = fa__cpu_check(&d)) != FA_OK) return st;
     if (d.Sq == 0) return FA_OK;
     fa__tiled_plan_make(&d, &pl);
     if (pl.total == SIZE_MAX) return FA_ERR_NO_MEMORY;
@@ -2556,7 +2876,7 @@ static fa_status fa__bwd_resolve(const fa_params *p, const void *q, const void *
                                  const void *d_o, const void *dq, const void *dk, const void *dv,
                                  int need_lse, fa__dims *d)
 {
-    fa_status st = fa__resolve(p, q, k, v, o, d);
+    fa_status st = fa__resolve(p, q, k, v, o, d, NULL);
     if (st != FA_OK) return st;
     if ((st = fa__cpu_check(d)) != FA_OK) return st;
     if (d->Sq > 0 && (!d_o || !dq || (need_lse && !d->lse))) return FA_ERR_INVALID_ARG;
@@ -2726,7 +3046,7 @@ FLASHATTN__CPU_DEF size_t fa_naive_backward_workspace_bytes(const fa_params *p)
 {
     fa__dims d;
     fa__nbwd_plan pl;
-    if (!p || fa__resolve(p, p, p, p, p, &d) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
+    if (!p || fa__resolve(p, p, p, p, p, &d, NULL) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
     fa__nbwd_plan_make(&d, &pl);
     return pl.total;
 }
@@ -2981,7 +3301,7 @@ FLASHATTN__CPU_DEF size_t fa_tiled_backward_workspace_bytes(const fa_params *p)
 {
     fa__dims d;
     fa__tbwd_plan pl;
-    if (!p || fa__resolve(p, p, p, p, p, &d) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
+    if (!p || fa__resolve(p, p, p, p, p, &d, NULL) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
     fa__tbwd_plan_make(&d, &pl);
     return pl.total;
 }
@@ -3032,14 +3352,49 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
 /* ============================================================================================== */
 
 static fa_status fa__merge_check(int rows, int dv, int parts, const void *o_parts, const void *lse_parts,
-                                 const void *o)
+                                 const void *o, const char **why)
 {
-    if (rows < 0 || dv < 1 || parts < 1 || !o_parts || !lse_parts || (rows > 0 && !o))
-        return FA_ERR_INVALID_ARG;
+    const fa_status bad = FA_ERR_INVALID_ARG;
+    if (rows < 0) return fa__why(why, bad, "rows must not be negative");
+    if (dv < 1) return fa__why(why, bad, "dv must be at least 1");
+    if (parts < 1) return fa__why(why, bad, "parts must be at least 1");
+    if (!o_parts) return fa__why(why, bad, "o_parts is NULL");
+    if (!lse_parts) return fa__why(why, bad, "lse_parts is NULL");
+    if (rows > 0 && !o) return fa__why(why, bad, "o is NULL (required when rows > 0)");
     return FA_OK;
 }
 
-/* One row of the merge; o may alias any o_parts[p] row (read before written, element by element). */
+/* The parts of a CPU merge with rows > 0: every entry set, and the outputs either one of the parts
+   (o one of o_parts, lse one of lse_parts: a row is read before it is written) or apart from all of
+   them and from each other. */
+static fa_status fa__merge_parts(int rows, int dv, int parts, const float *const *op, const float *const *lp,
+                                 const float *o, const float *lse, const char **why)
+{
+    const fa_status bad = FA_ERR_INVALID_ARG;
+    uintptr_t oa, ob, la, lb, a, b;
+    int p;
+    for (p = 0; p < parts; p++) {
+        if (!op[p]) return fa__why(why, bad, "an entry of o_parts is NULL");
+        if (!lp[p]) return fa__why(why, bad, "an entry of lse_parts is NULL");
+    }
+    fa__range((uintptr_t)o, 0, (int64_t)rows * dv, &oa, &ob);
+    fa__range((uintptr_t)lse, 0, lse ? rows : 0, &la, &lb);
+    if (fa__overlap(oa, ob, la, lb)) return fa__why(why, bad, "lse overlaps o");
+    for (p = 0; p < parts; p++) {
+        fa__range((uintptr_t)op[p], 0, (int64_t)rows * dv, &a, &b);
+        if (op[p] != o && fa__overlap(oa, ob, a, b))
+            return fa__why(why, bad, "o overlaps an entry of o_parts without being it (o may be one of them, or apart)");
+        if (fa__overlap(la, lb, a, b)) return fa__why(why, bad, "lse overlaps an entry of o_parts");
+        fa__range((uintptr_t)lp[p], 0, rows, &a, &b);
+        if (lse && lp[p] != lse && fa__overlap(la, lb, a, b))
+            return fa__why(why, bad, "lse overlaps an entry of lse_parts without being it (lse may be one of them, or apart)");
+        if (fa__overlap(oa, ob, a, b)) return fa__why(why, bad, "o overlaps an entry of lse_parts");
+    }
+    return FA_OK;
+}
+
+/* One row of the merge; o may alias any o_parts[p] row (read before written, element by element).
+   A NaN lse (a part's row reached by a NaN) makes the merged row NaN. */
 static void fa__merge_row(int dv, int parts, const float *const *op, const float *const *lp, int64_t r,
                           float *orow, float *lse)
 {
@@ -3047,7 +3402,7 @@ static void fa__merge_row(int dv, int parts, const float *const *op, const float
     int p, t;
     for (p = 0; p < parts; p++) {
         float x = lp[p][r];
-        if (!(x <= mx)) mx = x;
+        if (x > mx || x != x) mx = x;          /* once NaN, mx stays NaN */
     }
     if (mx == -INFINITY) {
         for (t = 0; t < dv; t++) orow[t] = 0.0f;
@@ -3064,16 +3419,23 @@ static void fa__merge_row(int dv, int parts, const float *const *op, const float
     if (lse) lse[r] = mx + logf(sum);
 }
 
+FLASHATTN__CPU_DEF const char *fa_explain_merge(int rows, int dv, int parts, const float *const *o_parts,
+                                                const float *const *lse_parts, const float *o, const float *lse)
+{
+    const char *why = NULL;
+    if (fa__merge_check(rows, dv, parts, o_parts, lse_parts, o, &why) != FA_OK) return why;
+    if (rows == 0) return NULL;
+    return fa__merge_parts(rows, dv, parts, o_parts, lse_parts, o, lse, &why) != FA_OK ? why : NULL;
+}
+
 FLASHATTN__CPU_DEF fa_status fa_merge(int rows, int dv, int parts, const float *const *o_parts,
                                       const float *const *lse_parts, float *o, float *lse)
 {
     int64_t r;
-    int p;
-    fa_status st = fa__merge_check(rows, dv, parts, o_parts, lse_parts, o);
+    fa_status st = fa__merge_check(rows, dv, parts, o_parts, lse_parts, o, NULL);
     if (st != FA_OK) return st;
     if (rows == 0) return FA_OK;
-    for (p = 0; p < parts; p++)
-        if (!o_parts[p] || !lse_parts[p]) return FA_ERR_INVALID_ARG;
+    if ((st = fa__merge_parts(rows, dv, parts, o_parts, lse_parts, o, lse, NULL)) != FA_OK) return st;
     for (r = 0; r < rows; r++) fa__merge_row(dv, parts, o_parts, lse_parts, r, o + r * (int64_t)dv, lse);
     return FA_OK;
 }
@@ -4205,7 +4567,7 @@ static fa_status fa__cu_check(const fa__dims *d)
 FLASHATTN_DEF fa_status fa_cuda_tiled(const fa_params *p, const void *q, const void *k, const void *v, void *o)
 {
     fa__dims d;
-    fa_status st = fa__resolve(p, q, k, v, o, &d);
+    fa_status st = fa__resolve(p, q, k, v, o, &d, NULL);
     if (st != FA_OK) return st;
     if ((st = fa__cu_check(&d)) != FA_OK) return st;
     if (d.Sq == 0) return FA_OK;
@@ -4239,7 +4601,7 @@ FLASHATTN_DEF fa_status fa_cuda_naive(const fa_params *p, const void *q, const v
                                       void *o, float *scores)
 {
     fa__dims d, w;
-    fa_status st = fa__resolve(p, q, k, v, o, &d), st2;
+    fa_status st = fa__resolve(p, q, k, v, o, &d, NULL), st2;
     cudaStream_t s;
     cublasHandle_t hd = NULL;
     cudaDataType_t ty;
@@ -4359,7 +4721,7 @@ FLASHATTN_DEF fa_status fa_cuda_merge(int rows, int dv, int parts, const float *
     fa__cu_parts pp;
     float *tmp = NULL;
     int p, done = 0, pooled = 0;
-    fa_status st = fa__merge_check(rows, dv, parts, o_parts, lse_parts, o);
+    fa_status st = fa__merge_check(rows, dv, parts, o_parts, lse_parts, o, NULL);
     if (st != FA_OK) return st;
     if (rows == 0) return FA_OK;
     for (p = 0; p < parts; p++)

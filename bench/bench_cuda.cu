@@ -201,7 +201,7 @@ static Err check(const Case &c, const Bufs &bu, int heads_sampled, int rows_per_
     fa_params p;
     fa__dims d;
     make_params(c, bu, &p);
-    fa__resolve(&p, bu.q, bu.k, bu.v, bu.o, &d);
+    fa__resolve(&p, bu.q, bu.k, bu.v, bu.o, &d, NULL);
     size_t es = esize(c.dt);
     std::vector<unsigned char> rq(bu.nq * es), rk(bu.nk * es), rv(bu.nk * es), ro(bu.no * es);
     CK(cudaMemcpy(rq.data(), bu.q, rq.size(), cudaMemcpyDeviceToHost));
@@ -345,7 +345,7 @@ static fa_status call(const Impl &im, const fa_params &p, const Bufs &b)
     if (im.kind == 1) return fa_cuda_naive(&p, b.q, b.k, b.v, b.o, NULL);
 #endif
     fa__dims d;
-    fa_status st = fa__resolve(&p, b.q, b.k, b.v, b.o, &d);
+    fa_status st = fa__resolve(&p, b.q, b.k, b.v, b.o, &d, NULL);
     if (st != FA_OK) return st;
     return im.fn(&d, b.q, b.k, b.v, b.o, 0);
 }

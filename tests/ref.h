@@ -339,8 +339,8 @@ static inline void ref_merge(int rows, int dv, int parts, const float *const *o_
     int r, p, t;
     for (r = 0; r < rows; r++) {
         double mx = -INFINITY, sum = 0.0;
-        for (p = 0; p < parts; p++)
-            if ((double)lse_parts[p][r] > mx) mx = lse_parts[p][r];
+        for (p = 0; p < parts; p++)   /* a NaN part makes the row NaN */
+            if ((double)lse_parts[p][r] > mx || lse_parts[p][r] != lse_parts[p][r]) mx = lse_parts[p][r];
         if (mx == -INFINITY) {
             for (t = 0; t < dv; t++) o[(size_t)r * dv + t] = 0.0f;
             if (lse) lse[r] = -INFINITY;

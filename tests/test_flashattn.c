@@ -11,6 +11,7 @@
 
    Seeds are deterministic (a case counter mixed with FA_TEST_SEED, default 20261129), and
    every failure prints the case's name and seed. */
+#define _DEFAULT_SOURCE 1   /* mmap's MAP_ANONYMOUS and MAP_NORESERVE under -std=c99 */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -19,6 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <float.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <dirent.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 #include <pthread.h>
 #include <cmocka.h>
 
@@ -187,14 +195,24 @@ static void note_margin(const tcase *c, const char *what, const float *a, const 
 }
 
 /* Compares out with ref (n elements, rows of `width`); prints the worst element on failure.
-   skip_row: optional flags, rows whose comparison is skipped. */
+   skip_row: optional flags, rows a NaN reaches (in the reference): there out must be NaN exactly
+   where the reference is (a NaN must not vanish, nor spread) instead of close. */
 static int close_rows(const tcase *c, const char *what, const float *out, const float *ref, size_t rows,
                       size_t width, const unsigned char *skip_row)
 {
-    size_t r;
+    size_t r, t;
     for (r = 0; r < rows; r++) {
         const float *a = out + r * width, *b = ref + r * width;
-        if (skip_row && skip_row[r]) continue;
+        if (skip_row && skip_row[r]) {
+            for (t = 0; t < width; t++)
+                if ((a[t] != a[t]) != (b[t] != b[t])) {
+                    print_error("%s [seed %llu]: %s row %zu col %zu: got %.9g, want %.9g (NaN where the reference "
+                                "has one, and only there)\n", c->name, (unsigned long long)c->seed, what, r, t,
+                                (double)a[t], (double)b[t]);
+                    return 0;
+                }
+            continue;
+        }
         note_margin(c, what, a, b, width);
         if (!fa_allclose(a, b, width, 1e-5f, 1e-5f)) {
             size_t w = ref_worst(a, b, width, 1e-5, 1e-5);
@@ -541,6 +559,57 @@ static void test_scale_and_large_logits(void **state)
         tc_check(&c, 4, 8);
         tc_free(&c);
     }
+    {   /* |q|, |k| near 2^63 with scale 2^-126: the logits are N(0,1)-sized, but q.k before the scale
+           overflows fp32 (regression: fa_naive formed the unscaled q.k and gave NaN rows); the scale
+           is a power of two, so scale * q is exact and the case is as well-conditioned as N(0,1) */
+        tcase c;
+        fa_params p = shape(1, 2, 0, 20, 33, 16, 0, 1);
+        size_t i, j, over = 0;
+        int t;
+        p.scale = FLT_MIN;
+        tc_init(&c, &p, "q, k near 2^63, scale 2^-126");
+        for (i = 0; i < c.t.nq; i++) c.t.q[i] = ldexpf(c.t.q[i], 63);
+        for (i = 0; i < c.t.nk; i++) c.t.k[i] = ldexpf(c.t.k[i], 63);
+        for (i = 0; i < 20; i++)
+            for (j = 0; j < 33; j++) {
+                double dot = 0.0;
+                for (t = 0; t < 16; t++) dot += (double)c.t.q[i * 16 + t] * (double)c.t.k[j * 16 + t];
+                over += fabs(dot) > FLT_MAX;
+            }
+        assert_true(over > 20);           /* the unscaled products really leave fp32 */
+        tc_ref(&c);
+        tc_check(&c, 8, 8);
+        tc_free(&c);
+    }
+    {   /* large finite values, against the documented limit of fa_tiled (max|v| <= FLT_MAX / (e^8 Sk)):
+           the first 64 keys score 0, the later ones 7.9, the most the lazy rescale lets the weights
+           grow to, with values of both signs at 0.9 of the limit (Sk = 200 and 4000, causal or not):
+           both paths exact. Past the limit (v = 1e36 at Sk = 200, the issue's case) fa_naive still is;
+           fa_tiled may overflow there, as documented. */
+        int variant;
+        for (variant = 0; variant < 4; variant++) {
+            int Sk = variant == 2 ? 4000 : 200, j;
+            fa_params p = shape(1, 2, 0, 3, Sk, 1, 2, variant == 1);
+            tcase c;
+            size_t i;
+            float big = variant == 3 ? 1e36f : (float)(0.9 * FLT_MAX / (exp(8.0) * Sk) / 1.007);
+            p.scale = 1.0f;
+            tc_init(&c, &p, "large values: v = %g, Sk = %d, causal = %d", (double)big, Sk, variant == 1);
+            for (i = 0; i < c.t.nq; i++) c.t.q[i] = 1.0f;
+            for (j = 0; j < 2 * Sk; j++) c.t.k[j] = j % Sk < 64 ? 0.0f : 7.9f;
+            for (i = 0; i < c.t.nv; i++) c.t.v[i] = (i % 2 ? -big : big) * (1.0f + 0.001f * (float)(i % 7));
+            tc_ref(&c);
+            for (i = 0; i < c.rows * 2; i++) assert_true(fabsf(c.ref_o[i]) > 0.5f * big && fabsf(c.ref_o[i]) < 2.0f * big);
+            assert_true(tc_run(&c, NAIVE, 1, 0, 0, WITH_LSE | WITH_SCORES, NULL));
+            assert_true(tc_run(&c, NAIVE, 2, 0, 0, WITH_LSE, NULL));
+            if (variant != 3) {
+                assert_true(tc_run(&c, TILED, 1, 0, 0, WITH_LSE, NULL));
+                assert_true(tc_run(&c, TILED, 2, 1, 16, WITH_LSE, NULL));
+                assert_true(tc_run(&c, TILED, 2, 0, 0, WITH_LSE, NULL));
+            }
+            tc_free(&c);
+        }
+    }
     {   /* every logit of a row near +120: exp(s) alone would overflow */
         tcase c;
         fa_params p = shape(1, 1, 0, 9, 50, 4, 0, 0);
@@ -707,14 +776,64 @@ static void test_pool(void **state)
     assert_int_equal(live, 0);      /* the pool and every call gave everything back */
 }
 
-/* The naive path runs OpenBLAS single-threaded inside its own workers (no oversubscription) and
-   gives the caller's OpenBLAS thread count back afterwards. */
-static void test_openblas_threads_restored(void **state)
+#if !defined(FLASHATTN_NO_BLAS) && defined(OPENBLAS_VERSION)
+/* A second thread that reads OpenBLAS's thread count as often as it can until told to stop. */
+typedef struct watch_arg { int stop, want; long samples, wrong; } watch_arg;
+
+static void *watch_main(void *arg)
+{
+    watch_arg *w = (watch_arg *)arg;
+    while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+        w->samples++;
+        if (openblas_get_num_threads() != w->want) w->wrong++;
+    }
+    return NULL;
+}
+
+/* CPU time (clock ticks) of every thread of the process but the caller: OpenBLAS's own workers
+   when no thread of ours is alive; -1 where /proc cannot say. */
+static long other_threads_ticks(void)
+{
+#ifdef __linux__
+    char path[96], line[1024];
+    long me = (long)syscall(SYS_gettid), total = 0;
+    DIR *dir = opendir("/proc/self/task");
+    struct dirent *e;
+    if (!dir) return -1;
+    while ((e = readdir(dir)) != NULL) {
+        long tid = atol(e->d_name), ut = 0, st = 0;
+        const char *s;
+        FILE *f;
+        int field;
+        if (tid <= 0 || tid == me) continue;
+        snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+        if (!(f = fopen(path, "r"))) continue;           /* a thread that just ended */
+        if (fgets(line, sizeof line, f) && (s = strrchr(line, ')')) != NULL) {
+            /* after "pid (comm)": state is field 3, utime 14 and stime 15 */
+            for (field = 3, s += 2; field < 14 && s; field++) { s = strchr(s, ' '); if (s) s++; }
+            if (s && sscanf(s, "%ld %ld", &ut, &st) == 2) total += ut + st;
+        }
+        fclose(f);
+    }
+    closedir(dir);
+    return total;
+#else
+    return -1;
+#endif
+}
+#endif
+
+/* fa_naive leaves OpenBLAS's thread count to the program: a second thread sees the program's count
+   all through the calls (regression: the count was set to 1 for each call, process-wide), the count
+   afterwards is what it was, and OpenBLAS's own worker threads do no work during the calls (the
+   GEMMs run on fa_naive's workers, `threads` of them: fa__sgemm's blocks stay under OpenBLAS's
+   single-thread size). A control GEMM shows that the measurement sees OpenBLAS's workers. */
+static void test_openblas_threads_untouched(void **state)
 {
 #if !defined(FLASHATTN_NO_BLAS) && defined(OPENBLAS_VERSION)
-    fa_params p = shape(1, 2, 0, 64, 64, 16, 0, 1);
+    fa_params p = shape(1, 2, 0, 64, 64, 16, 0, 1), big = shape(1, 2, 0, 1024, 1024, 64, 0, 0);
     tcase c;
-    int t;
+    int t, it;
     (void)state;
     tc_init(&c, &p, "openblas threads");
     tc_ref(&c);
@@ -723,8 +842,56 @@ static void test_openblas_threads_restored(void **state)
         assert_true(tc_run(&c, NAIVE, 2, 0, 0, WITH_LSE, NULL));
         assert_int_equal(openblas_get_num_threads(), t);
     }
-    openblas_set_num_threads(1);
     tc_free(&c);
+    openblas_set_num_threads(2);
+    {   /* a watcher thread during calls whose GEMMs OpenBLAS would thread (m n k far above 2^18) */
+        tcase cb;
+        watch_arg w;
+        pthread_t th;
+        memset(&w, 0, sizeof w);
+        w.want = 2;
+        tc_init(&cb, &big, "openblas threads, watched");
+        tc_ref(&cb);
+        assert_int_equal(pthread_create(&th, NULL, watch_main, &w), 0);
+        for (it = 0; it < 3; it++) assert_true(tc_run(&cb, NAIVE, 2, 0, 0, WITH_LSE, NULL));
+        __atomic_store_n(&w.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(th, NULL);
+        print_message("openblas count watcher: %ld samples, %ld not the program's count\n", w.samples, w.wrong);
+        assert_true(w.samples > 0);
+        assert_int_equal(w.wrong, 0);
+        tc_free(&cb);
+    }
+    {   /* OpenBLAS's workers idle during the calls; busy in a GEMM of the program's own */
+        static float qa[1024 * 64 * 2], ka[1024 * 64 * 2], va[1024 * 64 * 2], oa[1024 * 64 * 2];
+        float *ga, *gb, *gc;
+        long t0, t1, t2;
+        size_t i;
+        for (i = 0; i < sizeof qa / sizeof qa[0]; i++) {
+            qa[i] = (float)((i * 7) % 13) * 0.01f; ka[i] = (float)((i * 5) % 11) * 0.01f; va[i] = (float)(i % 17);
+        }
+        big.threads = 2;
+        usleep(300000);                           /* OpenBLAS's workers stop spinning and sleep */
+        t0 = other_threads_ticks();
+        if (t0 < 0) {
+            print_message("no per-thread CPU times here: OpenBLAS's workers not measured\n");
+        } else {
+            for (it = 0; it < 24; it++) assert_int_equal(fa_naive(&big, qa, ka, va, oa, NULL), FA_OK);
+            t1 = other_threads_ticks();
+            ga = (float *)calloc(1024 * 1024, sizeof(float)); gb = (float *)calloc(1024 * 1024, sizeof(float));
+            gc = (float *)calloc(1024 * 1024, sizeof(float));
+            assert_true(ga && gb && gc);
+            for (it = 0; it < 12; it++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1024, 1024, 1024, 1.0f, ga, 1024, gb, 1024,
+                            0.0f, gc, 1024);
+            t2 = other_threads_ticks();
+            free(ga); free(gb); free(gc);
+            print_message("OpenBLAS's workers: %ld ticks during 24 fa_naive calls, %ld during 12 sgemm 1024^3 of "
+                          "the program\n", t1 - t0, t2 - t1);
+            assert_true(t2 - t1 >= 2);            /* the measurement sees them when they work */
+            assert_true(t1 - t0 <= 1);            /* and fa_naive gave them nothing */
+        }
+    }
+    openblas_set_num_threads(1);
 #else
     (void)state;
     skip();
@@ -777,6 +944,15 @@ static void test_seq_k_zero(void **state)
             assert_int_equal(call_path(path, &p, c.t.q, NULL, NULL, o, NULL), FA_OK);
             for (i = 0; i < sizeof o / sizeof o[0]; i++) assert_true(o[i] == 0.0f);
             for (i = 0; i < sizeof lse / sizeof lse[0]; i++) assert_true(lse[i] == -INFINITY);
+            /* with k and v strides that would step away from NULL: no arithmetic on the NULL pointers
+               (regression, seen by clang's UBSan) */
+            p.k_stride[0] = 1000; p.k_stride[1] = 100; p.k_stride[2] = 10;
+            p.v_stride[0] = 999; p.v_stride[1] = 99; p.v_stride[2] = 9;
+            ref_poison(o, sizeof o);
+            assert_int_equal(call_path(path, &p, c.t.q, NULL, NULL, o, NULL), FA_OK);
+            for (i = 0; i < sizeof o / sizeof o[0]; i++) assert_true(o[i] == 0.0f);
+            memset(p.k_stride, 0, sizeof p.k_stride);
+            memset(p.v_stride, 0, sizeof p.v_stride);
         }
         tc_free(&c);
     }
@@ -834,6 +1010,91 @@ static void test_nan_isolation(void **state)
             }
 }
 
+/* The rows a NaN reaches in the reference (o or lse NaN), as skip flags for tc_run. */
+static unsigned char *nan_rows(const tcase *c, size_t *count)
+{
+    unsigned char *skip = (unsigned char *)calloc(c->rows ? c->rows : 1, 1);
+    size_t r, t, w = c->rows ? c->n_o / c->rows : 0;
+    assert_non_null(skip);
+    *count = 0;
+    for (r = 0; r < c->rows; r++) {
+        int bad = c->ref_lse[r] != c->ref_lse[r];
+        for (t = 0; t < w; t++) bad |= c->ref_o[r * w + t] != c->ref_o[r * w + t];
+        skip[r] = (unsigned char)bad;
+        *count += (size_t)bad;
+    }
+    return skip;
+}
+
+/* A NaN is never turned into an empty row (regression: the max of a row kept a NaN only until the
+   next element, so a NaN followed by hidden keys, or on AVX-512 by the -INFINITY lanes past a short
+   row, gave o = 0 and lse = -inf; fa_merge and the tiled key split likewise). The reached rows are
+   NaN where the reference is (tc_run's skip rows), the others match it. */
+static void test_nan_propagates(void **state)
+{
+    int t, path, k;
+    (void)state;
+    {   /* the issue's case: B = H = 1, Sq = Sk = 2, D = 1, causal, q[0] = NaN: row 0 sees key 0 only */
+        fa_params p = shape(1, 1, 0, 2, 2, 1, 0, 1);
+        tcase c;
+        unsigned char *skip;
+        size_t n;
+        tc_init(&c, &p, "nan in q[0], causal 2x2");
+        c.t.q[0] = NAN;
+        tc_ref(&c);
+        skip = nan_rows(&c, &n);
+        assert_int_equal(n, 1);
+        assert_true(skip[0] && c.ref_lse[0] != c.ref_lse[0]);
+        for (path = 0; path < 2; path++)
+            for (t = 1; t <= 2; t++) assert_true(tc_run(&c, path, t, 0, 0, WITH_LSE | WITH_SCORES, skip));
+        free(skip);
+        tc_free(&c);
+    }
+    for (k = 0; k < 3; k++) {   /* a short row (3 and 19 keys) whose last key is NaN: lanes past it are -inf */
+        fa_params p = shape(1, 2, 0, 2, k == 2 ? 19 : 3, 4, 0, 0);
+        tcase c;
+        unsigned char *skip;
+        size_t n;
+        tc_init(&c, &p, "nan in the last key of a short row, variant %d", k);
+        c.t.k[(size_t)(p.seq_k - 1) * 4 + 1] = NAN;        /* head 0's last key */
+        if (k == 1) c.t.v[(size_t)(p.seq_k - 1) * 4 + 2] = NAN;   /* and a NaN value element: one column */
+        tc_ref(&c);
+        skip = nan_rows(&c, &n);
+        assert_int_equal(n, 2);                              /* both rows of head 0 */
+        for (path = 0; path < 2; path++)
+            for (t = 1; t <= 2; t++) assert_true(tc_run(&c, path, t, 0, 0, WITH_LSE | WITH_SCORES, skip));
+        free(skip);
+        tc_free(&c);
+    }
+    {   /* decoding with the keys split into parts (256 or 512 keys each at 1-3 threads): a NaN key in
+           the last part with visible keys, every later part hidden by a key-padding bias, so that the
+           merge sees a NaN part, then only -inf ones */
+        static const int pad[1] = { 4096 - 300 };
+        fa_params p = shape(1, 2, 1, 1, 4096, 16, 0, 0);
+        tcase c;
+        unsigned char *skip;
+        size_t n;
+        tc_init(&c, &p, "nan in the last visible part of split keys");
+        tc_bias(&c, 4096, 0, 0, 1);
+        bias_pad_keys(&c, pad);
+        c.t.k[(size_t)290 * 16 + 3] = NAN;
+        tc_ref(&c);
+        skip = nan_rows(&c, &n);
+        assert_int_equal(n, 2);
+        for (t = 1; t <= 3; t++) assert_true(tc_run(&c, TILED, t, 0, 0, WITH_LSE, skip));
+        assert_true(tc_run(&c, NAIVE, 2, 0, 0, WITH_LSE | WITH_SCORES, skip));
+        free(skip);
+        tc_free(&c);
+    }
+    {   /* fa_merge: a NaN part followed by empty ones, and an empty one followed by a NaN one */
+        float o0[4] = { 1, 2, 3, 4 }, o1[4] = { 5, 6, 7, 8 }, l0[2] = { NAN, -INFINITY }, l1[2] = { -INFINITY, NAN };
+        float o[4], l[2];
+        const float *op[2] = { o0, o1 }, *lp[2] = { l0, l1 };
+        assert_int_equal(fa_merge(2, 2, 2, op, lp, o, l), FA_OK);
+        assert_true(l[0] != l[0] && l[1] != l[1] && o[0] != o[0] && o[3] != o[3]);
+    }
+}
+
 /* Decoding shapes: few query rows, GQA groups of 1 to 8, long key ranges: the tiled path packs the
    heads of a group into one tile and splits the keys over the threads, merging by log-sum-exp.
    With causal, windows, ALiBi, a key-padding bias, lse, threads 1, 2 and 3. */
@@ -874,10 +1135,22 @@ static void test_decode(void **state)
 /* Issue #2: errors, memory                                                                       */
 /* ============================================================================================== */
 
-/* Calls both paths on p and checks the status, that o, lse and scores are untouched and that
-   nothing was left allocated. */
+/* fa_explain's answer for a call of `path` with these arguments equals `why` (NULL: accepted). */
+static void expect_why(int path, const fa_params *p, const void *q, const void *k, const void *v, const void *o,
+                       const float *scores, const char *why, const char *what)
+{
+    const char *got = fa_explain(p, q, k, v, o, path == NAIVE ? scores : NULL);
+    if ((got == NULL) != (why == NULL) || (got && strcmp(got, why) != 0)) {
+        print_error("%s: fa_explain for %s said \"%s\", expected \"%s\"\n", what, path_name[path],
+                    got ? got : "(NULL)", why ? why : "(NULL)");
+        fail();
+    }
+}
+
+/* Calls both paths on p and checks the status, that o, lse and scores are untouched, that nothing
+   was left allocated, and that fa_explain gives the reason `why` (NULL for FA_OK). */
 static void expect_status(const fa_params *p0, int with_q, int with_k, int with_v, int with_o, fa_status want,
-                          const char *what)
+                          const char *what, const char *why)
 {
     static float q[4096], k[4096], v[4096], o[4096], lse[512], scores[4096];
     int path;
@@ -905,6 +1178,34 @@ static void expect_status(const fa_params *p0, int with_q, int with_k, int with_
             fail();
         }
         assert_int_equal(ta_live, 0);
+        expect_why(path, p0 ? &p : NULL, with_q ? q : NULL, with_k ? k : NULL, with_v ? v : NULL, with_o ? o : NULL,
+                   scores, want == FA_OK ? NULL : why, what);
+    }
+}
+
+/* A request whose tensors all lie in `arena` (n floats), refused with FA_ERR_INVALID_ARG and the
+   reason `why` by fa_naive (with `scores`) and, unless naive_only, fa_tiled: the arena, poisoned
+   before, is untouched after, and nothing stays allocated. */
+static void expect_overlap(const fa_params *p, const float *q, const float *k, const float *v, float *o,
+                           float *scores, float *arena, size_t n, int naive_only, const char *why, const char *what)
+{
+    int path;
+    for (path = 0; path < (naive_only ? 1 : 2); path++) {
+        fa_status st;
+        ref_poison(arena, n * sizeof(float));
+        ta_reset(-1);
+        st = call_path(path, p, q, k, v, o, scores);
+        if (st != FA_ERR_INVALID_ARG) {
+            print_error("%s: %s returned %d (%s), expected FA_ERR_INVALID_ARG\n", what, path_name[path], (int)st,
+                        fa_status_string(st));
+            fail();
+        }
+        if (!ref_is_poison(arena, n * sizeof(float))) {
+            print_error("%s: %s wrote memory on failure\n", what, path_name[path]);
+            fail();
+        }
+        assert_int_equal(ta_live, 0);
+        expect_why(path, p, q, k, v, o, scores, why, what);
     }
 }
 
@@ -913,97 +1214,232 @@ static void test_errors_invalid(void **state)
     fa_params ok = shape(2, 4, 2, 8, 8, 16, 0, 0), p;
     (void)state;
     /* the base request works with these buffers (4096 floats each are enough) */
-    expect_status(&ok, 1, 1, 1, 1, FA_OK, "base request");
-    expect_status(NULL, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "p NULL");
-    expect_status(&ok, 0, 1, 1, 1, FA_ERR_INVALID_ARG, "q NULL");
-    expect_status(&ok, 1, 0, 1, 1, FA_ERR_INVALID_ARG, "k NULL");
-    expect_status(&ok, 1, 1, 0, 1, FA_ERR_INVALID_ARG, "v NULL");
-    expect_status(&ok, 1, 1, 1, 0, FA_ERR_INVALID_ARG, "o NULL");
-#define BAD(field, value, msg) do { p = ok; p.field = value; expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, msg); \
+    expect_status(&ok, 1, 1, 1, 1, FA_OK, "base request", NULL);
+    expect_status(NULL, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "p NULL", "p is NULL");
+    expect_status(&ok, 0, 1, 1, 1, FA_ERR_INVALID_ARG, "q NULL", "q is NULL (required when seq_q > 0)");
+    expect_status(&ok, 1, 0, 1, 1, FA_ERR_INVALID_ARG, "k NULL", "k is NULL (required when seq_q > 0 and seq_k > 0)");
+    expect_status(&ok, 1, 1, 0, 1, FA_ERR_INVALID_ARG, "v NULL", "v is NULL (required when seq_q > 0 and seq_k > 0)");
+    expect_status(&ok, 1, 1, 1, 0, FA_ERR_INVALID_ARG, "o NULL", "o is NULL (required when seq_q > 0)");
+#define BAD(field, value, msg, why) do { p = ok; p.field = value; expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, msg, why); \
         assert_int_equal(fa_naive_workspace_bytes(&p), 0); assert_int_equal(fa_tiled_workspace_bytes(&p), 0); } while (0)
-    BAD(batch, 0, "batch 0");
-    BAD(batch, -1, "batch -1");
-    BAD(heads, 0, "heads 0");
-    BAD(heads, -3, "heads -3");
-    BAD(kv_heads, -1, "kv_heads -1");
-    BAD(kv_heads, 3, "heads 4 % kv_heads 3");
-    BAD(kv_heads, 8, "kv_heads 8 > heads 4");
-    BAD(seq_q, -1, "seq_q -1");
-    BAD(seq_k, -1, "seq_k -1");
-    BAD(head_dim, 0, "head_dim 0");
-    BAD(head_dim, -2, "head_dim -2");
-    BAD(head_dim_v, -1, "head_dim_v -1");
-    BAD(window_left, -1, "window_left -1");
-    BAD(window_right, -5, "window_right -5");
-    BAD(scale, NAN, "scale NaN");
-    BAD(scale, INFINITY, "scale inf");
-    BAD(scale, -INFINITY, "scale -inf");
-    BAD(softcap, NAN, "softcap NaN");
-    BAD(softcap, -1.0f, "softcap -1");
-    BAD(softcap, INFINITY, "softcap inf");
-    BAD(block_q, -1, "block_q -1");
-    BAD(block_k, -8, "block_k -8");
-    BAD(threads, -1, "threads -1");
-    BAD(dtype, (fa_dtype)7, "dtype 7");
-    BAD(dtype, (fa_dtype)-1, "dtype -1");
+    BAD(batch, 0, "batch 0", "batch must be at least 1");
+    BAD(batch, -1, "batch -1", "batch must be at least 1");
+    BAD(heads, 0, "heads 0", "heads must be at least 1");
+    BAD(heads, -3, "heads -3", "heads must be at least 1");
+    BAD(kv_heads, -1, "kv_heads -1", "kv_heads must be 0 (meaning heads) or positive");
+    BAD(kv_heads, 3, "heads 4 % kv_heads 3", "heads must be a multiple of kv_heads");
+    BAD(kv_heads, 8, "kv_heads 8 > heads 4", "heads must be a multiple of kv_heads");
+    BAD(seq_q, -1, "seq_q -1", "seq_q must not be negative");
+    BAD(seq_k, -1, "seq_k -1", "seq_k must not be negative");
+    BAD(head_dim, 0, "head_dim 0", "head_dim must be at least 1");
+    BAD(head_dim, -2, "head_dim -2", "head_dim must be at least 1");
+    BAD(head_dim_v, -1, "head_dim_v -1", "head_dim_v must be 0 (meaning head_dim) or positive");
+    BAD(window_left, -1, "window_left -1", "window_left must be 0 (unbounded) or positive");
+    BAD(window_right, -5, "window_right -5", "window_right must be 0 (unbounded) or positive");
+#define SCALE_WHY "scale must be finite, at most 3e38 in magnitude (0 means 1/sqrt(head_dim))"
+    BAD(scale, NAN, "scale NaN", SCALE_WHY);
+    BAD(scale, INFINITY, "scale inf", SCALE_WHY);
+    BAD(scale, -INFINITY, "scale -inf", SCALE_WHY);
+#define CAP_WHY "softcap must be 0 (off) or between FLT_MIN (1.17549435e-38) and 3e38"
+    BAD(softcap, NAN, "softcap NaN", CAP_WHY);
+    BAD(softcap, -1.0f, "softcap -1", CAP_WHY);
+    BAD(softcap, INFINITY, "softcap inf", CAP_WHY);
+    /* 1/softcap must be finite: FLT_MIN is the smallest cap (regression: 1e-39 gave NaN scores) */
+    BAD(softcap, 1e-39f, "softcap 1e-39 (1/softcap infinite)", CAP_WHY);
+    BAD(softcap, nextafterf(FLT_MIN, 0.0f), "softcap just below FLT_MIN", CAP_WHY);
+    BAD(block_q, -1, "block_q -1", "block_q must be 0 (the library's choice) or positive");
+    BAD(block_k, -8, "block_k -8", "block_k must be 0 (the library's choice) or positive");
+    BAD(threads, -1, "threads -1", "threads must be 0 (all cores) or positive");
+    BAD(dtype, (fa_dtype)7, "dtype 7", "dtype must be FA_F32, FA_F16 or FA_BF16");
+    BAD(dtype, (fa_dtype)-1, "dtype -1", "dtype must be FA_F32, FA_F16 or FA_BF16");
+    BAD(alibi_stride, -4, "alibi_stride -4", "alibi_stride must not be negative");
     {
         static const float slopes[4] = { 0.5f, 0.25f, 0.125f, 0.0625f };
         p = ok; p.alibi_slopes = slopes; p.alibi_stride = -4;
-        expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "alibi_stride -4");
+        expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "alibi_stride -4 with slopes", "alibi_stride must not be negative");
+        p = ok; p.alibi_slopes = slopes; p.alibi_stride = INT64_MAX;   /* (B - 1) * stride + Hq overflows */
+        expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "alibi_stride overflowing",
+                      "alibi_stride: the offsets the slopes reach overflow int64");
     }
-    /* o strides: a zero stride on an axis with more than one index, a negative one, and token
-       rows that overlap */
+    /* o strides: a zero stride on an axis with more than one index, a negative one, token rows,
+       heads or batches that overlap (o_stride[1] = Dv / 2 in [B][S][H][Dv], o_stride[0] smaller
+       than a batch) */
+#define OVL_WHY "o_stride: rows of o overlap (by stride, each axis of more than one index must step over the axes inside it, and a token over head_dim_v)"
     p = ok; p.o_stride[0] = 4 * 8 * 16; p.o_stride[1] = 0; p.o_stride[2] = 16;
-    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o head stride 0");
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o head stride 0", OVL_WHY);
     p = ok; p.o_stride[0] = 4 * 8 * 16; p.o_stride[1] = 8 * 16; p.o_stride[2] = 0;
-    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o token stride 0");
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o token stride 0", OVL_WHY);
     p = ok; p.o_stride[0] = 0; p.o_stride[1] = 8 * 16; p.o_stride[2] = 16;
-    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o batch stride 0 with batch 2");
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o batch stride 0 with batch 2", OVL_WHY);
     p = ok; p.o_stride[0] = -(4 * 8 * 16); p.o_stride[1] = 8 * 16; p.o_stride[2] = 16;
-    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o batch stride negative");
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o batch stride negative", "o_stride must not be negative");
     p = ok; p.o_stride[0] = 4 * 8 * 16; p.o_stride[1] = 8 * 16; p.o_stride[2] = 15;
-    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o token rows overlap");
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o token rows overlap", OVL_WHY);
+    p = ok; set_bshd(&p);
+    expect_status(&p, 1, 1, 1, 1, FA_OK, "o [B][S][H][Dv]", NULL);
+    p.o_stride[1] = 8;       /* Dv / 2: head h's second half is head h+1's first */
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o heads overlap ([B][S][H][Dv], head stride Dv/2)", OVL_WHY);
+    p = ok; set_bshd(&p); p.o_stride[0] = 64;   /* batch 1 starts inside batch 0's tokens */
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o batches overlap (batch stride 64)", OVL_WHY);
+    p = ok; p.o_stride[0] = 4 * 8 * 16; p.o_stride[1] = 8 * 16 - 1; p.o_stride[2] = 16;
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o heads overlap by one element", OVL_WHY);
+    p = ok; p.o_stride[0] = 4 * 8 * 16 + 3; p.o_stride[1] = 8 * 16 + 1; p.o_stride[2] = 16;
+    expect_status(&p, 1, 1, 1, 1, FA_OK, "o with gaps between heads and batches", NULL);
+    p = ok; p.o_stride[0] = INT64_MAX / 2; p.o_stride[1] = 8 * 16; p.o_stride[2] = 16;
+    p.batch = 3;
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "o extent overflows int64", "o_stride: the offsets o's rows reach overflow int64");
+    p = ok; p.k_stride[0] = INT64_MAX / 2; p.k_stride[1] = 8 * 16; p.k_stride[2] = 16;
+    p.batch = 3;
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "k extent overflows int64", "k_stride: the offsets k's rows reach overflow int64");
     /* the fp16 and bf16 storage types are valid requests the CPU cannot serve */
+#define F32_WHY "dtype: the CPU paths store fp32 only (FA_F16 and FA_BF16 run on CUDA)"
     p = ok; p.dtype = FA_F16;
-    expect_status(&p, 1, 1, 1, 1, FA_ERR_UNSUPPORTED, "fp16 on CPU");
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_UNSUPPORTED, "fp16 on CPU", F32_WHY);
     p = ok; p.dtype = FA_BF16;
-    expect_status(&p, 1, 1, 1, 1, FA_ERR_UNSUPPORTED, "bf16 on CPU");
+    expect_status(&p, 1, 1, 1, 1, FA_ERR_UNSUPPORTED, "bf16 on CPU", F32_WHY);
     /* validation before pointers are needed: an invalid size with NULL pointers is INVALID_ARG */
     p = ok; p.batch = 0;
-    expect_status(&p, 0, 0, 0, 0, FA_ERR_INVALID_ARG, "batch 0, NULL tensors");
+    expect_status(&p, 0, 0, 0, 0, FA_ERR_INVALID_ARG, "batch 0, NULL tensors", "batch must be at least 1");
 #undef BAD
     assert_int_equal(fa_naive_workspace_bytes(NULL), 0);
     assert_int_equal(fa_tiled_workspace_bytes(NULL), 0);
+    /* fa_pool_create's reasons */
+    {
+        fa_pool *pool = NULL;
+        assert_string_equal(fa_explain_pool_create(-1, &pool), "threads must be 0 (all cores) or positive");
+        assert_string_equal(fa_explain_pool_create(2, NULL), "pool is NULL (where fa_pool_create stores the new pool)");
+        assert_null(fa_explain_pool_create(0, &pool));
+        assert_null(pool);                           /* it creates nothing */
+    }
+}
+
+/* Outputs that would race: lse inside o, o inside an input, scores inside o, lse or an input, and
+   the same through the bias and the slopes. Each is FA_ERR_INVALID_ARG with its reason and writes
+   nothing; the same tensors laid apart are accepted. */
+static void test_errors_overlap(void **state)
+{
+    enum { N = 8192 };
+    static float arena[N];
+    fa_params p = shape(2, 4, 2, 8, 8, 16, 0, 0);     /* q 1024, k 512, v 512, o 1024, lse 64, scores 512 */
+    float *q = arena, *k = arena + 1024, *v = arena + 1536, *o = arena + 2048, *lse = arena + 3072;
+    float *sc = arena + 3136, *bias = arena + 3648, *slopes = arena + 4160;
+    (void)state;
+    p.lse = lse;
+    /* apart: accepted by fa_explain (the calls are run elsewhere) */
+    expect_why(NAIVE, &p, q, k, v, o, sc, NULL, "apart");
+    expect_why(TILED, &p, q, k, v, o, NULL, NULL, "apart");
+#define IN_WHY(x) x " overlaps an input (q, k, v, bias or alibi_slopes); outputs must not share memory with inputs"
+    expect_overlap(&p, q, k, v, q, sc, arena, N, 0, IN_WHY("o"), "o in place of q");
+    expect_overlap(&p, q, k, v, v - 16, sc, arena, N, 0, IN_WHY("o"), "o across the end of k into v");
+    expect_overlap(&p, q, k, v, o + 16, sc, arena, N, 0, "lse overlaps o", "o shifted onto lse");
+    p.lse = o + 1023;                                   /* lse's first element is o's last */
+    expect_overlap(&p, q, k, v, o, sc, arena, N, 0, "lse overlaps o", "lse overlaps o's last element");
+    p.lse = k + 100;
+    expect_overlap(&p, q, k, v, o, sc, arena, N, 0, IN_WHY("lse"), "lse inside k");
+    p.lse = lse;
+    expect_overlap(&p, q, k, v, o, o + 512, arena, N, 1, "scores overlaps o or lse", "scores inside o");
+    expect_overlap(&p, q, k, v, o, lse - 8, arena, N, 1, "scores overlaps o or lse", "scores over lse");
+    expect_overlap(&p, q, k, v, o, q + 4, arena, N, 1, IN_WHY("scores"), "scores inside q");
+    p.bias = o + 200; p.bias_stride[0] = 0; p.bias_stride[1] = 0; p.bias_stride[2] = 0; p.bias_stride[3] = 1;
+    expect_overlap(&p, q, k, v, o, sc, arena, N, 0, IN_WHY("o"), "bias (one row of keys) inside o");
+    p.bias = bias;
+    expect_why(TILED, &p, q, k, v, o, NULL, NULL, "bias apart");
+    p.bias = NULL; memset(p.bias_stride, 0, sizeof p.bias_stride);
+    p.alibi_slopes = lse + 2;                           /* [Hq] slopes inside lse */
+    expect_overlap(&p, q, k, v, o, sc, arena, N, 0, IN_WHY("lse"), "alibi slopes inside lse");
+    p.alibi_slopes = slopes;
+    expect_why(NAIVE, &p, q, k, v, o, sc, NULL, "slopes apart");
+    /* inputs may share memory with each other (q, k and v in one buffer) */
+    expect_why(NAIVE, &p, q, q, q, o, sc, NULL, "inputs sharing memory");
+    /* with Sk = 0, k and v are not read: where they point does not matter */
+    p.seq_k = 0;
+    expect_why(TILED, &p, q, o, o, o, NULL, NULL, "Sk = 0: k and v ignored");
+#undef IN_WHY
 }
 
 /* A score matrix that cannot be allocated (Sq = Sk = 2^20, 1024 heads: 4 PiB) and one whose byte
-   count overflows size_t: FA_ERR_NO_MEMORY, never a crash, outputs untouched. */
+   count overflows size_t: FA_ERR_NO_MEMORY, never a crash, outputs untouched. The tensors of such a
+   request span terabytes, and outputs may not overlap inputs or each other: they are laid apart in
+   a reservation of address space that cannot be touched (PROT_NONE), so that any access would crash. */
 static void test_errors_no_memory(void **state)
 {
-    static float dummy[64], o[64], lse[64], scores[64];
+    const size_t G4 = (size_t)4 << 30, R = 3 * ((size_t)4 << 30) + 4096;
     fa_params p = shape(1, 1024, 0, 1 << 20, 1 << 20, 1, 0, 0);
     size_t ws;
+    char *base;
+    float *in, *o, *lse, *scores;
     (void)state;
-    p.lse = lse;
     ws = fa_naive_workspace_bytes(&p);
     assert_true(ws >= ((size_t)1 << 52));           /* at least the 4 PiB of scores */
-    ref_poison(o, sizeof o); ref_poison(lse, sizeof lse); ref_poison(scores, sizeof scores);
-    ta_reset(-1);
-    assert_int_equal(fa_naive(&p, dummy, dummy, dummy, o, scores), FA_ERR_NO_MEMORY);
-    assert_true(ref_is_poison(o, sizeof o) && ref_is_poison(lse, sizeof lse) && ref_is_poison(scores, sizeof scores));
-    assert_int_equal(ta_live, 0);
     /* the tiled path's workspace does not grow with Sq x Sk */
     p.threads = 2;
     assert_true(fa_tiled_workspace_bytes(&p) > 0);
     assert_true(fa_tiled_workspace_bytes(&p) < ((size_t)64 << 20));
-    /* 2^20 heads x 2^20 rows x 2^30 keys x 4 bytes overflows size_t */
-    p = shape(1, 1 << 20, 1, 1 << 20, 1 << 30, 1, 0, 0);
+    p.threads = 0;
+    base = (char *)mmap(NULL, R, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == (char *)MAP_FAILED) {
+        print_message("test_errors_no_memory: no 12 GiB address reservation here; the calls are skipped\n");
+        return;
+    }
+    in = (float *)base;                  /* q, k, v: 4 GiB each, the same bytes */
+    o = (float *)(base + G4);            /* 4 GiB */
+    lse = (float *)(base + 2 * G4);      /* 4 GiB */
+    scores = (float *)(base + 3 * G4);   /* 4 PiB: the highest, reaching past the reservation */
     p.lse = lse;
-    assert_true(fa_naive_workspace_bytes(&p) == SIZE_MAX);
+    assert_null(fa_explain(&p, in, in, in, o, scores));
     ta_reset(-1);
-    assert_int_equal(fa_naive(&p, dummy, dummy, dummy, o, scores), FA_ERR_NO_MEMORY);
+    assert_int_equal(fa_naive(&p, in, in, in, o, scores), FA_ERR_NO_MEMORY);
+    assert_int_equal(ta_live, 0);
+    /* 2^20 heads x 2^20 rows x 2^30 keys x 4 bytes overflows size_t (inputs broadcast over heads
+       and overlapping, so that they span 4 GiB; o, 4 TiB, above them) */
+    p = shape(1, 1 << 20, 1, 1 << 20, 1 << 30, 1, 0, 0);
+    p.q_stride[2] = p.k_stride[2] = p.v_stride[2] = 1;
+    assert_true(fa_naive_workspace_bytes(&p) == SIZE_MAX);
+    assert_null(fa_explain(&p, in, in, in, scores, NULL));
+    ta_reset(-1);
+    assert_int_equal(fa_naive(&p, in, in, in, scores, NULL), FA_ERR_NO_MEMORY);
     assert_int_equal(ta_calls, 0);     /* the overflow is seen before any allocation */
-    assert_true(ref_is_poison(o, sizeof o) && ref_is_poison(lse, sizeof lse) && ref_is_poison(scores, sizeof scores));
+    munmap(base, R);
+}
+
+/* Sizes at the ends of int: every count in 64 bits (regressions: fa_tiled returned FA_OK and wrote
+   nothing for Sq within ~480 of INT_MAX, its tile count (Sq + nq - 1) / nq overflowing int; D + Dv
+   overflowed int in the workspace query for head_dim_v = INT_MAX; a huge block_q made the tile's
+   lane count overflow int). Such calls need terabytes of o, so the tile plan of the call is checked
+   directly: its tiles cover every row; the workspace queries run under UBSan in the _san build. */
+static void test_size_limits(void **state)
+{
+    static const int sqs[3] = { INT_MAX - 100, INT_MAX - 479, INT_MAX };
+    int i, bq;
+    (void)state;
+    for (i = 0; i < 3; i++)
+        for (bq = 0; bq <= 1; bq++) {
+            fa_params p = shape(1, 2, 1, sqs[i], 64, 16, 0, 1);
+            fa__dims d;
+            fa__tiled_plan pl;
+            int b, h0, nqr;
+            int64_t i0;
+            p.block_q = bq ? INT_MAX : 0;
+            p.threads = 2;
+            assert_int_equal(fa__resolve(&p, &p, &p, &p, &p, &d, NULL), FA_OK);
+            fa__tiled_plan_make(&d, &pl);
+            assert_true(pl.nq > 0 && pl.ld >= pl.rows && pl.qtiles > 0 && pl.items >= pl.qtiles);
+            assert_true(pl.qtiles * pl.nq >= (int64_t)sqs[i] && (pl.qtiles - 1) * pl.nq < (int64_t)sqs[i]);
+            fa__tile_pos(&d, &pl, 0, &b, &h0, &i0, &nqr);      /* the first tile holds the last rows */
+            assert_true(nqr > 0 && i0 + nqr == (int64_t)sqs[i]);
+            assert_true(fa_tiled_workspace_bytes(&p) > 0);
+        }
+    {
+        fa_params p = shape(1, 1, 0, 8, 8, 1, INT_MAX, 0);
+        assert_true(fa_tiled_workspace_bytes(&p) > 0);
+        assert_true(fa_naive_workspace_bytes(&p) > 0);
+        p = shape(1, 1, 0, 8, 8, INT_MAX, INT_MAX, 0);
+        assert_true(fa_tiled_workspace_bytes(&p) > 0);
+        assert_true(fa_naive_workspace_bytes(&p) > 0);
+        p = shape(1, 1, 0, 8, INT_MAX, 16, 0, 0);
+        p.block_k = INT_MAX;
+        assert_true(fa_tiled_workspace_bytes(&p) > 0);
+    }
 }
 
 /* Every allocation the call makes is failed in turn: each gives FA_ERR_NO_MEMORY with outputs
@@ -1083,7 +1519,8 @@ static void test_workspace_bytes(void **state)
     q = p; q.seq_q = q.seq_k = 16384;
     n2 = fa_naive_workspace_bytes(&q);
     t2 = fa_tiled_workspace_bytes(&q);
-    assert_true(n2 >= 16 * n1 - ((size_t)1 << 20));   /* the score matrix: O(Sq x Sk) */
+    assert_true(n1 < (size_t)2 * 8 * 4096 * 4096 * sizeof(float) + ((size_t)4 << 20));   /* + 2 x [Sq][D] and threads */
+    assert_true(n2 >= (size_t)2 * 8 * 16384 * 16384 * sizeof(float));   /* the score matrix: O(Sq x Sk) */
     assert_true(t2 < ((size_t)16 << 20));                /* the tiles: not O(Sq x Sk) */
     assert_true(t2 <= 2 * t1);
     /* a no-op allocates nothing */
@@ -1484,6 +1921,10 @@ static void test_merge_random(void **state)
 
 static void test_merge_bad_args(void **state)
 {
+    static const char *const why[9] = {
+        "rows must not be negative", "dv must be at least 1", "dv must be at least 1", "parts must be at least 1",
+        "o_parts is NULL", "lse_parts is NULL", "o is NULL (required when rows > 0)", "an entry of o_parts is NULL",
+        "an entry of lse_parts is NULL" };
     float a[6] = { 1, 2, 3, 4, 5, 6 }, b[6] = { 1, 2, 3, 4, 5, 6 }, la[3] = { 0, 1, 2 }, lb[3] = { 2, 1, 0 };
     float o[6 + GUARD], l[3 + GUARD];
     const float *op[2] = { a, b }, *lp[2] = { la, lb }, *op_null[2] = { a, NULL }, *lp_null[2] = { NULL, lb };
@@ -1491,30 +1932,66 @@ static void test_merge_bad_args(void **state)
     (void)state;
     for (i = 0; i < 9; i++) {
         fa_status st = FA_OK;
+        const char *got = NULL;
         ref_poison(o, sizeof o);
         ref_poison(l, sizeof l);
         switch (i) {
-        case 0: st = fa_merge(-1, 2, 2, op, lp, o, l); break;
-        case 1: st = fa_merge(3, 0, 2, op, lp, o, l); break;
-        case 2: st = fa_merge(3, -2, 2, op, lp, o, l); break;
-        case 3: st = fa_merge(3, 2, 0, op, lp, o, l); break;
-        case 4: st = fa_merge(3, 2, 2, NULL, lp, o, l); break;
-        case 5: st = fa_merge(3, 2, 2, op, NULL, o, l); break;
-        case 6: st = fa_merge(3, 2, 2, op, lp, NULL, l); break;
-        case 7: st = fa_merge(3, 2, 2, op_null, lp, o, l); break;
-        default: st = fa_merge(3, 2, 2, op, lp_null, o, l); break;
+        case 0: st = fa_merge(-1, 2, 2, op, lp, o, l); got = fa_explain_merge(-1, 2, 2, op, lp, o, l); break;
+        case 1: st = fa_merge(3, 0, 2, op, lp, o, l); got = fa_explain_merge(3, 0, 2, op, lp, o, l); break;
+        case 2: st = fa_merge(3, -2, 2, op, lp, o, l); got = fa_explain_merge(3, -2, 2, op, lp, o, l); break;
+        case 3: st = fa_merge(3, 2, 0, op, lp, o, l); got = fa_explain_merge(3, 2, 0, op, lp, o, l); break;
+        case 4: st = fa_merge(3, 2, 2, NULL, lp, o, l); got = fa_explain_merge(3, 2, 2, NULL, lp, o, l); break;
+        case 5: st = fa_merge(3, 2, 2, op, NULL, o, l); got = fa_explain_merge(3, 2, 2, op, NULL, o, l); break;
+        case 6: st = fa_merge(3, 2, 2, op, lp, NULL, l); got = fa_explain_merge(3, 2, 2, op, lp, NULL, l); break;
+        case 7: st = fa_merge(3, 2, 2, op_null, lp, o, l); got = fa_explain_merge(3, 2, 2, op_null, lp, o, l); break;
+        default: st = fa_merge(3, 2, 2, op, lp_null, o, l); got = fa_explain_merge(3, 2, 2, op, lp_null, o, l); break;
         }
         if (st != FA_ERR_INVALID_ARG) {
             print_error("fa_merge bad argument case %d: status %d\n", i, (int)st);
             fail();
         }
+        assert_non_null(got);
+        assert_string_equal(got, why[i]);
         assert_true(ref_is_poison(o, sizeof o) && ref_is_poison(l, sizeof l));
     }
     /* the good call works */
+    assert_null(fa_explain_merge(3, 2, 2, op, lp, o, l));
     assert_int_equal(fa_merge(3, 2, 2, op, lp, o, l), FA_OK);
     assert_true(ref_is_poison(o + 6, GUARD * sizeof(float)) && ref_is_poison(l + 3, GUARD * sizeof(float)));
     assert_true(fabsf(l[1] - (1.0f + logf(2.0f))) < 1e-6f);
     assert_true(fabsf(o[2] - 3.0f) < 1e-6f && fabsf(o[3] - 4.0f) < 1e-6f);
+    /* outputs that are a part (in place) are fine; outputs that overlap a part without being it, or
+       each other, would read what they wrote: refused, nothing written */
+    {
+        enum { N = 64 };
+        static float arena[N];
+        float *p0 = arena, *p1 = arena + 8, *l0 = arena + 16, *l1 = arena + 20, *mo = arena + 32, *ml = arena + 40;
+        const float *ops[2], *lps[2];
+        static const struct { int o, l; const char *why; } cases[] = {
+            { 1, 0, "o overlaps an entry of o_parts without being it (o may be one of them, or apart)" },
+            { 2, 0, "o overlaps an entry of lse_parts" },
+            { 0, 1, "lse overlaps an entry of lse_parts without being it (lse may be one of them, or apart)" },
+            { 0, 2, "lse overlaps an entry of o_parts" },
+            { 0, 3, "lse overlaps o" } };
+        size_t c;
+        ops[0] = p0; ops[1] = p1; lps[0] = l0; lps[1] = l1;
+        for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            float *oo = cases[c].o == 1 ? p1 + 2 : cases[c].o == 2 ? l1 - 4 : mo;
+            float *ll = cases[c].l == 1 ? l0 + 1 : cases[c].l == 2 ? p0 + 7 : cases[c].l == 3 ? mo + 5 : ml;
+            const char *got;
+            ref_poison(arena, sizeof arena);
+            assert_int_equal(fa_merge(3, 2, 2, ops, lps, oo, ll), FA_ERR_INVALID_ARG);
+            assert_true(ref_is_poison(arena, sizeof arena));
+            got = fa_explain_merge(3, 2, 2, ops, lps, oo, ll);
+            assert_non_null(got);
+            assert_string_equal(got, cases[c].why);
+        }
+        for (c = 0; c < 6; c++) { p0[c] = a[c]; p1[c] = b[c]; }
+        for (c = 0; c < 3; c++) { l0[c] = la[c]; l1[c] = lb[c]; }
+        assert_null(fa_explain_merge(3, 2, 2, ops, lps, p1, l1));       /* in place into part 1 */
+        assert_int_equal(fa_merge(3, 2, 2, ops, lps, p1, l1), FA_OK);
+        assert_true(fabsf(l1[1] - (1.0f + logf(2.0f))) < 1e-6f && fabsf(p1[2] - 3.0f) < 1e-6f);
+    }
 }
 
 /* ============================================================================================== */
@@ -1704,13 +2181,16 @@ int main(void)
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_two_callers),
         cmocka_unit_test(test_pool),
-        cmocka_unit_test(test_openblas_threads_restored),
+        cmocka_unit_test(test_openblas_threads_untouched),
         cmocka_unit_test(test_seq_q_zero),
         cmocka_unit_test(test_seq_k_zero),
         cmocka_unit_test(test_nan_isolation),
+        cmocka_unit_test(test_nan_propagates),
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_errors_invalid),
+        cmocka_unit_test(test_errors_overlap),
         cmocka_unit_test(test_errors_no_memory),
+        cmocka_unit_test(test_size_limits),
         cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_workspace_bytes),
         cmocka_unit_test(test_windows),
