@@ -637,7 +637,7 @@ typedef struct fa__rule_lanes {
 static void fa__lanes_fill(const fa__dims *d, int b, int h0, int64_t i0, int nqr, int nr, int nl, void *mem,
                            fa__rule_lanes *ln)
 {
-    int r;
+    int r, masks = fa__has_mask(d);
     ln->bias = (const float **)mem;
     ln->lo = (int *)(ln->bias + nl);
     ln->hi = ln->lo + nl;
@@ -649,14 +649,14 @@ static void fa__lanes_fill(const fa__dims *d, int b, int h0, int64_t i0, int nqr
     for (r = 0; r < nl; r++) {
         int rr = r < nr ? r : nr - 1, h = h0 + rr / nqr;
         int64_t i = i0 + rr % nqr, lo, hi;
-        if (fa__has_mask(d)) {
+        if (masks) {
             fa__key_range(d, i, &lo, &hi);
             ln->lo[r] = (int)lo; ln->hi[r] = (int)hi;
         }
         if (d->alibi) { ln->diag[r] = (int)fa__diag(d, i); ln->slope[r] = fa__alibi_slope(d, b, h); }
         if (d->bias) ln->bias[r] = fa__bias_row(d, b, h, i);
     }
-    if (!fa__has_mask(d)) ln->lo = ln->hi = NULL;
+    if (!masks) ln->lo = ln->hi = NULL;
     if (!d->alibi) { ln->diag = NULL; ln->slope = NULL; }
     if (!d->bias) ln->bias = NULL;
 }
@@ -922,10 +922,11 @@ static void fa__softcap_c(float *s, int n, float cap)
     for (t = 0; t < n; t++) s[t] = fa__softcap1(s[t], cap, ic);
 }
 
-static void fa__scale_c(float *s, int n, float c)
+/* d[t] = s[t] * c (d == s: in place) */
+static void fa__scale_c(float *d, const float *s, int n, float c)
 {
     int t;
-    for (t = 0; t < n; t++) s[t] *= c;
+    for (t = 0; t < n; t++) d[t] = s[t] * c;
 }
 
 #ifdef FLASHATTN__X86
@@ -945,12 +946,15 @@ FA__AVX512 static float fa__row_max_avx512(const float *s, int n, float m)
     }
 }
 
-FA__AVX512 static void fa__scale_avx512(float *s, int n, float c)
+FA__AVX512 static void fa__scale_avx512(float *d, const float *s, int n, float c)
 {
     __m512 vc = _mm512_set1_ps(c);
     int t;
-    for (t = 0; t + 16 <= n; t += 16) _mm512_storeu_ps(s + t, _mm512_mul_ps(_mm512_loadu_ps(s + t), vc));
-    for (; t < n; t++) s[t] *= c;
+    for (t = 0; t + 16 <= n; t += 16) _mm512_storeu_ps(d + t, _mm512_mul_ps(_mm512_loadu_ps(s + t), vc));
+    if (t < n) {
+        __mmask16 k = (__mmask16)((1u << (n - t)) - 1u);
+        _mm512_mask_storeu_ps(d + t, k, _mm512_maskz_mul_ps(k, _mm512_maskz_loadu_ps(k, s + t), vc));
+    }
 }
 
 FA__AVX2 static float fa__row_max_avx2(const float *s, int n, float m)
@@ -963,12 +967,12 @@ FA__AVX2 static float fa__row_max_avx2(const float *s, int n, float m)
     return fa__row_max_c(s + t, n - t, fa__row_max_c(buf, 8, m));
 }
 
-FA__AVX2 static void fa__scale_avx2(float *s, int n, float c)
+FA__AVX2 static void fa__scale_avx2(float *d, const float *s, int n, float c)
 {
     __m256 vc = _mm256_set1_ps(c);
     int t;
-    for (t = 0; t + 8 <= n; t += 8) _mm256_storeu_ps(s + t, _mm256_mul_ps(_mm256_loadu_ps(s + t), vc));
-    for (; t < n; t++) s[t] *= c;
+    for (t = 0; t + 8 <= n; t += 8) _mm256_storeu_ps(d + t, _mm256_mul_ps(_mm256_loadu_ps(s + t), vc));
+    for (; t < n; t++) d[t] = s[t] * c;
 }
 #endif
 
@@ -1708,10 +1712,10 @@ typedef struct fa__kernels {
     void (*alibi)(float *S, int64_t ld, int nvec, int nk, int64_t k0, const int *diag, const float *slope);
     void (*bias)(float *S, int64_t ld, int nvec, int nk, int64_t k0, const float *const *rows, int64_t ks);
     void (*mask)(float *S, int64_t ld, int nvec, int nk, int64_t k0, const int *lo, const int *hi);
-    /* a score row's softmax: exp and sum, max, scale (fa__softmax_row) */
+    /* a score row's softmax: exp and sum, max; and d = s * c on a run (d == s: in place) */
     float (*exp_sum)(float *s, int n, float m);
     float (*row_max)(const float *s, int n, float m);
-    void (*scale)(float *s, int n, float c);
+    void (*scale)(float *d, const float *s, int n, float c);
 } fa__kernels;
 
 static const fa__kernels *fa__kernels_for(int isa)
@@ -1766,7 +1770,7 @@ static float fa__softmax_row(int isa, float *s, int n)
         return -INFINITY;
     }
     sum = K->exp_sum(s, n, m);
-    K->scale(s, n, 1.0f / sum);
+    K->scale(s, s, n, 1.0f / sum);
     return m + logf(sum);
 }
 
@@ -2235,7 +2239,7 @@ FLASHATTN__CPU_DEF fa_status fa_naive(const fa_params *p, const void *q, const v
    results are merged in chunk order by log-sum-exp (fa__merge_row, section 7); a chunk a row does
    not see gives it m = -INFINITY, which adds exactly nothing. */
 #define FA__SPLIT_ROWS 16       /* a decode tile: at most this many query rows per head */
-#define FA__CHUNK_KEYS 256      /* keys per chunk of a split key axis, at least (whole blocks) ... */
+#define FA__CHUNK_KEYS 512      /* keys per chunk of a split key axis, at least (whole blocks) ... */
 #define FA__MAX_CHUNKS 64       /* ... and at most this many chunks (then chunks grow) */
 
 typedef struct fa__tiled_plan {
@@ -2385,19 +2389,12 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     if (kb0 < (int64_t)ch * pl->cb) kb0 = (int64_t)ch * pl->cb;
     if (kb1 > (int64_t)(ch + 1) * pl->cb) kb1 = (int64_t)(ch + 1) * pl->cb;
     for (r = 0; r < nv * 16; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
-    if (pl->rowmajor) {
-        /* Q and O row-major for the dot-product kernels; St's padding lanes stay 0 */
-        memset(Ot, 0, (size_t)nr * Dv * sizeof(float));
-        for (t = 0; t < bk; t++) for (r = nr; r < nv * 16; r++) St[t * ld + r] = 0.0f;
-    } else {
-        memset(Ot, 0, (size_t)Dv * ld * sizeof(float));
-    }
+    /* Q and O row-major for the dot-product kernels (St's padding lanes, which they never write,
+       hold finite values: zeroed once per call, fa_tiled), or transposed */
+    memset(Ot, 0, (size_t)Dv * (pl->rowmajor ? (size_t)nr : (size_t)ld) * sizeof(float));
     if (kb0 < kb1) {
         if (pl->rowmajor) {
-            for (r = 0; r < nr; r++) {
-                const float *qr = FA__QROW(r);
-                for (t = 0; t < D; t++) Qt[r * D + t] = qr[t] * d->scale;
-            }
+            for (r = 0; r < nr; r++) K->scale(Qt + r * D, FA__QROW(r), D, d->scale);
         } else {
             int r0, u;
             for (r0 = 0; r0 < nv * 16; r0 += 16) {
@@ -2419,7 +2416,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             if (ln.mods || mask) fa__modify_tile(K, &ln, 0, St, ld, 1, k0, nk, mask);
             K->online(St, ld, nk, 1, m, l, Ot, ld, 0, tmp);
             for (r = 0; r < nr; r++)
-                if (tmp[r] != 1.0f) for (t = 0; t < Dv; t++) Ot[r * Dv + t] *= tmp[r];
+                if (tmp[r] != 1.0f) K->scale(Ot + r * Dv, Ot + r * Dv, Dv, tmp[r]);
             K->pv_rows(St, ld, nr, vbase + k0 * vs, vs, nk, Ot, Dv);
             continue;
         }
@@ -2485,8 +2482,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         if (pl->rowmajor) {
             float *orow = FA__OROW(r);
             if (lr > 0.0f || lr != lr) {
-                float inv = 1.0f / lr;
-                for (t = 0; t < Dv; t++) orow[t] = Ot[r * Dv + t] * inv;
+                K->scale(orow, Ot + r * Dv, Dv, 1.0f / lr);
             } else {
                 for (t = 0; t < Dv; t++) orow[t] = 0.0f;
             }
@@ -2552,6 +2548,12 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
     c.d = &d; c.pl = &pl; c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v;
     c.o = (float *)o; c.ws = (float *)fa__align64(mem);
     c.parts = c.ws + pl.thread_floats * pl.nthreads;
+    if (pl.rowmajor) {      /* the row-major kernels' St: padding lanes finite from the start */
+        int t;
+        for (t = 0; t < pl.nthreads; t++)
+            memset(c.ws + (size_t)t * pl.thread_floats + pl.lane_floats + (size_t)pl.ld * d.D, 0,
+                   (size_t)pl.ld * pl.bk * sizeof(float));
+    }
     fa__run(d.pool, fa__tiled_item, &c, pl.items, pl.nthreads, c.parts + pl.part_floats);
     if (pl.nchunk > 1) fa__run(d.pool, fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
     FLASHATTN_FREE(mem);
@@ -3118,8 +3120,8 @@ static fa_status fa__merge_check(int rows, int dv, int parts, const void *o_part
 static void fa__merge_row(int dv, int parts, const float *const *op, const float *const *mp, const float *const *lp,
                           int64_t r, float *orow, float *lse)
 {
-    float mx = -INFINITY, sum = 0.0f, w[64];
-    int p, p0, pn, t;
+    float mx = -INFINITY, sum = 0.0f, w[64], a[64];
+    int p, p0, pn, t, t0, tn, u;
     for (p = 0; p < parts; p++) {
         float x = mp[p][r];
         if (!(x <= mx)) mx = x;
@@ -3131,16 +3133,21 @@ static void fa__merge_row(int dv, int parts, const float *const *op, const float
     }
     for (p = 0; p < parts; p++)
         sum += mp[p][r] == -INFINITY ? 0.0f : expf(mp[p][r] - mx) * (lp ? lp[p][r] : 1.0f);
-    /* the weights 64 parts at a time, each computed once; o accumulates across the groups */
+    /* each element sums its parts in part order: the weights 64 parts at a time (each computed
+       once), the elements 64 at a time in a local accumulator, written back after their reads */
     for (p0 = 0; p0 < parts; p0 += 64) {
         pn = parts - p0 < 64 ? parts - p0 : 64;
         for (p = 0; p < pn; p++)
             w[p] = mp[p0 + p][r] == -INFINITY ? 0.0f : expf(mp[p0 + p][r] - mx) * (lp ? lp[p0 + p][r] : 1.0f);
-        for (t = 0; t < dv; t++) {
-            float a = p0 ? orow[t] : 0.0f;
-            for (p = 0; p < pn; p++)
-                if (mp[p0 + p][r] != -INFINITY) a += w[p] * op[p0 + p][r * (int64_t)dv + t];
-            orow[t] = a;
+        for (t0 = 0; t0 < dv; t0 += 64) {
+            tn = dv - t0 < 64 ? dv - t0 : 64;
+            for (u = 0; u < tn; u++) a[u] = p0 ? orow[t0 + u] : 0.0f;
+            for (p = 0; p < pn; p++) {
+                const float *x = op[p0 + p] + r * (int64_t)dv + t0;
+                if (mp[p0 + p][r] == -INFINITY) continue;
+                for (u = 0; u < tn; u++) a[u] += w[p] * x[u];
+            }
+            for (u = 0; u < tn; u++) orow[t0 + u] = a[u];
         }
     }
     for (t = 0; t < dv; t++) orow[t] /= sum;
