@@ -58,8 +58,11 @@
    fa_*_workspace_bytes return exactly what the call will allocate.
 
    THREADS: `threads` workers (0: all online cores) share batch x heads x query tiles; with few query
-   rows (decoding), or fewer tiles than two per thread, the key axis is split too and the parts
-   merged by log-sum-exp (fa_merge's rule).
+   rows (decoding: at most 16 per head, or the heads of a GQA group in one tile) the key axis is
+   split too, in chunks of at least 512 keys fixed by seq_k, and the chunks merged by log-sum-exp
+   (fa_merge's rule). On the CPU a row's o and lse are bitwise the same for any `threads`, with or
+   without a pool, and whatever batch or group of heads it is computed in: the tiling may follow
+   the thread count, the arithmetic of a row does not (see fa__tiled_plan_make).
    The naive path runs its GEMMs inside its own workers with OpenBLAS single-threaded, so the call
    uses exactly `threads` threads; it sets OpenBLAS's thread count to 1 for the call and restores it.
    Each call starts its workers (1 MiB stacks; the caller is one of them) and joins them before it
