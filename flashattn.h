@@ -1306,7 +1306,7 @@ FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, 
     const __m512 ninf = _mm512_set1_ps(-INFINITY), l2e = _mm512_set1_ps(FA__LOG2E);
     for (v = 0; v < nv; v++) {
         float *s = S + v * 16;
-        __m512 mo = _mm512_loadu_ps(m + v * 16), mx = mo, mr, ms, al = _mm512_set1_ps(1.0f), sum = _mm512_setzero_ps();
+        __m512 mo = _mm512_loadu_ps(m + v * 16), mx = mo, mr = mo, ms, al = _mm512_set1_ps(1.0f), sum = _mm512_setzero_ps();
         {   /* four chains: one would wait on the max latency at every key */
             __m512 x1 = ninf, x2 = ninf, x3 = ninf;
             for (j = 0; j + 4 <= nk; j += 4) {
@@ -1319,7 +1319,7 @@ FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, 
             mx = fa__max16(fa__max16(mx, x1), fa__max16(x2, x3));
         }
         up = _mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, _mm512_set1_ps(FA__LAZY)), _CMP_GT_OQ);
-        mr = _mm512_mask_mov_ps(mo, up, mx);
+        if (up) mr = _mm512_mask_mov_ps(mo, up, mx);
         ms = _mm512_mask_mov_ps(mr, _mm512_cmp_ps_mask(mr, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
         if (up) {
             al = _mm512_mask_mov_ps(al, up, fa__exp16(_mm512_sub_ps(mo, ms)));
@@ -1344,7 +1344,7 @@ FA__AVX2 static void fa__online_avx2(float *S, int64_t lds, int nk, int nv, floa
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     for (v = 0; v < 2 * nv; v++) {
         float *s = S + v * 8;
-        __m256 mo = _mm256_loadu_ps(m + v * 8), mx = mo, mr, ms, upv, al = _mm256_set1_ps(1.0f), sum = _mm256_setzero_ps();
+        __m256 mo = _mm256_loadu_ps(m + v * 8), mx = mo, mr = mo, ms, upv, al = _mm256_set1_ps(1.0f), sum = _mm256_setzero_ps();
         {
             __m256 x1 = ninf, x2 = ninf, x3 = ninf;
             for (j = 0; j + 4 <= nk; j += 4) {
@@ -1358,7 +1358,7 @@ FA__AVX2 static void fa__online_avx2(float *S, int64_t lds, int nk, int nv, floa
         }
         upv = _mm256_cmp_ps(mx, _mm256_add_ps(mo, _mm256_set1_ps(FA__LAZY)), _CMP_GT_OQ);
         up = _mm256_movemask_ps(upv) != 0;
-        mr = _mm256_blendv_ps(mo, mx, upv);
+        if (up) mr = _mm256_blendv_ps(mo, mx, upv);
         ms = _mm256_blendv_ps(mr, _mm256_setzero_ps(), _mm256_cmp_ps(mr, ninf, _CMP_EQ_OQ));
         if (up) {
             al = _mm256_blendv_ps(al, fa__exp8(_mm256_sub_ps(mo, ms)), upv);
@@ -2243,7 +2243,7 @@ FLASHATTN__CPU_DEF fa_status fa_naive(const fa_params *p, const void *q, const v
    not see gives it m = -INFINITY, which adds exactly nothing. */
 #define FA__SPLIT_ROWS 16       /* a decode tile: at most this many query rows per head */
 #define FA__CHUNK_KEYS 512      /* keys per chunk of a split key axis, at least (whole blocks) ... */
-#define FA__MAX_CHUNKS 64       /* ... and at most this many chunks (then chunks grow) */
+#define FA__MAX_CHUNKS 32       /* ... and at most this many chunks (then chunks grow) */
 
 typedef struct fa__tiled_plan {
     int nq, bk, hpt, rows, ld, rowmajor, nchunk, cb, nthreads;
@@ -2296,11 +2296,17 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
     }
     pl->bk = d->block_k ? d->block_k : 64;
     if (pl->bk > d->Sk) pl->bk = d->Sk > 0 ? d->Sk : 1;
+    /* a library tiling's last tile takes a remainder of under 16 rows (one lane vector) rather
+       than leaving it a tile of its own, which would re-read K/V for a part-empty vector */
+    pl->qtiles = (d->Sq + pl->nq - 1) / pl->nq;
     pl->rows = pl->hpt * pl->nq;
+    if (!d->block_q && pl->hpt == 1 && d->Sq > pl->nq && d->Sq % pl->nq < 16) {
+        pl->qtiles = d->Sq / pl->nq;
+        pl->rows = pl->nq + d->Sq % pl->nq;
+    }
     ld = fa__round16((size_t)pl->rows);
     pl->ld = (int)ld;
     pl->rowmajor = K->rows_max > 0 && pl->rows <= K->rows_max;
-    pl->qtiles = (d->Sq + pl->nq - 1) / pl->nq;
     pl->tiles = pl->qtiles * d->B * (d->Hq / pl->hpt);
     nb = ((int64_t)d->Sk + pl->bk - 1) / pl->bk;
     pl->nchunk = 1;
@@ -2349,7 +2355,7 @@ static void fa__tile_pos(const fa__dims *d, const fa__tiled_plan *pl, int64_t ti
     *b = (int)(bh / hg);
     *h0 = (int)(bh % hg) * pl->hpt;
     *i0 = qt * pl->nq;
-    *nqr = (int)((*i0 + pl->nq < d->Sq ? *i0 + pl->nq : d->Sq) - *i0);
+    *nqr = (int)((qt == pl->qtiles - 1 ? d->Sq : *i0 + pl->nq) - *i0);
 }
 
 /* P V's accumulate mode (fa__gemm's acc) for lane vector v and the key block [f0, f1) (its full
