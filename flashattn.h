@@ -567,8 +567,9 @@ static const float *fa__bias_row(const fa__dims *d, int b, int h, int64_t i)
 }
 
 /* Steps 2-4 on one score: the definitions. The lane passes of section 3 compute these with the same
-   operations in the same order on 16 lanes, so ALiBi and the bias give the same bits on every path;
-   softcap's tanh is fa__tanhf, or fa__tanh16 on lanes (one method, one set of constants). */
+   operations in the same order on 16 lanes (ALiBi and the bias then agree bitwise with the row
+   form, unless a compiler contracts ALiBi's multiply and subtract into an FMA); softcap's tanh is
+   fa__tanhf, or fa__tanh16 on lanes (one method, one set of constants). */
 static float fa__tanhf(float x);
 static float fa__softcap1(float s, float cap, float inv_cap) { return cap * fa__tanhf(s * inv_cap); }
 static float fa__alibi1(float s, float slope, int64_t dist) { return s - slope * (float)(dist < 0 ? -dist : dist); }
@@ -635,8 +636,8 @@ typedef struct fa__rule_lanes {
 #define FA__LANE_FLOATS ((sizeof(const float *) + 3 * sizeof(int) + 2 * sizeof(float) - 1) / sizeof(float))
 
 /* The lanes of a tile of batch b: nr rows, lane r being head h0 + r / nqr, row i0 + r % nqr, and
-   nl lanes in all; `mem` holds nl * FA__LANE_FLOATS floats, pointer-aligned. Lo, hi and diag fit an int:
-   0 <= lo <= hi <= Sk and Sk - Sq <= diag < Sk. */
+   nl lanes in all; `mem` holds nl * FA__LANE_FLOATS floats, pointer-aligned. Lo, hi and diag fit
+   an int: 0 <= lo <= hi <= Sk and Sk - Sq <= diag < Sk. */
 static void fa__lanes_fill(const fa__dims *d, int b, int h0, int64_t i0, int nqr, int nr, int nl, void *mem,
                            fa__rule_lanes *ln)
 {
@@ -2239,8 +2240,9 @@ FLASHATTN__CPU_DEF fa_status fa_naive(const fa_params *p, const void *q, const v
      property of the shape, not of one tile; library tiles are multiples of 16 rows of one head.
    The key axis is split for decoding (at most FA__SPLIT_ROWS rows per head, or packed GQA heads)
    and only there, in `nchunk` chunks of `cb` blocks from key 0 (fixed by Sk and bk), whose partial
-   results are merged in chunk order by log-sum-exp (fa__merge_row, section 7); a chunk a row does
-   not see gives it m = -INFINITY, which adds exactly nothing. */
+   results are merged in chunk order by log-sum-exp (fa__merge_row, section 7), by whichever thread
+   finishes a tile's last chunk; a chunk a row does not see gives it m = -INFINITY, which adds
+   exactly nothing. */
 #define FA__SPLIT_ROWS 16       /* a decode tile: at most this many query rows per head */
 #define FA__CHUNK_KEYS 512      /* keys per chunk of a split key axis, at least (whole blocks) ... */
 #define FA__MAX_CHUNKS 32       /* ... and at most this many chunks (then chunks grow) */
@@ -2328,10 +2330,11 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
     f = fa__add_size(f, fa__mul_size(ld, (size_t)d->Dv));
     f = fa__add_size(f, 3 * ld);
     pl->thread_floats = f == SIZE_MAX ? SIZE_MAX : fa__round16(f);
-    /* split keys: each chunk's o [rows][Dv], m and l [rows] */
+    /* split keys: each chunk's o [rows][Dv], m and l [rows]; then a count of done chunks per tile */
     if (pl->nchunk > 1)
-        pl->part_floats = fa__round16(fa__mul_size(fa__mul_size((size_t)pl->items, (size_t)pl->rows),
-                                                   (size_t)d->Dv + 2));
+        pl->part_floats = fa__add_size(fa__round16(fa__mul_size(fa__mul_size((size_t)pl->items, (size_t)pl->rows),
+                                                                (size_t)d->Dv + 2)),
+                                       fa__round16(fa__mul_size((size_t)pl->tiles, (sizeof(int) + 3) / sizeof(float))));
     pl->pool_bytes = fa__pool_bytes(d, pl->nthreads);
     pl->total = fa__add_size(fa__mul_size(fa__add_size(fa__mul_size(pl->thread_floats, (size_t)pl->nthreads),
                                                        pl->part_floats), sizeof(float)),
@@ -2344,6 +2347,8 @@ typedef struct fa__tiled_ctx {
     const fa__kernels *K;
     const float *q, *k, *v;
     float *o, *ws, *parts;
+    int *done;                  /* split keys: chunks done per tile, under mu (NULL: merge apart) */
+    pthread_mutex_t *mu;
 } fa__tiled_ctx;
 
 /* Where tile `tile` sits: batch b, first head h0, first query row i0, rows per head nqr. */
@@ -2368,6 +2373,8 @@ static int fa__pv_acc(const fa__rule_lanes *ln, int v, int64_t f0, int64_t f1)
         if (ln->lo[u] > f0 || ln->hi[u] < f1) return 2;
     return 1;
 }
+
+static void fa__tiled_merge(void *vctx, int64_t tile, int tid);
 
 /* One tile over one chunk of its key blocks: pack Q^T, walk K/V in blocks (scores, the rule where
    needed, online softmax, P V), then write o and lse, or the chunk's partials. */
@@ -2497,6 +2504,13 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             }
         }
     }
+    if (c->mu) {     /* the tile's last chunk merges it (the lock orders the other chunks' writes before) */
+        int n;
+        pthread_mutex_lock(c->mu);
+        n = ++c->done[tile];
+        pthread_mutex_unlock(c->mu);
+        if (n == pl->nchunk) fa__tiled_merge(vctx, tile, tid);
+    }
 }
 #undef FA__QROW
 #undef FA__OROW
@@ -2544,6 +2558,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
     fa__dims d;
     fa__tiled_plan pl;
     fa__tiled_ctx c;
+    pthread_mutex_t mu;
     void *mem;
     fa_status st = fa__resolve(p, q, k, v, o, &d);
     if (st != FA_OK) return st;
@@ -2557,6 +2572,14 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
     c.d = &d; c.pl = &pl; c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v;
     c.o = (float *)o; c.ws = (float *)fa__align64(mem);
     c.parts = c.ws + pl.thread_floats * pl.nthreads;
+    c.done = NULL; c.mu = NULL;
+    if (pl.nchunk > 1 && pthread_mutex_init(&mu, NULL) == 0) {
+        /* the last chunk of a tile to finish merges the tile, in the same run of the threads */
+        c.done = (int *)(c.parts + fa__round16(fa__mul_size(fa__mul_size((size_t)pl.items, (size_t)pl.rows),
+                                                            (size_t)d.Dv + 2)));
+        memset(c.done, 0, (size_t)pl.tiles * sizeof(int));
+        c.mu = &mu;
+    }
     if (pl.rowmajor) {      /* the row-major kernels' St: padding lanes finite from the start */
         int t;
         for (t = 0; t < pl.nthreads; t++)
@@ -2564,7 +2587,8 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
                    (size_t)pl.ld * pl.bk * sizeof(float));
     }
     fa__run(d.pool, fa__tiled_item, &c, pl.items, pl.nthreads, c.parts + pl.part_floats);
-    if (pl.nchunk > 1) fa__run(d.pool, fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
+    if (c.mu) pthread_mutex_destroy(&mu);
+    else if (pl.nchunk > 1) fa__run(d.pool, fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
     FLASHATTN_FREE(mem);
     return FA_OK;
 }
