@@ -9,11 +9,11 @@ CSTD    := -std=c99 -pedantic
 LDLIBS  := -lopenblas -lm -lpthread
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-EXAMPLES := quickstart naive_vs_tiled split_keys
+EXAMPLES := quickstart naive_vs_tiled split_keys train_step
 
 .PHONY: all deps run test bench test-cuda bench-cuda bench-cuda-build clean
 
-all: deps $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench
+all: deps $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench $(BUILD)/bench_backward
 
 # ---- dependencies: Debian's libopenblas-dev and libcmocka-dev ----------------------------------
 # Installed with apt-get when missing and we are root; otherwise deps stops and prints the exact
@@ -48,10 +48,11 @@ $(BUILD):
 $(BUILD)/%: examples/%.c flashattn.h | $(BUILD)
 	$(CC) $(CFLAGS) $(CSTD) $(WARN) -I. $< -o $@ $(LDLIBS)
 
-# the two quick examples, then the article's experiments (about half a minute on 2 cores)
+# the quick examples (train_step: a second), then the article's experiments (about half a minute on 2 cores)
 run: deps $(addprefix $(BUILD)/,$(EXAMPLES))
 	./$(BUILD)/quickstart
 	./$(BUILD)/split_keys
+	./$(BUILD)/train_step
 	./$(BUILD)/naive_vs_tiled
 
 # ---- bench -------------------------------------------------------------------------------------
@@ -62,8 +63,15 @@ BENCH_ARGS ?=
 $(BUILD)/bench: bench/bench.c flashattn.h | $(BUILD)
 	$(CC) -O2 -g $(CSTD) $(WARN) -I. $< -o $@ $(LDLIBS)
 
-bench: deps $(BUILD)/bench
+# then the backward's bench (bench/bench_backward.c): `make bench BENCH_BWD_ARGS="--quick"` (or --csv,
+# --threads N, --max-s N, --naive-mem GiB, --no-naive, --no-row-sgemm, --pool, --few-reps); about 4 min
+BENCH_BWD_ARGS ?=
+$(BUILD)/bench_backward: bench/bench_backward.c bench/bench_util.h flashattn.h | $(BUILD)
+	$(CC) -O2 -g $(CSTD) $(WARN) -I. $< -o $@ $(LDLIBS)
+
+bench: deps $(BUILD)/bench $(BUILD)/bench_backward
 	./$(BUILD)/bench $(BENCH_ARGS)
+	./$(BUILD)/bench_backward $(BENCH_BWD_ARGS)
 
 # ---- tests -------------------------------------------------------------------------------------
 # One suite, four builds: plain (OpenBLAS, the best SIMD path of this CPU), FLASHATTN_NO_BLAS with
@@ -103,47 +111,128 @@ $(BUILD)/test_backward_noblas: $(BWD_DEPS) | $(BUILD)
 $(BUILD)/test_backward_avx2: $(BWD_DEPS) | $(BUILD)
 	$(CC) $(CFLAGS) $(CSTD) $(WARN) -DFLASHATTN_ISA=1 -I. $< -o $@ $(TEST_LIBS)
 
-test: deps test-compile $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench \
-      $(BUILD)/test_flashattn $(BUILD)/test_flashattn_san $(BUILD)/test_flashattn_noblas \
-      $(BUILD)/test_flashattn_avx2 $(BUILD)/test_backward $(BUILD)/test_backward_san \
-      $(BUILD)/test_backward_noblas $(BUILD)/test_backward_avx2 test-cuda-compile
-	./$(BUILD)/test_flashattn
-	./$(BUILD)/test_flashattn_noblas
-	./$(BUILD)/test_flashattn_avx2
-	$(SAN_ENV) ./$(BUILD)/test_flashattn_san
-	./$(BUILD)/test_backward
-	./$(BUILD)/test_backward_noblas
-	./$(BUILD)/test_backward_avx2
-	$(SAN_ENV) ./$(BUILD)/test_backward_san
+# ---- make test: every step run, shown and counted; the summary at the end ----------------------
+# Each step goes through tests/run_step.sh, which prints it as it runs, keeps its output in
+# build/logs/ and writes one line to build/summary.txt (PASS, FAIL or SKIP, seconds, what, the
+# cmocka counts or what the step reported). A failed step does not stop the others (the recipe
+# lines are `-`); tests/summary.sh prints the summary last and fails `make test` if any step failed.
+# Steps: the compile checks, the README's C snippets, the examples built and run, the bench built,
+# the four cmocka builds, the install of a consumer through pkg-config and CMake, and the CUDA
+# compile. About 3 min on 2 cores with nvcc present (185 s measured, 126 s of it the CUDA compile),
+# about 1 min without; `make test CUDA=0` skips the CUDA compile (so does NVCC=/nonexistent).
+CUDA       ?= 1
+SUMMARY    := $(BUILD)/summary.txt
+STEP       := tests/run_step.sh $(SUMMARY)
+SKIP_STEP  := tests/run_step.sh --skip $(SUMMARY)
+CLANGXX    ?= $(shell command -v clang++ 2>/dev/null)
+# the steps call make through this, not $(MAKE) itself, so that `make -n test` only prints them
+SUBMAKE     = $(MAKE) --no-print-directory
+TEST_STEPS := test-compile test-readme test-examples test-suites test-install test-cuda-compile
+
+.PHONY: test-steps test-readme test-examples test-suites test-install
+test: deps
+	@mkdir -p $(BUILD) && rm -rf $(BUILD)/logs && : > $(SUMMARY)
+	@t0=$$(date +%s); rc=0; $(MAKE) --no-print-directory -k test-steps || rc=$$?; \
+	  tests/summary.sh $(SUMMARY) $$rc $$(( $$(date +%s) - t0 ))
+
+test-steps: $(TEST_STEPS)
+# A step added elsewhere: a target whose recipe lines are `-@$(STEP) "what it is" 'command'`, and
+# `test-steps: that-target` beside it (a later `TEST_STEPS +=` would come too late for this rule).
 
 # compile checks, each linked and run: C99 -pedantic with two translation units (impl.c holds the
 # implementation, user.c only the declarations); the same as C++ (g++ -pedantic); FLASHATTN_NO_BLAS;
 # FLASHATTN_STATIC with two private copies in one program (static.c + static2.c); FLASHATTN_MALLOC
-# alone is an error; clang if present.
+# alone is an error; clang if present; FA_PARAMS_INIT in C and C++ (gcc and clang).
 .PHONY: test-compile
 test-compile: | $(BUILD)
-	$(CC) $(CSTD) $(WARN) -O2 -I. -c tests/compile/impl.c -o $(BUILD)/cc_impl.o
-	$(CC) $(CSTD) $(WARN) -O2 -I. -c tests/compile/user.c -o $(BUILD)/cc_user.o
-	$(CC) $(BUILD)/cc_impl.o $(BUILD)/cc_user.o -o $(BUILD)/cc_two_tu $(LDLIBS) && ./$(BUILD)/cc_two_tu
-	$(CC) $(CSTD) $(WARN) -O2 -I. -DFLASHATTN_NO_BLAS tests/compile/impl.c tests/compile/user.c -o $(BUILD)/cc_noblas -lm -lpthread && ./$(BUILD)/cc_noblas
-	$(CC) $(CSTD) $(WARN) -O2 -I. tests/compile/static.c tests/compile/static2.c -o $(BUILD)/cc_static $(LDLIBS) && ./$(BUILD)/cc_static
-	$(CXX) $(WARN) -pedantic -O2 -I. -x c++ tests/compile/impl.c -x c++ tests/compile/user.c -o $(BUILD)/cc_cpp $(LDLIBS) && ./$(BUILD)/cc_cpp
-	$(CXX) $(WARN) -pedantic -O2 -I. -x c++ tests/compile/static.c -x c++ tests/compile/static2.c -o $(BUILD)/cc_cpp_static $(LDLIBS) && ./$(BUILD)/cc_cpp_static
-	@if $(CC) $(CSTD) -I. -DFLASHATTN_MALLOC=malloc -fsyntax-only tests/compile/impl.c 2>/dev/null; then \
-	  echo "FAILED: FLASHATTN_MALLOC without FLASHATTN_FREE compiled"; exit 1; \
-	else echo "ok: FLASHATTN_MALLOC without FLASHATTN_FREE is a compile error"; fi
-	@if [ -n "$(CLANG)" ]; then \
-	  echo "$(CLANG) $(CSTD) $(WARN) tests/compile/impl.c tests/compile/user.c"; \
-	  $(CLANG) $(CSTD) $(WARN) -O2 -I. tests/compile/impl.c tests/compile/user.c -o $(BUILD)/cc_clang $(LDLIBS) && ./$(BUILD)/cc_clang; \
-	else echo "SKIPPED: clang not found"; fi
+	-@$(STEP) "compile: C99 -pedantic, two translation units (impl.c + user.c), linked and run" \
+	  '$(CC) $(CSTD) $(WARN) -O2 -I. -c tests/compile/impl.c -o $(BUILD)/cc_impl.o && \
+	   $(CC) $(CSTD) $(WARN) -O2 -I. -c tests/compile/user.c -o $(BUILD)/cc_user.o && \
+	   $(CC) $(BUILD)/cc_impl.o $(BUILD)/cc_user.o -o $(BUILD)/cc_two_tu $(LDLIBS) && ./$(BUILD)/cc_two_tu'
+	-@$(STEP) "compile: C99 -pedantic, FLASHATTN_NO_BLAS (-lm -lpthread only), linked and run" \
+	  '$(CC) $(CSTD) $(WARN) -O2 -I. -DFLASHATTN_NO_BLAS tests/compile/impl.c tests/compile/user.c -o $(BUILD)/cc_noblas -lm -lpthread && ./$(BUILD)/cc_noblas'
+	-@$(STEP) "compile: C99 -pedantic, FLASHATTN_STATIC, two private copies in one program" \
+	  '$(CC) $(CSTD) $(WARN) -O2 -I. tests/compile/static.c tests/compile/static2.c -o $(BUILD)/cc_static $(LDLIBS) && ./$(BUILD)/cc_static'
+	-@$(STEP) "compile: C++ (g++ -pedantic), two translation units, linked and run" \
+	  '$(CXX) $(WARN) -pedantic -O2 -I. -x c++ tests/compile/impl.c -x c++ tests/compile/user.c -o $(BUILD)/cc_cpp $(LDLIBS) && ./$(BUILD)/cc_cpp'
+	-@$(STEP) "compile: C++ (g++ -pedantic), FLASHATTN_STATIC, two private copies" \
+	  '$(CXX) $(WARN) -pedantic -O2 -I. -x c++ tests/compile/static.c -x c++ tests/compile/static2.c -o $(BUILD)/cc_cpp_static $(LDLIBS) && ./$(BUILD)/cc_cpp_static'
+	-@$(STEP) "compile: FLASHATTN_MALLOC without FLASHATTN_FREE is a compile error" \
+	  'if $(CC) $(CSTD) -I. -DFLASHATTN_MALLOC=malloc -fsyntax-only tests/compile/impl.c 2>/dev/null; then \
+	     echo "FAILED: FLASHATTN_MALLOC without FLASHATTN_FREE compiled"; exit 1; \
+	   else echo "ok: FLASHATTN_MALLOC without FLASHATTN_FREE is a compile error"; fi'
+	-@if [ -n "$(CLANG)" ]; then \
+	  $(STEP) "compile: clang C99 -pedantic, two translation units, linked and run" \
+	    '$(CLANG) $(CSTD) $(WARN) -O2 -I. tests/compile/impl.c tests/compile/user.c -o $(BUILD)/cc_clang $(LDLIBS) && ./$(BUILD)/cc_clang'; \
+	else $(SKIP_STEP) "compile: clang" "clang not found"; fi
+	-@$(STEP) "compile: fa_params p = FA_PARAMS_INIT; in C99 and C++ (gcc, g++$(if $(CLANG),$(comma) clang)$(if $(CLANGXX),$(comma) clang++)), -Wmissing-field-initializers" \
+	  'for c in "$(CC) $(CSTD)" "$(CXX) -x c++ -pedantic" $(if $(CLANG),"$(CLANG) $(CSTD)") $(if $(CLANGXX),"$(CLANGXX) -x c++ -pedantic"); do \
+	     $$c $(WARN) -Wmissing-field-initializers -O2 -I. tests/compile/init.c -o $(BUILD)/cc_init $(LDLIBS) && ./$(BUILD)/cc_init || exit 1; \
+	   done'
+comma := ,
+
+# Every ```c block of README.md, compiled as C99 -pedantic and as C++ (and by clang, clang++).
+test-readme: | $(BUILD)
+	-@$(STEP) "README: every C snippet compiled as C99 -pedantic and as C++" \
+	  'tests/readme_snippets.sh $(BUILD)/readme "$(CC)" "$(CXX)" "$(CLANG)"'
+
+# The examples built and run (their exit status is their check: allclose against the other path,
+# or against fa_merge's split); naive_vs_tiled with --quick, which gives its timing section (c) a
+# 2 s budget instead of 40 s (`make run` runs it all). The bench is built, not run (`make bench`).
+test-examples: | $(BUILD)
+	-@$(STEP) "example: quickstart, built and run (naive and tiled allclose)" \
+	  '$(SUBMAKE) $(BUILD)/quickstart && ./$(BUILD)/quickstart'
+	-@$(STEP) "example: split_keys, built and run (chunks merged by fa_merge = one call)" \
+	  '$(SUBMAKE) $(BUILD)/split_keys && ./$(BUILD)/split_keys'
+	-@$(STEP) "example: train_step, built and run (gradients checked by central differences; the loss falls)" \
+	  '$(SUBMAKE) $(BUILD)/train_step && ./$(BUILD)/train_step'
+	-@$(STEP) "example: naive_vs_tiled --quick, built and run (all checks; timing on a 2 s budget)" \
+	  '$(SUBMAKE) $(BUILD)/naive_vs_tiled && ./$(BUILD)/naive_vs_tiled --quick'
+	-@$(STEP) "bench: built (not run; make bench runs it, about 5 min)" \
+	  '$(SUBMAKE) $(BUILD)/bench'
+	-@$(STEP) "bench_backward: built (not run; make bench runs it after bench, about 4 min)" \
+	  '$(SUBMAKE) $(BUILD)/bench_backward'
+
+# The cmocka suites (forward, backward), four builds each.
+test-suites: | $(BUILD)
+	-@$(STEP) "cmocka test_flashattn (OpenBLAS, this CPU's best SIMD path)" \
+	  '$(SUBMAKE) $(BUILD)/test_flashattn && ./$(BUILD)/test_flashattn'
+	-@$(STEP) "cmocka test_flashattn_noblas (FLASHATTN_NO_BLAS, portable C: FLASHATTN_ISA=0)" \
+	  '$(SUBMAKE) $(BUILD)/test_flashattn_noblas && ./$(BUILD)/test_flashattn_noblas'
+	-@$(STEP) "cmocka test_flashattn_avx2 (FLASHATTN_ISA=1)" \
+	  '$(SUBMAKE) $(BUILD)/test_flashattn_avx2 && ./$(BUILD)/test_flashattn_avx2'
+	-@$(STEP) "cmocka test_flashattn_san (ASan + UBSan)" \
+	  '$(SUBMAKE) $(BUILD)/test_flashattn_san && $(SAN_ENV) ./$(BUILD)/test_flashattn_san'
+	-@$(STEP) "cmocka test_backward (OpenBLAS, this CPU's best SIMD path)" \
+	  '$(SUBMAKE) $(BUILD)/test_backward && ./$(BUILD)/test_backward'
+	-@$(STEP) "cmocka test_backward_noblas (FLASHATTN_NO_BLAS, portable C: FLASHATTN_ISA=0)" \
+	  '$(SUBMAKE) $(BUILD)/test_backward_noblas && ./$(BUILD)/test_backward_noblas'
+	-@$(STEP) "cmocka test_backward_avx2 (FLASHATTN_ISA=1)" \
+	  '$(SUBMAKE) $(BUILD)/test_backward_avx2 && ./$(BUILD)/test_backward_avx2'
+	-@$(STEP) "cmocka test_backward_san (ASan + UBSan)" \
+	  '$(SUBMAKE) $(BUILD)/test_backward_san && $(SAN_ENV) ./$(BUILD)/test_backward_san'
+
+# make install into a temporary prefix, a consumer built against it, make uninstall (see the
+# install block below and tests/consumer/run.sh).
+test-install: | $(BUILD)
+	-@$(STEP) "install: consumer through pkg-config (flashattn, flashattn-noblas)" 'MAKE="$(SUBMAKE)" CC="$(CC)" tests/consumer/run.sh pkg-config'
+	-@$(STEP) "install: consumer through CMake find_package(flashattn 0.2)" 'MAKE="$(SUBMAKE)" CC="$(CC)" tests/consumer/run.sh cmake'
+	-@$(STEP) "install: DESTDIR staging and uninstall" 'MAKE="$(SUBMAKE)" CC="$(CC)" tests/consumer/run.sh destdir'
 
 # ---- CUDA (the GPU machine; CI compiles only) -------------------------------------------------
+# make test compiles the CUDA translation units when nvcc is found (about 2 min on 2 cores) and
+# CUDA is not 0; it never runs them (make test-cuda does, on a GPU machine).
 test-cuda-compile:
-	@if command -v $(NVCC) >/dev/null 2>&1; then \
-	  echo "nvcc found: compiling the CUDA translation units (compile only, not run here)"; \
-	  $(MAKE) --no-print-directory cuda-objs; \
-	else echo "SKIPPED: nvcc not found, the CUDA translation units were not compiled"; fi
-	@echo "SKIPPED: CUDA tests are not run by make test (no GPU here); run make test-cuda on a GPU machine"
+	-@if [ "$(CUDA)" = 0 ]; then \
+	  $(SKIP_STEP) "CUDA: compile of the .cu translation units" "CUDA=0"; \
+	elif ! command -v $(NVCC) >/dev/null 2>&1; then \
+	  $(SKIP_STEP) "CUDA: compile of the .cu translation units" "nvcc not found as $(NVCC)"; \
+	else \
+	  echo; echo "CUDA: compiling the .cu translation units for sm_80, sm_90 and PTX, compile only: about 2 min"; \
+	  echo "on 2 cores, with nothing printed meanwhile (make test CUDA=0 skips this step)"; \
+	  $(STEP) "CUDA: compile of the .cu translation units (sm_80, sm_90, PTX; not run)" '$(SUBMAKE) cuda-objs'; \
+	fi
+	-@$(SKIP_STEP) "CUDA: tests" "never run by make test; make test-cuda runs them on a GPU machine"
 
 # Every CUDA translation unit, compiled for sm_80 (baseline), sm_90 (H100/H200) and PTX for later
 # GPUs; host code -Wall -Wextra -Werror. Objects are linked by test-cuda (and bench-cuda). The
@@ -193,6 +282,50 @@ bench-cuda: $(BUILD)/bench_cuda
 # On a GPU machine: the suite, then compute-sanitizer memcheck and racecheck on a reduced grid.
 test-cuda: $(BUILD)/test_cuda $(BUILD)/cuda_quickstart
 	tests/run_cuda.sh
+
+# ---- install: the header, pkg-config files and a CMake package -------------------------------
+# make install PREFIX=/usr/local (the default) [DESTDIR=stage]: the header is the whole library;
+#   $(PREFIX)/include/flashattn.h
+#   $(PREFIX)/lib/pkgconfig/flashattn.pc          Cflags -I..., Libs -lopenblas -lm -lpthread
+#   $(PREFIX)/lib/pkgconfig/flashattn-noblas.pc   Cflags -I... -DFLASHATTN_NO_BLAS, Libs -lm -lpthread
+#   $(PREFIX)/lib/cmake/flashattn/flashattnConfig.cmake, flashattnConfigVersion.cmake:
+#     find_package(flashattn 0.2 REQUIRED) gives flashattn::flashattn and flashattn::flashattn_noblas
+# make uninstall (same PREFIX, DESTDIR) removes exactly those five files (and the directory
+# lib/cmake/flashattn when it is left empty). The version comes from the header. make test
+# installs into a temporary prefix, builds a consumer through each, and uninstalls
+# (tests/consumer/run.sh); its deps step installs pkg-config and cmake for that.
+DEPS_PKGS  += pkg-config cmake
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+INCLUDEDIR ?= $(PREFIX)/include
+LIBDIR     ?= $(PREFIX)/lib
+PCDIR      ?= $(LIBDIR)/pkgconfig
+CMAKEDIR   ?= $(LIBDIR)/cmake/flashattn
+FA_VERSION := $(shell sed -n 's/^\#define FLASHATTN_VERSION_STRING "\(.*\)"/\1/p' flashattn.h)
+INSTALLED  := $(INCLUDEDIR)/flashattn.h $(PCDIR)/flashattn.pc $(PCDIR)/flashattn-noblas.pc \
+              $(CMAKEDIR)/flashattnConfig.cmake $(CMAKEDIR)/flashattnConfigVersion.cmake
+# the .pc files say ${prefix}/include when the header lies under PREFIX (pkg-config can relocate it)
+PC_INCLUDEDIR = $(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))
+
+.PHONY: install uninstall
+install:
+	@test -n "$(FA_VERSION)" || { echo "install: no FLASHATTN_VERSION_STRING in flashattn.h"; exit 1; }
+	install -d "$(DESTDIR)$(INCLUDEDIR)" "$(DESTDIR)$(PCDIR)" "$(DESTDIR)$(CMAKEDIR)"
+	install -m 644 flashattn.h "$(DESTDIR)$(INCLUDEDIR)/flashattn.h"
+	for pc in flashattn flashattn-noblas; do \
+	  sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@INCLUDEDIR@|$(PC_INCLUDEDIR)|g' -e 's|@VERSION@|$(FA_VERSION)|g' \
+	    packaging/$$pc.pc.in > "$(DESTDIR)$(PCDIR)/$$pc.pc" && chmod 644 "$(DESTDIR)$(PCDIR)/$$pc.pc" || exit 1; \
+	done
+	rel=$$(realpath -m -s --relative-to="$(CMAKEDIR)" "$(INCLUDEDIR)" 2>/dev/null || echo "$(INCLUDEDIR)"); \
+	for f in flashattnConfig flashattnConfigVersion; do \
+	  sed -e "s|@INCLUDE_REL@|$$rel|g" -e 's|@VERSION@|$(FA_VERSION)|g' packaging/$$f.cmake.in \
+	    > "$(DESTDIR)$(CMAKEDIR)/$$f.cmake" && chmod 644 "$(DESTDIR)$(CMAKEDIR)/$$f.cmake" || exit 1; \
+	done
+	@echo "installed flashattn $(FA_VERSION) under $(DESTDIR)$(PREFIX): $(patsubst $(PREFIX)/%,%,$(INSTALLED))"
+
+uninstall:
+	rm -f $(foreach f,$(INSTALLED),"$(DESTDIR)$(f)")
+	-@rmdir "$(DESTDIR)$(CMAKEDIR)" 2>/dev/null || true
 
 clean:
 	rm -rf $(BUILD)

@@ -1,4 +1,4 @@
-/* flashattn.h - v0.1.0 - exact attention kernels in one header - MIT licence (end of file)
+/* flashattn.h - v0.2.0 - exact attention kernels in one header - MIT licence (end of file)
 
    A naive attention that materialises the Sq x Sk score matrix (GEMMs through OpenBLAS) and a
    tiled online-softmax attention that never does (K/V walked in blocks with a running max m, a
@@ -14,13 +14,23 @@
        #define FLASHATTN_IMPLEMENTATION     // in exactly ONE C or C++ file
        #include "flashattn.h"
 
-       fa_params p = {0};                   // zero means "the default" everywhere
+       fa_params p = FA_PARAMS_INIT;        // all zero: "the default" everywhere; C and C++
        p.batch = 2; p.heads = 8; p.seq_q = 512; p.seq_k = 512; p.head_dim = 64;
        fa_status st = fa_tiled(&p, q, k, v, o);   // q,k,v,o: packed [B][H][S][D] fp32
        if (st != FA_OK) fprintf(stderr, "%s\n", fa_status_string(st));
 
    Build with plain `cc -O2 ... -lopenblas -lm -lpthread` (`-lm -lpthread` under FLASHATTN_NO_BLAS).
    No -march flag is needed: the SIMD path of the running CPU is chosen at run time.
+   FA_PARAMS_INIT is {0} in C and {} in C++ (where {0} trips -Wmissing-field-initializers);
+   memset(&p, 0, sizeof p) is the same. `make install PREFIX=...` installs the header with a
+   pkg-config file (flashattn, flashattn-noblas) and a CMake package (find_package(flashattn)
+   gives flashattn::flashattn and flashattn::flashattn_noblas).
+
+   VERSION: FLASHATTN_VERSION_MAJOR/MINOR/PATCH, FLASHATTN_VERSION_STRING ("0.2.0") and
+   FLASHATTN_VERSION_NUMBER (major*10000 + minor*100 + patch) at compile time; fa_version() and
+   fa_version_number() at run time, from the implementation that was linked. fa_build_info(buf, n)
+   writes one line saying what the build holds: the BLAS (OpenBLAS's own config string), the SIMD
+   paths compiled in and the one this CPU runs, and whether CUDA is linked.
 
    OPTIONS (define before including)
 
@@ -46,6 +56,13 @@
        o_i   = sum_j softmax(s_i)_j v_j over visible keys,  lse_i = log sum_j exp(s_ij)
        A row with no visible key gets o_i = 0 and lse_i = -INFINITY, never NaN.
 
+   WINDOW vs flash-attn's window_size = (left, right): there -1 means unbounded and 0 means no key
+   on that side; here 0 means unbounded, and a positive W means the same as there (W keys on that
+   side of the diagonal, plus the diagonal). So (-1, -1) is window_left = window_right = 0; (L, -1)
+   is window_left = L; (-1, R) is window_right = R; (L, 0) is window_left = L with causal = 1, and
+   (-1, 0) is causal = 1 alone. A left side of 0 ((0, R): no key before the diagonal) has no window
+   equivalent here; hide those keys with a bias.
+
    Layout: strides in elements for {batch, head, token}, the feature dim contiguous; all three zero
    means packed [B][H][S][D]; [B][S][H][D] is {S*H*D, D, H*D}. GQA/MQA through kv_heads.
    bias_stride is {batch, head, query, key}: all zero means packed [B][Hq][Sq][Sk], otherwise a zero
@@ -56,6 +73,13 @@
    returns FA_ERR_NO_MEMORY when it cannot, or when it is larger than the machine's physical memory
    (refused before asking the allocator, which might overcommit and fail only at first touch). fa_tiled allocates O(threads x tile), never O(Sq x Sk).
    fa_*_workspace_bytes return exactly what the call will allocate.
+
+   BACKWARD: fa_naive_backward and fa_tiled_backward take the forward's p (and, for the tiled one,
+   the forward's lse in p->lse) with o and d_o, and overwrite dq, dk, dv (laid out as q, k, v; so
+   their strides must be writable). dS = P (dP - delta) with delta = rowsum(d_o * o) and softcap's
+   derivative 1 - tanh^2; ALiBi and bias are constants; GQA sums dk, dv over the group. Both are
+   deterministic: every output element is made by one work item in an order fixed by the shape
+   (section 6b says how), so the bits do not depend on threads or the pool.
 
    THREADS: `threads` workers (0: all online cores) share batch x heads x query tiles; with few query
    rows (decoding: at most 16 per head, or the heads of a GQA group in one tile) the key axis is
@@ -100,8 +124,12 @@
 #include <stdint.h>
 
 #define FLASHATTN_VERSION_MAJOR 0
-#define FLASHATTN_VERSION_MINOR 1
+#define FLASHATTN_VERSION_MINOR 2
 #define FLASHATTN_VERSION_PATCH 0
+#define FLASHATTN_VERSION_STRING "0.2.0"
+/* major * 10000 + minor * 100 + patch: 200 for 0.2.0; compare with fa_version_number() */
+#define FLASHATTN_VERSION_NUMBER \
+    (FLASHATTN_VERSION_MAJOR * 10000 + FLASHATTN_VERSION_MINOR * 100 + FLASHATTN_VERSION_PATCH)
 
 #ifdef FLASHATTN_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -150,7 +178,10 @@ typedef struct fa_params {
     int threads;      /* CPU worker threads; 0 means all online cores */
     void *stream;     /* CUDA backend: a cudaStream_t; 0 means the default stream */
     /* score modifiers and masks; all zero means off */
-    int window_left, window_right;   /* sliding window, 0 means unbounded on that side */
+    int window_left, window_right;   /* sliding window: W > 0 keeps the W keys on that side of the
+                                        diagonal; 0 means unbounded on that side (flash-attn's -1;
+                                        its 0, no key on that side, is causal = 1 on the right and
+                                        has no window form on the left: WINDOW above) */
     float softcap;                   /* > 0: s = softcap * tanh(s / softcap) */
     const float *alibi_slopes;       /* [Hq] fp32, or [B][Hq] when alibi_stride = Hq */
     int64_t alibi_stride;            /* elements between batches of slopes; 0: one [Hq] row for all */
@@ -162,6 +193,16 @@ typedef struct fa_params {
     int deterministic; /* CUDA backward: nonzero gives bitwise the same gradients on every run
                           (it may be slower); the CPU paths are always deterministic */
 } fa_params;
+
+/* The all-zero fa_params (every field "the default"; set the five required shape fields next):
+       fa_params p = FA_PARAMS_INIT;
+   warning-free under -Wall -Wextra -Werror in C (gcc, clang) and in C++ (g++, clang++), where
+   `= {0}` trips -Wmissing-field-initializers. memset(&p, 0, sizeof p) is the same request. */
+#ifdef __cplusplus
+#define FA_PARAMS_INIT {}
+#else
+#define FA_PARAMS_INIT {0}
+#endif
 
 /* The textbook path: scores (optional, packed [B][Hq][Sq][Sk] fp32, scaled and modified, -INFINITY
    where hidden) are materialised in full. */
@@ -177,6 +218,19 @@ FLASHATTN_DEF const char *fa_status_string(fa_status s);
 /* torch.allclose: every |a-b| <= atol + rtol*|b|; a NaN anywhere fails. */
 FLASHATTN_DEF int fa_allclose(const float *a, const float *b, size_t n, float rtol, float atol);
 FLASHATTN_DEF double fa_max_abs_diff(const float *a, const float *b, size_t n);
+/* The version of the implementation linked in, at run time: fa_version() is "0.2.0"
+   (FLASHATTN_VERSION_STRING), fa_version_number() is 200 (FLASHATTN_VERSION_NUMBER). A program
+   whose declarations came from another copy of the header can compare them with the macros. */
+FLASHATTN_DEF const char *fa_version(void);
+FLASHATTN_DEF int fa_version_number(void);
+/* What this build holds, as one line written into buf (snprintf semantics: at most n bytes with
+   the terminating NUL, buf may be NULL when n is 0; returns the length of the whole line, so a
+   return >= n means it was cut short; 256 bytes are always enough). No allocation, no state:
+       flashattn 0.2.0; BLAS: OpenBLAS <openblas_get_config()> | none (FLASHATTN_NO_BLAS);
+       SIMD compiled: avx512f avx2+fma portable; this CPU runs: avx512f | avx2+fma | portable;
+       CUDA: in this translation unit | linked | not linked
+   "this CPU runs" is the path fa_tiled and fa_naive's own loops take here (FLASHATTN_ISA caps it). */
+FLASHATTN_DEF size_t fa_build_info(char *buf, size_t n);
 /* lse = log(sum_p exp(lse_p)), o = sum_p exp(lse_p - lse) * o_p; parts packed [rows][dv]. */
 FLASHATTN_DEF fa_status fa_merge(int rows, int dv, int parts, const float *const *o_parts,
                                  const float *const *lse_parts, float *o, float *lse);
@@ -237,6 +291,7 @@ FLASHATTN_DEF fa_status fa_cuda_tiled_backward(const fa_params *p, const void *q
 #include <string.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 #ifndef FLASHATTN_NO_BLAS
 #include <cblas.h>
@@ -299,6 +354,72 @@ FLASHATTN__CPU_DEF double fa_max_abs_diff(const float *a, const float *b, size_t
         if (d > m) m = d;
     }
     return m;
+}
+
+/* ---- version and build information (fa_version, fa_version_number, fa_build_info) ------------ */
+
+FLASHATTN__CPU_DEF const char *fa_version(void) { return FLASHATTN_VERSION_STRING; }
+FLASHATTN__CPU_DEF int fa_version_number(void) { return FLASHATTN_VERSION_NUMBER; }
+
+static int fa__isa(void);
+
+/* Whether the x86 kernels are compiled: the same test as section 3's FLASHATTN__X86, which is
+   defined further down (the suite checks that the two agree). */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(FLASHATTN_NO_SIMD)
+#define FA__INFO_X86 1
+#else
+#define FA__INFO_X86 0
+#endif
+
+/* CUDA outside this translation unit: a weak reference to fa_cuda_tiled's symbol is non-NULL when
+   a CUDA translation unit (FLASHATTN_IMPLEMENTATION and FLASHATTN_CUDA under nvcc) is linked in. */
+#if !defined(__CUDACC__) && defined(__ELF__) && (defined(__GNUC__) || defined(__clang__))
+#define FA__INFO_CUDA_PROBE 1
+extern char fa__cuda_probe __asm__("fa_cuda_tiled") __attribute__((weak));
+#endif
+
+/* Appends the text to buf[*len...] as far as n allows, counting the whole length in *len. */
+static void fa__info_put(char *buf, size_t n, size_t *len, const char *text)
+{
+    size_t t = strlen(text);
+    if (*len + 1 < n) {
+        size_t room = n - 1 - *len;
+        memcpy(buf + *len, text, t < room ? t : room);
+    }
+    *len += t;
+}
+
+FLASHATTN__CPU_DEF size_t fa_build_info(char *buf, size_t n)
+{
+    static const char *const isa_name[3] = { "portable", "avx2+fma", "avx512f" };
+    size_t len = 0;
+    int isa = fa__isa();
+    if (!buf) n = 0;
+    fa__info_put(buf, n, &len, "flashattn " FLASHATTN_VERSION_STRING "; BLAS: ");
+#ifdef FLASHATTN_NO_BLAS
+    fa__info_put(buf, n, &len, "none (FLASHATTN_NO_BLAS)");
+#else
+    {
+        const char *cfg = openblas_get_config();
+        fa__info_put(buf, n, &len, cfg ? cfg : "OpenBLAS");
+    }
+#endif
+    fa__info_put(buf, n, &len, FA__INFO_X86 ? "; SIMD compiled: avx512f avx2+fma portable" : "; SIMD compiled: portable");
+#ifdef FLASHATTN_ISA
+    fa__info_put(buf, n, &len, " (capped by FLASHATTN_ISA)");
+#endif
+    fa__info_put(buf, n, &len, "; this CPU runs: ");
+    fa__info_put(buf, n, &len, isa_name[isa >= 0 && isa <= 2 ? isa : 0]);
+    fa__info_put(buf, n, &len, "; CUDA: ");
+#if defined(__CUDACC__) && defined(FLASHATTN_CUDA)
+    fa__info_put(buf, n, &len, "in this translation unit");
+#elif defined(FA__INFO_CUDA_PROBE)
+    fa__info_put(buf, n, &len, &fa__cuda_probe != NULL ? "linked" : "not linked");
+#else
+    fa__info_put(buf, n, &len, "not in this translation unit");
+#endif
+    if (n > 0) buf[len < n ? len : n - 1] = '\0';
+    return len;
 }
 
 /* The request with every default filled in, in one place. */
@@ -2605,21 +2726,22 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
    fa__ds is that rule on one element (0 where P is 0, so that a hidden key's NaN in v or d_o
    reaches nothing); the SIMD kernel below is the same rule on lanes.
 
-   Determinism. fa_tiled_backward makes every output element in one work item, in an order fixed
-   by the shape: one pass over key tiles (an item per batch, kv head and tile of FA__BWD_KT keys)
-   accumulates dk and dv over the query heads of the group and the query rows in order, and one
-   pass over query tiles (an item per batch, head and tile of FA__BWD_QT rows) accumulates dq over
-   the key blocks in order. No item adds into another's output, so no reduction depends on which
-   thread ran what, and the tiles do not depend on the thread count: the same bits for any
-   `threads`, pool or none. The price is that the two passes each recompute S = Q K^T and
-   dP = dO V^T (7 GEMM-sized products instead of the 5 of an atomics-based FlashAttention-2
-   backward); the per-row delta is computed once, into a [B][Hq][Sq] buffer.
+   Determinism. fa_tiled_backward runs one pass over key tiles (an item per batch, kv head and tile
+   of keys, FlashAttention-2's arrangement): each item accumulates its tile's dk and dv over the
+   query heads of the group and the query rows in order, and forms for each block of query rows
+   its contribution to dq. Those contributions are added into dq in key-tile order: a counter per
+   (batch, head, row block) says whose turn it is, and a tile waits for its turn (the tiles before
+   it were taken from the queue earlier, so the wait ends). Every output element is then summed in
+   an order fixed by the shape, and the tiles come from the shape, not the thread count: the same
+   bits for any `threads`, pool or none, with FlashAttention-2's 5 GEMM-sized products (a design
+   with a second pass for dq costs 7: it ran 1.3-1.9x slower, bench/RESULTS.md "CPU backward").
+   The per-row delta is computed once, into a [B][Hq][Sq] buffer, before the tiles.
    fa_naive_backward runs an item per (batch, kv head), the group's heads in order: also
    deterministic. */
-#define FA__BWD_KT 96      /* keys per item of the dk/dv pass (two 48-lane register panels) */
-#define FA__BWD_QB 64      /* query rows per step of the dk/dv pass */
-#define FA__BWD_QT 96      /* query rows per item of the dq pass */
-#define FA__BWD_BK 64      /* keys per block of the dq pass */
+#define FA__BWD_KT 96      /* keys per item (two 48-lane register panels), below FA__BWD_WIDE keys */
+#define FA__BWD_KT_WIDE 192 /* keys per item from FA__BWD_WIDE keys: Q, dO and dq stream half as often */
+#define FA__BWD_WIDE 2048
+#define FA__BWD_QB 64      /* query rows per block (the grid of dq's turns) */
 
 static float fa__softcap_grad(float s_capped, float cap)
 {
@@ -2739,6 +2861,28 @@ static void fa__bwd_zero_kv(const fa__dims *d, float *dk, float *dv)
             }
 }
 
+/* Turns: a thread waits until *t == want (spinning, then yielding the core: another thread of the
+   call holds the turn and is running), and passes the turn on with the release that publishes its
+   writes to dq. Compilers without GNU atomics take a mutex and condition variable instead. */
+#if defined(__GNUC__) || defined(__clang__)
+#define FA__TURN_ATOMIC 1
+#endif
+
+typedef struct fa__bwd_ctx {
+    const fa__dims *d;
+    int isa;
+    const float *q, *k, *v, *o, *d_o;
+    float *dq, *dk, *dv;
+    float *P, *dS, *G;              /* naive: the whole matrices */
+    float *ws, *delta;              /* tiled: per-thread tiles, the per-row delta */
+    int *turn;                      /* tiled: dq's turns */
+    const struct fa__tbwd_plan *plan;
+#ifndef FA__TURN_ATOMIC
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+#endif
+} fa__bwd_ctx;
+
 /* ---- the naive backward --------------------------------------------------------------------- */
 
 typedef struct fa__nbwd_plan {
@@ -2760,15 +2904,6 @@ static void fa__nbwd_plan_make(const fa__dims *d, fa__nbwd_plan *pl)
                                           pl->pool_bytes), 64);
 }
 
-typedef struct fa__bwd_ctx {
-    const fa__dims *d;
-    int isa;
-    const float *q, *k, *v, *o, *d_o;
-    float *dq, *dk, *dv;
-    float *P, *dS, *G;              /* naive: the whole matrices */
-    float *ws, *delta;              /* tiled: per-thread tiles, the per-row delta */
-    const void *plan;
-} fa__bwd_ctx;
 
 static float fa__dot(const float *a, const float *b, int n)
 {
@@ -2929,10 +3064,15 @@ FLASHATTN__CPU_DEF fa_status fa_naive_backward(const fa_params *p, const void *q
 
 /* ---- the tiled backward --------------------------------------------------------------------- */
 
+/* The plan: items are (key tile, batch, kv head), key tiles of kt keys; each walks the query rows
+   in blocks of qb rows on a fixed grid (block r is rows [r qb, (r + 1) qb)), the query heads of the
+   group in order. dq's block r of head h takes its contributions from the key tiles whose keys its
+   rows see (a contiguous run of tiles, fa__tbwd_tiles), added in tile order: `turn` holds, per
+   (batch, head, block), the next tile whose turn it is. */
 typedef struct fa__tbwd_plan {
-    int kt, qb, qt, bk, ldk, ld, nthreads;
-    int64_t ktiles, qtiles, kv_items, q_items;
-    size_t kv_floats, q_floats, thread_floats, delta_floats, pool_bytes, total;
+    int kt, qb, ldk, ldd, nthreads;
+    int64_t ktiles, qblocks, items;
+    size_t thread_floats, delta_floats, turn_ints, pool_bytes, total;
 } fa__tbwd_plan;
 
 static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
@@ -2940,59 +3080,112 @@ static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
     size_t f, cap = d->softcap > 0.0f;
     memset(pl, 0, sizeof *pl);
     if (d->Sq == 0 || d->Sk == 0) return;      /* zeros are written, nothing is allocated */
-    pl->kt = FA__BWD_KT; pl->qb = FA__BWD_QB; pl->qt = FA__BWD_QT; pl->bk = d->block_k ? d->block_k : FA__BWD_BK;
-    if (d->block_q) pl->qt = d->block_q;
-    if (pl->qt > d->Sq) pl->qt = d->Sq > 0 ? d->Sq : 1;
-    if (pl->bk > d->Sk) pl->bk = d->Sk > 0 ? d->Sk : 1;
-    if (pl->kt > d->Sk) pl->kt = d->Sk > 0 ? d->Sk : 1;
+    pl->kt = d->block_k ? d->block_k : d->Sk >= FA__BWD_WIDE ? FA__BWD_KT_WIDE : FA__BWD_KT;
+    pl->qb = d->block_q ? d->block_q : FA__BWD_QB;
+    if (pl->kt > d->Sk) pl->kt = d->Sk;
+    if (pl->qb > d->Sq) pl->qb = d->Sq;
     pl->ldk = (int)fa__round16((size_t)pl->kt);
-    pl->ld = (int)fa__round16((size_t)pl->qt);
+    pl->ldd = (int)fa__round16((size_t)d->D);
     pl->ktiles = ((int64_t)d->Sk + pl->kt - 1) / pl->kt;
-    pl->qtiles = ((int64_t)d->Sq + pl->qt - 1) / pl->qt;
-    pl->kv_items = pl->ktiles * d->B * d->Hkv;
-    pl->q_items = pl->qtiles * d->B * d->Hq;
-    /* dk/dv pass: Kt, dKt [D][ldk], Vt, dVt [Dv][ldk], P, dS (and G) [qb][ldk] */
+    pl->qblocks = ((int64_t)d->Sq + pl->qb - 1) / pl->qb;
+    pl->items = pl->ktiles * d->B * d->Hkv;
+    /* per thread: Kt, dKt [D][ldk], Vt, dVt [Dv][ldk], Kp [kt][ldd] (the tile row-major, for dq),
+       P, dS (and G) [qb][ldk], the dq block [qb][ldd] */
     f = fa__mul_size((size_t)pl->ldk, fa__add_size(fa__mul_size(2, (size_t)d->D), fa__mul_size(2, (size_t)d->Dv)));
-    pl->kv_floats = fa__add_size(f, fa__mul_size((size_t)pl->ldk * (size_t)pl->qb, 2 + cap));
-    /* dq pass: Qt, dQt [D][ld], dOt [Dv][ld], S, dP (and G) [bk][ld], lse and delta [ld] */
-    f = fa__mul_size((size_t)pl->ld, fa__add_size(fa__mul_size(2, (size_t)d->D), (size_t)d->Dv));
-    f = fa__add_size(f, fa__mul_size(fa__mul_size((size_t)pl->ld, (size_t)pl->bk), 2 + cap));
-    pl->q_floats = fa__add_size(f, 2 * (size_t)pl->ld);
-    pl->thread_floats = fa__round16(pl->kv_floats > pl->q_floats ? pl->kv_floats : pl->q_floats);
+    f = fa__add_size(f, fa__mul_size((size_t)pl->kt, (size_t)pl->ldd));
+    f = fa__add_size(f, fa__mul_size((size_t)pl->ldk * (size_t)pl->qb, 2 + cap));
+    f = fa__add_size(f, fa__mul_size((size_t)pl->qb, (size_t)pl->ldd));
+    pl->thread_floats = fa__round16(f);
     pl->delta_floats = fa__round16(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq));
-    pl->nthreads = fa__nthreads(d, pl->kv_items + pl->q_items);
+    pl->turn_ints = fa__round16(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)pl->qblocks));
+    pl->nthreads = fa__nthreads(d, pl->items);
     pl->pool_bytes = fa__pool_bytes(d, pl->nthreads);
     pl->total = fa__add_size(fa__mul_size(fa__add_size(fa__mul_size(pl->thread_floats, (size_t)pl->nthreads),
                                                        pl->delta_floats), sizeof(float)),
-                             fa__add_size(pl->pool_bytes, 64));
+                             fa__add_size(fa__mul_size(pl->turn_ints, sizeof(int)), fa__add_size(pl->pool_bytes, 64)));
 }
 
-/* delta of every row of one (batch, head) */
-static void fa__tbwd_delta(void *vctx, int64_t item, int tid)
+/* The key tiles whose keys some row of query block r sees, as [t0, t1) (empty: t0 == t1). The
+   same rows are those that fa__key_rows finds for a tile, so both sides of dq's turns agree. */
+static void fa__tbwd_tiles(const fa__dims *d, const fa__tbwd_plan *pl, int64_t r, int64_t *t0, int64_t *t1)
 {
-    const fa__bwd_ctx *c = (const fa__bwd_ctx *)vctx;
+    int64_t i0 = r * pl->qb, i1 = i0 + pl->qb < d->Sq ? i0 + pl->qb : d->Sq, klo, khi;
+    fa__rows_range(d, i0, i1, &klo, &khi);
+    *t0 = klo / pl->kt;
+    *t1 = khi > klo ? (khi - 1) / pl->kt + 1 : *t0;
+}
+
+
+static void fa__turn_wait(fa__bwd_ctx *c, int *t, int want)
+{
+#ifdef FA__TURN_ATOMIC
+    int spin = 0;
+    (void)c;
+    while (fa__load_int(t) != want) {
+        if (++spin < 4096) fa__relax();
+        else sched_yield();
+    }
+#else
+    pthread_mutex_lock(&c->mu);
+    while (*t != want) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+#endif
+}
+
+static void fa__turn_pass(fa__bwd_ctx *c, int *t, int next)
+{
+#ifdef FA__TURN_ATOMIC
+    (void)c;
+    fa__store_int(t, next);
+#else
+    pthread_mutex_lock(&c->mu);
+    *t = next;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+#endif
+}
+
+/* Before the tiles: delta of every row of one (batch, head), its blocks' first turns, and 0 in the
+   dq rows of blocks that no tile reaches (rows that see no key). */
+static void fa__tbwd_prep(void *vctx, int64_t item, int tid)
+{
+    fa__bwd_ctx *c = (fa__bwd_ctx *)vctx;
     const fa__dims *d = c->d;
+    const fa__tbwd_plan *pl = c->plan;
     int b = (int)(item / d->Hq), h = (int)(item % d->Hq);
-    int64_t i, off = (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
+    int64_t i, r, t0, t1, off = (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
     (void)tid;
     for (i = 0; i < d->Sq; i++)
         c->delta[item * d->Sq + i] = fa__dot(c->d_o + off + i * d->os[2], c->o + off + i * d->os[2], d->Dv);
+    for (r = 0; r < pl->qblocks; r++) {
+        fa__tbwd_tiles(d, pl, r, &t0, &t1);
+        c->turn[item * pl->qblocks + r] = (int)t0;
+        if (t0 == t1)
+            for (i = r * pl->qb; i < (r + 1) * pl->qb && i < d->Sq; i++)
+                memset(c->dq + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1] + i * d->qs[2], 0, (size_t)d->D * sizeof(float));
+    }
 }
 
 static const fa__pf fa__no_prefetch = { { 0, 0 }, { 0, 0 }, { 0, 0 }, { 0, 0 }, 0, 0x7FFFFFFF };
 
-/* One tile of keys of one (batch, kv head): Kt, Vt packed (keys along the lanes), then for each
-   query head of the group and each step of query rows that see the tile: S = Q Kt, modifiers and
-   mask, P = exp(S - lse), dP = dO Vt, dS, dVt += dO^T P, dKt += Q^T dS; finally dk, dv. */
-static void fa__tbwd_kv(const fa__bwd_ctx *c, const fa__tbwd_plan *pl, int64_t item, float *ws)
+/* One tile of keys of one (batch, kv head): Kt, Vt packed (keys along the lanes) and Kp (row-major),
+   then for each query head of the group and each block of query rows that sees the tile:
+   S = Q Kt, modifiers and mask, P = exp(S - lse), dP = dO Vt, dS; dVt += dO^T P, dKt += Q^T dS;
+   the block's dq contribution dS Kp, added to dq in its turn. Finally dk, dv of the tile. */
+static void fa__tbwd_item(void *vctx, int64_t item, int tid)
 {
+    fa__bwd_ctx *c = (fa__bwd_ctx *)vctx;
     const fa__dims *d = c->d;
-    int64_t kt = item / ((int64_t)d->B * d->Hkv), bg = item % ((int64_t)d->B * d->Hkv);
-    int b = (int)(bg / d->Hkv), g = (int)(bg % d->Hkv), D = d->D, Dv = d->Dv, isa = c->isa, ldk = pl->ldk, hh, j, t;
-    int64_t k0 = kt * pl->kt, k1 = k0 + pl->kt < d->Sk ? k0 + pl->kt : d->Sk, ilo, ihi, i0;
-    int nk = (int)(k1 - k0), nvk = (nk + 15) / 16, acc = d->causal || d->wl > 0 || d->wr > 0 || d->bias ? 2 : 1;
-    float *Kt = ws, *dKt = Kt + (size_t)ldk * D, *Vt = dKt + (size_t)ldk * D, *dVt = Vt + (size_t)ldk * Dv;
-    float *P = dVt + (size_t)ldk * Dv, *dS = P + (size_t)ldk * pl->qb, *G = d->softcap > 0.0f ? dS + (size_t)ldk * pl->qb : NULL;
+    const fa__tbwd_plan *pl = c->plan;
+    int64_t kt = item / ((int64_t)d->B * d->Hkv), bg = item % ((int64_t)d->B * d->Hkv), ilo, ihi, r, t0, t1;
+    int b = (int)(bg / d->Hkv), g = (int)(bg % d->Hkv), D = d->D, Dv = d->Dv, isa = c->isa, hh, j, t;
+    int ldk = pl->ldk, ldd = pl->ldd;
+    int64_t k0 = kt * pl->kt, k1 = k0 + pl->kt < d->Sk ? k0 + pl->kt : d->Sk;
+    int nk = (int)(k1 - k0), nvk = (nk + 15) / 16, finite_k = 1;
+    float *Kt = c->ws + (size_t)tid * pl->thread_floats, *dKt = Kt + (size_t)ldk * D, *Vt = dKt + (size_t)ldk * D;
+    float *dVt = Vt + (size_t)ldk * Dv, *Kp = dVt + (size_t)ldk * Dv, *P = Kp + (size_t)pl->kt * ldd;
+    float *dS = P + (size_t)ldk * pl->qb, *dQ = dS + (size_t)ldk * pl->qb;
+    float *G = d->softcap > 0.0f ? dQ + (size_t)pl->qb * ldd : NULL;
     const float *kb = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
     const float *vb = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
     float *dkb = c->dk + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
@@ -3003,7 +3196,14 @@ static void fa__tbwd_kv(const fa__bwd_ctx *c, const fa__tbwd_plan *pl, int64_t i
     memset(Kt, 0, (size_t)ldk * (2 * (size_t)D + 2 * (size_t)Dv) * sizeof(float));
     for (j = 0; j < nk; j++) {
         const float *kr = kb + (k0 + j) * d->ks[2], *vr = vb + (k0 + j) * d->vs[2];
-        for (t = 0; t < D; t++) Kt[(size_t)t * ldk + j] = kr[t] * d->scale;
+        float *kp = Kp + (size_t)j * ldd;
+        for (t = 0; t < D; t++) {
+            float x = kr[t] * d->scale;
+            Kt[(size_t)t * ldk + j] = x;
+            kp[t] = x;
+            if (x - x != 0.0f) finite_k = 0;
+        }
+        for (t = D; t < ldd; t++) kp[t] = 0.0f;
         for (t = 0; t < Dv; t++) Vt[(size_t)t * ldk + j] = vr[t];
     }
     fa__key_rows(d, k0, k1, &ilo, &ihi);
@@ -3012,20 +3212,43 @@ static void fa__tbwd_kv(const fa__bwd_ctx *c, const fa__tbwd_plan *pl, int64_t i
         const float *qb = c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
         const float *dob = c->d_o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
         const float *lse = d->lse + ((int64_t)b * d->Hq + h) * d->Sq, *delta = c->delta + ((int64_t)b * d->Hq + h) * d->Sq;
-        for (i0 = ilo; i0 < ihi; i0 += pl->qb) {
-            int64_t i1 = i0 + pl->qb < ihi ? i0 + pl->qb : ihi;
-            int nr = (int)(i1 - i0), r, mask = !fa__block_unmasked(d, i0, i1, k0, k1);
+        float *dqb = c->dq + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
+        int *turn = c->turn + ((int64_t)b * d->Hq + h) * pl->qblocks;
+        for (r = ilo / pl->qb; r * pl->qb < ihi; r++) {
+            int64_t i0 = r * pl->qb, i1 = i0 + pl->qb < d->Sq ? i0 + pl->qb : d->Sq;
+            int nr = (int)(i1 - i0), x, mask = !fa__block_unmasked(d, i0, i1, k0, k1), acc = mask || d->bias ? 2 : 1;
             const float *qr = qb + i0 * d->qs[2], *dor = dob + i0 * d->os[2];
+            fa__tbwd_tiles(d, pl, r, &t0, &t1);
+            if (kt < t0 || kt >= t1) continue;       /* not a tile of this block's turns */
             fa__gemm(isa, qr, d->qs[2], 1, nr, D, Kt, ldk, P, ldk, nvk, 0, &pf);
             fa__gemm(isa, dor, d->os[2], 1, nr, Dv, Vt, ldk, dS, ldk, nvk, 0, &pf);
-            for (r = 0; r < nr; r++) {
-                float *s = P + (size_t)r * ldk;
-                if (G) fa__bwd_softcap(isa, s, G + (size_t)r * ldk, nvk * 16, d->softcap);
-                if (mask || d->alibi || d->bias) fa__modify_row(&nosc, b, h, i0 + r, k0, nk, s, 1, mask, isa);
+            for (x = 0; x < nr; x++) {
+                float *s = P + (size_t)x * ldk;
+                if (G) fa__bwd_softcap(isa, s, G + (size_t)x * ldk, nvk * 16, d->softcap);
+                if (mask || d->alibi || d->bias) fa__modify_row(&nosc, b, h, i0 + x, k0, nk, s, 1, mask, isa);
             }
             fa__bwd_pds(isa, P, dS, G, ldk, nr, nvk * 16, nk, lse + i0, delta + i0, NULL, NULL);
             fa__gemm(isa, dor, 1, d->os[2], Dv, nr, P, ldk, dVt, ldk, nvk, acc, &pf);
             fa__gemm(isa, qr, 1, d->qs[2], D, nr, dS, ldk, dKt, ldk, nvk, acc, &pf);
+            /* dq's contribution; a hidden key's non-finite k must reach no row (0 * inf is NaN) */
+            if (finite_k || !acc) fa__gemm(isa, dS, ldk, 1, nr, nk, Kp, ldd, dQ, ldd, ldd / 16, 0, &pf);
+            else
+                for (x = 0; x < nr; x++) {
+                    float *o_ = dQ + (size_t)x * ldd;
+                    for (t = 0; t < D; t++) o_[t] = 0.0f;
+                    for (j = 0; j < nk; j++) {
+                        float w = dS[(size_t)x * ldk + j];
+                        if (w != 0.0f) for (t = 0; t < D; t++) o_[t] += w * Kp[(size_t)j * ldd + t];
+                    }
+                }
+            fa__turn_wait(c, turn + r, (int)kt);
+            for (x = 0; x < nr; x++) {
+                float *dqr = dqb + (i0 + x) * d->qs[2];
+                const float *src = dQ + (size_t)x * ldd;
+                if (kt == t0) memcpy(dqr, src, (size_t)D * sizeof(float));
+                else for (t = 0; t < D; t++) dqr[t] += src[t];
+            }
+            fa__turn_pass(c, turn + r, (int)kt + 1);
         }
     }
     for (j = 0; j < nk; j++) {
@@ -3033,64 +3256,6 @@ static void fa__tbwd_kv(const fa__bwd_ctx *c, const fa__tbwd_plan *pl, int64_t i
         for (t = 0; t < D; t++) dkr[t] = dKt[(size_t)t * ldk + j] * d->scale;
         for (t = 0; t < Dv; t++) dvr[t] = dVt[(size_t)t * ldk + j];
     }
-}
-
-/* One tile of query rows of one (batch, head): Qt, dOt packed (rows along the lanes), then for each
-   block of the keys the rows see: S = K Qt, modifiers and mask, P = exp(S - lse), dP = V dOt, dS,
-   dQt += K^T dS; finally dq. */
-static void fa__tbwd_q(const fa__bwd_ctx *c, const fa__tbwd_plan *pl, int64_t item, float *ws)
-{
-    const fa__dims *d = c->d;
-    int64_t per = (int64_t)d->B * d->Hq, qt = pl->qtiles - 1 - item / per, bh = item % per;
-    int b = (int)(bh / d->Hq), h = (int)(bh % d->Hq), g = h / d->group, D = d->D, Dv = d->Dv, isa = c->isa;
-    int64_t ld = pl->ld, i0 = qt * pl->qt, i1 = i0 + pl->qt < d->Sq ? i0 + pl->qt : d->Sq, klo, khi, k0, r, t;
-    int nr = (int)(i1 - i0), nv = (nr + 15) / 16, acc = d->causal || d->wl > 0 || d->wr > 0 || d->bias ? 2 : 1;
-    float *Qt = ws, *dQt = Qt + ld * D, *dOt = dQt + ld * D, *S = dOt + ld * Dv, *dP = S + ld * pl->bk;
-    float *L = dP + ld * pl->bk, *Dl = L + ld, *G = d->softcap > 0.0f ? Dl + ld : NULL;
-    const float *qb = c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
-    const float *dob = c->d_o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
-    const float *lse = d->lse + bh * d->Sq + i0, *delta = c->delta + bh * d->Sq + i0;
-    float *dqb = c->dq + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
-    fa__pf pf = fa__no_prefetch;
-    fa__dims nosc = *d;
-    nosc.softcap = 0.0f;
-    memset(Qt, 0, (size_t)ld * (2 * (size_t)D + (size_t)Dv) * sizeof(float));
-    for (r = 0; r < nr; r++) {
-        const float *qr = qb + (i0 + r) * d->qs[2], *dor = dob + (i0 + r) * d->os[2];
-        for (t = 0; t < D; t++) Qt[t * ld + r] = qr[t] * d->scale;
-        for (t = 0; t < Dv; t++) dOt[t * ld + r] = dor[t];
-    }
-    for (r = 0; r < ld; r++) {
-        L[r] = r < nr ? lse[r] : -INFINITY;
-        Dl[r] = r < nr ? delta[r] : 0.0f;
-    }
-    fa__rows_range(d, i0, i1, &klo, &khi);
-    for (k0 = klo; k0 < khi; k0 += pl->bk) {
-        int64_t k1 = k0 + pl->bk < khi ? k0 + pl->bk : khi;
-        int nk = (int)(k1 - k0), j, mask = !fa__block_unmasked(d, i0, i1, k0, k1);
-        const float *kr = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1] + k0 * d->ks[2];
-        const float *vr = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1] + k0 * d->vs[2];
-        fa__gemm(isa, kr, d->ks[2], 1, nk, D, Qt, ld, S, ld, nv, 0, &pf);
-        fa__gemm(isa, vr, d->vs[2], 1, nk, Dv, dOt, ld, dP, ld, nv, 0, &pf);
-        if (G) for (j = 0; j < nk; j++) fa__bwd_softcap(isa, S + j * ld, G + j * ld, nv * 16, d->softcap);
-        if (mask || d->alibi || d->bias)
-            for (r = 0; r < nr; r++) fa__modify_row(&nosc, b, h, i0 + r, k0, nk, S + r, ld, mask, isa);
-        fa__bwd_pds(isa, S, dP, G, ld, nk, nv * 16, nv * 16, NULL, NULL, L, Dl);
-        fa__gemm(isa, kr, 1, d->ks[2], D, nk, dP, ld, dQt, ld, nv, acc, &pf);
-    }
-    for (r = 0; r < nr; r++) {
-        float *dqr = dqb + (i0 + r) * d->qs[2];
-        for (t = 0; t < D; t++) dqr[t] = dQt[t * ld + r] * d->scale;
-    }
-}
-
-static void fa__tbwd_item(void *vctx, int64_t item, int tid)
-{
-    const fa__bwd_ctx *c = (const fa__bwd_ctx *)vctx;
-    const fa__tbwd_plan *pl = (const fa__tbwd_plan *)c->plan;
-    float *ws = c->ws + (size_t)tid * pl->thread_floats;
-    if (item < pl->kv_items) fa__tbwd_kv(c, pl, item, ws);
-    else fa__tbwd_q(c, pl, item - pl->kv_items, ws);
 }
 
 FLASHATTN__CPU_DEF size_t fa_tiled_backward_workspace_bytes(const fa_params *p)
@@ -3109,6 +3274,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
     fa__tbwd_plan pl;
     fa__bwd_ctx c;
     void *mem;
+    char *pool_mem;
     fa_status st = fa__bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d);
     if (st != FA_OK) return st;
     if (d.Sq == 0 || d.Sk == 0) {
@@ -3126,8 +3292,18 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
     c.d_o = (const float *)d_o; c.dq = (float *)dq; c.dk = (float *)dk; c.dv = (float *)dv;
     c.ws = (float *)fa__align64(mem);
     c.delta = c.ws + pl.thread_floats * pl.nthreads;
-    fa__run(d.pool, fa__tbwd_delta, &c, (int64_t)d.B * d.Hq, pl.nthreads, c.delta + pl.delta_floats);
-    fa__run(d.pool, fa__tbwd_item, &c, pl.kv_items + pl.q_items, pl.nthreads, c.delta + pl.delta_floats);
+    c.turn = (int *)(c.delta + pl.delta_floats);
+    pool_mem = (char *)(c.turn + pl.turn_ints);
+#ifndef FA__TURN_ATOMIC
+    if (pthread_mutex_init(&c.mu, NULL) != 0) { FLASHATTN_FREE(mem); return FA_ERR_NO_MEMORY; }
+    if (pthread_cond_init(&c.cv, NULL) != 0) { pthread_mutex_destroy(&c.mu); FLASHATTN_FREE(mem); return FA_ERR_NO_MEMORY; }
+#endif
+    fa__run(d.pool, fa__tbwd_prep, &c, (int64_t)d.B * d.Hq, pl.nthreads, pool_mem);
+    fa__run(d.pool, fa__tbwd_item, &c, pl.items, pl.nthreads, pool_mem);
+#ifndef FA__TURN_ATOMIC
+    pthread_cond_destroy(&c.cv);
+    pthread_mutex_destroy(&c.mu);
+#endif
     FLASHATTN_FREE(mem);
     return FA_OK;
 }

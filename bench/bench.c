@@ -508,6 +508,11 @@ int main(int argc, char **argv)
                nthreads, g_pool ? " on one fa_pool" : " started by each call", sysconf(_SC_NPROCESSORS_ONLN), corename(), ct ? " (OPENBLAS_CORETYPE=" : "", ct ? ct : "",
                ct ? (getenv("FA_BENCH_REEXEC") ? ", set by this bench after a Prescott mis-detection)" : ", from the environment)") : "");
     }
+    {
+        char info[512];
+        fa_build_info(info, sizeof info);
+        printf("%sbuild: %s\n", csv ? "# " : "", info);
+    }
 #ifdef HAVE_OPENBLAS
     gemm2 = sgemm_gflops(2048, nthreads);
     gemm1 = sgemm_gflops(2048, 1);

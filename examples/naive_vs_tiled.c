@@ -6,13 +6,16 @@
    kernels, on the machine it runs on, and prints what that machine is:
 
      (a) correctness at B=2, H=4, S=512, D=64, block 64, and the peak memory of each path;
-     (b) the textbook O(S^2) vs O(S x block) arithmetic at S = 4,096 ... 128,192, H=64, BF16,
-         next to the bytes this library's fp32 kernels would really allocate;
+     (b) the textbook O(S^2) vs O(S x block) arithmetic at S = 4,096 ... 128,192 (the article's
+         figure for a 128k context) and 131,072 (Llama 3.1's real 128k = 2^17), H=64, BF16, next
+         to the bytes this library's fp32 kernels would really allocate;
      (c) CPU wall-clock timing, naive vs tiled, from S=512 upwards while naive still fits;
      (d) the sequence length at which a naive S x S matrix outgrows a memory budget.
 
    It stays under about a minute on a 2-core machine: section (c) stops growing S when the next
-   length would exceed its time or memory budget, and says which. */
+   length would exceed its time or memory budget, and says which. `naive_vs_tiled --quick` (what
+   `make test` runs) gives section (c) a 2 s budget instead of 40 s; every check still runs. The
+   exit status is 0 only when every check passed. */
 #define _POSIX_C_SOURCE 200112L
 #define FLASHATTN_IMPLEMENTATION
 #include "flashattn.h"
@@ -25,7 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TIME_BUDGET_S   40.0                 /* section (c) as a whole */
+#define TIME_BUDGET_S   40.0                 /* section (c) as a whole (--quick: QUICK_BUDGET_S) */
+#define QUICK_BUDGET_S  2.0
 #define NAIVE_MEM_CAP   (4.0 * 1073741824.0) /* largest naive workspace (c) allocates: 4 GiB ... */
 #define NAIVE_MEM_FRAC  0.25                 /* ... or a quarter of physical memory if less */
 
@@ -181,8 +185,12 @@ static void print_machine(void)
     printf("BLAS: a CBLAS other than OpenBLAS (core name unknown)\n");
 #endif
     print_load();
-    printf("flashattn.h %d.%d.%d, fp32, threads = 0 (all online cores) in every call\n\n",
-           FLASHATTN_VERSION_MAJOR, FLASHATTN_VERSION_MINOR, FLASHATTN_VERSION_PATCH);
+    {
+        char info[512];
+        fa_build_info(info, sizeof info);
+        printf("build: %s\n", info);
+    }
+    printf("flashattn.h %s, fp32, threads = 0 (all online cores) in every call\n\n", fa_version());
 }
 
 static int check(fa_status st, const char *what)
@@ -241,7 +249,7 @@ static int correctness(void)
 /* (b) ------------------------------------------------------------------------------------------- */
 static void memory_table(void)
 {
-    static const int lens[] = { 4096, 8192, 32768, 128192 };
+    static const int lens[] = { 4096, 8192, 32768, 128192, 131072 };
     const int H = 64, BLOCK = 128, D = 128;
     size_t i;
     char b1[32], b2[32], b3[32], b4[32];
@@ -256,9 +264,10 @@ static void memory_table(void)
         fa_params p;
         double nb = (double)H * S * S * 2, tb = (double)H * S * BLOCK * 2;
         shape(&p, 1, H, S, D);
-        printf("S=%7d | %20s | %20s || %22s | %22s\n", S, human(nb, b1, sizeof b1), human(tb, b2, sizeof b2),
+        printf("S=%7d | %20s | %20s || %22s | %22s%s\n", S, human(nb, b1, sizeof b1), human(tb, b2, sizeof b2),
                human((double)fa_naive_workspace_bytes(&p), b3, sizeof b3),
-               human((double)fa_tiled_workspace_bytes(&p), b4, sizeof b4));
+               human((double)fa_tiled_workspace_bytes(&p), b4, sizeof b4),
+               S == 128192 ? "  (the article's 128k)" : S == 131072 ? "  (Llama 3.1's 128k = 2^17)" : "");
     }
     printf("The library's naive column is the fp32 matrix (twice the BF16 bytes) plus a little; its tiled\n"
            "column does not grow with S at all: it is a few tiles per worker thread.\n\n");
@@ -302,7 +311,7 @@ static double time_call(int naive, const fa_params *p, const float *q, const flo
 /* What time_call will spend on a call that takes t seconds. */
 static double cost(double t) { return t > 3.0 ? t : (t < 0.2 ? 4.0 * t : (3.0 * t > 1.0 ? 3.0 * t : 1.0)); }
 
-static int timing(void)
+static int timing(double budget_s)
 {
     const int B = 2, H = 4, D = 64;
     double mem = phys_mem_bytes(), cap = NAIVE_MEM_CAP, start = now_s(), last_n = 0.0, last_t = 0.0;
@@ -324,7 +333,7 @@ static int timing(void)
         shape(&p, B, H, S, D);
         nws = (double)fa_naive_workspace_bytes(&p);
         tws = (double)fa_tiled_workspace_bytes(&p);
-        if (S > 4096) {
+        if (S > (budget_s < TIME_BUDGET_S ? 1024 : 4096)) {   /* --quick: from 2048 on */
             /* both kernels are O(S^2): a call at the next length takes about 4x the last one */
             double predicted = cost(4.0 * last_n) + cost(4.0 * last_t);
             if (nws > cap) {
@@ -333,10 +342,10 @@ static int timing(void)
                        S, human(nws, b1, sizeof b1), human(cap, b2, sizeof b2), human(tws, b3, sizeof b3));
                 break;
             }
-            if (elapsed + predicted > TIME_BUDGET_S) {
+            if (elapsed + predicted > budget_s) {
                 printf("stopped before S=%d: timing it would take about %.0f s, and this section has used\n"
                        "  %.0f s of its %.0f s budget (naive would allocate %s there, which fits in memory)\n",
-                       S, predicted, elapsed, TIME_BUDGET_S, human(nws, b1, sizeof b1));
+                       S, predicted, elapsed, budget_s, human(nws, b1, sizeof b1));
                 break;
             }
         }
@@ -400,15 +409,19 @@ static void budget(void)
 
 int main(int argc, char **argv)
 {
-    double t0;
+    double t0, budget_s = TIME_BUDGET_S;
     int ok;
-    (void)argc;
+    if (argc > 1 && strcmp(argv[1], "--quick") == 0) budget_s = QUICK_BUDGET_S;
+    else if (argc > 1) {
+        fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+        return 2;
+    }
     fix_openblas_core(argv);
     t0 = now_s();
     print_machine();
     ok = correctness();
     memory_table();
-    ok = timing() && ok;
+    ok = timing(budget_s) && ok;
     budget();
     printf("total %.1f s; %s\n", now_s() - t0, ok ? "all checks passed" : "A CHECK FAILED");
     return ok ? 0 : 1;

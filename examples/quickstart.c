@@ -9,7 +9,7 @@ static float uniform(void) { return (float)(rand() / (double)RAND_MAX) - 0.5f; }
 
 int main(void)
 {
-    fa_params p = {0};                     /* zero means the default: packed, fp32, 1/sqrt(D) */
+    fa_params p = FA_PARAMS_INIT;          /* zero means the default: packed, fp32, 1/sqrt(D) */
     size_t n, i;
     float *q, *k, *v, *o_naive, *o_tiled;
     fa_status st;

@@ -46,7 +46,7 @@ int main(void)
     float *lse_part = (float *)malloc(NCHUNK * rows * sizeof(float));
     float *o = (float *)malloc(nq * sizeof(float)), *lse = (float *)malloc(rows * sizeof(float));
     const float *o_ptrs[NCHUNK], *lse_ptrs[NCHUNK];
-    fa_params p = {0};
+    fa_params p = FA_PARAMS_INIT;
     fa_status st = FA_OK;
     size_t i;
     int c, ok = 0;

@@ -404,6 +404,13 @@ static void test_gqa_causal_windows(void **state)
     p.window_left = 30; p.causal = 1;
     bc_init(&c, &p, "decode row window (keys no row sees)");
     bc_both(&c);
+    p = shape(1, 4, 2, 90, 2100, 32, 40);
+    p.causal = 1;
+    bc_init(&c, &p, "Sk = 2100 (the wide key tiles), causal Sq < Sk, GQA");
+    bc_both(&c);
+    p.causal = 0; p.window_left = 300; p.window_right = 100;
+    bc_init(&c, &p, "Sk = 2100, window 300/100");
+    bc_both(&c);
 }
 
 static void test_modifiers(void **state)
@@ -511,7 +518,7 @@ static void test_determinism(void **state)
     (void)state;
     shapes[0] = shape(2, 4, 2, 333, 333, 64, 64);
     shapes[0].causal = 1; shapes[0].window_left = 100;
-    shapes[1] = shape(1, 8, 2, 3, 2000, 64, 64);
+    shapes[1] = shape(1, 8, 2, 70, 2500, 64, 64);
     shapes[2] = shape(3, 2, 1, 200, 150, 48, 40);
     shapes[2].softcap = 5.0f;
     for (s = 0; s < 3; s++)

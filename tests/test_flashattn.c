@@ -1837,6 +1837,73 @@ static void test_reference_sanity(void **state)
     }
 }
 
+/* The run-time version agrees with the compile-time one, and fa_build_info says what this build
+   holds (its BLAS, the SIMD paths compiled and the one this CPU runs, no CUDA) with snprintf's
+   contract: the whole length returned, at most n bytes written, always terminated. */
+static void test_version_and_build_info(void **state)
+{
+    char want[64], full[1024], buf[1100], expect[256];
+    size_t len, n, i;
+    int isa = 0;
+    static const char *const isa_name[3] = { "portable", "avx2+fma", "avx512f" };
+    (void)state;
+    snprintf(want, sizeof want, "%d.%d.%d", FLASHATTN_VERSION_MAJOR, FLASHATTN_VERSION_MINOR, FLASHATTN_VERSION_PATCH);
+    assert_string_equal(FLASHATTN_VERSION_STRING, want);
+    assert_non_null(fa_version());
+    assert_string_equal(fa_version(), want);
+    assert_ptr_equal(fa_version(), fa_version());
+    assert_int_equal(fa_version_number(), FLASHATTN_VERSION_MAJOR * 10000 + FLASHATTN_VERSION_MINOR * 100 + FLASHATTN_VERSION_PATCH);
+    assert_int_equal(fa_version_number(), FLASHATTN_VERSION_NUMBER);
+    assert_int_equal(FLASHATTN_VERSION_NUMBER, 200);   /* 0.2.0: bump with the CHANGELOG */
+
+    len = fa_build_info(NULL, 0);
+    assert_true(len > 0 && len < sizeof full);
+    assert_int_equal(fa_build_info(full, sizeof full), len);
+    assert_int_equal(strlen(full), len);
+    /* every buffer size, from none to more than enough: the same return, a prefix, nothing past n */
+    for (n = 0; n <= len + 2; n++) {
+        memset(buf, 'X', sizeof buf);
+        assert_int_equal(fa_build_info(n ? buf : NULL, n), len);
+        if (n == 0) { assert_int_equal(buf[0], 'X'); continue; }
+        assert_int_equal(strlen(buf), n - 1 < len ? n - 1 : len);
+        assert_memory_equal(buf, full, strlen(buf));
+        for (i = n; i < n + 8; i++) assert_int_equal(buf[i], 'X');
+    }
+    memset(buf, 'X', sizeof buf);
+    assert_int_equal(fa_build_info(buf, 0), len);      /* n = 0 with a buffer: nothing written */
+    assert_int_equal(buf[0], 'X');
+
+    /* what it says */
+    print_message("fa_build_info: %s\n", full);
+    assert_non_null(strstr(full, "flashattn " FLASHATTN_VERSION_STRING "; "));
+    assert_ptr_equal(strstr(full, "flashattn "), full);
+#ifdef FLASHATTN_NO_BLAS
+    assert_non_null(strstr(full, "; BLAS: none (FLASHATTN_NO_BLAS); "));
+#else
+    snprintf(expect, sizeof expect, "; BLAS: %s; ", openblas_get_config());
+    assert_non_null(strstr(full, expect));
+#endif
+#ifdef FLASHATTN__X86   /* section 3's own test for the x86 kernels */
+    assert_non_null(strstr(full, "; SIMD compiled: avx512f avx2+fma portable"));
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) isa = 2;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isa = 1;
+#else
+    assert_non_null(strstr(full, "; SIMD compiled: portable"));
+#endif
+#ifdef FLASHATTN_ISA
+    if (isa > FLASHATTN_ISA) isa = FLASHATTN_ISA;
+    assert_non_null(strstr(full, " (capped by FLASHATTN_ISA)"));
+#endif
+    assert_int_equal(isa, fa__isa());
+    snprintf(expect, sizeof expect, "; this CPU runs: %s; ", isa_name[isa]);
+    assert_non_null(strstr(full, expect));
+    /* the CPU suite links no CUDA translation unit */
+    assert_non_null(strstr(full, "; CUDA: not linked"));
+    fa_build_info(buf, sizeof buf);
+    assert_string_equal(buf, full);                      /* stateless: the same line every time */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1873,6 +1940,7 @@ int main(void)
         cmocka_unit_test(test_merge_split_keys),
         cmocka_unit_test(test_merge_random),
         cmocka_unit_test(test_merge_bad_args),
+        cmocka_unit_test(test_version_and_build_info),
     };
     const char *seed = getenv("FA_TEST_SEED");
     if (seed && *seed) g_seed_base = (uint64_t)strtoull(seed, NULL, 10);

@@ -1,0 +1,214 @@
+/* bench_util.h - the pieces the CPU benches share: a clock, N(0,1) fills, medians of repeats, the
+   OpenBLAS core name (and the Prescott re-exec), the sgemm ceiling, the load average and the memory
+   available. Written for bench/bench_backward.c; bench/bench.c has its own copies of the same code
+   today and can include this instead (the names differ, bench_*, so both can coexist meanwhile).
+
+   Include it after flashattn.h with FLASHATTN_IMPLEMENTATION defined (that brings <cblas.h> unless
+   FLASHATTN_NO_BLAS) and after `#define _GNU_SOURCE` (execv, setenv, sysconf). Everything is
+   static: one copy per bench program. */
+#ifndef FA_BENCH_UTIL_H
+#define FA_BENCH_UTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if !defined(FLASHATTN_NO_BLAS) && defined(OPENBLAS_VERSION)
+#define BENCH_HAVE_OPENBLAS 1
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define BENCH_FN static __attribute__((unused))   /* a bench that uses part of this builds -Werror clean */
+#else
+#define BENCH_FN static
+#endif
+
+BENCH_FN double bench_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* splitmix64 and Box-Muller: fresh N(0,1) data, the same sequence every run */
+static uint64_t bench_rng = 0x9E3779B97F4A7C15ULL;
+BENCH_FN double bench_unif(void)
+{
+    uint64_t z = (bench_rng += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return ((double)(z >> 11) + 0.5) / 9007199254740992.0;
+}
+BENCH_FN void bench_fill_normal(float *x, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = (float)(sqrt(-2.0 * log(bench_unif())) * cos(6.283185307179586 * bench_unif()));
+}
+
+BENCH_FN int bench_cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+/* sorts t[0..n) and returns its median (the upper one for even n, as bench.c does) */
+BENCH_FN double bench_median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof t[0], bench_cmp_d);
+    return t[n / 2];
+}
+
+/* Median seconds of fn over repeats: a warm-up (its failure ends it: -1), then at least 3 and at
+   most maxn timed calls, stopping once the warm-up's time x calls passes budget_s; a warm-up over
+   5 s is the one timing. bench.c's time_median with maxn 7 (3 under --quick) and budget 2 s (0.5). */
+typedef int (*bench_fn_t)(void *);
+BENCH_FN double bench_time_median(bench_fn_t fn, void *arg, int maxn, double budget_s)
+{
+    double t[64], t0, first;
+    int n = 0;
+    if (maxn > 64) maxn = 64;
+    if (maxn < 3) maxn = 3;
+    t0 = bench_now();
+    if (fn(arg) != 0) return -1.0;
+    first = bench_now() - t0;
+    if (first > 5.0) return first;
+    while (n < maxn) {
+        t0 = bench_now();
+        fn(arg);
+        t[n++] = bench_now() - t0;
+        if (n >= 3 && first * n > budget_s) break;
+    }
+    return bench_median(t, n);
+}
+
+/* ---- the OpenBLAS core, and the Prescott mis-detection ------------------------------------- */
+#ifdef BENCH_HAVE_OPENBLAS
+BENCH_FN const char *bench_corename(void) { return openblas_get_corename(); }
+#else
+BENCH_FN const char *bench_corename(void) { return "none (FLASHATTN_NO_BLAS)"; }
+#endif
+
+/* Debian's OpenBLAS 0.3.21 names some recent CPUs "Prescott" and runs sgemm ~5x slow there: the
+   bench then re-executes itself with OPENBLAS_CORETYPE set (SkylakeX with AVX-512F, Haswell with
+   AVX2), says so on stderr, and bench_coretype_note tells the header line. Call first in main. */
+BENCH_FN void bench_fix_coretype(char **argv)
+{
+#ifdef BENCH_HAVE_OPENBLAS
+    const char *cn = bench_corename();
+    if (getenv("OPENBLAS_CORETYPE") == NULL && cn && (strstr(cn, "rescott") || strstr(cn, "RESCOTT"))) {
+        const char *want = NULL;
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+        if (__builtin_cpu_supports("avx512f")) want = "SkylakeX";
+        else if (__builtin_cpu_supports("avx2")) want = "Haswell";
+#endif
+        if (want) {
+            fprintf(stderr, "bench: OpenBLAS detected core \"%s\" (a mis-detection of this CPU); "
+                    "re-executing with OPENBLAS_CORETYPE=%s\n", cn, want);
+            setenv("OPENBLAS_CORETYPE", want, 1);
+            setenv("FA_BENCH_REEXEC", "1", 1);
+            execv("/proc/self/exe", argv);
+            fprintf(stderr, "bench: re-exec failed; continuing with %s\n", cn);
+        }
+    }
+#else
+    (void)argv;
+#endif
+}
+/* " (OPENBLAS_CORETYPE=X, set by this bench after a Prescott mis-detection)", "... from the
+   environment)" or "" */
+BENCH_FN const char *bench_coretype_note(void)
+{
+    static char buf[160];
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    if (!ct) return "";
+    snprintf(buf, sizeof buf, " (OPENBLAS_CORETYPE=%.40s, %s)", ct,
+             getenv("FA_BENCH_REEXEC") ? "set by this bench after a Prescott mis-detection" : "from the environment");
+    return buf;
+}
+
+/* ---- the sgemm ceiling ---------------------------------------------------------------------- */
+#ifdef BENCH_HAVE_OPENBLAS
+typedef struct { int n; float *a, *b, *c; } bench_gemm;
+static int bench_run_gemm(void *v)
+{
+    bench_gemm *g = (bench_gemm *)v;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->n, g->n, g->n, 1.0f, g->a, g->n, g->b, g->n,
+                0.0f, g->c, g->n);
+    return 0;
+}
+#endif
+
+/* sgemm 2048^3 GFLOP/s at thr threads on the current load, fastest of 3 after a warm-up, for a row
+   of a table (the matrices are kept between calls); OpenBLAS is left at 1 thread. 0 without it. */
+BENCH_FN double bench_sgemm_now(int thr)
+{
+#ifdef BENCH_HAVE_OPENBLAS
+    static bench_gemm g;
+    double best = 1e9, t0, t;
+    int i;
+    if (!g.a) {
+        g.n = 2048;
+        g.a = (float *)malloc(sizeof(float) * 2048 * 2048); g.b = (float *)malloc(sizeof(float) * 2048 * 2048);
+        g.c = (float *)malloc(sizeof(float) * 2048 * 2048);
+        if (!g.a || !g.b || !g.c) { free(g.a); free(g.b); free(g.c); g.a = NULL; return 0.0; }
+        bench_fill_normal(g.a, (size_t)2048 * 2048); bench_fill_normal(g.b, (size_t)2048 * 2048);
+    }
+    openblas_set_num_threads(thr);
+    bench_run_gemm(&g);
+    for (i = 0; i < 3; i++) {
+        t0 = bench_now(); bench_run_gemm(&g); t = bench_now() - t0;
+        if (t < best) best = t;
+    }
+    openblas_set_num_threads(1);
+    return 2.0 * 2048.0 * 2048.0 * 2048.0 / best * 1e-9;
+#else
+    (void)thr;
+    return 0.0;
+#endif
+}
+
+/* sgemm n^3 GFLOP/s at thr threads, median of bench_time_median(maxn, budget_s); 0 without OpenBLAS */
+BENCH_FN double bench_sgemm_gflops(int n, int thr, int maxn, double budget_s)
+{
+#ifdef BENCH_HAVE_OPENBLAS
+    bench_gemm g;
+    double t;
+    g.n = n;
+    g.a = (float *)malloc(sizeof(float) * n * n); g.b = (float *)malloc(sizeof(float) * n * n);
+    g.c = (float *)malloc(sizeof(float) * n * n);
+    if (!g.a || !g.b || !g.c) { free(g.a); free(g.b); free(g.c); return 0.0; }
+    bench_fill_normal(g.a, (size_t)n * n); bench_fill_normal(g.b, (size_t)n * n);
+    openblas_set_num_threads(thr);
+    t = bench_time_median(bench_run_gemm, &g, maxn, budget_s);
+    openblas_set_num_threads(1);
+    free(g.a); free(g.b); free(g.c);
+    return 2.0 * n * n * (double)n / t * 1e-9;
+#else
+    (void)n; (void)thr; (void)maxn; (void)budget_s;
+    return 0.0;
+#endif
+}
+
+/* ---- the machine's state -------------------------------------------------------------------- */
+/* /proc/loadavg without its newline into buf ("?" where there is none) */
+BENCH_FN const char *bench_loadavg(char *buf, size_t n)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (!f || !fgets(buf, (int)n, f)) snprintf(buf, n, "?");
+    else buf[strcspn(buf, "\n")] = 0;
+    if (f) fclose(f);
+    return buf;
+}
+
+/* bytes of memory available now (free pages; 0 if unknown) */
+BENCH_FN double bench_avail_bytes(void)
+{
+    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (double)pages * (double)size : 0.0;
+}
+
+#endif /* FA_BENCH_UTIL_H */
