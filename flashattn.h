@@ -113,8 +113,11 @@
    (section 6b says how), so the bits do not depend on threads or the pool.
 
    THREADS: `threads` workers (0: all online cores) share batch x heads x query tiles; with few query
-   rows (decoding), or fewer tiles than two per thread, the key axis is split too and the parts
-   merged by log-sum-exp (fa_merge's rule).
+   rows (decoding: at most 16 per head, or the heads of a GQA group in one tile) the key axis is
+   split too, in chunks of at least 512 keys fixed by seq_k, and the chunks merged by log-sum-exp
+   (fa_merge's rule). On the CPU a row's o and lse are bitwise the same for any `threads`, with or
+   without a pool, and whatever batch or group of heads it is computed in: the tiling may follow
+   the thread count, the arithmetic of a row does not (see fa__tiled_plan_make).
    The naive path runs its GEMMs inside its own workers, each on the worker's thread, so the call
    uses exactly `threads` threads, and it leaves OpenBLAS's thread count (the program's, shared by
    all its threads) alone: where OpenBLAS could thread a GEMM (its count above 1, or an OpenMP
@@ -680,15 +683,19 @@ static fa_status fa__resolve(const fa_params *p, const void *q, const void *k, c
     return FA_OK;
 }
 
-/* Keys visible to query row i by the position rules (causal, window), as [lo, hi). */
 #ifdef __CUDACC__
 #define FA__HD __host__ __device__
 #else
 #define FA__HD
 #endif
 
-/* The position rule, written once for the CPU and both CUDA kernels: the keys visible to the query
-   whose diagonal in key space is diag (causal, window_left, window_right), as [lo, hi). */
+/* ---- The position rule (causal, window) and the key-block ranges built on it ------------------
+   fa__visible is the rule, written once for the CPU and both CUDA kernels; everything below it
+   only calls it. A row's visible range [lo, hi) never moves left as the row goes down (lo and hi
+   are non-decreasing in i), which the range functions rely on. */
+
+/* The keys visible to the query whose diagonal in key space is diag (causal, window_left,
+   window_right), as [lo, hi); an empty range has lo = hi = 0 or Sk. */
 static FA__HD inline void fa__visible(int64_t diag, int64_t Sk, int causal, int wl, int wr, int64_t *lo,
                                       int64_t *hi)
 {
@@ -701,105 +708,244 @@ static FA__HD inline void fa__visible(int64_t diag, int64_t Sk, int causal, int 
     *lo = a; *hi = b;
 }
 
-static void fa__key_range(const fa__dims *d, int64_t i, int64_t *lo, int64_t *hi)
+/* What the range functions need of a request: its lengths and its position rule. */
+typedef struct fa__pos { int64_t Sq, Sk; int causal, wl, wr; } fa__pos;
+
+/* Row i's diagonal in key space (the contract's d = i + Sk - Sq), and its visible keys [lo, hi). */
+static FA__HD inline int64_t fa__pos_diag(const fa__pos *P, int64_t i) { return i + P->Sk - P->Sq; }
+
+static FA__HD inline void fa__pos_keys(const fa__pos *P, int64_t i, int64_t *lo, int64_t *hi)
 {
-    fa__visible(i + d->Sk - d->Sq, d->Sk, d->causal, d->wl, d->wr, lo, hi);
+    fa__visible(fa__pos_diag(P, i), P->Sk, P->causal, P->wl, P->wr, lo, hi);
 }
 
-/* Keys visible to some row of [i0, i1) as [lo, hi). */
-static void fa__rows_range(const fa__dims *d, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi)
+/* The keys some row of [i0, i1) sees, as the hull [lo, hi) of its first and last rows' ranges. */
+static FA__HD inline void fa__pos_rows_keys(const fa__pos *P, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi)
 {
     int64_t a0, b0, a1, b1;
-    fa__key_range(d, i0, &a0, &b0);
-    fa__key_range(d, i1 - 1, &a1, &b1);
+    fa__pos_keys(P, i0, &a0, &b0);
+    fa__pos_keys(P, i1 - 1, &a1, &b1);
     *lo = a0 < a1 ? a0 : a1;
     *hi = b0 > b1 ? b0 : b1;
     if (*hi < *lo) *hi = *lo;
 }
 
-/* Query rows that see some key of [k0, k1) by the position rules, as [lo, hi): the inverse of
-   fa__rows_range, by bisection on fa__key_range (a row's visible keys only move right as the row
-   goes down). The backward's key tiles walk these rows. */
-static void fa__key_rows(const fa__dims *d, int64_t k0, int64_t k1, int64_t *lo, int64_t *hi)
+/* The key blocks a query tile [i0, i1) visits. Keys are cut into blocks of bk at absolute multiples
+   of bk (block kb holds keys [kb bk, kb bk + bk) of [0, Sk)), one cut for every tile: a row meets the
+   same block boundaries in whatever tile it is computed (the CPU's results do not depend on the
+   tiling). [kb0, kb1) are the blocks holding a key of the tile's hull [lo, hi) (fa__pos_rows_keys;
+   lo, hi may be NULL); a block clipped to the hull loses only keys that no row of the tile sees. */
+static FA__HD inline void fa__pos_blocks(const fa__pos *P, int64_t i0, int64_t i1, int64_t bk, int64_t *kb0,
+                                         int64_t *kb1, int64_t *lo, int64_t *hi)
 {
-    int64_t a = 0, b = d->Sq, m, l, h;
-    while (a < b) {                 /* the first row whose visible keys end after k0 */
-        m = a + (b - a) / 2;
-        fa__key_range(d, m, &l, &h);
-        if (h > k0) b = m; else a = m + 1;
-    }
-    *lo = a;
-    b = d->Sq;
-    while (a < b) {                 /* the first row whose visible keys start at or after k1 */
-        m = a + (b - a) / 2;
-        fa__key_range(d, m, &l, &h);
-        if (l >= k1) b = m; else a = m + 1;
-    }
-    *hi = a;
+    int64_t a, b;
+    fa__pos_rows_keys(P, i0, i1, &a, &b);
+    *kb0 = a / bk;
+    *kb1 = b > a ? (b + bk - 1) / bk : *kb0;
+    if (lo) *lo = a;
+    if (hi) *hi = b;
 }
 
-/* Whether every (row, key) pair of rows [i0, i1) x keys [k0, k1) is visible by the position
-   rules, so that no mask is needed there. */
-static int fa__block_unmasked(const fa__dims *d, int64_t i0, int64_t i1, int64_t k0, int64_t k1)
+/* The inverse: the query rows [r0, r1) that see some key of [k0, k1) (0 <= k0 < k1 <= Sk), a
+   contiguous run, found by bisection on fa__visible: the first row whose range ends after k0, and
+   the first one after it whose range starts at or after k1. (An empty range, lo = hi = 0 or Sk,
+   falls outside either way.) The backward's key tiles walk these rows. */
+static FA__HD inline void fa__pos_key_rows(const fa__pos *P, int64_t k0, int64_t k1, int64_t *r0, int64_t *r1)
+{
+    int64_t a = 0, b = P->Sq, m, l, h;
+    while (a < b) {
+        m = a + (b - a) / 2;
+        fa__pos_keys(P, m, &l, &h);
+        if (h > k0) b = m; else a = m + 1;
+    }
+    *r0 = a;
+    b = P->Sq;
+    while (a < b) {
+        m = a + (b - a) / 2;
+        fa__pos_keys(P, m, &l, &h);
+        if (l >= k1) b = m; else a = m + 1;
+    }
+    *r1 = a;
+}
+
+/* Whether every (row, key) pair of rows [i0, i1) x keys [k0, k1) is visible, so that no mask is
+   needed there: the last row bounds lo and the first bounds hi. */
+static FA__HD inline int fa__pos_unmasked(const fa__pos *P, int64_t i0, int64_t i1, int64_t k0, int64_t k1)
 {
     int64_t a0, b0, a1, b1;
-    fa__key_range(d, i0, &a0, &b0);
-    fa__key_range(d, i1 - 1, &a1, &b1);
-    /* lo and hi are non-decreasing in i, so the first row bounds hi and the last bounds lo */
+    fa__pos_keys(P, i0, &a0, &b0);
+    fa__pos_keys(P, i1 - 1, &a1, &b1);
     return a1 <= k0 && k1 <= b0;
 }
 
+/* The same on a request's dims (the CPU's form). */
+static fa__pos fa__pos_of(const fa__dims *d)
+{
+    fa__pos P;
+    P.Sq = d->Sq; P.Sk = d->Sk; P.causal = d->causal; P.wl = d->wl; P.wr = d->wr;
+    return P;
+}
+
+/* Whether the position rule can hide a key at all. */
+static int fa__has_mask(const fa__dims *d) { return d->causal || d->wl > 0 || d->wr > 0; }
+
+static void fa__key_range(const fa__dims *d, int64_t i, int64_t *lo, int64_t *hi)
+{
+    fa__pos P = fa__pos_of(d);
+    fa__pos_keys(&P, i, lo, hi);
+}
+
+static void fa__rows_range(const fa__dims *d, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi)
+{
+    fa__pos P = fa__pos_of(d);
+    fa__pos_rows_keys(&P, i0, i1, lo, hi);
+}
+
+static void fa__tile_blocks(const fa__dims *d, int64_t i0, int64_t i1, int64_t bk, int64_t *kb0, int64_t *kb1,
+                            int64_t *lo, int64_t *hi)
+{
+    fa__pos P = fa__pos_of(d);
+    fa__pos_blocks(&P, i0, i1, bk, kb0, kb1, lo, hi);
+}
+
+static void fa__key_rows(const fa__dims *d, int64_t k0, int64_t k1, int64_t *lo, int64_t *hi)
+{
+    fa__pos P = fa__pos_of(d);
+    fa__pos_key_rows(&P, k0, k1, lo, hi);
+}
+
+static int fa__block_unmasked(const fa__dims *d, int64_t i0, int64_t i1, int64_t k0, int64_t k1)
+{
+    fa__pos P = fa__pos_of(d);
+    return fa__pos_unmasked(&P, i0, i1, k0, k1);
+}
+
 /* ============================================================================================== */
-/* 2. CPU: the score modifiers and the mask, written once, used by every CPU path                  */
+/* 2. CPU: the score rule (contract steps 2-5), written once, used by every CPU path               */
 /* ============================================================================================== */
 
+/* Whether the call has a score modifier (softcap, ALiBi, bias), and whether a key can be hidden at
+   all (by the position rule or by a bias's -INFINITY): calls that can hide a key accumulate P V
+   leaving zero weights out, so that a hidden key's NaN or inf in V reaches no row. */
 static int fa__has_modifiers(const fa__dims *d)
 {
     return d->softcap > 0.0f || d->alibi != NULL || d->bias != NULL;
 }
 
-/* Steps 2-5 of the contract on the scaled scores of row i, keys j0..j0+n, held at s[t * stride]
-   (stride 1 for a row-major score row, the tile width for the tiled path's transposed tile):
-   softcap, ALiBi, bias, then -INFINITY where hidden. With mask == 0 the position rules are skipped
-   (the caller knows every key of the block is visible). */
+static int fa__hides_keys(const fa__dims *d) { return fa__has_mask(d) || d->bias != NULL; }
+
+/* The rule's inputs for row i of batch b, head h: its diagonal (section 1), its ALiBi slope, its
+   bias row at key 0 (key j at [j * d->bs[3]]). */
+static int64_t fa__diag(const fa__dims *d, int64_t i)
+{
+    fa__pos P = fa__pos_of(d);
+    return fa__pos_diag(&P, i);
+}
+
+static float fa__alibi_slope(const fa__dims *d, int b, int h) { return d->alibi[(int64_t)b * d->alibi_stride + h]; }
+
+static const float *fa__bias_row(const fa__dims *d, int b, int h, int64_t i)
+{
+    return d->bias + (int64_t)b * d->bs[0] + (int64_t)h * d->bs[1] + i * d->bs[2];
+}
+
+/* Steps 2-4 on one score: the definitions. The lane passes of section 3 compute these with the same
+   operations in the same order on 16 lanes (ALiBi and the bias then agree bitwise with the row
+   form, unless a compiler contracts ALiBi's multiply and subtract into an FMA); softcap's tanh is
+   fa__tanhf, or fa__tanh16 on lanes (one method, one set of constants). */
 static float fa__tanhf(float x);
+static float fa__softcap1(float s, float cap, float inv_cap) { return cap * fa__tanhf(s * inv_cap); }
+static float fa__alibi1(float s, float slope, int64_t dist) { return s - slope * (float)(dist < 0 ? -dist : dist); }
+static float fa__bias1(float s, float x) { return x == -INFINITY ? x : s + x; }  /* -INFINITY hides, even a NaN score */
+
+/* Step 5 on the scores of keys j0..j0+n at s[t * stride]: -INFINITY outside the row's visible keys
+   [lo, hi) (fa__key_range), which is one run, so only the block's two ends are touched. */
+static void fa__mask_run(float *s, int64_t stride, int n, int64_t j0, int64_t lo, int64_t hi)
+{
+    int64_t a = lo - j0 < n ? lo - j0 : n, e = hi - j0 > 0 ? hi - j0 : 0, t;
+    if (a < 0) a = 0;
+    if (e < a) e = a;
+    for (t = 0; t < a; t++) s[t * stride] = -INFINITY;
+    for (t = e; t < n; t++) s[t * stride] = -INFINITY;
+}
+
+/* Steps 2-5 on the scaled scores of row i, keys j0..j0+n, held at s[t * stride] (stride 1 for a
+   row-major score row, the tile width for a transposed tile): softcap, ALiBi, bias, then -INFINITY
+   where hidden. With mask == 0 the position rule is skipped (the caller knows every key of the
+   block is visible). The row form, for the naive paths and the backward; the tiled forward runs
+   the same steps on lanes (fa__modify_tile, section 3). */
 static void fa__softcap_run(int isa, float *s, int n, float cap);
 
 static void fa__modify_row(const fa__dims *d, int b, int h, int64_t i, int64_t j0, int n,
                            float *s, int64_t stride, int mask, int isa)
 {
     int t;
-    int64_t diag = i + d->Sk - d->Sq;
     if (d->softcap > 0.0f) {
         float c = d->softcap, ic = 1.0f / d->softcap;
         if (stride == 1) fa__softcap_run(isa, s, n, c);
-        else for (t = 0; t < n; t++) s[t * stride] = c * fa__tanhf(s[t * stride] * ic);
+        else for (t = 0; t < n; t++) s[t * stride] = fa__softcap1(s[t * stride], c, ic);
     }
     if (d->alibi) {
-        float slope = d->alibi[(int64_t)b * d->alibi_stride + h];
-        for (t = 0; t < n; t++) {
-            int64_t dist = diag - (j0 + t);
-            s[t * stride] -= slope * (float)(dist < 0 ? -dist : dist);
-        }
+        float slope = fa__alibi_slope(d, b, h);
+        int64_t diag = fa__diag(d, i);
+        for (t = 0; t < n; t++) s[t * stride] = fa__alibi1(s[t * stride], slope, j0 + t - diag);
     }
     if (d->bias) {
-        const float *br = d->bias + (int64_t)b * d->bs[0] + (int64_t)h * d->bs[1] + i * d->bs[2];
-        int64_t ks = d->bs[3];
-        for (t = 0; t < n; t++) {   /* -INFINITY hides the key, even where the score is NaN */
-            float x = br[(j0 + t) * ks];
-            s[t * stride] = x == -INFINITY ? x : s[t * stride] + x;
-        }
+        const float *br = fa__bias_row(d, b, h, i);
+        for (t = 0; t < n; t++) s[t * stride] = fa__bias1(s[t * stride], br[(j0 + t) * d->bs[3]]);
     }
     if (mask) {
-        int64_t lo, hi, a, e;
+        int64_t lo, hi;
         fa__key_range(d, i, &lo, &hi);
-        /* visible keys are the run [lo, hi): hide the two ends of the block around it */
-        a = lo - j0 < n ? lo - j0 : n;
-        e = hi - j0 > 0 ? hi - j0 : 0;
-        if (e < a) e = a;
-        for (t = 0; t < (int)a; t++) s[t * stride] = -INFINITY;
-        for (t = (int)e; t < n; t++) s[t * stride] = -INFINITY;
+        fa__mask_run(s, stride, n, j0, lo, hi);
     }
+}
+
+/* The rule's inputs for the rows on the lanes of a transposed score tile (lane r holds a query
+   row; lanes past the tile's rows repeat its last row), filled once per tile by fa__lanes_fill
+   from the functions above and read by the lane passes (fa__modify_tile): a pass vectorises a step
+   of the rule, it does not restate it. */
+typedef struct fa__rule_lanes {
+    float cap;              /* softcap, 0: none */
+    int mods;               /* any of softcap, ALiBi, bias */
+    int *lo, *hi;           /* the row's visible keys [lo, hi) (fa__key_range); NULL: no position rule */
+    int *diag;              /* the row's diagonal (ALiBi's |d - j|); NULL: no ALiBi */
+    float *slope;           /* the row's ALiBi slope */
+    const float **bias;     /* the row's bias at key 0 (fa__bias_row); NULL: no bias */
+    int64_t bias_ks;        /* the bias's key stride */
+} fa__rule_lanes;
+
+/* The lane arrays' size, in floats per lane: a pointer, three ints and a float (pointers first). */
+#define FA__LANE_FLOATS ((sizeof(const float *) + 3 * sizeof(int) + 2 * sizeof(float) - 1) / sizeof(float))
+
+/* The lanes of a tile of batch b: nr rows, lane r being head h0 + r / nqr, row i0 + r % nqr, and
+   nl lanes in all; `mem` holds nl * FA__LANE_FLOATS floats, pointer-aligned. Lo, hi and diag fit
+   an int: 0 <= lo <= hi <= Sk and Sk - Sq <= diag < Sk. */
+static void fa__lanes_fill(const fa__dims *d, int b, int h0, int64_t i0, int nqr, int nr, int nl, void *mem,
+                           fa__rule_lanes *ln)
+{
+    int r, masks = fa__has_mask(d);
+    ln->bias = (const float **)mem;
+    ln->lo = (int *)(ln->bias + nl);
+    ln->hi = ln->lo + nl;
+    ln->diag = ln->hi + nl;
+    ln->slope = (float *)(ln->diag + nl);
+    ln->cap = d->softcap;
+    ln->mods = fa__has_modifiers(d);
+    ln->bias_ks = d->bias ? d->bs[3] : 0;
+    for (r = 0; r < nl; r++) {
+        int rr = r < nr ? r : nr - 1, h = h0 + rr / nqr;
+        int64_t i = i0 + rr % nqr, lo, hi;
+        if (masks) {
+            fa__key_range(d, i, &lo, &hi);
+            ln->lo[r] = (int)lo; ln->hi[r] = (int)hi;
+        }
+        if (d->alibi) { ln->diag[r] = (int)fa__diag(d, i); ln->slope[r] = fa__alibi_slope(d, b, h); }
+        if (d->bias) ln->bias[r] = fa__bias_row(d, b, h, i);
+    }
+    if (!masks) ln->lo = ln->hi = NULL;
+    if (!d->alibi) { ln->diag = NULL; ln->slope = NULL; }
+    if (!d->bias) ln->bias = NULL;
 }
 
 /* ============================================================================================== */
@@ -839,12 +985,17 @@ static inline float fa__expf(float x)
 /* tanh(x), softcap's step, within a few 1e-8 of tanh: an odd Taylor polynomial below |x| = 0.3
    (the first term left out is < 2e-8 there), else 1 - 2/(exp(2|x|) + 1) through fa__expf. About
    5x cheaper than libm's tanhf, which made softcap cost 5x a plain call. NaN stays NaN. */
+#define FA__TANH_SMALL 0.3f
+#define FA__TANH_C3 (-0.333333333f)
+#define FA__TANH_C5 0.133333333f
+#define FA__TANH_C7 (-0.0539682540f)
+#define FA__TANH_C9 0.0218694885f
 static float fa__tanhf(float x)
 {
     float a = fabsf(x), t;
-    if (!(a >= 0.3f)) {
+    if (!(a >= FA__TANH_SMALL)) {
         float x2 = x * x;
-        return x + x * x2 * (-0.333333333f + x2 * (0.133333333f + x2 * (-0.0539682540f + x2 * 0.0218694885f)));
+        return x + x * x2 * (FA__TANH_C3 + x2 * (FA__TANH_C5 + x2 * (FA__TANH_C7 + x2 * FA__TANH_C9)));
     }
     t = 1.0f - 2.0f / (fa__expf(2.0f * a) + 1.0f);
     return x < 0.0f ? -t : t;
@@ -1026,10 +1177,10 @@ FA__AVX512 static inline __m512 fa__tanh16(__m512 x)
 {
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
     __m512 a = _mm512_abs_ps(x), x2 = _mm512_mul_ps(x, x), p, e, t;
-    __mmask16 big = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.3f), _CMP_GE_OQ);   /* NaN: polynomial */
-    p = _mm512_fmadd_ps(x2, _mm512_set1_ps(0.0218694885f), _mm512_set1_ps(-0.0539682540f));
-    p = _mm512_fmadd_ps(x2, p, _mm512_set1_ps(0.133333333f));
-    p = _mm512_fmadd_ps(x2, p, _mm512_set1_ps(-0.333333333f));
+    __mmask16 big = _mm512_cmp_ps_mask(a, _mm512_set1_ps(FA__TANH_SMALL), _CMP_GE_OQ);   /* NaN: polynomial */
+    p = _mm512_fmadd_ps(x2, _mm512_set1_ps(FA__TANH_C9), _mm512_set1_ps(FA__TANH_C7));
+    p = _mm512_fmadd_ps(x2, p, _mm512_set1_ps(FA__TANH_C5));
+    p = _mm512_fmadd_ps(x2, p, _mm512_set1_ps(FA__TANH_C3));
     p = _mm512_fmadd_ps(_mm512_mul_ps(x, x2), p, x);
     e = fa__exp16(_mm512_add_ps(a, a));
     t = _mm512_sub_ps(_mm512_set1_ps(1.0f),
@@ -1052,63 +1203,19 @@ FA__AVX512 static void fa__softcap_avx512(float *s, int n, float cap)
 }
 #endif
 
-#ifdef FLASHATTN__X86
-/* Key minus diagonal, (k0 + jj) - (diag0 + 16 v + u), in the int32 lanes u of vector v of a
-   transposed tile (rows on lanes, key jj at S + jj*ld): the position term of ALiBi and of the
-   mask. The callers guarantee |diag| and keys stay far below 2^31. */
-FA__AVX512 static inline __m512i fa__dist16(int64_t k0, int jj, int64_t diag0, int v)
-{
-    return _mm512_sub_epi32(_mm512_set1_epi32((int)(k0 + jj - diag0 - 16 * v)),
-                            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-}
-
-/* ALiBi's step on a transposed tile: s -= slope * |d_r - j| with d_r = diag0 + r, for the lane
-   vectors [0, nvec). Exact in int32 lanes. */
-FA__AVX512 static void fa__alibi_tile_avx512(float *S, int64_t ld, int nvec, int nk, int64_t k0, int64_t diag0,
-                                             float slope)
-{
-    const __m512 sl = _mm512_set1_ps(slope);
-    int jj, v;
-    for (jj = 0; jj < nk; jj++) {
-        float *col = S + (int64_t)jj * ld;
-        for (v = 0; v < nvec; v++) {
-            __m512i dist = fa__dist16(k0, jj, diag0, v);
-            __m512 f = _mm512_maskz_cvtepi32_ps((__mmask16)0xFFFF, _mm512_maskz_abs_epi32((__mmask16)0xFFFF, dist));
-            _mm512_storeu_ps(col + 16 * v, _mm512_fnmadd_ps(sl, f, _mm512_loadu_ps(col + 16 * v)));
-        }
-    }
-}
-
-/* The causal/window mask on the transposed tile: key k0 + jj is hidden (-INFINITY) from the row of
-   lane u of vector v unless -window_left <= (key - diag) and (key - diag) <= 0 (causal) or
-   <= window_right (fa__visible's rule, with 0 meaning unbounded). */
-FA__AVX512 static void fa__mask_tile_avx512(float *S, int64_t ld, int nvec, int nk, int64_t k0, int64_t diag0,
-                                            int causal, int wl, int wr)
-{
-    const __m512i lo = _mm512_set1_epi32(wl > 0 ? -wl : INT_MIN), hi = _mm512_set1_epi32(causal ? 0 : wr > 0 ? wr : INT_MAX);
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    int jj, v;
-    for (jj = 0; jj < nk; jj++) {
-        float *col = S + (int64_t)jj * ld;
-        for (v = 0; v < nvec; v++) {
-            __m512i dist = fa__dist16(k0, jj, diag0, v);
-            __mmask16 hide = _mm512_cmp_epi32_mask(dist, lo, _MM_CMPINT_LT) | _mm512_cmp_epi32_mask(dist, hi, _MM_CMPINT_NLE);
-            if (hide) _mm512_mask_storeu_ps(col + 16 * v, hide, ninf);
-        }
-    }
-}
-#endif
-
-/* s[0..n) = cap * tanh(s / cap), softcap's step on a contiguous run */
-static void fa__softcap_run(int isa, float *s, int n, float cap)
+/* s[0..n) = cap * tanh(s / cap), softcap's step on a contiguous run (fa__softcap1 on each) */
+static void fa__softcap_c(float *s, int n, float cap)
 {
     float ic = 1.0f / cap;
     int t;
-#ifdef FLASHATTN__X86
-    if (isa == 2) { fa__softcap_avx512(s, n, cap); return; }
-#endif
-    (void)isa;
-    for (t = 0; t < n; t++) s[t] = cap * fa__tanhf(s[t] * ic);
+    for (t = 0; t < n; t++) s[t] = fa__softcap1(s[t], cap, ic);
+}
+
+/* d[t] = s[t] * c (d == s: in place) */
+static void fa__scale_c(float *d, const float *s, int n, float c)
+{
+    int t;
+    for (t = 0; t < n; t++) d[t] = s[t] * c;
 }
 
 #ifdef FLASHATTN__X86
@@ -1138,12 +1245,15 @@ FA__AVX512 static float fa__row_max_avx512(const float *s, int n, float m)
     }
 }
 
-FA__AVX512 static void fa__scale_avx512(float *s, int n, float c)
+FA__AVX512 static void fa__scale_avx512(float *d, const float *s, int n, float c)
 {
     __m512 vc = _mm512_set1_ps(c);
     int t;
-    for (t = 0; t + 16 <= n; t += 16) _mm512_storeu_ps(s + t, _mm512_mul_ps(_mm512_loadu_ps(s + t), vc));
-    for (; t < n; t++) s[t] *= c;
+    for (t = 0; t + 16 <= n; t += 16) _mm512_storeu_ps(d + t, _mm512_mul_ps(_mm512_loadu_ps(s + t), vc));
+    if (t < n) {
+        __mmask16 k = (__mmask16)((1u << (n - t)) - 1u);
+        _mm512_mask_storeu_ps(d + t, k, _mm512_maskz_mul_ps(k, _mm512_maskz_loadu_ps(k, s + t), vc));
+    }
 }
 
 FA__AVX2 static float fa__row_max_avx2(const float *s, int n, float m)
@@ -1161,57 +1271,14 @@ FA__AVX2 static float fa__row_max_avx2(const float *s, int n, float m)
     return fa__row_max_c(s + t, n - t, fa__row_max_c(buf, 8, m));
 }
 
-FA__AVX2 static void fa__scale_avx2(float *s, int n, float c)
+FA__AVX2 static void fa__scale_avx2(float *d, const float *s, int n, float c)
 {
     __m256 vc = _mm256_set1_ps(c);
     int t;
-    for (t = 0; t + 8 <= n; t += 8) _mm256_storeu_ps(s + t, _mm256_mul_ps(_mm256_loadu_ps(s + t), vc));
-    for (; t < n; t++) s[t] *= c;
+    for (t = 0; t + 8 <= n; t += 8) _mm256_storeu_ps(d + t, _mm256_mul_ps(_mm256_loadu_ps(s + t), vc));
+    for (; t < n; t++) d[t] = s[t] * c;
 }
 #endif
-
-/* s[t] = exp(s[t] - m) (0 for -INFINITY), returns the sum; m must be finite. */
-static float fa__exp_sum(int isa, float *s, int n, float m)
-{
-#ifdef FLASHATTN__X86
-    if (isa == 2) return fa__exp_sum_avx512(s, n, m);
-    if (isa == 1) return fa__exp_sum_avx2(s, n, m);
-#endif
-    (void)isa;
-    return fa__exp_sum_c(s, n, m);
-}
-
-/* A softmax of one score row in place; returns its lse. A row with no visible key (max -INFINITY)
-   becomes zeros, lse -INFINITY; a NaN anywhere in the row makes its visible entries and lse NaN
-   (hidden ones stay 0, so that the backward carries the NaN to no key the row does not see). */
-static float fa__softmax_row(int isa, float *s, int n)
-{
-    float m, sum, inv;
-    int t;
-#ifdef FLASHATTN__X86
-    if (isa == 2) m = fa__row_max_avx512(s, n, -INFINITY);
-    else if (isa == 1) m = fa__row_max_avx2(s, n, -INFINITY);
-    else
-#endif
-    m = fa__row_max_c(s, n, -INFINITY);
-    if (m == -INFINITY) {
-        memset(s, 0, (size_t)n * sizeof(float));
-        return -INFINITY;
-    }
-    if (m != m) {                 /* a NaN row: NaN where a key is visible, 0 where it is hidden */
-        for (t = 0; t < n; t++) s[t] = s[t] == -INFINITY ? 0.0f : m;
-        return m;
-    }
-    sum = fa__exp_sum(isa, s, n, m);
-    inv = 1.0f / sum;
-#ifdef FLASHATTN__X86
-    if (isa == 2) fa__scale_avx512(s, n, inv);
-    else if (isa == 1) fa__scale_avx2(s, n, inv);
-    else
-#endif
-    for (t = 0; t < n; t++) s[t] *= inv;
-    return m + logf(sum);
-}
 
 /* ---- The tiled path's microkernels ---------------------------------------------------------
    The tiled path keeps its tiles transposed, with query rows along the SIMD lanes: Qt [D][ld],
@@ -1454,15 +1521,11 @@ FA__AVX2 static void fa__gemm_avx2(const float *A, int64_t sa, int64_t sx, int n
 }
 #endif
 
-static void fa__gemm(int isa, const float *A, int64_t sa, int64_t sx, int na, int nx,
-                     const float *B, int64_t ldb, float *C, int64_t ldc, int nv, int acc, fa__pf *pf)
+static void fa__gemm_c(const float *A, int64_t sa, int64_t sx, int na, int nx,
+                       const float *B, int64_t ldb, float *C, int64_t ldc, int nv, int acc, fa__pf *pf)
 {
     int a0, x, l0, u, a;
-#ifdef FLASHATTN__X86
-    if (isa == 2) { fa__gemm_avx512(A, sa, sx, na, nx, B, ldb, C, ldc, nv, acc, pf); return; }
-    if (isa == 1) { fa__gemm_avx2(A, sa, sx, na, nx, B, ldb, C, ldc, nv, acc, pf); return; }
-#endif
-    (void)isa; (void)pf;
+    (void)pf;
     /* portable C: 4 A-rows x 16 lanes in local arrays, fixed-length inner loops that compilers
        vectorise at -O2 for whatever SIMD the target has */
     for (a0 = 0; a0 < na; a0 += 4) {
@@ -1504,12 +1567,14 @@ static void fa__gemm(int isa, const float *A, int64_t sa, int64_t sx, int na, in
 
 /* One block of the online softmax on the transposed tile, every lane a query row. Each lane keeps
    a reference max m, and the block's scores become S[j] = exp(S[j] - m), l = alpha l + sum_j S[j].
-   The reference moves (to the running max, with O *= alpha = exp(m_old - m_new)) only when some
-   lane of the vector saw a score above its m + FA__LAZY, or had no visible key yet: the exps stay
-   below e^FA__LAZY, far from fp32 overflow, O / l and m + log l are the same, and the Dv x 16
-   rescale of O, which streams the whole accumulator, runs a handful of times per row instead of
-   every block. A lane whose reference is still -INFINITY subtracts 0, so its exps and alpha are
-   exactly 0. `tmp` gets the 16 * nv alphas (1 where the reference stayed). */
+   A lane's reference moves (to its running max, with its O *= alpha = exp(m_old - m_new)) only
+   when the lane saw a score above its m + FA__LAZY, or had no visible key yet: the exps stay below
+   e^FA__LAZY, far from fp32 overflow, O / l and m + log l are the same, and the Dv x 16 rescale of
+   O, which streams the whole accumulator, runs a handful of times per row instead of every block.
+   The decision is each lane's own (a vector rescales when any lane moves, the others by exactly
+   1), so a row's bits do not depend on which rows share its vector. A lane whose reference is
+   still -INFINITY subtracts 0, so its exps and alpha are exactly 0. `tmp` gets the 16 * nv alphas
+   (1 where the reference stayed). */
 #define FA__LAZY 8.0f
 #ifdef FLASHATTN__X86
 /* 2^t for t = (s - m) log2(e) <= FA__LAZY log2(e): k = round(t), f = t - k (exact), 2^f by a
@@ -1537,7 +1602,8 @@ FA__AVX512 static inline __m512 fa__exp2_lazy16(__m512 t)
 FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, float *m, float *l,
                                          float *O, int64_t ldo, int Dv, float *tmp)
 {
-    int v, j, t, up;
+    int v, j, t;
+    __mmask16 up;
     const __m512 ninf = _mm512_set1_ps(-INFINITY), l2e = _mm512_set1_ps(FA__LOG2E);
     for (v = 0; v < nv; v++) {
         float *s = S + v * 16;
@@ -1553,11 +1619,11 @@ FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, 
             for (; j < nk; j++) mx = fa__max16(mx, _mm512_loadu_ps(s + j * lds));
             mx = fa__max16(fa__max16(mx, x1), fa__max16(x2, x3));
         }
-        up = _mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, _mm512_set1_ps(FA__LAZY)), _CMP_GT_OQ) != 0;
-        if (up) mr = _mm512_mask_mov_ps(mo, _mm512_cmp_ps_mask(mx, mo, _CMP_GT_OQ), mx);
+        up = _mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, _mm512_set1_ps(FA__LAZY)), _CMP_GT_OQ);
+        if (up) mr = _mm512_mask_mov_ps(mo, up, mx);
         ms = _mm512_mask_mov_ps(mr, _mm512_cmp_ps_mask(mr, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
         if (up) {
-            al = fa__exp16(_mm512_sub_ps(mo, ms));
+            al = _mm512_mask_mov_ps(al, up, fa__exp16(_mm512_sub_ps(mo, ms)));
             for (t = 0; t < Dv; t++)
                 _mm512_storeu_ps(O + t * ldo + v * 16, _mm512_mul_ps(_mm512_loadu_ps(O + t * ldo + v * 16), al));
         }
@@ -1579,7 +1645,7 @@ FA__AVX2 static void fa__online_avx2(float *S, int64_t lds, int nk, int nv, floa
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     for (v = 0; v < 2 * nv; v++) {
         float *s = S + v * 8;
-        __m256 mo = _mm256_loadu_ps(m + v * 8), mx = mo, mr = mo, ms, al = _mm256_set1_ps(1.0f), sum = _mm256_setzero_ps();
+        __m256 mo = _mm256_loadu_ps(m + v * 8), mx = mo, mr = mo, ms, upv, al = _mm256_set1_ps(1.0f), sum = _mm256_setzero_ps();
         {
             __m256 x1 = ninf, x2 = ninf, x3 = ninf;
             for (j = 0; j + 4 <= nk; j += 4) {
@@ -1591,11 +1657,12 @@ FA__AVX2 static void fa__online_avx2(float *S, int64_t lds, int nk, int nv, floa
             for (; j < nk; j++) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j * lds));
             mx = _mm256_max_ps(_mm256_max_ps(mx, x1), _mm256_max_ps(x2, x3));
         }
-        up = _mm256_movemask_ps(_mm256_cmp_ps(mx, _mm256_add_ps(mo, _mm256_set1_ps(FA__LAZY)), _CMP_GT_OQ)) != 0;
-        if (up) mr = _mm256_blendv_ps(mo, mx, _mm256_cmp_ps(mx, mo, _CMP_GT_OQ));
+        upv = _mm256_cmp_ps(mx, _mm256_add_ps(mo, _mm256_set1_ps(FA__LAZY)), _CMP_GT_OQ);
+        up = _mm256_movemask_ps(upv) != 0;
+        if (up) mr = _mm256_blendv_ps(mo, mx, upv);
         ms = _mm256_blendv_ps(mr, _mm256_setzero_ps(), _mm256_cmp_ps(mr, ninf, _CMP_EQ_OQ));
         if (up) {
-            al = fa__exp8(_mm256_sub_ps(mo, ms));
+            al = _mm256_blendv_ps(al, fa__exp8(_mm256_sub_ps(mo, ms)), upv);
             for (t = 0; t < Dv; t++)
                 _mm256_storeu_ps(O + t * ldo + v * 8, _mm256_mul_ps(_mm256_loadu_ps(O + t * ldo + v * 8), al));
         }
@@ -1771,21 +1838,41 @@ FA__AVX512 static void fa__unpack16_avx512(const float *O, int64_t ld, const flo
     }
 }
 
-/* The additive bias on the transposed tile, lane = query row, for rows of one head: S[jj][v*16 + u]
-   += bias(row u of vector v, key k0 + jj), and -INFINITY hides the key whatever the score (the rule
-   of fa__modify_row). `br` points at the panel's first row's bias for key k0, rows `qs` apart, keys
-   `ks` apart; rows at or past `nrows` (padding lanes) repeat the last row. Two layouts are vector
-   work: a bias broadcast over the query axis (qs = 0: one value per key, e.g. a padding mask) and
-   keys contiguous (ks = 1: 16 x 16 blocks transposed in registers); the caller keeps the scalar
-   row pass for any other strides. */
-FA__AVX512 static void fa__bias_tile_avx512(float *S, int64_t ld, int nvec, int nk, const float *br, int64_t qs,
-                                            int64_t ks, int nrows)
+/* The lane passes: steps 3-5 of the rule (fa__alibi1, fa__bias1, fa__mask_run) on a transposed
+   score tile S [nk][ld] whose lanes [0, 16 nvec) are query rows, for keys k0 .. k0 + nk, with each
+   lane's inputs from fa__lanes_fill (the arrays start at the tile's first lane). */
+
+/* ALiBi: s -= slope_r * |key - diag_r|, in int32 lanes (|key - diag| < 2^31, fa__lanes_fill). */
+FA__AVX512 static void fa__alibi_lanes_avx512(float *S, int64_t ld, int nvec, int nk, int64_t k0, const int *diag,
+                                              const float *slope)
+{
+    int jj, v;
+    for (v = 0; v < nvec; v++) {
+        const __m512i dg = _mm512_loadu_si512((const void *)(diag + 16 * v));
+        const __m512 sl = _mm512_loadu_ps(slope + 16 * v);
+        for (jj = 0; jj < nk; jj++) {
+            float *p = S + (int64_t)jj * ld + 16 * v;
+            __m512i dist = _mm512_sub_epi32(_mm512_set1_epi32((int)(k0 + jj)), dg);
+            __m512 f = _mm512_maskz_cvtepi32_ps((__mmask16)0xFFFF, _mm512_maskz_abs_epi32((__mmask16)0xFFFF, dist));
+            _mm512_storeu_ps(p, _mm512_sub_ps(_mm512_loadu_ps(p), _mm512_mul_ps(sl, f)));
+        }
+    }
+}
+
+/* The bias: s += bias_r(key), -INFINITY hiding the key whatever the score. Lane r's bias is at
+   rows[r][key * ks]. Where a vector's 16 lanes share one row (a bias broadcast over the queries, as a
+   padding mask is) it is one broadcast per key; where keys are contiguous (ks = 1), 16 x 16 blocks
+   transposed in registers; other strides, lane by lane. */
+FA__AVX512 static void fa__bias_lanes_avx512(float *S, int64_t ld, int nvec, int nk, int64_t k0,
+                                             const float *const *rows, int64_t ks)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    int jj, v, u;
+    int jj, v, u, same = 1;
 #define FA__BIAS_ADD(p, x) do { __m512 x_ = (x); float *p_ = (p); _mm512_storeu_ps(p_, _mm512_mask_mov_ps( \
         _mm512_add_ps(_mm512_loadu_ps(p_), x_), _mm512_cmp_ps_mask(x_, ninf, _CMP_EQ_OQ), x_)); } while (0)
-    if (qs == 0) {
+    for (u = 1; u < 16 * nvec; u++) same &= rows[u] == rows[0];
+    if (same) {
+        const float *br = rows[0] + k0 * ks;
         for (jj = 0; jj < nk; jj++) {
             __m512 x = _mm512_set1_ps(br[(int64_t)jj * ks]);
             for (v = 0; v < nvec; v++) FA__BIAS_ADD(S + (int64_t)jj * ld + 16 * v, x);
@@ -1794,7 +1881,15 @@ FA__AVX512 static void fa__bias_tile_avx512(float *S, int64_t ld, int nvec, int 
     }
     for (v = 0; v < nvec; v++) {
         const float *row[16];
-        for (u = 0; u < 16; u++) row[u] = br + (int64_t)(16 * v + u < nrows ? 16 * v + u : nrows - 1) * qs;
+        for (u = 0; u < 16; u++) row[u] = rows[16 * v + u] + k0 * ks;
+        if (ks != 1) {
+            for (u = 0; u < 16; u++)
+                for (jj = 0; jj < nk; jj++) {
+                    float *p = S + (int64_t)jj * ld + 16 * v + u;
+                    *p = fa__bias1(*p, row[u][(int64_t)jj * ks]);
+                }
+            continue;
+        }
         for (jj = 0; jj < nk; jj += 16) {
             __m512 x[16];
             __mmask16 km = fa__lanes(nk - jj);
@@ -1808,17 +1903,28 @@ FA__AVX512 static void fa__bias_tile_avx512(float *S, int64_t ld, int nvec, int 
     }
 #undef FA__BIAS_ADD
 }
+
+/* The position rule's result: -INFINITY where the key is outside the lane's [lo_r, hi_r). */
+FA__AVX512 static void fa__mask_lanes_avx512(float *S, int64_t ld, int nvec, int nk, int64_t k0, const int *lo,
+                                             const int *hi)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    int jj, v;
+    for (v = 0; v < nvec; v++) {
+        const __m512i a = _mm512_loadu_si512((const void *)(lo + 16 * v)), e = _mm512_loadu_si512((const void *)(hi + 16 * v));
+        for (jj = 0; jj < nk; jj++) {
+            __m512i key = _mm512_set1_epi32((int)(k0 + jj));
+            __mmask16 hide = _mm512_cmp_epi32_mask(key, a, _MM_CMPINT_LT) | _mm512_cmp_epi32_mask(key, e, _MM_CMPINT_NLT);
+            if (hide) _mm512_mask_storeu_ps(S + (int64_t)jj * ld + 16 * v, hide, ninf);
+        }
+    }
+}
 #endif
 
-static void fa__online(int isa, float *S, int64_t lds, int nk, int nv, float *m, float *l,
-                       float *O, int64_t ldo, int Dv, float *tmp)
+static void fa__online_c(float *S, int64_t lds, int nk, int nv, float *m, float *l,
+                         float *O, int64_t ldo, int Dv, float *tmp)
 {
     int r, j, t, nl = nv * 16;
-#ifdef FLASHATTN__X86
-    if (isa == 2) { fa__online_avx512(S, lds, nk, nv, m, l, O, ldo, Dv, tmp); return; }
-    if (isa == 1) { fa__online_avx2(S, lds, nk, nv, m, l, O, ldo, Dv, tmp); return; }
-#endif
-    (void)isa;
     for (r = 0; r < nl; r++) {
         float mx = m[r], mr = m[r], ms, al = 1.0f, sum = 0.0f;
         for (j = 0; j < nk; j++) mx = fa__row_max_c(S + j * lds + r, 1, mx);
@@ -1837,6 +1943,160 @@ static void fa__online(int isa, float *S, int64_t lds, int nk, int nv, float *m,
         m[r] = mr;
         tmp[r] = al;
     }
+}
+
+/* The lane passes lane by lane (the portable and AVX2 tables): fa__alibi1, fa__bias1, fa__mask_run. */
+static void fa__alibi_lanes_c(float *S, int64_t ld, int nvec, int nk, int64_t k0, const int *diag, const float *slope)
+{
+    int r, jj;
+    for (r = 0; r < 16 * nvec; r++)
+        for (jj = 0; jj < nk; jj++) S[jj * ld + r] = fa__alibi1(S[jj * ld + r], slope[r], k0 + jj - diag[r]);
+}
+
+static void fa__bias_lanes_c(float *S, int64_t ld, int nvec, int nk, int64_t k0, const float *const *rows, int64_t ks)
+{
+    int r, jj;
+    for (r = 0; r < 16 * nvec; r++)
+        for (jj = 0; jj < nk; jj++) S[jj * ld + r] = fa__bias1(S[jj * ld + r], rows[r][(k0 + jj) * ks]);
+}
+
+static void fa__mask_lanes_c(float *S, int64_t ld, int nvec, int nk, int64_t k0, const int *lo, const int *hi)
+{
+    int r;
+    for (r = 0; r < 16 * nvec; r++) fa__mask_run(S + r, ld, nk, k0, lo[r], hi[r]);
+}
+
+/* 16 lanes the portable way: Qt[t][i] = scale * q_i[t] (q_i NULL: a padding lane, 0), and
+   o_i[t] = O[t][i] / l[i] for the rows with o_i not NULL (0 where l is 0, NaN stays). */
+static void fa__pack16_c(const float *const *q, int D, float scale, float *Qt, int64_t ld)
+{
+    int i, t;
+    for (i = 0; i < 16; i++)
+        for (t = 0; t < D; t++) Qt[t * ld + i] = q[i] ? q[i][t] * scale : 0.0f;
+}
+
+static void fa__unpack16_c(const float *O, int64_t ld, const float *l, int Dv, float *const *o)
+{
+    int i, t;
+    for (i = 0; i < 16; i++) {
+        float lr = l[i], inv;
+        if (!o[i]) continue;
+        if (lr > 0.0f || lr != lr) {
+            inv = 1.0f / lr;
+            for (t = 0; t < Dv; t++) o[i][t] = O[t * ld + i] * inv;
+        } else {
+            for (t = 0; t < Dv; t++) o[i][t] = 0.0f;
+        }
+    }
+}
+
+/* ---- The kernel table ------------------------------------------------------------------------
+   The kernels of one ISA, one table each. A call picks its table once, K = fa__kernels_for(isa)
+   with isa = fa__isa() (as stb_image picks its IDCT once per image), and its paths call K->gemm,
+   K->online, ... with no ISA test and no #ifdef of their own. fa__kernels_for is the one place that
+   maps an ISA number to kernels; the wrappers after it (fa__gemm(isa, ...), fa__exp_sum,
+   fa__softcap_run, fa__online, fa__softmax_row) are the same kernels by ISA number. */
+typedef struct fa__kernels {
+    /* C (+)= A B over 16-lane vectors, the tiled path's one product shape (see fa__gemm_avx512) */
+    void (*gemm)(const float *A, int64_t sa, int64_t sx, int na, int nx, const float *B, int64_t ldb,
+                 float *C, int64_t ldc, int nv, int acc, fa__pf *pf);
+    /* one block of the online softmax on lanes (fa__online_c) */
+    void (*online)(float *S, int64_t lds, int nk, int nv, float *m, float *l, float *O, int64_t ldo, int Dv,
+                   float *tmp);
+    /* 16 query rows into Qt's lanes (scaled), 16 lanes of O / l out to rows (fa__pack16_c) */
+    void (*pack16)(const float *const *q, int D, float scale, float *Qt, int64_t ld);
+    void (*unpack16)(const float *O, int64_t ld, const float *l, int Dv, float *const *o);
+    /* decode rows: tiles of at most rows_max rows (0: never) keep Q and O row-major, scores by dot
+       products into the transposed St, P V into row-major O (fa__dots_avx512, fa__pv_rows_avx512) */
+    int rows_max;
+    void (*dots)(const float *Q, int nr, const float *K, int64_t ks, int nk, int D, float *S, int64_t lds);
+    void (*pv_rows)(const float *P, int64_t lds, int nr, const float *V, int64_t vs, int nk, float *O, int Dv);
+    /* the rule's passes: softcap on a contiguous run; ALiBi, bias and the mask on lanes */
+    void (*softcap)(float *s, int n, float cap);
+    void (*alibi)(float *S, int64_t ld, int nvec, int nk, int64_t k0, const int *diag, const float *slope);
+    void (*bias)(float *S, int64_t ld, int nvec, int nk, int64_t k0, const float *const *rows, int64_t ks);
+    void (*mask)(float *S, int64_t ld, int nvec, int nk, int64_t k0, const int *lo, const int *hi);
+    /* a score row's softmax: exp and sum, max; and d = s * c on a run (d == s: in place) */
+    float (*exp_sum)(float *s, int n, float m);
+    float (*row_max)(const float *s, int n, float m);
+    void (*scale)(float *d, const float *s, int n, float c);
+} fa__kernels;
+
+static const fa__kernels *fa__kernels_for(int isa)
+{
+    static const fa__kernels portable = {
+        fa__gemm_c, fa__online_c, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
+        fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
+        fa__exp_sum_c, fa__row_max_c, fa__scale_c };
+#ifdef FLASHATTN__X86
+    static const fa__kernels avx2 = {
+        fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
+        fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2 };
+    static const fa__kernels avx512 = {
+        fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
+        fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
+        fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512 };
+    if (isa == 2) return &avx512;
+    if (isa == 1) return &avx2;
+#endif
+    (void)isa;
+    return &portable;
+}
+
+/* The kernels by ISA number. */
+static inline void fa__gemm(int isa, const float *A, int64_t sa, int64_t sx, int na, int nx, const float *B,
+                            int64_t ldb, float *C, int64_t ldc, int nv, int acc, fa__pf *pf)
+{
+    fa__kernels_for(isa)->gemm(A, sa, sx, na, nx, B, ldb, C, ldc, nv, acc, pf);
+}
+
+static inline void fa__online(int isa, float *S, int64_t lds, int nk, int nv, float *m, float *l, float *O,
+                              int64_t ldo, int Dv, float *tmp)
+{
+    fa__kernels_for(isa)->online(S, lds, nk, nv, m, l, O, ldo, Dv, tmp);
+}
+
+/* s[t] = exp(s[t] - m) (0 for -INFINITY), returns the sum; m must be finite. */
+static inline float fa__exp_sum(int isa, float *s, int n, float m) { return fa__kernels_for(isa)->exp_sum(s, n, m); }
+
+/* s[0..n) = cap * tanh(s / cap), softcap's step on a contiguous run */
+static void fa__softcap_run(int isa, float *s, int n, float cap) { fa__kernels_for(isa)->softcap(s, n, cap); }
+
+/* A softmax of one score row in place; returns its lse. A row with no visible key (max -INFINITY)
+   becomes zeros, lse -INFINITY; a NaN anywhere in the row makes its visible entries and lse NaN
+   (hidden ones stay 0, so that the backward carries the NaN to no key the row does not see). */
+static float fa__softmax_row(int isa, float *s, int n)
+{
+    const fa__kernels *K = fa__kernels_for(isa);
+    float m = K->row_max(s, n, -INFINITY), sum;
+    int t;
+    if (m == -INFINITY) {
+        memset(s, 0, (size_t)n * sizeof(float));
+        return -INFINITY;
+    }
+    if (m != m) {                 /* a NaN row: NaN where a key is visible, 0 where it is hidden */
+        for (t = 0; t < n; t++) s[t] = s[t] == -INFINITY ? 0.0f : m;
+        return m;
+    }
+    sum = K->exp_sum(s, n, m);
+    K->scale(s, s, n, 1.0f / sum);
+    return m + logf(sum);
+}
+
+/* Steps 2-5 of the rule on the lanes [lane0, lane0 + 16 nvec) of a transposed score tile (S points
+   at lane0; key k0 + jj's column at S + jj * ld), in the rule's order: the lane form of
+   fa__modify_row, through the table's passes. mask == 0 skips step 5 (the caller knows every key
+   of the block is visible to these rows). */
+static void fa__modify_tile(const fa__kernels *K, const fa__rule_lanes *ln, int lane0, float *S, int64_t ld,
+                            int nvec, int64_t k0, int nk, int mask)
+{
+    int jj;
+    if (ln->cap > 0.0f)
+        for (jj = 0; jj < nk; jj++) K->softcap(S + (int64_t)jj * ld, 16 * nvec, ln->cap);
+    if (ln->diag) K->alibi(S, ld, nvec, nk, k0, ln->diag + lane0, ln->slope + lane0);
+    if (ln->bias) K->bias(S, ld, nvec, nk, k0, ln->bias + lane0, ln->bias_ks);
+    if (mask && ln->lo) K->mask(S, ld, nvec, nk, k0, ln->lo + lane0, ln->hi + lane0);
 }
 
 /* ============================================================================================== */
@@ -2244,7 +2504,7 @@ static void fa__naive_head(void *vctx, int64_t item, int tid)
     const float *q = c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1], *k, *v;
     float *o = c->o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
     float *S = c->S + (size_t)item * Sq * Sk, *Q = c->Q + (size_t)tid * c->pl->q_floats;
-    int mask = d->causal || d->wl > 0 || d->wr > 0;
+    int mask = fa__has_mask(d);
     if (Sk == 0) {
         for (i = 0; i < Sq; i++) {
             memset(o + i * d->os[2], 0, (size_t)Dv * sizeof(float));
@@ -2280,7 +2540,7 @@ static void fa__naive_head(void *vctx, int64_t item, int tid)
     /* 0 * NaN is NaN: with hidden keys (weight 0) a non-finite v would reach, through the GEMM,
        rows that never see its key; the loop below skips zero weights */
     if (d->vs[2] >= Dv && d->os[2] >= Dv && d->vs[2] <= INT_MAX && d->os[2] <= INT_MAX &&
-        !((mask || d->bias) && !fa__finite_rows(v, Sk, d->vs[2], Dv)))
+        !(fa__hides_keys(d) && !fa__finite_rows(v, Sk, d->vs[2], Dv)))
         fa__sgemm(0, 0, Sq, Dv, Sk, 1.0f, S, Sk, v, (int)d->vs[2], 0.0f, o, (int)d->os[2]);
     else
 #endif
@@ -2406,20 +2666,40 @@ FLASHATTN__CPU_DEF fa_status fa_naive(const fa_params *p, const void *q, const v
 /* The tiling of a call, made by one function for fa_tiled and fa_tiled_workspace_bytes alike.
    A tile is `hpt` query heads (of one kv head) x `nq` query rows of one batch: hpt = 1 and nq =
    block_q normally; with few query rows (decoding) and block_q left to the library, the heads that
-   share a kv head go in one tile, so each K/V row is read once for all of them. When there are few
-   tiles for the threads, the key range of each tile is split into `nsplit` parts whose partial
-   results are merged by log-sum-exp (fa__merge_row, section 7). */
+   share a kv head go in one tile, so each K/V row is read once for all of them.
+
+   What a row computes depends on the shape only (the call's p less its threads and pool, and not
+   on the batch or the number of groups of heads), never on the tiling, so nq may follow the thread
+   count for balance:
+   - key blocks start at absolute multiples of bk (fa__tile_blocks), so a row meets the same blocks
+     in any tile (a block clipped to the tile's keys loses only keys its rows do not see, and a
+     block a vector's rows do not see at all is skipped, which is the same as visiting it);
+   - every lane decides its own lazy rescale (fa__online_c), so a row's bits do not depend on the
+     rows that share its vector;
+   - P V's accumulate mode of a vector comes from its own rows and the block's full extent
+     (fa__pv_acc);
+   - the row-major decode kernels serve a call when all its tiles are short (rows <= rows_max), a
+     property of the shape, not of one tile; library tiles are multiples of 16 rows of one head.
+   The key axis is split for decoding (at most FA__SPLIT_ROWS rows per head, or packed GQA heads)
+   and only there, in `nchunk` chunks of `cb` blocks from key 0 (fixed by Sk and bk), whose partial
+   results are merged in chunk order by log-sum-exp (fa__merge_row, section 7), by whichever thread
+   finishes a tile's last chunk; a chunk a row does not see gives it m = -INFINITY, which adds
+   exactly nothing. */
+#define FA__SPLIT_ROWS 16       /* a decode tile: at most this many query rows per head */
+#define FA__CHUNK_KEYS 512      /* keys per chunk of a split key axis, at least (whole blocks) ... */
+#define FA__MAX_CHUNKS 32       /* ... and at most this many chunks (then chunks grow) */
+
 typedef struct fa__tiled_plan {
-    int nq, bk, hpt, rows, ld, nsplit, nthreads;
+    int nq, bk, hpt, rows, ld, rowmajor, nchunk, cb, nthreads;
     int64_t qtiles, tiles, items;
-    size_t thread_floats, part_floats, pool_bytes, total;
+    size_t lane_floats, thread_floats, part_floats, pool_bytes, total;
 } fa__tiled_plan;
 
 static size_t fa__round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-static void fa__tiled_plan_make(const fa__dims *d, fa__tiled_plan *pl)
+static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__tiled_plan *pl)
 {
-    int64_t want = fa__want_threads(d);
+    int64_t want = fa__want_threads(d), nb;
     size_t f, ld;
     memset(pl, 0, sizeof *pl);
     if (d->Sq == 0) return;
@@ -2443,7 +2723,8 @@ static void fa__tiled_plan_make(const fa__dims *d, fa__tiled_plan *pl)
            S=4096 D=128 1.2-1.4x on 192 than on 480); 48 rows stay while every thread gets two,
            unless 32 rows give 8 each (S=512 at 16 threads: 1.4x faster on 32 rows than on 48,
            where the short count also split the keys), then 32 rows at two each; 16-row tiles
-           only when neither gives two (S=128 at 16 threads: 32 rows ~10% faster than 16). */
+           only when neither gives two (S=128 at 16 threads: 32 rows ~10% faster than 16). Every
+           candidate is a multiple of 16 (the results do not depend on the choice, see above). */
         static const int cand[8] = { 480, 384, 288, 192, 96, 48, 32, 16 };
         int c, top = (int64_t)d->D + d->Dv >= 192 ? 480 : 192, fallback = 0;
         int64_t tiles;
@@ -2460,46 +2741,57 @@ static void fa__tiled_plan_make(const fa__dims *d, fa__tiled_plan *pl)
     }
     pl->bk = d->block_k ? d->block_k : 64;
     if (pl->bk > d->Sk) pl->bk = d->Sk > 0 ? d->Sk : 1;
+    /* a library tiling's last tile takes a remainder of under 16 rows (one lane vector) rather
+       than leaving it a tile of its own, which would re-read K/V for a part-empty vector */
+    pl->qtiles = ((int64_t)d->Sq + pl->nq - 1) / pl->nq;
     pl->rows = pl->hpt * pl->nq;
+    if (!d->block_q && pl->hpt == 1 && d->Sq > pl->nq && d->Sq % pl->nq < 16) {
+        pl->qtiles = d->Sq / pl->nq;
+        pl->rows = pl->nq + d->Sq % pl->nq;
+    }
     ld = fa__round16((size_t)pl->rows);
     pl->ld = (int)ld;
-    pl->qtiles = ((int64_t)d->Sq + pl->nq - 1) / pl->nq;
+    pl->rowmajor = K->rows_max > 0 && pl->rows <= K->rows_max;
     pl->tiles = pl->qtiles * d->B * (d->Hq / pl->hpt);
-    pl->nsplit = 1;
-    /* split the keys for decoding (a few query rows per tile: 8 items per thread), and for
-       prefill only when the tiles leave threads idle (fewer than 2 each): there the partials and
-       the merge cost more than the finer balance gives (B=1 H=1 at 2 threads: S=1024 D=64
-       189 -> 245 GFLOP/s, S=2048 D=128 209 -> 243, Sq=200 Sk=4096 201 -> 231 without it) */
-    if ((pl->tiles < 2 * want || ((pl->hpt > 1 || d->Sq <= 16) && pl->tiles < 8 * want)) &&
-        d->Sk >= 8 * (int64_t)pl->bk) {
-        int64_t ns = (8 * want + pl->tiles - 1) / pl->tiles, mx = d->Sk / (4 * (int64_t)pl->bk);
-        if (ns > mx) ns = mx;
-        if (ns > 64) ns = 64;
-        if (ns > 1) pl->nsplit = (int)ns;
+    nb = ((int64_t)d->Sk + pl->bk - 1) / pl->bk;
+    pl->nchunk = 1;
+    pl->cb = nb > 0 ? (int)nb : 1;
+    if (pl->hpt > 1 || d->Sq <= FA__SPLIT_ROWS) {
+        int64_t cb = (nb + FA__MAX_CHUNKS - 1) / FA__MAX_CHUNKS, least = (FA__CHUNK_KEYS + pl->bk - 1) / pl->bk;
+        if (cb < least) cb = least;
+        if (nb > cb) {
+            pl->cb = (int)cb;
+            pl->nchunk = (int)((nb + cb - 1) / cb);
+        }
     }
-    pl->items = pl->tiles * pl->nsplit;
+    pl->items = pl->tiles * pl->nchunk;
     pl->nthreads = fa__nthreads(d, pl->items);
-    /* per thread: Qt [D][ld], St [bk][ld], Ot [Dv][ld], m, l and the alphas [ld] */
-    f = fa__mul_size(ld, (size_t)d->D);
+    /* per thread: the rule's lane arrays, Qt [D][ld], St [bk][ld], Ot [Dv][ld], m, l and the alphas [ld] */
+    pl->lane_floats = fa__mul_size(ld, FA__LANE_FLOATS);
+    f = fa__add_size(pl->lane_floats, fa__mul_size(ld, (size_t)d->D));
     f = fa__add_size(f, fa__mul_size(ld, (size_t)pl->bk));
     f = fa__add_size(f, fa__mul_size(ld, (size_t)d->Dv));
     f = fa__add_size(f, 3 * ld);
-    pl->thread_floats = f;
-    /* split keys: each part's o [rows][Dv] and lse [rows] */
-    if (pl->nsplit > 1)
-        pl->part_floats = fa__round16(fa__mul_size(fa__mul_size((size_t)pl->tiles * pl->nsplit, (size_t)pl->rows),
-                                                   (size_t)d->Dv + 1));
+    pl->thread_floats = f == SIZE_MAX ? SIZE_MAX : fa__round16(f);
+    /* split keys: each chunk's o [rows][Dv], m and l [rows]; then a count of done chunks per tile */
+    if (pl->nchunk > 1)
+        pl->part_floats = fa__add_size(fa__round16(fa__mul_size(fa__mul_size((size_t)pl->items, (size_t)pl->rows),
+                                                                (size_t)d->Dv + 2)),
+                                       fa__round16(fa__mul_size((size_t)pl->tiles, (sizeof(int) + 3) / sizeof(float))));
     pl->pool_bytes = fa__pool_bytes(d, pl->nthreads);
-    pl->total = fa__add_size(fa__mul_size(fa__add_size(fa__mul_size(f, (size_t)pl->nthreads), pl->part_floats),
-                                          sizeof(float)), fa__add_size(pl->pool_bytes, 64));
+    pl->total = fa__add_size(fa__mul_size(fa__add_size(fa__mul_size(pl->thread_floats, (size_t)pl->nthreads),
+                                                       pl->part_floats), sizeof(float)),
+                             fa__add_size(pl->pool_bytes, 64));
 }
 
 typedef struct fa__tiled_ctx {
     const fa__dims *d;
     const fa__tiled_plan *pl;
+    const fa__kernels *K;
     const float *q, *k, *v;
     float *o, *ws, *parts;
-    int isa;
+    int *done;                  /* split keys: chunks done per tile, under mu (NULL: merge apart) */
+    pthread_mutex_t *mu;
 } fa__tiled_ctx;
 
 /* Where tile `tile` sits: batch b, first head h0, first query row i0, rows per head nqr. */
@@ -2511,214 +2803,188 @@ static void fa__tile_pos(const fa__dims *d, const fa__tiled_plan *pl, int64_t ti
     *b = (int)(bh / hg);
     *h0 = (int)(bh % hg) * pl->hpt;
     *i0 = qt * pl->nq;
-    *nqr = (int)((*i0 + pl->nq < d->Sq ? *i0 + pl->nq : d->Sq) - *i0);
+    *nqr = (int)((qt == pl->qtiles - 1 ? d->Sq : *i0 + pl->nq) - *i0);
 }
 
-/* One tile over one part of its key range: pack Q^T, walk K/V in blocks (scores, mask and
-   modifiers where needed, online softmax, P V), then write o and lse, or the part's partials. */
+/* P V's accumulate mode (fa__gemm's acc) for lane vector v and the key block [f0, f1) (its full
+   extent, not its part in this tile): 1, plain FMAs, when every row of the vector sees every key of
+   the block; else 2, zero weights left out (their V may be a hidden key's NaN). */
+static int fa__pv_acc(const fa__rule_lanes *ln, int v, int64_t f0, int64_t f1)
+{
+    int u;
+    for (u = 16 * v; u < 16 * v + 16; u++)
+        if (ln->lo[u] > f0 || ln->hi[u] < f1) return 2;
+    return 1;
+}
+
+static void fa__tiled_merge(void *vctx, int64_t tile, int tid);
+
+/* One tile over one chunk of its key blocks: pack Q^T, walk K/V in blocks (scores, the rule where
+   needed, online softmax, P V), then write o and lse, or the chunk's partials. */
 #define FA__QROW(r) (c->q + (int64_t)b * d->qs[0] + (int64_t)(h0 + (r) / nqr) * d->qs[1] + (i0 + (r) % nqr) * d->qs[2])
 static void fa__tiled_item(void *vctx, int64_t item, int tid)
 {
     const fa__tiled_ctx *c = (const fa__tiled_ctx *)vctx;
     const fa__dims *d = c->d;
     const fa__tiled_plan *pl = c->pl;
-    int64_t tile = item / pl->nsplit, i0, klo, khi, nblk, per, blk, blk1, ld = pl->ld;
-    int sp = (int)(item % pl->nsplit), b, h0, nqr, g, nr, nv, r, t, D = d->D, Dv = d->Dv, isa = c->isa;
-    float *Qt = c->ws + (size_t)tid * pl->thread_floats, *St = Qt + ld * D, *Ot = St + ld * pl->bk;
-    float *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
-    const float *kb, *vb;
-    int mods = fa__has_modifiers(d), rowmajor, vec_lanes, vec_bias;
+    const fa__kernels *K = c->K;
+    int64_t tile = item / pl->nchunk, i0, klo, khi, kb, kb0, kb1, ld = pl->ld, bk = pl->bk;
+    int ch = (int)(item % pl->nchunk), b, h0, nqr, nr, nv, r, t, D = d->D, Dv = d->Dv;
+    /* P V's mode: 1 without hidden keys, 2 with a bias, per vector (fa__pv_acc) with the position rule */
+    int masks = fa__has_mask(d), acc_all = !fa__hides_keys(d) ? 1 : d->bias ? 2 : 0;
+    float *lanes = c->ws + (size_t)tid * pl->thread_floats, *Qt = lanes + pl->lane_floats, *St = Qt + ld * D;
+    float *Ot = St + ld * bk, *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
+    const float *kbase, *vbase;
+    int64_t ks = d->ks[2], vs = d->vs[2];
+    fa__rule_lanes ln;
     fa__pf pf;
-    fa__dims nosc = *d;                    /* the rule without softcap, once the tile pass applied it */
 
-    nosc.softcap = 0.0f;
     fa__tile_pos(d, pl, tile, &b, &h0, &i0, &nqr);
-    /* ALiBi and the causal/window mask on lane vectors: one head per tile and key - diagonal
-       distances that fit int32 lanes */
-    vec_lanes = isa == 2 && pl->hpt == 1 && (int64_t)d->Sq + d->Sk + 64 < INT_MAX;
-    if (vec_lanes) nosc.alibi = NULL;
-    /* the bias on lane vectors too (after ALiBi, as the rule orders them) where its strides allow */
-    vec_bias = isa == 2 && pl->hpt == 1 && d->bias && (d->bs[2] == 0 || d->bs[3] == 1) && (!d->alibi || vec_lanes);
-    if (vec_bias) nosc.bias = NULL;
-    g = h0 / d->group;
     nr = pl->hpt * nqr;
     nv = (nr + 15) / 16;
-    kb = d->Sk > 0 ? c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1] : NULL;   /* k, v may be NULL */
-    vb = d->Sk > 0 ? c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1] : NULL;
-    /* up to 8 rows on AVX-512: Q and O row-major, dot-product scores (fa__dots_avx512) */
-#ifdef FLASHATTN__X86
-    rowmajor = isa == 2 && nr <= 8;
-#else
-    rowmajor = 0;
-#endif
-#ifdef FLASHATTN__X86
-    if (isa == 2 && !rowmajor) {
-        /* Q^T through 16 x 16 register transposes, padding lanes zeroed on the way */
-        int r0, u;
-        for (r0 = 0; r0 < nv * 16; r0 += 16) {
-            const float *qp[16];
-            for (u = 0; u < 16; u++)
-                qp[u] = r0 + u < nr ? FA__QROW(r0 + u) : NULL;
-            fa__pack16_avx512(qp, D, d->scale, Qt + r0, ld);
-        }
-    } else
-#endif
-    for (r = 0; r < nr; r++) {
-        const float *qr = FA__QROW(r);
-        if (rowmajor) for (t = 0; t < D; t++) Qt[r * D + t] = qr[t] * d->scale;
-        else for (t = 0; t < D; t++) Qt[t * ld + r] = qr[t] * d->scale;
-    }
-    if (rowmajor) {
-        memset(Ot, 0, (size_t)nr * Dv * sizeof(float));
-        for (t = 0; t < pl->bk; t++) for (r = nr; r < nv * 16; r++) St[t * ld + r] = 0.0f;
-    } else {
-        if (isa != 2) for (t = 0; t < D; t++) for (r = nr; r < nv * 16; r++) Qt[t * ld + r] = 0.0f;
-        memset(Ot, 0, (size_t)Dv * ld * sizeof(float));
-    }
+    /* k, v may be NULL when Sk == 0: no arithmetic on them then */
+    kbase = d->Sk > 0 ? c->k + (int64_t)b * d->ks[0] + (int64_t)(h0 / d->group) * d->ks[1] : NULL;
+    vbase = d->Sk > 0 ? c->v + (int64_t)b * d->vs[0] + (int64_t)(h0 / d->group) * d->vs[1] : NULL;
+    fa__tile_blocks(d, i0, i0 + nqr, bk, &kb0, &kb1, &klo, &khi);
+    if (kb0 < (int64_t)ch * pl->cb) kb0 = (int64_t)ch * pl->cb;
+    if (kb1 > (int64_t)(ch + 1) * pl->cb) kb1 = (int64_t)(ch + 1) * pl->cb;
     for (r = 0; r < nv * 16; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
-
-    fa__rows_range(d, i0, i0 + nqr, &klo, &khi);
-    nblk = (khi - klo + pl->bk - 1) / pl->bk;
-    per = (nblk + pl->nsplit - 1) / pl->nsplit;
-    blk1 = (sp + 1) * per < nblk ? (sp + 1) * per : nblk;
-    for (blk = sp * per; blk < blk1; blk++) {
-        int64_t k0 = klo + blk * pl->bk, k1 = k0 + pl->bk < khi ? k0 + pl->bk : khi;
-        int nk = (int)(k1 - k0), mask = !fa__block_unmasked(d, i0, i0 + nqr, k0, k1), v0 = 0, v1 = nv, r1 = nr;
-        int p0, pe;
-        if (mask && !rowmajor && pl->hpt == 1) {
-            /* a block on the mask's edge: only the lane vectors holding rows that see one of its keys
-               (a contiguous run: a row's visible range only moves right as the row goes down) */
-            int64_t lo, hi;
-            int ra = 0, rb = nr;
-            while (ra < nr && (fa__key_range(d, i0 + ra, &lo, &hi), hi <= k0)) ra++;
-            while (rb > ra && (fa__key_range(d, i0 + rb - 1, &lo, &hi), lo >= k1)) rb--;
-            if (ra >= rb) continue;
-            v0 = ra / 16; v1 = (rb + 15) / 16;
-            r1 = v1 * 16 < nr ? v1 * 16 : nr;
+    /* Q and O row-major for the dot-product kernels (St's padding lanes, which they never write,
+       hold finite values: zeroed once per call, fa_tiled), or transposed */
+    memset(Ot, 0, (size_t)Dv * (pl->rowmajor ? (size_t)nr : (size_t)ld) * sizeof(float));
+    if (kb0 < kb1) {
+        if (pl->rowmajor) {
+            for (r = 0; r < nr; r++) K->scale(Qt + r * D, FA__QROW(r), D, d->scale);
+        } else {
+            int r0, u;
+            for (r0 = 0; r0 < nv * 16; r0 += 16) {
+                const float *qp[16];
+                for (u = 0; u < 16; u++) qp[u] = r0 + u < nr ? FA__QROW(r0 + u) : NULL;
+                K->pack16(qp, D, d->scale, Qt + r0, ld);
+            }
         }
-#ifdef FLASHATTN__X86
-        if (rowmajor) {
-            fa__dots_avx512(Qt, nr, kb + k0 * d->ks[2], d->ks[2], nk, D, St, ld);
-            if (mask || mods)
-                for (r = 0; r < nr; r++)
-                    fa__modify_row(d, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask, isa);
-            fa__online(isa, St, ld, nk, nv, m, l, Ot, ld, 0, tmp);
+        fa__lanes_fill(d, b, h0, i0, nqr, nr, nv * 16, lanes, &ln);
+    }
+
+    for (kb = kb0; kb < kb1; kb++) {
+        int64_t f0 = kb * bk, f1 = f0 + bk < d->Sk ? f0 + bk : d->Sk;      /* the block's full extent */
+        int64_t k0 = f0 > klo ? f0 : klo, k1 = f1 < khi ? f1 : khi;          /* its keys in this tile */
+        int nk = (int)(k1 - k0), mask = masks && !fa__block_unmasked(d, i0, i0 + nqr, k0, k1), v0 = 0, v1 = nv;
+        int p0, pe;
+        if (pl->rowmajor) {
+            K->dots(Qt, nr, kbase + k0 * ks, ks, nk, D, St, ld);
+            if (ln.mods || mask) fa__modify_tile(K, &ln, 0, St, ld, 1, k0, nk, mask);
+            K->online(St, ld, nk, 1, m, l, Ot, ld, 0, tmp);
             for (r = 0; r < nr; r++)
-                if (tmp[r] != 1.0f) for (t = 0; t < Dv; t++) Ot[r * Dv + t] *= tmp[r];
-            fa__pv_rows_avx512(St, ld, nr, vb + k0 * d->vs[2], d->vs[2], nk, Ot, Dv);
+                if (tmp[r] != 1.0f) K->scale(Ot + r * Dv, Ot + r * Dv, Dv, tmp[r]);
+            K->pv_rows(St, ld, nr, vbase + k0 * vs, vs, nk, Ot, Dv);
             continue;
         }
-#endif
+        if (mask && pl->hpt == 1) {
+            /* a block on the mask's edge: only the lane vectors holding rows that see one of its
+               keys (fa__key_rows, a contiguous run) */
+            int64_t ra, rb;
+            fa__key_rows(d, k0, k1, &ra, &rb);
+            ra = ra > i0 ? ra - i0 : 0;
+            rb = rb < i0 + nqr ? rb - i0 : nqr;
+            if (ra >= rb) continue;
+            v0 = (int)(ra / 16); v1 = (int)((rb + 15) / 16);
+        }
         /* the next block's K and V rows toward L2 during this block's GEMM loops, spread over them */
         {
-            int64_t n1 = blk + 1 < blk1 ? (k1 + pl->bk < khi ? k1 + pl->bk : khi) - k1 : 0, lines, it;
+            int64_t n1 = kb + 1 < kb1 ? (k1 + bk < khi ? k1 + bk : khi) - k1 : 0, lines, it;
             int np = 0;
             for (p0 = v0; p0 < v1; p0 = fa__panel_end(p0, v1)) np++;
-            fa__pf_set(&pf, 0, kb, d->ks[2], k1, k1 + n1, D);
-            fa__pf_set(&pf, 1, vb, d->vs[2], k1, k1 + n1, Dv);
+            fa__pf_set(&pf, 0, kbase, ks, k1, k1 + n1, D);
+            fa__pf_set(&pf, 1, vbase, vs, k1, k1 + n1, Dv);
             lines = n1 * (pf.lines[0] + pf.lines[1]);
             it = (int64_t)np * (((int64_t)nk + 7) / 8 * D + ((int64_t)Dv + 7) / 8 * nk);
             pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
         }
-        /* one register panel (up to 48 lanes, fa__gemm's) at a time through scores, modifiers,
+        /* one register panel (up to 48 lanes, fa__gemm's) at a time through scores, the rule,
            softmax and P V, so its slice of the score tile stays in L1 between the steps */
         for (p0 = v0; p0 < v1; p0 = pe) {
-            int pr0 = p0 * 16, pr1;
-            float *S0 = St + pr0, *O0 = Ot + pr0;
+            int pr0 = p0 * 16, va, vb;
+            float *S0 = St + pr0;
             pe = fa__panel_end(p0, v1);
-            pr1 = pe * 16 < r1 ? pe * 16 : r1;
-            fa__gemm(isa, kb + k0 * d->ks[2], d->ks[2], 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0, &pf);
-            if ((mods && (d->softcap > 0.0f || (vec_lanes && d->alibi) || vec_bias)) || (mask && vec_lanes)) {
-                /* the elementwise steps as passes over the panel's contiguous lane vectors, key by
-                   key, in the rule's order (softcap, ALiBi, bias, mask); the rest of the rule row by
-                   row, the mask included when ALiBi or the bias is left to the rows (order) */
-                int jj, tmask = mask && vec_lanes && !nosc.alibi && !nosc.bias;
-                if (d->softcap > 0.0f)
-                    for (jj = 0; jj < nk; jj++) fa__softcap_run(isa, S0 + (int64_t)jj * ld, (pe - p0) * 16, d->softcap);
-#ifdef FLASHATTN__X86
-                {
-                    int64_t diag0 = i0 + pr0 + d->Sk - d->Sq;  /* the diagonal of the panel's first row */
-                    if (vec_lanes && d->alibi)
-                        fa__alibi_tile_avx512(S0, ld, pe - p0, nk, k0, diag0, d->alibi[(int64_t)b * d->alibi_stride + h0]);
-                    if (vec_bias)
-                        fa__bias_tile_avx512(S0, ld, pe - p0, nk, d->bias + (int64_t)b * d->bs[0] + (int64_t)h0 * d->bs[1] +
-                                             (i0 + pr0) * d->bs[2] + k0 * d->bs[3], d->bs[2], d->bs[3],
-                                             (pe * 16 < nr ? pe * 16 : nr) - pr0);
-                    if (tmask)
-                        fa__mask_tile_avx512(S0, ld, pe - p0, nk, k0, diag0, d->causal, d->wl, d->wr);
-                }
-#endif
-                if ((mask && !tmask) || nosc.alibi || nosc.bias)
-                    for (r = pr0; r < pr1; r++)
-                        fa__modify_row(&nosc, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask && !tmask, isa);
-            } else if (mask || mods)
-                for (r = pr0; r < pr1; r++)
-                    fa__modify_row(d, b, h0 + r / nqr, i0 + r % nqr, k0, nk, St + r, ld, mask, isa);
-            fa__online(isa, S0, ld, nk, pe - p0, m + pr0, l + pr0, O0, ld, Dv, tmp);
-            fa__gemm(isa, vb + k0 * d->vs[2], 1, d->vs[2], Dv, nk, S0, ld, O0, ld, pe - p0, mask || d->bias ? 2 : 1, &pf);
+            K->gemm(kbase + k0 * ks, ks, 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0, &pf);
+            if (ln.mods || mask) fa__modify_tile(K, &ln, pr0, S0, ld, pe - p0, k0, nk, mask);
+            K->online(S0, ld, nk, pe - p0, m + pr0, l + pr0, Ot + pr0, ld, Dv, tmp);
+            for (va = p0; va < pe; va = vb) {     /* runs of vectors with one accumulate mode */
+                int acc = acc_all ? acc_all : fa__pv_acc(&ln, va, f0, f1);
+                for (vb = va + 1; vb < pe && (acc_all || fa__pv_acc(&ln, vb, f0, f1) == acc); vb++) {}
+                K->gemm(vbase + k0 * vs, 1, vs, Dv, nk, St + va * 16, ld, Ot + va * 16, ld, vb - va, acc, &pf);
+            }
         }
     }
 
-    /* o (or this part's partials) = O / l, and lse = m + log l; a row that saw no key gets 0 and
+    /* o (or this chunk's partials) = O / l, and lse = m + log l; a row that saw no key gets 0 and
        -INFINITY, a NaN row stays NaN */
-#define FA__OROW(r) (pl->nsplit == 1 ? c->o + (int64_t)b * d->os[0] + (int64_t)(h0 + (r) / nqr) * d->os[1] + \
+#define FA__OROW(r) (pl->nchunk == 1 ? c->o + (int64_t)b * d->os[0] + (int64_t)(h0 + (r) / nqr) * d->os[1] + \
                      (i0 + (r) % nqr) * d->os[2] : c->parts + ((size_t)item * pl->rows + (r)) * Dv)
-#ifdef FLASHATTN__X86
-    if (isa == 2 && !rowmajor) {
+    if (!pl->rowmajor) {
         int r0, u;
         for (r0 = 0; r0 < nr; r0 += 16) {
             float *op[16];
             for (u = 0; u < 16; u++) op[u] = r0 + u < nr ? FA__OROW(r0 + u) : NULL;
-            fa__unpack16_avx512(Ot + r0, ld, l + r0, Dv, op);
+            K->unpack16(Ot + r0, ld, l + r0, Dv, op);
         }
     }
-#endif
     for (r = 0; r < nr; r++) {
-        float lr = l[r], *orow = FA__OROW(r), *lsep;
-        if (pl->nsplit == 1)
-            lsep = d->lse ? d->lse + ((int64_t)b * d->Hq + h0 + r / nqr) * d->Sq + i0 + r % nqr : NULL;
-        else
-            lsep = c->parts + (size_t)pl->items * pl->rows * Dv + (size_t)item * pl->rows + r;
-        if (!(isa == 2 && !rowmajor)) {
+        float lr = l[r];
+        if (pl->nchunk > 1) {      /* the chunk's m and l, apart (fa__merge_row) */
+            float *mp = c->parts + (size_t)pl->items * pl->rows * Dv + (size_t)item * pl->rows + r;
+            mp[0] = lr != lr ? lr : lr > 0.0f ? m[r] : -INFINITY;   /* a NaN row's NaN reaches the merge */
+            mp[(size_t)pl->items * pl->rows] = lr;
+        } else if (d->lse) {
+            d->lse[((int64_t)b * d->Hq + h0 + r / nqr) * d->Sq + i0 + r % nqr] = lr > 0.0f || lr != lr ? m[r] + logf(lr) : -INFINITY;
+        }
+        if (pl->rowmajor) {
+            float *orow = FA__OROW(r);
             if (lr > 0.0f || lr != lr) {
-                float inv = 1.0f / lr;
-                if (rowmajor) for (t = 0; t < Dv; t++) orow[t] = Ot[r * Dv + t] * inv;
-                else for (t = 0; t < Dv; t++) orow[t] = Ot[t * ld + r] * inv;
+                K->scale(orow, Ot + r * Dv, Dv, 1.0f / lr);
             } else {
                 for (t = 0; t < Dv; t++) orow[t] = 0.0f;
             }
         }
-        if (lsep) *lsep = lr > 0.0f || lr != lr ? m[r] + logf(lr) : -INFINITY;
+    }
+    if (c->mu) {     /* the tile's last chunk merges it (the lock orders the other chunks' writes before) */
+        int n;
+        pthread_mutex_lock(c->mu);
+        n = ++c->done[tile];
+        pthread_mutex_unlock(c->mu);
+        if (n == pl->nchunk) fa__tiled_merge(vctx, tile, tid);
     }
 }
 #undef FA__QROW
 #undef FA__OROW
 
-static void fa__merge_row(int dv, int parts, const float *const *op, const float *const *lp, int64_t r,
-                          float *orow, float *lse);
+static void fa__merge_row(int dv, int parts, const float *const *op, const float *const *mp, const float *const *lp,
+                          int64_t r, float *orow, float *lse);
 
-/* The split-key parts of one tile merged into o and lse. */
+/* The chunks of one tile merged into o and lse, in chunk order. */
 static void fa__tiled_merge(void *vctx, int64_t tile, int tid)
 {
     const fa__tiled_ctx *c = (const fa__tiled_ctx *)vctx;
     const fa__dims *d = c->d;
     const fa__tiled_plan *pl = c->pl;
-    const float *op[64], *lp[64];
-    const float *lse0 = c->parts + (size_t)pl->items * pl->rows * d->Dv;
+    const float *op[FA__MAX_CHUNKS], *mp[FA__MAX_CHUNKS], *lp[FA__MAX_CHUNKS];
+    const float *m0 = c->parts + (size_t)pl->items * pl->rows * d->Dv, *l0 = m0 + (size_t)pl->items * pl->rows;
     int64_t i0;
     int b, h0, nqr, r, p;
     float *lse;
     (void)tid;
     fa__tile_pos(d, pl, tile, &b, &h0, &i0, &nqr);
-    for (p = 0; p < pl->nsplit; p++) {
-        op[p] = c->parts + (size_t)(tile * pl->nsplit + p) * pl->rows * d->Dv;
-        lp[p] = lse0 + (size_t)(tile * pl->nsplit + p) * pl->rows;
+    for (p = 0; p < pl->nchunk; p++) {
+        op[p] = c->parts + (size_t)(tile * pl->nchunk + p) * pl->rows * d->Dv;
+        mp[p] = m0 + (size_t)(tile * pl->nchunk + p) * pl->rows;
+        lp[p] = l0 + (size_t)(tile * pl->nchunk + p) * pl->rows;
     }
     /* a tile's rows are contiguous in lse: one head's rows from i0, or all rows of hpt heads */
     lse = d->lse ? d->lse + ((int64_t)b * d->Hq + h0) * d->Sq + i0 : NULL;
     for (r = 0; r < pl->hpt * nqr; r++) {
         float *orow = c->o + (int64_t)b * d->os[0] + (int64_t)(h0 + r / nqr) * d->os[1] + (i0 + r % nqr) * d->os[2];
-        fa__merge_row(d->Dv, pl->nsplit, op, lp, r, orow, lse);
+        fa__merge_row(d->Dv, pl->nchunk, op, mp, lp, r, orow, lse);
     }
 }
 
@@ -2727,7 +2993,7 @@ FLASHATTN__CPU_DEF size_t fa_tiled_workspace_bytes(const fa_params *p)
     fa__dims d;
     fa__tiled_plan pl;
     if (!p || fa__resolve(p, p, p, p, p, &d, NULL) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
-    fa__tiled_plan_make(&d, &pl);
+    fa__tiled_plan_make(&d, fa__kernels_for(fa__isa()), &pl);
     return pl.total;
 }
 
@@ -2736,19 +3002,36 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
     fa__dims d;
     fa__tiled_plan pl;
     fa__tiled_ctx c;
+    pthread_mutex_t mu;
     void *mem;
     fa_status st = fa__forward_check(p, q, k, v, o, NULL, &d, NULL);
     if (st != FA_OK) return st;
     if (d.Sq == 0) return FA_OK;
-    fa__tiled_plan_make(&d, &pl);
+    c.K = fa__kernels_for(fa__isa());
+    fa__tiled_plan_make(&d, c.K, &pl);
     if (pl.total == SIZE_MAX) return FA_ERR_NO_MEMORY;
     mem = FLASHATTN_MALLOC(pl.total);
     if (!mem) return FA_ERR_NO_MEMORY;
     c.d = &d; c.pl = &pl; c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v;
-    c.o = (float *)o; c.ws = (float *)fa__align64(mem); c.isa = fa__isa();
+    c.o = (float *)o; c.ws = (float *)fa__align64(mem);
     c.parts = c.ws + pl.thread_floats * pl.nthreads;
+    c.done = NULL; c.mu = NULL;
+    if (pl.nchunk > 1 && pthread_mutex_init(&mu, NULL) == 0) {
+        /* the last chunk of a tile to finish merges the tile, in the same run of the threads */
+        c.done = (int *)(c.parts + fa__round16(fa__mul_size(fa__mul_size((size_t)pl.items, (size_t)pl.rows),
+                                                            (size_t)d.Dv + 2)));
+        memset(c.done, 0, (size_t)pl.tiles * sizeof(int));
+        c.mu = &mu;
+    }
+    if (pl.rowmajor) {      /* the row-major kernels' St: padding lanes finite from the start */
+        int t;
+        for (t = 0; t < pl.nthreads; t++)
+            memset(c.ws + (size_t)t * pl.thread_floats + pl.lane_floats + (size_t)pl.ld * d.D, 0,
+                   (size_t)pl.ld * pl.bk * sizeof(float));
+    }
     fa__run(d.pool, fa__tiled_item, &c, pl.items, pl.nthreads, c.parts + pl.part_floats);
-    if (pl.nsplit > 1) fa__run(d.pool, fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
+    if (c.mu) pthread_mutex_destroy(&mu);
+    else if (pl.nchunk > 1) fa__run(d.pool, fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
     FLASHATTN_FREE(mem);
     return FA_OK;
 }
@@ -3393,15 +3676,20 @@ static fa_status fa__merge_parts(int rows, int dv, int parts, const float *const
     return FA_OK;
 }
 
-/* One row of the merge; o may alias any o_parts[p] row (read before written, element by element).
-   A NaN lse (a part's row reached by a NaN) makes the merged row NaN. */
-static void fa__merge_row(int dv, int parts, const float *const *op, const float *const *lp, int64_t r,
-                          float *orow, float *lse)
+/* One row of the merge, the log-sum-exp rule written once: part p holds the row's o_p (op[p] row r)
+   and its log-sum-exp as a reference max and a sum, m_p + log l_p (mp[p][r] and lp[p][r]; lp NULL:
+   l_p = 1, mp is the lse). With M = max m_p and w_p = exp(m_p - M) l_p: o = sum_p w_p o_p / sum_p w_p
+   and lse = M + log sum_p w_p; a part with m_p = -INFINITY adds nothing. fa_merge has the lse of
+   each part; the tiled path keeps m and l apart, since m + log l in fp32 would lose log l to the
+   rounding of a large m. o may alias any op[p] row (read before written, element by element).
+   A NaN m_p (a part's row reached by a NaN) makes the merged row NaN. */
+static void fa__merge_row(int dv, int parts, const float *const *op, const float *const *mp, const float *const *lp,
+                          int64_t r, float *orow, float *lse)
 {
-    float mx = -INFINITY, sum = 0.0f;
-    int p, t;
+    float mx = -INFINITY, sum = 0.0f, w[64], a[64];
+    int p, p0, pn, t, t0, tn, u;
     for (p = 0; p < parts; p++) {
-        float x = lp[p][r];
+        float x = mp[p][r];
         if (x > mx || x != x) mx = x;          /* once NaN, mx stays NaN */
     }
     if (mx == -INFINITY) {
@@ -3409,13 +3697,26 @@ static void fa__merge_row(int dv, int parts, const float *const *op, const float
         if (lse) lse[r] = -INFINITY;
         return;
     }
-    for (p = 0; p < parts; p++) sum += lp[p][r] == -INFINITY ? 0.0f : expf(lp[p][r] - mx);
-    for (t = 0; t < dv; t++) {
-        float a = 0.0f;
-        for (p = 0; p < parts; p++)
-            if (lp[p][r] != -INFINITY) a += expf(lp[p][r] - mx) * op[p][r * (int64_t)dv + t];
-        orow[t] = a / sum;
+    for (p = 0; p < parts; p++)
+        sum += mp[p][r] == -INFINITY ? 0.0f : expf(mp[p][r] - mx) * (lp ? lp[p][r] : 1.0f);
+    /* each element sums its parts in part order: the weights 64 parts at a time (each computed
+       once), the elements 64 at a time in a local accumulator, written back after their reads */
+    for (p0 = 0; p0 < parts; p0 += 64) {
+        pn = parts - p0 < 64 ? parts - p0 : 64;
+        for (p = 0; p < pn; p++)
+            w[p] = mp[p0 + p][r] == -INFINITY ? 0.0f : expf(mp[p0 + p][r] - mx) * (lp ? lp[p0 + p][r] : 1.0f);
+        for (t0 = 0; t0 < dv; t0 += 64) {
+            tn = dv - t0 < 64 ? dv - t0 : 64;
+            for (u = 0; u < tn; u++) a[u] = p0 ? orow[t0 + u] : 0.0f;
+            for (p = 0; p < pn; p++) {
+                const float *x = op[p0 + p] + r * (int64_t)dv + t0;
+                if (mp[p0 + p][r] == -INFINITY) continue;
+                for (u = 0; u < tn; u++) a[u] += w[p] * x[u];
+            }
+            for (u = 0; u < tn; u++) orow[t0 + u] = a[u];
+        }
     }
+    for (t = 0; t < dv; t++) orow[t] /= sum;
     if (lse) lse[r] = mx + logf(sum);
 }
 
@@ -3436,7 +3737,7 @@ FLASHATTN__CPU_DEF fa_status fa_merge(int rows, int dv, int parts, const float *
     if (st != FA_OK) return st;
     if (rows == 0) return FA_OK;
     if ((st = fa__merge_parts(rows, dv, parts, o_parts, lse_parts, o, lse, NULL)) != FA_OK) return st;
-    for (r = 0; r < rows; r++) fa__merge_row(dv, parts, o_parts, lse_parts, r, o + r * (int64_t)dv, lse);
+    for (r = 0; r < rows; r++) fa__merge_row(dv, parts, o_parts, lse_parts, NULL, r, o + r * (int64_t)dv, lse);
     return FA_OK;
 }
 

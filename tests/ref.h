@@ -4,7 +4,8 @@
    suite that uses a part gets no unused-function warnings); no test framework in here.
    Include "flashattn.h" (declarations) before this file.
 
-   ref_attention() is API.md's "Meaning" and "Masks and score modifiers" sections written as
+   ref_attention() is the SEMANTICS block at the top of flashattn.h (the scores, the modifiers in
+   their order, the position rule, softmax and lse, the rows with no visible key) written as
    directly as possible, in double, one (batch, head, row) at a time: no tiling, no online
    softmax, no shortcuts shared with the library. The helpers give every suite the same inputs:
    a seeded N(0,1) generator, tensors allocated and filled for a given fa_params (with its
@@ -82,7 +83,7 @@ static inline void ref_fill_normal(ref_rng *r, float *x, size_t n)
     for (i = 0; i < n; i++) x[i] = (float)ref_normal(r);
 }
 
-/* ---- the request resolved: defaults filled in, the way API.md defines them ---------------- */
+/* ---- the request resolved: defaults filled in, as fa_params's comments in flashattn.h say --- */
 
 typedef struct ref_dims {
     int B, Hq, Hkv, Sq, Sk, D, Dv;
@@ -256,7 +257,7 @@ static inline int ref_o_gaps_untouched(const fa_params *p, const float *o, size_
 
 /* ---- the reference ------------------------------------------------------------------------- */
 
-/* API.md's attention in double. q, k, v are p's fp32 tensors with p's strides; the modifiers
+/* flashattn.h's SEMANTICS in double. q, k, v are p's fp32 tensors with p's strides; the modifiers
    (scale, causal, windows, softcap, ALiBi, bias) are read from p. Outputs, each optional:
    o_ref packed [B][Hq][Sq][Dv], lse_ref [B][Hq][Sq], scores_ref [B][Hq][Sq][Sk] (step 4's
    values, -INFINITY where hidden), all fp32 rounded from double. Returns 0 if out of memory. */
@@ -361,7 +362,7 @@ static inline void ref_merge(int rows, int dv, int parts, const float *const *o_
 
 /* ---- comparisons --------------------------------------------------------------------------- */
 
-/* ||out - ref||_2 / ||ref||_2 in double (API.md's fp16/bf16 measure); NaN if out has a NaN;
+/* ||out - ref||_2 / ||ref||_2 in double (the fp16/bf16 accuracy measure); NaN if out has a NaN;
    0 when both are all zero. */
 static inline double ref_rel_error(const float *out, const float *ref, size_t n)
 {
@@ -473,13 +474,13 @@ static inline void ref_round_to(fa_dtype dt, float *x, size_t n)
 
 /* ---- the reference backward ---------------------------------------------------------------- */
 
-/* API.md's forward and backward in double on double inputs (q, k, v with p's strides, d_o with
-   o's strides): *loss = sum over rows of dot(o_i, d_o_i), and, when dq is not NULL, the gradients
-   of that loss, packed: dq [B][Hq][Sq][D], dk [B][Hkv][Sk][D], dv [B][Hkv][Sk][Dv] (dk and dv
-   summed over the query heads of a kv head). Written from the definitions: P by a softmax of the
-   visible scores, dS = P (dP - delta) times softcap's derivative 1 - tanh^2(s / softcap) at the
-   scaled score s. Central differences of *loss check the gradients (test_reference_gradients).
-   Returns 0 if out of memory. */
+/* flashattn.h's forward (SEMANTICS) and backward (the fa_*_backward comment) in double on double
+   inputs (q, k, v with p's strides, d_o with o's strides): *loss = sum over rows of dot(o_i,
+   d_o_i), and, when dq is not NULL, the gradients of that loss, packed: dq [B][Hq][Sq][D], dk
+   [B][Hkv][Sk][D], dv [B][Hkv][Sk][Dv] (dk and dv summed over the query heads of a kv head).
+   Written from the definitions: P by a softmax of the visible scores, dS = P (dP - delta) times
+   softcap's derivative 1 - tanh^2(s / softcap) at the scaled score s. Central differences of *loss
+   check the gradients (test_reference_gradients). Returns 0 if out of memory. */
 static inline int ref_backward_d(const fa_params *p, const double *q, const double *k, const double *v,
                                  const double *d_o, double *loss, double *dq, double *dk, double *dv)
 {

@@ -1132,6 +1132,222 @@ static void test_decode(void **state)
 }
 
 /* ============================================================================================== */
+/* Issue #10: a row's o and lse depend on its inputs and p only                                   */
+/* ============================================================================================== */
+
+typedef struct det_shape {
+    const char *name;
+    int B, Hq, Hkv, Sq, Sk, D, causal, wl, wr, alibi, bias, bq, bk;   /* bias 1: packed, 2: key padding */
+    float cap;
+    int varies;    /* 1: the library's tile height differs between the calls below; 2: the keys are split */
+} det_shape;
+
+/* fa_tiled on a view of c's packed tensors: batch b, kv groups [g, g + ng) (query heads g*group ..),
+   as a request of its own (1 batch, ng kv heads, explicit strides), writing o and lse at the view's
+   place in packed o_full, lse_full. */
+static fa_status det_view(const tcase *c, int b, int g, int ng, int threads, fa_pool *pool, float *o_full,
+                          float *lse_full, float *lse_tmp)
+{
+    const fa_params *P = &c->p;
+    fa_params p = *P;
+    int Hkv = P->kv_heads ? P->kv_heads : P->heads, grp = P->heads / Hkv, Dv = P->head_dim_v ? P->head_dim_v : P->head_dim;
+    int64_t qs[3], ks[3], vs[3], os[3], bs[4];
+    fa_status st;
+    size_t i;
+    qs[2] = P->head_dim; qs[1] = (int64_t)P->seq_q * qs[2]; qs[0] = P->heads * qs[1];
+    ks[2] = P->head_dim; ks[1] = (int64_t)P->seq_k * ks[2]; ks[0] = Hkv * ks[1];
+    vs[2] = Dv; vs[1] = (int64_t)P->seq_k * vs[2]; vs[0] = Hkv * vs[1];
+    os[2] = Dv; os[1] = (int64_t)P->seq_q * os[2]; os[0] = P->heads * os[1];
+    memcpy(bs, P->bias_stride, sizeof bs);
+    if (P->bias && !bs[0] && !bs[1] && !bs[2] && !bs[3]) {
+        bs[3] = 1; bs[2] = P->seq_k; bs[1] = (int64_t)P->seq_q * bs[2]; bs[0] = P->heads * bs[1];
+    }
+    p.batch = 1; p.heads = ng * grp; p.kv_heads = ng;
+    memcpy(p.q_stride, qs, sizeof qs); memcpy(p.k_stride, ks, sizeof ks);
+    memcpy(p.v_stride, vs, sizeof vs); memcpy(p.o_stride, os, sizeof os);
+    p.threads = threads; p.pool = pool; p.lse = lse_tmp;
+    if (P->bias) { p.bias = P->bias + b * bs[0] + (int64_t)g * grp * bs[1]; memcpy(p.bias_stride, bs, sizeof bs); }
+    if (P->alibi_slopes) p.alibi_slopes = P->alibi_slopes + b * P->alibi_stride + g * grp;
+    st = fa_tiled(&p, c->t.q + b * qs[0] + (int64_t)g * grp * qs[1], c->t.k + b * ks[0] + g * ks[1],
+                  c->t.v + b * vs[0] + g * vs[1], o_full + b * os[0] + (int64_t)g * grp * os[1]);
+    for (i = 0; i < (size_t)ng * grp * P->seq_q; i++)
+        lse_full[((size_t)b * P->heads + (size_t)g * grp) * P->seq_q + i] = lse_tmp[i];
+    return st;
+}
+
+/* The library's tiling of a request: tile height and key chunks. */
+static void det_plan(const fa_params *p, int *nq, int *nchunk)
+{
+    fa__dims d;
+    fa__tiled_plan pl;
+    assert_int_equal(fa__resolve(p, p, p, p, p, &d, NULL), FA_OK);
+    fa__tiled_plan_make(&d, fa__kernels_for(fa__isa()), &pl);
+    *nq = pl.nq;
+    *nchunk = pl.nchunk;
+}
+
+/* Bitwise the same o and lse at threads 1, 2, 3, 5, 8, on a pool, and for a batch of 1 or a group
+   of heads computed alone, over prefill, causal, windows, the modifiers, decode (Sq 1..16, Sk up to
+   5000) and packed GQA heads; the threads=1 result is checked against the float64 reference too. The
+   plans are checked to differ where the case says so (tile heights, split keys), so that the
+   comparisons meet different tilings. */
+static void test_determinism(void **state)
+{
+    static const det_shape S[] = {
+        { "prefill", 3, 2, 2, 300, 300, 32, 0, 0, 0, 0, 0, 0, 0, 0.0f, 1 },
+        { "prefill causal GQA", 3, 4, 2, 333, 333, 64, 1, 0, 0, 0, 0, 0, 0, 0.0f, 1 },
+        { "causal window", 2, 2, 2, 400, 500, 32, 1, 37, 0, 0, 0, 0, 0, 0.0f, 1 },
+        { "window both sides, Sq > Sk", 2, 2, 2, 350, 300, 32, 0, 50, 20, 0, 0, 0, 0, 0.0f, 1 },
+        { "causal softcap alibi bias", 2, 2, 2, 200, 260, 128, 1, 0, 0, 1, 1, 0, 0, 5.0f, 1 },
+        { "bias key padding, window", 2, 4, 2, 100, 400, 32, 0, 60, 0, 0, 2, 0, 0, 0.0f, 1 },
+        { "user blocks", 2, 2, 2, 150, 170, 32, 1, 0, 0, 1, 0, 20, 48, 0.0f, 0 },
+        { "decode GQA (issue #10's example)", 8, 8, 2, 1, 4096, 64, 0, 0, 0, 0, 0, 0, 0, 0.0f, 2 },
+        { "decode Sq=3 causal", 2, 4, 4, 3, 5000, 32, 1, 0, 0, 0, 0, 0, 0, 0.0f, 2 },
+        { "decode window modifiers", 2, 2, 2, 2, 1500, 32, 1, 300, 0, 1, 2, 0, 0, 5.0f, 2 },
+        { "decode GQA packed modifiers", 2, 8, 2, 4, 2000, 32, 0, 0, 0, 1, 0, 0, 0, 5.0f, 2 },
+        { "row-major decode modifiers", 2, 3, 3, 5, 700, 32, 0, 200, 50, 1, 1, 0, 0, 0.0f, 2 },
+        { "16 rows, split keys", 2, 2, 2, 16, 3000, 32, 1, 0, 0, 0, 0, 0, 0, 0.0f, 2 }
+    };
+    static const int T[] = { 1, 2, 3, 5, 8 };
+    size_t s, i;
+    (void)state;
+    for (s = 0; s < sizeof S / sizeof S[0]; s++) {
+        const det_shape *x = &S[s];
+        tcase c;
+        fa_params p = shape(x->B, x->Hq, x->Hkv, x->Sq, x->Sk, x->D, 0, x->causal);
+        fa_pool *pool;
+        float *o0, *l0, *o1, *l1, *lt;
+        int nq0, nq1, nch, varied = 0, split = 1, run;
+        p.window_left = x->wl; p.window_right = x->wr; p.softcap = x->cap;
+        p.block_q = x->bq; p.block_k = x->bk;
+        tc_init(&c, &p, "determinism: %s", x->name);
+        if (x->alibi) tc_alibi(&c, 1, x->Hq);
+        if (x->bias == 1) tc_bias(&c, 0, 0, 0, 0);
+        if (x->bias == 2) {
+            static const int pad[2] = { 0, 41 };
+            tc_bias(&c, x->Sk, 0, 0, 1);
+            bias_pad_keys(&c, pad);
+        }
+        tc_ref(&c);
+        o0 = ref_alloc(c.n_o); l0 = ref_alloc(c.rows); o1 = ref_alloc(c.n_o); l1 = ref_alloc(c.rows);
+        lt = ref_alloc(c.rows);
+        assert_true(o0 && l0 && o1 && l1 && lt);
+        assert_int_equal(fa_pool_create(4, &pool), FA_OK);
+        p = c.p;
+        p.threads = 1; p.lse = l0;
+        assert_int_equal(fa_tiled(&p, c.t.q, c.t.k, c.t.v, o0), FA_OK);
+        assert_true(close_rows(&c, "threads=1 o", o0, c.ref_o, c.rows, c.n_o / c.rows, NULL));
+        assert_true(close_rows(&c, "threads=1 lse", l0, c.ref_lse, c.rows, 1, NULL));
+        det_plan(&p, &nq0, &nch);
+        split &= nch > 1;
+        /* the whole request at other thread counts and on the pool (all its threads, and 3) */
+        for (run = 0; run < (int)(sizeof T / sizeof T[0]) + 1; run++) {
+            p = c.p;
+            p.threads = run < (int)(sizeof T / sizeof T[0]) ? T[run] : 0;
+            p.pool = run < (int)(sizeof T / sizeof T[0]) ? NULL : pool;
+            p.lse = l1;
+            ref_poison(o1, c.n_o * sizeof(float)); ref_poison(l1, c.rows * sizeof(float));
+            assert_int_equal(fa_tiled(&p, c.t.q, c.t.k, c.t.v, o1), FA_OK);
+            if (memcmp(o0, o1, c.n_o * sizeof(float)) || memcmp(l0, l1, c.rows * sizeof(float)))
+                fail_msg("%s: threads %d%s differ from threads 1", c.name, p.threads, p.pool ? " (pool)" : "");
+            det_plan(&p, &nq1, &nch);
+            varied |= nq1 != nq0;
+            split &= nch > 1;
+        }
+        p = c.p; p.threads = 3; p.pool = pool; p.lse = l1;
+        assert_int_equal(fa_tiled(&p, c.t.q, c.t.k, c.t.v, o1), FA_OK);
+        if (memcmp(o0, o1, c.n_o * sizeof(float)) || memcmp(l0, l1, c.rows * sizeof(float)))
+            fail_msg("%s: 3 threads of a pool differ from threads 1", c.name);
+        /* every batch alone (1 thread, 3, a pool), and the last kv group of the last batch alone */
+        for (i = 0; i < 3; i++) {
+            int b, th = i == 1 ? 3 : 1;
+            memcpy(o1, o0, c.n_o * sizeof(float)); memcpy(l1, l0, c.rows * sizeof(float));
+            for (b = 0; b < x->B; b++) {
+                size_t off = (size_t)b * x->Hq * x->Sq, n = (size_t)x->Hq * x->Sq;
+                ref_poison(o1 + off * x->D, n * x->D * sizeof(float)); ref_poison(l1 + off, n * sizeof(float));
+                assert_int_equal(det_view(&c, b, 0, x->Hkv, th, i == 2 ? pool : NULL, o1, l1, lt), FA_OK);
+            }
+            if (memcmp(o0, o1, c.n_o * sizeof(float)) || memcmp(l0, l1, c.rows * sizeof(float)))
+                fail_msg("%s: batches computed alone (threads %d%s) differ", c.name, th, i == 2 ? ", pool" : "");
+        }
+        {
+            int b = x->B - 1, g = x->Hkv - 1, grp = x->Hq / x->Hkv;
+            size_t off = ((size_t)b * x->Hq + (size_t)g * grp) * x->Sq, n = (size_t)grp * x->Sq;
+            fa_params v = c.p;
+            memcpy(o1, o0, c.n_o * sizeof(float)); memcpy(l1, l0, c.rows * sizeof(float));
+            ref_poison(o1 + off * x->D, n * x->D * sizeof(float)); ref_poison(l1 + off, n * sizeof(float));
+            assert_int_equal(det_view(&c, b, g, 1, 2, NULL, o1, l1, lt), FA_OK);
+            if (memcmp(o0, o1, c.n_o * sizeof(float)) || memcmp(l0, l1, c.rows * sizeof(float)))
+                fail_msg("%s: kv group %d of batch %d computed alone differs", c.name, g, b);
+            v.batch = 1; v.heads = grp; v.kv_heads = 1; v.threads = 1;
+            det_plan(&v, &nq1, &nch);
+            varied |= nq1 != nq0;
+        }
+        if (x->varies == 1 && !varied) fail_msg("%s: every call had the same tile height", c.name);
+        if (x->varies == 2 && !split) fail_msg("%s: some call did not split the keys", c.name);
+        fa_pool_destroy(pool);
+        free(o0); free(l0); free(o1); free(l1); free(lt);
+        tc_free(&c);
+    }
+    {   /* a key whose weight underflows to 0 in every row that sees it, with an inf in its V: whether
+           a row adds 0 * inf (NaN) or leaves the key out must not depend on the tiling, here on
+           whether block 0 is on the mask's edge for the tile holding the row (the tiles' heights
+           differ with the threads) */
+        tcase c;
+        fa_params p = shape(2, 2, 0, 300, 300, 16, 0, 1);
+        float *o0, *o1;
+        size_t i, nan0 = 0;
+        tc_init(&c, &p, "determinism: an inf in V behind a zero weight");
+        for (i = 0; i < c.t.nq; i += 16) c.t.q[i] = 4.0f;
+        for (i = 0; i < c.t.nk; i += (size_t)300 * 16) {
+            c.t.k[i + 5 * 16] = -400.0f;                   /* key 5: a score near -400 in every row */
+            c.t.v[i + 5 * 16 + 3] = INFINITY;
+        }
+        tc_ref(&c);
+        o0 = ref_alloc(c.n_o); o1 = ref_alloc(c.n_o);
+        assert_true(o0 && o1);
+        p = c.p; p.threads = 1;
+        assert_int_equal(fa_tiled(&p, c.t.q, c.t.k, c.t.v, o0), FA_OK);
+        for (i = 0; i < c.n_o; i++) nan0 += o0[i] != o0[i];
+        for (i = 1; i < sizeof T / sizeof T[0]; i++) {
+            p.threads = T[i];
+            assert_int_equal(fa_tiled(&p, c.t.q, c.t.k, c.t.v, o1), FA_OK);
+            if (memcmp(o0, o1, c.n_o * sizeof(float)))
+                fail_msg("%s: threads %d differ from threads 1 (%zu NaN at threads 1)", c.name, T[i], nan0);
+        }
+        free(o0); free(o1);
+        tc_free(&c);
+    }
+    {   /* a row's bits do not depend on the other rows' data, even those sharing its SIMD vector:
+           row 1 made to score far above its running max late in the keys (its rescale), every
+           other row must keep its bits (and rows of other batches, heads and the same head) */
+        static const int th2[] = { 1, 2 };
+        tcase c;
+        fa_params p = shape(2, 2, 0, 40, 900, 32, 0, 0);
+        float *o0, *o1, *l0, *l1;
+        size_t i, t, n = 900;
+        int run;
+        tc_init(&c, &p, "determinism: a row alone among others");
+        tc_ref(&c);
+        o0 = ref_alloc(c.n_o); o1 = ref_alloc(c.n_o); l0 = ref_alloc(c.rows); l1 = ref_alloc(c.rows);
+        assert_true(o0 && o1 && l0 && l1);
+        for (run = 0; run < 2; run++) {
+            p = c.p; p.threads = th2[run]; p.lse = l0;
+            assert_int_equal(fa_tiled(&p, c.t.q, c.t.k, c.t.v, o0), FA_OK);
+            if (run == 0) for (t = 0; t < 32; t++) c.t.q[32 + t] = 4.0f * c.t.k[(n - 100) * 32 + t];
+            p.lse = l1;
+            assert_int_equal(fa_tiled(&p, c.t.q, c.t.k, c.t.v, o1), FA_OK);
+            for (i = 0; i < c.rows; i++)
+                if (i != 1 && (memcmp(o0 + i * 32, o1 + i * 32, 32 * sizeof(float)) || memcmp(l0 + i, l1 + i, sizeof(float))))
+                    fail_msg("%s: row %zu changed with row 1's data (threads %d)", c.name, i, p.threads);
+            if (run == 0 && !memcmp(o0 + 32, o1 + 32, 32 * sizeof(float))) fail_msg("%s: row 1 did not change", c.name);
+        }
+        free(o0); free(o1); free(l0); free(l1);
+        tc_free(&c);
+    }
+}
+
+/* ============================================================================================== */
 /* Issue #2: errors, memory                                                                       */
 /* ============================================================================================== */
 
@@ -1422,9 +1638,10 @@ static void test_size_limits(void **state)
             p.block_q = bq ? INT_MAX : 0;
             p.threads = 2;
             assert_int_equal(fa__resolve(&p, &p, &p, &p, &p, &d, NULL), FA_OK);
-            fa__tiled_plan_make(&d, &pl);
+            fa__tiled_plan_make(&d, fa__kernels_for(fa__isa()), &pl);
             assert_true(pl.nq > 0 && pl.ld >= pl.rows && pl.qtiles > 0 && pl.items >= pl.qtiles);
-            assert_true(pl.qtiles * pl.nq >= (int64_t)sqs[i] && (pl.qtiles - 1) * pl.nq < (int64_t)sqs[i]);
+            /* the tiles cover the rows (the last may take a remainder of under 16 rows) */
+            assert_true(pl.qtiles * pl.nq + (pl.rows - pl.nq) >= (int64_t)sqs[i] && (pl.qtiles - 1) * pl.nq < (int64_t)sqs[i]);
             fa__tile_pos(&d, &pl, 0, &b, &h0, &i0, &nqr);      /* the first tile holds the last rows */
             assert_true(nqr > 0 && i0 + nqr == (int64_t)sqs[i]);
             assert_true(fa_tiled_workspace_bytes(&p) > 0);
@@ -2187,6 +2404,7 @@ int main(void)
         cmocka_unit_test(test_nan_isolation),
         cmocka_unit_test(test_nan_propagates),
         cmocka_unit_test(test_decode),
+        cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_errors_invalid),
         cmocka_unit_test(test_errors_overlap),
         cmocka_unit_test(test_errors_no_memory),
