@@ -2757,7 +2757,7 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
     pl->nchunk = 1;
     pl->cb = nb > 0 ? (int)nb : 1;
     if (pl->hpt > 1 || d->Sq <= FA__SPLIT_ROWS) {
-        int64_t cb = (nb + FA__MAX_CHUNKS - 1) / FA__MAX_CHUNKS, least = (FA__CHUNK_KEYS + pl->bk - 1) / pl->bk;
+        int64_t cb = (nb + FA__MAX_CHUNKS - 1) / FA__MAX_CHUNKS, least = ((int64_t)FA__CHUNK_KEYS + pl->bk - 1) / pl->bk;
         if (cb < least) cb = least;
         if (nb > cb) {
             pl->cb = (int)cb;
