@@ -299,6 +299,11 @@ FLASHATTN_DEF fa_status fa_naive_backward(const fa_params *p, const void *q, con
 FLASHATTN_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q, const void *k, const void *v,
                                           const void *o, const void *d_o, void *dq, void *dk, void *dv);
 FLASHATTN_DEF size_t fa_naive_backward_workspace_bytes(const fa_params *p);
+/* Why fa_tiled_backward would refuse these arguments (NULL: accepted), as fa_explain does for the
+   forward; fa_naive_backward accepts the same requests and a NULL p->lse besides. */
+FLASHATTN_DEF const char *fa_explain_backward(const fa_params *p, const void *q, const void *k, const void *v,
+                                              const void *o, const void *d_o, const void *dq, const void *dk,
+                                              const void *dv);
 FLASHATTN_DEF size_t fa_tiled_backward_workspace_bytes(const fa_params *p);
 
 #ifdef FLASHATTN_CUDA   /* device pointers; same meanings */
@@ -3142,32 +3147,80 @@ static void fa__bwd_softcap(int isa, float *s, float *g, int n, float cap)
     for (t = 0; t < n; t++) g[t] = fa__softcap_grad(s[t], cap);
 }
 
-/* The request of a backward: fa__resolve's checks, the CPU's, and the gradient buffers, which are
-   outputs laid out as q, k, v (so their strides must be writable ones: no zero stride on an axis
-   with more than one index, token rows that do not overlap). */
-static int fa__bwd_writable(const int64_t s[3], int64_t n0, int64_t n1, int64_t n2, int width)
-{
-    const int64_t n[3] = { n0, n1, n2 };
-    int a;
-    if (n0 == 0 || n1 == 0 || n2 == 0) return 1;     /* nothing is written */
-    for (a = 0; a < 3; a++)
-        if (s[a] < 0 || (n[a] > 1 && s[a] == 0)) return 0;
-    return !(n2 > 1 && s[2] < width);
-}
-
+/* The request of a backward: fa__resolve's checks (o's strides, which d_o shares, included), the
+   CPU's, the pointers (d_o and dq with query rows, dk and dv with keys, lse for the tiled path), and
+   the gradient buffers, which are outputs laid out as q, k, v: their rows disjoint
+   (fa__rows_disjoint, so a broadcast input has no gradient buffer of its own), and sharing memory
+   with no input (q, k, v, o, d_o, lse, bias, slopes) and with no other gradient. */
 static fa_status fa__bwd_resolve(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
                                  const void *d_o, const void *dq, const void *dk, const void *dv,
-                                 int need_lse, fa__dims *d)
+                                 int need_lse, fa__dims *d, const char **why)
 {
-    fa_status st = fa__resolve(p, q, k, v, o, d, NULL);
+    const fa_status bad = FA_ERR_INVALID_ARG;
+    int64_t n3q[3], n3k[3], nb[4], nB, lo, hi, rows;
+    uintptr_t in[8][2], out[3][2];
+    int ni = 0, a, t;
+    fa_status st = fa__resolve(p, q, k, v, o, d, why);
     if (st != FA_OK) return st;
-    if ((st = fa__cpu_check(d)) != FA_OK) return st;
-    if (d->Sq > 0 && (!d_o || !dq || (need_lse && !d->lse))) return FA_ERR_INVALID_ARG;
-    if (d->Sk > 0 && (!dk || !dv)) return FA_ERR_INVALID_ARG;
-    if (!fa__bwd_writable(d->qs, d->B, d->Hq, d->Sq, d->D) || !fa__bwd_writable(d->ks, d->B, d->Hkv, d->Sk, d->D) ||
-        !fa__bwd_writable(d->vs, d->B, d->Hkv, d->Sk, d->Dv))
-        return FA_ERR_INVALID_ARG;
+    if ((st = fa__cpu_check_why(d, why)) != FA_OK) return st;
+    if (d->Sq > 0 && !d_o) return fa__why(why, bad, "d_o is NULL (the upstream gradient, laid out as o)");
+    if (d->Sq > 0 && !dq) return fa__why(why, bad, "dq is NULL");
+    if (d->Sq > 0 && need_lse && !d->lse)
+        return fa__why(why, bad, "lse is NULL: the tiled backward needs the forward's lse in p->lse");
+    if (d->Sk > 0 && !dk) return fa__why(why, bad, "dk is NULL");
+    if (d->Sk > 0 && !dv) return fa__why(why, bad, "dv is NULL");
+    n3q[0] = d->B; n3q[1] = d->Hq; n3q[2] = d->Sq;
+    n3k[0] = d->B; n3k[1] = d->Hkv; n3k[2] = d->Sk;
+    if (!fa__rows_disjoint(3, n3q, d->qs, d->D))
+        return fa__why(why, bad, "q_stride makes rows of dq overlap (dq is written with q's strides: no broadcast)");
+    if (!fa__rows_disjoint(3, n3k, d->ks, d->D))
+        return fa__why(why, bad, "k_stride makes rows of dk overlap (dk is written with k's strides: no broadcast)");
+    if (!fa__rows_disjoint(3, n3k, d->vs, d->Dv))
+        return fa__why(why, bad, "v_stride makes rows of dv overlap (dv is written with v's strides: no broadcast)");
+    /* inputs and outputs as byte ranges; the extents fit int64 (fa__resolve) */
+    rows = (int64_t)d->B * d->Hq * d->Sq;
+    if (d->Sq > 0) {
+        fa__extent(3, n3q, d->qs, d->D, &lo, &hi); fa__range((uintptr_t)q, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+        fa__extent(3, n3q, d->os, d->Dv, &lo, &hi); fa__range((uintptr_t)o, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+        fa__range((uintptr_t)d_o, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+        fa__range((uintptr_t)d->lse, 0, d->lse ? rows : 0, &in[ni][0], &in[ni][1]); ni++;
+    }
+    if (d->Sk > 0 && d->Sq > 0) {
+        fa__extent(3, n3k, d->ks, d->D, &lo, &hi); fa__range((uintptr_t)k, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+        fa__extent(3, n3k, d->vs, d->Dv, &lo, &hi); fa__range((uintptr_t)v, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+    }
+    if (d->bias && d->Sq > 0 && d->Sk > 0) {
+        nb[0] = d->B; nb[1] = d->Hq; nb[2] = d->Sq; nb[3] = d->Sk;
+        fa__extent(4, nb, d->bs, 1, &lo, &hi); fa__range((uintptr_t)d->bias, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+    }
+    if (d->alibi) {
+        nB = d->B;
+        fa__extent(1, &nB, &d->alibi_stride, d->Hq, &lo, &hi); fa__range((uintptr_t)d->alibi, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+    }
+    fa__extent(3, n3q, d->qs, d->D, &lo, &hi); fa__range((uintptr_t)dq, lo, d->Sq > 0 && d->Sk > 0 ? hi : lo, &out[0][0], &out[0][1]);
+    fa__extent(3, n3k, d->ks, d->D, &lo, &hi); fa__range((uintptr_t)dk, lo, hi, &out[1][0], &out[1][1]);
+    fa__extent(3, n3k, d->vs, d->Dv, &lo, &hi); fa__range((uintptr_t)dv, lo, hi, &out[2][0], &out[2][1]);
+    if (d->Sq > 0 && d->Sk == 0)       /* dq is written (zeros): its range counts */
+        { fa__extent(3, n3q, d->qs, d->D, &lo, &hi); fa__range((uintptr_t)dq, lo, hi, &out[0][0], &out[0][1]); }
+    for (t = 0; t < 3; t++)
+        for (a = 0; a < ni; a++)
+            if (fa__overlap(out[t][0], out[t][1], in[a][0], in[a][1]))
+                return fa__why(why, bad, t == 0 ? "dq overlaps an input (q, k, v, o, d_o, lse, bias or alibi_slopes)"
+                                       : t == 1 ? "dk overlaps an input (q, k, v, o, d_o, lse, bias or alibi_slopes)"
+                                                : "dv overlaps an input (q, k, v, o, d_o, lse, bias or alibi_slopes)");
+    if (fa__overlap(out[0][0], out[0][1], out[1][0], out[1][1]) || fa__overlap(out[0][0], out[0][1], out[2][0], out[2][1]) ||
+        fa__overlap(out[1][0], out[1][1], out[2][0], out[2][1]))
+        return fa__why(why, bad, "dq, dk and dv overlap each other");
     return FA_OK;
+}
+
+FLASHATTN__CPU_DEF const char *fa_explain_backward(const fa_params *p, const void *q, const void *k, const void *v,
+                                                   const void *o, const void *d_o, const void *dq, const void *dk,
+                                                   const void *dv)
+{
+    fa__dims d;
+    const char *why = NULL;
+    return fa__bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d, &why) == FA_OK ? NULL : why;
 }
 
 /* dk and dv of keys no row sees, for Sq == 0 (every key) */
@@ -3247,7 +3300,7 @@ static void fa__nbwd_item(void *vctx, int64_t item, int tid)
     const float *v = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
     float *dk = c->dk + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
     float *dv = c->dv + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
-    int mask = d->causal || d->wl > 0 || d->wr > 0, mods = mask || d->alibi || d->bias;
+    int mask = fa__has_mask(d), mods = mask || d->alibi || d->bias;
     fa__dims nosc = *d;
     (void)tid;
     nosc.softcap = 0.0f;
@@ -3264,13 +3317,13 @@ static void fa__nbwd_item(void *vctx, int64_t item, int tid)
            0 * NaN would carry a NaN to entries whose weight is 0 (the loops skip those) */
         blas = d->qs[2] >= D && d->ks[2] >= D && d->vs[2] >= Dv && d->os[2] >= Dv && d->qs[2] <= INT_MAX &&
                d->ks[2] <= INT_MAX && d->vs[2] <= INT_MAX && d->os[2] <= INT_MAX;
-        if (blas && (mask || d->bias))
+        if (blas && fa__hides_keys(d))
             blas = fa__finite_rows(q, Sq, d->qs[2], D) && fa__finite_rows(k, Sk, d->ks[2], D) &&
                    fa__finite_rows(v, Sk, d->vs[2], Dv) && fa__finite_rows(dO, Sq, d->os[2], Dv);
         if (blas) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Sq, Sk, D, d->scale, q, (int)d->qs[2],
+            fa__sgemm(0, 1, Sq, Sk, D, d->scale, q, (int)d->qs[2],
                         k, (int)d->ks[2], 0.0f, P, Sk);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Sq, Sk, Dv, 1.0f, dO, (int)d->os[2],
+            fa__sgemm(0, 1, Sq, Sk, Dv, 1.0f, dO, (int)d->os[2],
                         v, (int)d->vs[2], 0.0f, dS, Sk);
         } else
 #endif
@@ -3288,11 +3341,11 @@ static void fa__nbwd_item(void *vctx, int64_t item, int tid)
         }
 #ifndef FLASHATTN_NO_BLAS
         if (blas) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Sq, D, Sk, d->scale, dS, Sk, k, (int)d->ks[2],
+            fa__sgemm(0, 0, Sq, D, Sk, d->scale, dS, Sk, k, (int)d->ks[2],
                         0.0f, dq, (int)d->qs[2]);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Sk, D, Sq, d->scale, dS, Sk, q, (int)d->qs[2],
+            fa__sgemm(1, 0, Sk, D, Sq, d->scale, dS, Sk, q, (int)d->qs[2],
                         first ? 0.0f : 1.0f, dk, (int)d->ks[2]);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Sk, Dv, Sq, 1.0f, P, Sk, dO, (int)d->os[2],
+            fa__sgemm(1, 0, Sk, Dv, Sq, 1.0f, P, Sk, dO, (int)d->os[2],
                         first ? 0.0f : 1.0f, dv, (int)d->vs[2]);
             continue;
         }
@@ -3352,7 +3405,7 @@ FLASHATTN__CPU_DEF fa_status fa_naive_backward(const fa_params *p, const void *q
     fa__nbwd_plan pl;
     fa__bwd_ctx c;
     void *mem;
-    fa_status st = fa__bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 0, &d);
+    fa_status st = fa__bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 0, &d, NULL);
     if (st != FA_OK) return st;
     if (d.Sq == 0 || d.Sk == 0) {
         if (d.Sq == 0) fa__bwd_zero_kv(&d, (float *)dk, (float *)dv);
@@ -3370,16 +3423,7 @@ FLASHATTN__CPU_DEF fa_status fa_naive_backward(const fa_params *p, const void *q
     c.P = (float *)((char *)fa__align64(mem) + pl.pool_bytes);
     c.dS = c.P + pl.mat_floats;
     c.G = pl.mats == 3 ? c.dS + pl.mat_floats : NULL;
-    {
-#ifdef FLASHATTN__OPENBLAS
-        int saved = openblas_get_num_threads();
-        if (saved != 1) openblas_set_num_threads(1);
-#endif
-        fa__run(d.pool, fa__nbwd_item, &c, (int64_t)d.B * d.Hkv, pl.nthreads, fa__align64(mem));
-#ifdef FLASHATTN__OPENBLAS
-        if (saved != 1) openblas_set_num_threads(saved);
-#endif
-    }
+    fa__run(d.pool, fa__nbwd_item, &c, (int64_t)d.B * d.Hkv, pl.nthreads, fa__align64(mem));   /* fa__sgemm: OpenBLAS's count untouched */
     FLASHATTN_FREE(mem);
     return FA_OK;
 }
@@ -3597,7 +3641,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
     fa__bwd_ctx c;
     void *mem;
     char *pool_mem;
-    fa_status st = fa__bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d);
+    fa_status st = fa__bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d, NULL);
     if (st != FA_OK) return st;
     if (d.Sq == 0 || d.Sk == 0) {
         if (d.Sq == 0) fa__bwd_zero_kv(&d, (float *)dk, (float *)dv);

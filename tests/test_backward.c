@@ -556,6 +556,23 @@ static void test_determinism(void **state)
 }
 
 /* Invalid requests: the status, and every gradient buffer untouched. */
+static void bc_expect(bcase *c, const fa_params *p, int path, const void *o, const void *d_o, void *dq, void *dk,
+                      void *dv, fa_status want, const char *why_part, int line)
+{
+    const char *why = fa_explain_backward(p, c->t.q, c->t.k, c->t.v, o, d_o, dq, dk, dv);
+    fa_status st;
+    bc_poison(c);
+    st = path == NAIVE ? fa_naive_backward(p, c->t.q, c->t.k, c->t.v, o, d_o, dq, dk, dv)
+                       : fa_tiled_backward(p, c->t.q, c->t.k, c->t.v, o, d_o, dq, dk, dv);
+    if (st != want) fail_msg("line %d [%s]: status %d, want %d", line, path_name[path], (int)st, (int)want);
+    if (!why || !strstr(why, why_part))
+        fail_msg("line %d: reason \"%s\", want one containing \"%s\"", line, why ? why : "(null)", why_part);
+    if (!ref_is_poison(c->dq, c->t.nq * sizeof(float)) || !ref_is_poison(c->dk, c->t.nk * sizeof(float)) ||
+        !ref_is_poison(c->dv, c->t.nv * sizeof(float)))
+        fail_msg("line %d [%s]: a refused call wrote a gradient", line, path_name[path]);
+}
+
+/* Invalid requests: the status, the reason (fa_explain_backward), and every gradient untouched. */
 static void test_errors(void **state)
 {
     bcase c;
@@ -564,36 +581,38 @@ static void test_errors(void **state)
     (void)state;
     bc_init(&c, &p, "errors");
     bc_ready(&c);
+    assert_null(fa_explain_backward(&c.p, c.t.q, c.t.k, c.t.v, c.t.o, c.d_o, c.dq, c.dk, c.dv));
     for (path = 0; path < 2; path++) {
-#define EXPECT(st_, call_) do { bc_poison(&c); assert_int_equal((call_), (st_)); \
-        assert_true(ref_is_poison(c.dq, c.t.nq * sizeof(float)) && ref_is_poison(c.dk, c.t.nk * sizeof(float)) && \
-                    ref_is_poison(c.dv, c.t.nv * sizeof(float))); } while (0)
-        EXPECT(FA_ERR_INVALID_ARG, path ? fa_tiled_backward(NULL, c.t.q, c.t.k, c.t.v, c.t.o, c.d_o, c.dq, c.dk, c.dv)
-                                        : fa_naive_backward(NULL, c.t.q, c.t.k, c.t.v, c.t.o, c.d_o, c.dq, c.dk, c.dv));
-        EXPECT(FA_ERR_INVALID_ARG, path ? fa_tiled_backward(&c.p, c.t.q, c.t.k, c.t.v, c.t.o, NULL, c.dq, c.dk, c.dv)
-                                        : fa_naive_backward(&c.p, c.t.q, c.t.k, c.t.v, c.t.o, NULL, c.dq, c.dk, c.dv));
-        EXPECT(FA_ERR_INVALID_ARG, path ? fa_tiled_backward(&c.p, c.t.q, c.t.k, c.t.v, c.t.o, c.d_o, c.dq, NULL, c.dv)
-                                        : fa_naive_backward(&c.p, c.t.q, c.t.k, c.t.v, c.t.o, c.d_o, c.dq, NULL, c.dv));
-        EXPECT(FA_ERR_INVALID_ARG, path ? fa_tiled_backward(&c.p, c.t.q, c.t.k, c.t.v, NULL, c.d_o, c.dq, c.dk, c.dv)
-                                        : fa_naive_backward(&c.p, c.t.q, c.t.k, c.t.v, NULL, c.d_o, c.dq, c.dk, c.dv));
+#define EXPECT(p_, o_, do_, dq_, dk_, dv_, st_, why_) bc_expect(&c, p_, path, o_, do_, dq_, dk_, dv_, st_, why_, __LINE__)
+        EXPECT(NULL, c.t.o, c.d_o, c.dq, c.dk, c.dv, FA_ERR_INVALID_ARG, "NULL");
+        EXPECT(&c.p, c.t.o, NULL, c.dq, c.dk, c.dv, FA_ERR_INVALID_ARG, "d_o is NULL");
+        EXPECT(&c.p, c.t.o, c.d_o, NULL, c.dk, c.dv, FA_ERR_INVALID_ARG, "dq is NULL");
+        EXPECT(&c.p, c.t.o, c.d_o, c.dq, NULL, c.dv, FA_ERR_INVALID_ARG, "dk is NULL");
+        EXPECT(&c.p, c.t.o, c.d_o, c.dq, c.dk, NULL, FA_ERR_INVALID_ARG, "dv is NULL");
+        EXPECT(&c.p, NULL, c.d_o, c.dq, c.dk, c.dv, FA_ERR_INVALID_ARG, "NULL");
         bad = c.p; bad.heads = 3;
-        EXPECT(FA_ERR_INVALID_ARG, bc_call(&c, &bad, path));
+        EXPECT(&bad, c.t.o, c.d_o, c.dq, c.dk, c.dv, FA_ERR_INVALID_ARG, "kv_heads");
         bad = c.p; bad.dtype = FA_BF16;
-        EXPECT(FA_ERR_UNSUPPORTED, bc_call(&c, &bad, path));
-        /* a zero stride broadcasts an input, but dk is written there: every key row would overlap */
+        EXPECT(&bad, c.t.o, c.d_o, c.dq, c.dk, c.dv, FA_ERR_UNSUPPORTED, "dtype");
+        /* a zero stride broadcasts an input, but dk is written with k's strides: rows would overlap */
         bad = c.p; bad.k_stride[0] = 960; bad.k_stride[1] = 480; bad.k_stride[2] = 0;
-        EXPECT(FA_ERR_INVALID_ARG, bc_call(&c, &bad, path));
+        EXPECT(&bad, c.t.o, c.d_o, c.dq, c.dk, c.dv, FA_ERR_INVALID_ARG, "rows of dk overlap");
+        bad = c.p; bad.q_stride[0] = 640; bad.q_stride[1] = 0; bad.q_stride[2] = 16;
+        EXPECT(&bad, c.t.o, c.d_o, c.dq, c.dk, c.dv, FA_ERR_INVALID_ARG, "rows of dq overlap");
         bad = c.p; bad.threads = -1;
-        EXPECT(FA_ERR_INVALID_ARG, bc_call(&c, &bad, path));
+        EXPECT(&bad, c.t.o, c.d_o, c.dq, c.dk, c.dv, FA_ERR_INVALID_ARG, "threads");
+        /* gradients that share memory with an input, or with each other */
+        EXPECT(&c.p, c.t.o, c.d_o, c.dq, c.dk, c.t.v, FA_ERR_INVALID_ARG, "dv overlaps an input");
+        EXPECT(&c.p, c.t.o, c.d_o, c.t.q, c.dk, c.dv, FA_ERR_INVALID_ARG, "dq overlaps an input");
+        EXPECT(&c.p, c.t.o, c.d_o, c.dq, c.d_o, c.dv, FA_ERR_INVALID_ARG, "dk overlaps an input");
+        EXPECT(&c.p, c.t.o, c.d_o, c.dq, c.dk, c.dk, FA_ERR_INVALID_ARG, "overlap each other");
 #undef EXPECT
     }
     /* the tiled backward needs the forward's lse; the naive one recomputes it */
     p = c.p;
     p.lse = NULL;
-    bc_poison(&c);
-    assert_int_equal(fa_tiled_backward(&p, c.t.q, c.t.k, c.t.v, c.t.o, c.d_o, c.dq, c.dk, c.dv), FA_ERR_INVALID_ARG);
-    assert_true(ref_is_poison(c.dq, c.t.nq * sizeof(float)));
-    bc_run(&c, NAIVE);                 /* with its lse, as a reference for the next line */
+    bc_expect(&c, &p, TILED, c.t.o, c.d_o, c.dq, c.dk, c.dv, FA_ERR_INVALID_ARG, "lse is NULL", __LINE__);
+    bc_run(&c, NAIVE);
     c.p.lse = NULL;
     bc_run(&c, NAIVE);
     c.p.lse = c.lse;
@@ -621,21 +640,23 @@ static void test_no_memory(void **state)
         assert_true(ref_is_poison(c.dq, c.t.nq * sizeof(float)) && ref_is_poison(c.dk, c.t.nk * sizeof(float)));
     }
     bc_free(&c);
-    /* the naive path's P and dS at S = 2^21 are 16 TiB each: refused before any allocation or write */
+    /* the naive path's P and dS at S = 2^21 are 16 TiB each: refused before any allocation or write
+       (the tensors, 8 MiB each, are allocated and never touched but for a sentinel) */
     huge = shape(1, 1, 1, 1 << 21, 1 << 21, 1, 1);
-    huge.q_stride[2] = huge.k_stride[2] = huge.v_stride[2] = 0;      /* one broadcast row: tiny inputs */
-    huge.q_stride[1] = huge.k_stride[1] = huge.v_stride[1] = 1;
-    huge.lse = &lse1;
-    g[0] = g[1] = g[2] = 7.0f;
-    live = ta_reset(-1);
-    assert_int_equal(fa_naive_backward(&huge, &one, &one, &one, &one, &one, g, g + 1, g + 2), FA_ERR_INVALID_ARG);
-    huge.q_stride[0] = huge.q_stride[1] = huge.q_stride[2] = 0;      /* packed: writable strides */
-    huge.k_stride[0] = huge.k_stride[1] = huge.k_stride[2] = 0;
-    huge.v_stride[0] = huge.v_stride[1] = huge.v_stride[2] = 0;
-    assert_int_equal(fa_naive_backward(&huge, &one, &one, &one, &one, &one, g, g + 1, g + 2), FA_ERR_NO_MEMORY);
-    assert_int_equal(ta_calls, 0);
-    assert_true(g[0] == 7.0f && g[1] == 7.0f && g[2] == 7.0f);
-    (void)live;
+    {
+        float *t[9];
+        int u;
+        for (u = 0; u < 9; u++) { t[u] = ref_alloc((size_t)1 << 21); assert_non_null(t[u]); t[u][0] = 7.0f; }
+        huge.lse = t[8];
+        assert_null(fa_explain_backward(&huge, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]));
+        live = ta_reset(-1);
+        assert_int_equal(fa_naive_backward(&huge, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]), FA_ERR_NO_MEMORY);
+        assert_int_equal(ta_calls, 0);
+        assert_int_equal(ta_live, live);
+        assert_true(t[5][0] == 7.0f && t[6][0] == 7.0f && t[7][0] == 7.0f);
+        for (u = 0; u < 9; u++) free(t[u]);
+    }
+    (void)one; (void)lse1; (void)g;
 }
 
 /* The memory target: S = 131,072, D = 128, B = H = 1 in less than 64 MB of workspace, on every
