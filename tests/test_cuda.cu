@@ -471,7 +471,7 @@ static void test_fp32_other_kernels(void **state)
         run_list(g_large_scores, COUNT(g_large_scores), k_f32, 1, bk);
     }
 }
-/* the aligned-fp32 kernels that block_q selects (fa__cu_generic_f32): D <= 64: (64,0) (64,32)
+/* the aligned-fp32 kernels that block_q selects (fa__cu_pick): D <= 64: (64,0) (64,32)
    (128,32) (128,0); D <= 128: (64,0) (64,64) (128,0); (128,32) and (64,64) at D <= 64 fall back to
    the other kernels (covered here too) */
 static void test_fp32_multiblock_kernels(void **state)
