@@ -302,16 +302,18 @@ FLASHATTN__CPU_DEF double fa_max_abs_diff(const float *a, const float *b, size_t
     return m;
 }
 
-/* The request with every default filled in, in one place. */
+/* The request with every default filled in, in one place. Every kernel receives it: the CUDA ones
+   as a kernel parameter, whose field offsets shape the compiled schedule (so new fields go at the
+   end and the order stays). */
 typedef struct fa__dims {
-    int B, Hq, Hkv, group, Sq, Sk, D, Dv;
     int64_t qs[3], ks[3], vs[3], os[3], bs[4];
-    fa_dtype dtype;
-    float scale, softcap;
-    int causal, wl, wr;
     const float *alibi, *bias;
-    int64_t alibi_stride;
     float *lse;
+    int64_t alibi_stride;
+    int Hq, group, Sq, Sk, causal, wl, wr;
+    float scale, softcap;
+    int B, Hkv, D, Dv;
+    fa_dtype dtype;
     int block_q, block_k, threads;
     void *stream;
     fa_pool *pool;
@@ -407,16 +409,24 @@ static fa_status fa__resolve(const fa_params *p, const void *q, const void *k, c
 #define FA__HD
 #endif
 
-/* The position rule, written once for the CPU and both CUDA kernels: the keys visible to the query
-   whose diagonal in key space is diag (causal, window_left, window_right), as [lo, hi). In int,
-   free of overflow for every int diag (a row's, Sk - (Sq - i), lies in [-Sq, Sk)), so that the GPU
-   kernels apply it per row in 32-bit registers. */
-static FA__HD inline void fa__visible(int diag, int Sk, int causal, int wl, int wr, int *lo, int *hi)
+/* The position rule, written once for the CPU and both CUDA kernels: key j is visible to the query
+   whose diagonal in key space is diag (causal, window_left, window_right) when lo <= j < hi (none
+   when hi <= lo). In int, free of overflow for a row's diag (Sk - (Sq - i), in [-Sq, Sk)), so
+   that the GPU kernels mask with it per row in 32-bit registers. */
+static FA__HD inline void fa__visible_keys(int diag, int Sk, int causal, int wl, int wr, int *lo, int *hi)
 {
     int a = 0, b = Sk;
-    if (wl > 0 && diag > wl) a = diag - wl;                        /* diag - wl > 0 */
-    if (causal && diag < b - 1) b = diag < 0 ? 0 : diag + 1;       /* diag + 1 < b; none before key 0 */
-    if (wr > 0 && diag < b - 1 - wr) b = diag + wr + 1;            /* diag + wr + 1 < b, b >= 0 */
+    if (wl > 0 && diag > wl) a = diag - wl;                             /* diag - wl > 0 */
+    if (causal) b = diag + 1 < b ? diag + 1 : b;
+    if (wr > 0 && diag < Sk - 1 - wr) b = diag + wr + 1 < b ? diag + wr + 1 : b;   /* diag + wr + 1 < Sk */
+    *lo = a; *hi = b;
+}
+
+/* The same keys as a range to walk: [lo, hi) with lo <= hi <= Sk. */
+static FA__HD inline void fa__visible(int diag, int Sk, int causal, int wl, int wr, int *lo, int *hi)
+{
+    int a, b;
+    fa__visible_keys(diag, Sk, causal, wl, wr, &a, &b);
     if (a > Sk) a = Sk;
     if (b < a) b = a;
     *lo = a; *hi = b;
@@ -2556,11 +2566,11 @@ static __device__ __forceinline__ fa__keys fa__cu_tile_keys(const fa__dims &d, i
     return r;
 }
 
-/* The keys [lo, hi) visible to query row `row` by section 1's rule, in 32-bit registers; a row
-   past Sq (a tile's padding, never written) takes the last row's. */
+/* The mask of query row `row`: key j is visible when lo <= j < hi (section 1's rule, in 32-bit
+   registers); a row past Sq (a tile's padding, never written) takes the last row's. */
 static __device__ __forceinline__ void fa__cu_row_keys(const fa__dims &d, int row, int *lo, int *hi)
 {
-    fa__visible(d.Sk - (d.Sq - min(row, d.Sq - 1)), d.Sk, d.causal, d.wl, d.wr, lo, hi);
+    fa__visible_keys(d.Sk - (d.Sq - min(row, d.Sq - 1)), d.Sk, d.causal, d.wl, d.wr, lo, hi);
 }
 
 /* The score-modifier rule on the device (SEMANTICS steps 2-4: softcap, ALiBi, bias), written once
@@ -2923,9 +2933,9 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
 
 /* What the kernel receives: the request's dims (section 1, as every kernel) and the tensors. */
 struct fa__tc_args {
-    fa__dims d;
     const void *q, *k, *v;
     void *o;
+    fa__dims d;
 };
 
 /* The sizes of configuration C (8a): fragments per thread and the shared memory (the Q tile and
