@@ -147,13 +147,17 @@
             -gencode arch=compute_90,code=compute_90 -c fa_cuda.cu        (link with -lcublas)
 
    fp16/bf16 run on tensor cores (mma.sync, sm_80+) at head_dim = head_dim_v = 64 or 128 with
-   16-byte aligned rows, on an exact-fp32 FFMA kernel otherwise; fp32 is FFMA only (no TF32).
+   16-byte aligned rows, on an exact-fp32 FFMA kernel otherwise; fp32 is FFMA only (no TF32). One
+   function picks the kernel of each fa_cuda_tiled call from the request (dtype, head dims,
+   alignment, strides, block_q/block_k, modifiers), before anything is launched.
    head_dim or head_dim_v above 256: FA_ERR_UNSUPPORTED. alibi_slopes, bias and lse are device
    pointers. fa_cuda_naive returns with its work done (its per-call cuBLAS handle is destroyed, which
    synchronises); fa_cuda_tiled only queues on `stream`. fa_cuda_merge takes host arrays of device
    pointers and runs on the default stream. fa_cuda_tiled forms exp(s - m) as 2^(s log2 e - m log2 e),
    so a scaled logit beyond FLT_MAX / log2(e) (about 2.4e38) in magnitude is outside its range (the
-   CPU paths subtract first and take any finite logit).
+   CPU paths subtract first and take any finite logit). The CUDA backward is not implemented yet
+   (issue 13): fa_cuda_naive_backward and fa_cuda_tiled_backward check the request as the forward
+   does and then return FA_ERR_UNSUPPORTED, writing nothing.
 */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
@@ -476,16 +480,18 @@ FLASHATTN__CPU_DEF size_t fa_build_info(char *buf, size_t n)
     return len;
 }
 
-/* The request with every default filled in, in one place. */
+/* The request with every default filled in, in one place. Every kernel receives it: the CUDA ones
+   as a kernel parameter, whose field offsets shape the compiled schedule (so new fields go at the
+   end and the order stays). */
 typedef struct fa__dims {
-    int B, Hq, Hkv, group, Sq, Sk, D, Dv;
     int64_t qs[3], ks[3], vs[3], os[3], bs[4];
-    fa_dtype dtype;
-    float scale, softcap;
-    int causal, wl, wr;
     const float *alibi, *bias;
-    int64_t alibi_stride;
     float *lse;
+    int64_t alibi_stride;
+    int Hq, group, Sq, Sk, causal, wl, wr;
+    float scale, softcap;
+    int B, Hkv, D, Dv;
+    fa_dtype dtype;
     int block_q, block_k, threads;
     void *stream;
     fa_pool *pool;
@@ -694,42 +700,51 @@ static fa_status fa__resolve(const fa_params *p, const void *q, const void *k, c
 #define FA__HD
 #endif
 
-/* ---- The position rule (causal, window) and the key-block ranges built on it ------------------
-   fa__visible is the rule, written once for the CPU and both CUDA kernels; everything below it
+/* ---- The position rule (causal, window) and the key ranges built on it ----------------------
+   fa__visible_keys is the rule, written once for the CPU and both CUDA kernels; everything below
    only calls it. A row's visible range [lo, hi) never moves left as the row goes down (lo and hi
    are non-decreasing in i), which the range functions rely on. */
 
-/* The keys visible to the query whose diagonal in key space is diag (causal, window_left,
-   window_right), as [lo, hi); an empty range has lo = hi = 0 or Sk. */
-static FA__HD inline void fa__visible(int64_t diag, int64_t Sk, int causal, int wl, int wr, int64_t *lo,
-                                      int64_t *hi)
+/* The position rule, written once for the CPU and both CUDA kernels: key j is visible to the query
+   whose diagonal in key space is diag (causal, window_left, window_right) when lo <= j < hi (none
+   when hi <= lo). In int, free of overflow for a row's diag (Sk - (Sq - i), in [-Sq, Sk)), so
+   that the GPU kernels mask with it per row in 32-bit registers. */
+static FA__HD inline void fa__visible_keys(int diag, int Sk, int causal, int wl, int wr, int *lo, int *hi)
 {
-    int64_t a = 0, b = Sk;
-    if (wl > 0 && diag - wl > a) a = diag - wl;
-    if (causal && diag + 1 < b) b = diag + 1;
-    if (wr > 0 && diag + wr + 1 < b) b = diag + wr + 1;
+    int a = 0, b = Sk;
+    if (wl > 0 && diag > wl) a = diag - wl;                             /* diag - wl > 0 */
+    if (causal) b = diag + 1 < b ? diag + 1 : b;
+    if (wr > 0 && diag < Sk - 1 - wr) b = diag + wr + 1 < b ? diag + wr + 1 : b;   /* diag + wr + 1 < Sk */
+    *lo = a; *hi = b;
+}
+
+/* The same keys as a range to walk: [lo, hi) with lo <= hi <= Sk. */
+static FA__HD inline void fa__visible(int diag, int Sk, int causal, int wl, int wr, int *lo, int *hi)
+{
+    int a, b;
+    fa__visible_keys(diag, Sk, causal, wl, wr, &a, &b);
     if (a > Sk) a = Sk;
     if (b < a) b = a;
     *lo = a; *hi = b;
 }
 
-/* What the range functions need of a request: its lengths and its position rule. */
-typedef struct fa__pos { int64_t Sq, Sk; int causal, wl, wr; } fa__pos;
-
-/* Row i's diagonal in key space (the contract's d = i + Sk - Sq), and its visible keys [lo, hi). */
-static FA__HD inline int64_t fa__pos_diag(const fa__pos *P, int64_t i) { return i + P->Sk - P->Sq; }
-
-static FA__HD inline void fa__pos_keys(const fa__pos *P, int64_t i, int64_t *lo, int64_t *hi)
+/* The keys visible to query row i (0 <= i < Sq) as [lo, hi). */
+static FA__HD inline void fa__key_range(const fa__dims *d, int64_t i, int64_t *lo, int64_t *hi)
 {
-    fa__visible(fa__pos_diag(P, i), P->Sk, P->causal, P->wl, P->wr, lo, hi);
+    int a, b;
+    fa__visible((int)(d->Sk - (d->Sq - i)), d->Sk, d->causal, d->wl, d->wr, &a, &b);
+    *lo = a; *hi = b;
 }
 
+/* Whether the position rule can hide a key at all. */
+static FA__HD inline int fa__has_mask(const fa__dims *d) { return d->causal || d->wl > 0 || d->wr > 0; }
+
 /* The keys some row of [i0, i1) sees, as the hull [lo, hi) of its first and last rows' ranges. */
-static FA__HD inline void fa__pos_rows_keys(const fa__pos *P, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi)
+static FA__HD inline void fa__rows_range(const fa__dims *d, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi)
 {
     int64_t a0, b0, a1, b1;
-    fa__pos_keys(P, i0, &a0, &b0);
-    fa__pos_keys(P, i1 - 1, &a1, &b1);
+    fa__key_range(d, i0, &a0, &b0);
+    fa__key_range(d, i1 - 1, &a1, &b1);
     *lo = a0 < a1 ? a0 : a1;
     *hi = b0 > b1 ? b0 : b1;
     if (*hi < *lo) *hi = *lo;
@@ -738,13 +753,13 @@ static FA__HD inline void fa__pos_rows_keys(const fa__pos *P, int64_t i0, int64_
 /* The key blocks a query tile [i0, i1) visits. Keys are cut into blocks of bk at absolute multiples
    of bk (block kb holds keys [kb bk, kb bk + bk) of [0, Sk)), one cut for every tile: a row meets the
    same block boundaries in whatever tile it is computed (the CPU's results do not depend on the
-   tiling). [kb0, kb1) are the blocks holding a key of the tile's hull [lo, hi) (fa__pos_rows_keys;
+   tiling). [kb0, kb1) are the blocks holding a key of the tile's hull [lo, hi) (fa__rows_range;
    lo, hi may be NULL); a block clipped to the hull loses only keys that no row of the tile sees. */
-static FA__HD inline void fa__pos_blocks(const fa__pos *P, int64_t i0, int64_t i1, int64_t bk, int64_t *kb0,
-                                         int64_t *kb1, int64_t *lo, int64_t *hi)
+static FA__HD inline void fa__tile_blocks(const fa__dims *d, int64_t i0, int64_t i1, int64_t bk, int64_t *kb0,
+                                          int64_t *kb1, int64_t *lo, int64_t *hi)
 {
     int64_t a, b;
-    fa__pos_rows_keys(P, i0, i1, &a, &b);
+    fa__rows_range(d, i0, i1, &a, &b);
     *kb0 = a / bk;
     *kb1 = b > a ? (b + bk - 1) / bk : *kb0;
     if (lo) *lo = a;
@@ -752,77 +767,53 @@ static FA__HD inline void fa__pos_blocks(const fa__pos *P, int64_t i0, int64_t i
 }
 
 /* The inverse: the query rows [r0, r1) that see some key of [k0, k1) (0 <= k0 < k1 <= Sk), a
-   contiguous run, found by bisection on fa__visible: the first row whose range ends after k0, and
+   contiguous run, found by bisection on the rule: the first row whose range ends after k0, and
    the first one after it whose range starts at or after k1. (An empty range, lo = hi = 0 or Sk,
    falls outside either way.) The backward's key tiles walk these rows. */
-static FA__HD inline void fa__pos_key_rows(const fa__pos *P, int64_t k0, int64_t k1, int64_t *r0, int64_t *r1)
+static FA__HD inline void fa__key_rows(const fa__dims *d, int64_t k0, int64_t k1, int64_t *r0, int64_t *r1)
 {
-    int64_t a = 0, b = P->Sq, m, l, h;
+    int64_t a = 0, b = d->Sq, m, l, h;
     while (a < b) {
         m = a + (b - a) / 2;
-        fa__pos_keys(P, m, &l, &h);
+        fa__key_range(d, m, &l, &h);
         if (h > k0) b = m; else a = m + 1;
     }
     *r0 = a;
-    b = P->Sq;
+    b = d->Sq;
     while (a < b) {
         m = a + (b - a) / 2;
-        fa__pos_keys(P, m, &l, &h);
+        fa__key_range(d, m, &l, &h);
         if (l >= k1) b = m; else a = m + 1;
     }
     *r1 = a;
 }
 
-/* Whether every (row, key) pair of rows [i0, i1) x keys [k0, k1) is visible, so that no mask is
-   needed there: the last row bounds lo and the first bounds hi. */
-static FA__HD inline int fa__pos_unmasked(const fa__pos *P, int64_t i0, int64_t i1, int64_t k0, int64_t k1)
+/* The keys of a tile of query rows [i0, i1) (i0 < i1), for both CUDA tiled kernels: it visits
+   keys [lo, hi) (visible to some row) and needs no mask on a key block inside [flo, fhi) (visible
+   to every row). lo and hi are non-decreasing in i: the first row gives lo and fhi, the last hi
+   and flo. */
+typedef struct fa__keys { int64_t lo, hi, flo, fhi; } fa__keys;
+
+static FA__HD inline fa__keys fa__tile_keys(const fa__dims *d, int64_t i0, int64_t i1)
 {
-    int64_t a0, b0, a1, b1;
-    fa__pos_keys(P, i0, &a0, &b0);
-    fa__pos_keys(P, i1 - 1, &a1, &b1);
-    return a1 <= k0 && k1 <= b0;
+    fa__keys r;
+    fa__key_range(d, i0, &r.lo, &r.fhi);
+    fa__key_range(d, i1 - 1, &r.flo, &r.hi);
+    return r;
 }
 
-/* The same on a request's dims (the CPU's form). */
-static fa__pos fa__pos_of(const fa__dims *d)
+/* Whether keys [k0, k1) of that tile are visible to every row (the block needs no mask). */
+static FA__HD inline int fa__keys_full(const fa__keys *r, int64_t k0, int64_t k1)
 {
-    fa__pos P;
-    P.Sq = d->Sq; P.Sk = d->Sk; P.causal = d->causal; P.wl = d->wl; P.wr = d->wr;
-    return P;
+    return r->flo <= k0 && k1 <= r->fhi;
 }
 
-/* Whether the position rule can hide a key at all. */
-static int fa__has_mask(const fa__dims *d) { return d->causal || d->wl > 0 || d->wr > 0; }
-
-static void fa__key_range(const fa__dims *d, int64_t i, int64_t *lo, int64_t *hi)
+/* The same test on the CPU's arguments: every (row, key) pair of rows [i0, i1) x keys [k0, k1)
+   visible, so that no mask is needed there. */
+static FA__HD inline int fa__block_unmasked(const fa__dims *d, int64_t i0, int64_t i1, int64_t k0, int64_t k1)
 {
-    fa__pos P = fa__pos_of(d);
-    fa__pos_keys(&P, i, lo, hi);
-}
-
-static void fa__rows_range(const fa__dims *d, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi)
-{
-    fa__pos P = fa__pos_of(d);
-    fa__pos_rows_keys(&P, i0, i1, lo, hi);
-}
-
-static void fa__tile_blocks(const fa__dims *d, int64_t i0, int64_t i1, int64_t bk, int64_t *kb0, int64_t *kb1,
-                            int64_t *lo, int64_t *hi)
-{
-    fa__pos P = fa__pos_of(d);
-    fa__pos_blocks(&P, i0, i1, bk, kb0, kb1, lo, hi);
-}
-
-static void fa__key_rows(const fa__dims *d, int64_t k0, int64_t k1, int64_t *lo, int64_t *hi)
-{
-    fa__pos P = fa__pos_of(d);
-    fa__pos_key_rows(&P, k0, k1, lo, hi);
-}
-
-static int fa__block_unmasked(const fa__dims *d, int64_t i0, int64_t i1, int64_t k0, int64_t k1)
-{
-    fa__pos P = fa__pos_of(d);
-    return fa__pos_unmasked(&P, i0, i1, k0, k1);
+    fa__keys r = fa__tile_keys(d, i0, i1);
+    return fa__keys_full(&r, k0, k1);
 }
 
 /* ============================================================================================== */
@@ -843,8 +834,7 @@ static int fa__hides_keys(const fa__dims *d) { return fa__has_mask(d) || d->bias
    bias row at key 0 (key j at [j * d->bs[3]]). */
 static int64_t fa__diag(const fa__dims *d, int64_t i)
 {
-    fa__pos P = fa__pos_of(d);
-    return fa__pos_diag(&P, i);
+    return i + d->Sk - d->Sq;
 }
 
 static float fa__alibi_slope(const fa__dims *d, int b, int h) { return d->alibi[(int64_t)b * d->alibi_stride + h]; }
@@ -3792,13 +3782,83 @@ FLASHATTN__CPU_DEF fa_status fa_merge(int rows, int dv, int parts, const float *
 /* ============================================================================================== */
 /* 8. CUDA backend (FLASHATTN_CUDA, compiled by nvcc)                                             */
 /* ============================================================================================== */
+/* 8a the kernels and their tile configurations, named; 8b common device pieces and the score-
+   modifier rule; 8c the generic kernel (FFMA, any dtype and head_dim); 8d the tensor-core kernel
+   (fp16/bf16, cut into the steps a backward and a Hopper kernel reuse); 8e the naive path's and
+   merge's kernels; 8f the kernel picker and the launches; 8g the entry points. */
 
 #if defined(FLASHATTN_CUDA) && defined(__CUDACC__)
-/* ---- 8a. CUDA: runtime checks, helpers, generic kernels (any dtype, any head_dim) ------------- */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cublas_v2.h>
+
+/* ---- 8a. CUDA: the kernels, their tile configurations and tuning constants -------------------- */
+
+/* Every kernel fa_cuda_tiled can run. fa__cu_pick (8f) chooses one per request and fa__cu_launch
+   runs it: one place decides, and what it decided can be asked (the tests assert it per shape). */
+typedef enum fa__cu_kernel {
+    FA__CU_TC_D64 = 0,      /* tensor cores (mma.sync), fp16/bf16, D = Dv = 64, 16-byte aligned rows */
+    FA__CU_TC_D128,         /* the same at D = Dv = 128 */
+    FA__CU_F32_D64,         /* fp32, q/k/v rows 16-byte aligned, D, Dv <= 64: (block_q, block_k) (0, 0), (64, 0|64) */
+    FA__CU_F32_D64_Q64K32,  /*   block_q 64, block_k 32 */
+    FA__CU_F32_D64_Q128K32, /*   block_q 128, block_k 32 */
+    FA__CU_F32_D64_Q128,    /*   block_q 128, block_k 0 */
+    FA__CU_F32_D128,        /* aligned fp32, D, Dv <= 128: (0, 0) and (64, 64) */
+    FA__CU_F32_D128_Q64,    /*   block_q 64, block_k 0 or 32 */
+    FA__CU_F32_D128_Q128,   /*   block_q 128, block_k 0, where ~200 KB of shared memory fit (Hopper) */
+    FA__CU_F32_D128_K32,    /*   block_k 32 otherwise */
+    FA__CU_GENERIC_D64,     /* any dtype and layout, D, Dv <= 64 (and aligned fp32 not listed above) */
+    FA__CU_GENERIC_D128,    /*   D, Dv <= 128 */
+    FA__CU_GENERIC_D256,    /*   D, Dv <= 256 */
+    FA__CU_KERNELS
+} fa__cu_kernel;
+
+/* The generic kernel's tile configurations (8c), one per FA__CU_F32_* and FA__CU_GENERIC_* kernel.
+   DC: the head-dim class (D and Dv padded up to it). RM x CN: a thread's register block (BQ = 16 RM
+   query rows a block, BK = 16 CN keys a tile). PIPE: 0 one K/V buffer, P written over K; 1 K and V
+   double-buffered by cp.async one tile ahead, P in a region of its own; 2 the same with P over the
+   K tile just consumed (fp32 with 16-byte aligned rows only). MINB: the blocks per SM it is
+   compiled for (__launch_bounds__: 255 registers a thread at 1, 128 at 2, 80 at 3; above 1 the
+   launch asks for the largest shared-memory carveout). Why these: bench/RESULTS.md, CUDA, "fp32
+   generic kernel" (a row per configuration: fewer FFMAs per shared load in 4 x 4 are won back by
+   the second block per SM; BK = 32 pays twice the barriers and softmax steps per key). */
+struct fa__cu_f32_d64 { enum { DC = 64, RM = 4, CN = 4, PIPE = 1, MINB = 2 }; };
+struct fa__cu_f32_d64_q64k32 { enum { DC = 64, RM = 4, CN = 2, PIPE = 1, MINB = 3 }; };
+struct fa__cu_f32_d64_q128k32 { enum { DC = 64, RM = 8, CN = 2, PIPE = 1, MINB = 2 }; };
+struct fa__cu_f32_d64_q128 { enum { DC = 64, RM = 8, CN = 4, PIPE = 1, MINB = 1 }; };
+struct fa__cu_f32_d128 { enum { DC = 128, RM = 4, CN = 4, PIPE = 0, MINB = 2 }; };
+struct fa__cu_f32_d128_q64 { enum { DC = 128, RM = 4, CN = 2, PIPE = 1, MINB = 2 }; };
+struct fa__cu_f32_d128_q128 { enum { DC = 128, RM = 8, CN = 4, PIPE = 2, MINB = 1 }; };
+struct fa__cu_f32_d128_k32 { enum { DC = 128, RM = 8, CN = 2, PIPE = 1, MINB = 1 }; };
+struct fa__cu_generic_d64 { enum { DC = 64, RM = 8, CN = 4, PIPE = 0, MINB = 1 }; };
+struct fa__cu_generic_d128 { enum { DC = 128, RM = 8, CN = 4, PIPE = 0, MINB = 1 }; };
+struct fa__cu_generic_d256 { enum { DC = 256, RM = 4, CN = 2, PIPE = 0, MINB = 1 }; };
+
+/* The tensor-core kernel's tile configurations (8d), one per FA__CU_TC_* kernel. D: the head dim.
+   NW: warps a block. MT: m16 tiles a warp (BQ = 16 MT NW query rows a block). BK: keys a tile.
+   QREG: Q's fragments held in registers (else re-read from shared memory every tile). PF: each
+   k-step's B fragments all loaded before its MMAs (else load, use, load, use). MINB: blocks per SM
+   for the register budget. Why these: bench/RESULTS.md, CUDA, "Versions" v2-v3 and the tile sweep
+   beside them (16 rows a warp doubles the ldmatrix traffic per MMA; BK = 128 at D = 64 and BK = 32
+   at D = 128 spill or add barriers; PF removed D = 128's spills and is neutral at D = 64). */
+struct fa__tc_d64 { enum { D = 64, NW = 4, MT = 2, BK = 64, QREG = 1, PF = 0, MINB = 2 }; };
+struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, MINB = 1 }; };
+
+/* The other constants of the CUDA path. FA__CU_THREADS is the generic kernel's block, a 16 x 16
+   thread grid its tiles are laid out on (not a free knob). FA__CU_MERGE bounds the parts of one
+   merge launch (their pointers travel as a kernel argument). The naive path: FA__CU_NAIVE_THREADS
+   threads a softmax row, the row kept in shared memory up to FA__CU_NAIVE_ROW_SMEM bytes (else
+   re-read from S), FA__CU_CUBLAS_WS bytes of cuBLAS workspace in its one allocation. */
+#define FA__CU_THREADS 256
+#define FA__CU_MERGE 32
+#define FA__CU_NAIVE_THREADS 256
+#define FA__CU_NAIVE_ROW_SMEM (48 * 1024)
+#define FA__CU_CUBLAS_WS ((size_t)32 << 20)
+#define FA__CU_LOG2E 1.44269504088896341f
+#define FA__CU_LN2 0.693147180559945309f
+
+/* ---- 8b. CUDA: runtime checks, memory, loads and stores, cp.async, the score-modifier rule ----- */
 
 /* Every CUDA call is checked: an allocation failure is FA_ERR_NO_MEMORY, anything else
    FA_ERR_DEVICE. The (non-sticky) error is cleared so that it does not leak into later calls. */
@@ -3848,57 +3908,132 @@ static __device__ __forceinline__ void fa__st(__nv_bfloat16 *p, float x) { *p = 
 /* max that lets NaN through (a NaN row stays NaN, as on the CPU) */
 static __device__ __forceinline__ float fa__nmax(float a, float b) { return (b <= a) ? a : b; }
 
-/* Section 1's key range (fa__key_range) for both sides of the bus: keys [lo, hi) of row i. */
-static __host__ __device__ __forceinline__ void fa__cu_range(const fa__dims &d, int64_t i, int *lo, int *hi)
+/* cp.async (sm_80+), for both tiled kernels: a shared-memory address, one 16-byte copy that
+   zero-fills when bytes is 0 (src must still be a valid address), a group commit and a wait for
+   all but N groups. The "memory" clobbers keep the compiler from moving shared-memory accesses
+   across them. */
+static __device__ __forceinline__ unsigned fa__cu_sa(const void *p)
 {
-    int64_t a, b;
-    fa__visible(i + d.Sk - d.Sq, d.Sk, d.causal, d.wl, d.wr, &a, &b);
-    *lo = (int)a; *hi = (int)b;
+    return (unsigned)__cvta_generic_to_shared(p);
 }
 
-/* Steps 2-4 of the contract (softcap, ALiBi, bias) on one scaled score of row i, key j < Sk. */
-static __device__ __forceinline__ float fa__cu_modify(const fa__dims &d, float x, int b, int h, int64_t i,
-                                                      int64_t j, float slope, float icap)
+static __device__ __forceinline__ void fa__cu_cp16(unsigned dst, const void *src, int bytes)
 {
-    if (d.softcap > 0.0f) x = d.softcap * tanhf(x * icap);
-    if (d.alibi) {
-        int64_t dist = i + d.Sk - d.Sq - j;
-        x -= slope * (float)(dist < 0 ? -dist : dist);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void fa__cu_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N> static __device__ __forceinline__ void fa__cu_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Section 1's tile key range (fa__tile_keys) with its bounds narrowed to int (they lie in [0, Sk]),
+   so that the kernels keep them in 32-bit registers. */
+static __device__ __forceinline__ fa__keys fa__cu_tile_keys(const fa__dims &d, int i0, int nq)
+{
+    fa__keys r = fa__tile_keys(&d, i0, (int64_t)i0 + nq);
+    r.lo = (int)r.lo; r.hi = (int)r.hi; r.flo = (int)r.flo; r.fhi = (int)r.fhi;
+    return r;
+}
+
+/* The mask of query row `row`: key j is visible when lo <= j < hi (section 1's rule, in 32-bit
+   registers); a row past Sq (a tile's padding, never written) takes the last row's. */
+static __device__ __forceinline__ void fa__cu_row_keys(const fa__dims &d, int row, int *lo, int *hi)
+{
+    fa__visible_keys(d.Sk - (d.Sq - min(row, d.Sq - 1)), d.Sk, d.causal, d.wl, d.wr, lo, hi);
+}
+
+/* The score-modifier rule on the device (SEMANTICS steps 2-4: softcap, ALiBi, bias), written once
+   for the generic kernel, the tensor-core kernel and the naive path's softmax. A kernel carries its
+   scores in a unit u (1; log2(e) in the tensor-core kernel, whose exp is one EX2), and the value it
+   hands in may still lack the scale (the tensor-core kernel's raw dot products: in = scale) or not
+   (a pre-scaled Q: in = 1). fa__cu_mods_of sets up one (batch, head)'s constants once: */
+struct fa__cu_mods {
+    float pre;         /* the value handed in -> s / softcap, tanh's argument (softcap), or -> s * u */
+    float post;        /* softcap * u, tanh's factor (1 where the caller folds it into its exp) */
+    float slope;       /* (b, h)'s ALiBi slope times u */
+    float unit;        /* u, the bias's factor */
+    const float *bias; /* the bias: element (i, j) of (b, h) at bias[bh + i * bq + j * bk] */
+    int64_t bh, bq, bk;
+};
+
+static __device__ __forceinline__ fa__cu_mods fa__cu_mods_of(const fa__dims &d, int b, int h, float in, float u,
+                                                             bool sc, bool al, bool fold_post)
+{
+    fa__cu_mods m;
+    m.pre = sc ? in / d.softcap : in * u;
+    m.post = fold_post ? 1.0f : d.softcap * u;
+    m.slope = al ? d.alibi[(int64_t)b * d.alibi_stride + h] * u : 0.0f;
+    m.unit = u;
+    m.bias = d.bias;
+    m.bh = (int64_t)b * d.bs[0] + (int64_t)h * d.bs[1];
+    m.bq = d.bs[2];
+    m.bk = d.bs[3];
+    return m;
+}
+
+/* softcap's tanh: tanhf (the generic kernel and the naive path, exact fp32), or tanh.approx (one
+   MUFU op, relative error <= 2^-11; the tensor-core kernel's fp16/bf16 outputs stay inside
+   API.md's bounds with it: bench/RESULTS.md, CUDA, "Versions" v3) */
+struct fa__cu_tanh {
+    static __device__ __forceinline__ float f(float x) { return tanhf(x); }
+};
+struct fa__cu_tanh_approx {
+    static __device__ __forceinline__ float f(float x)
+    {
+        float y;
+        asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+        return y;
     }
-    if (d.bias) x += d.bias[(int64_t)b * d.bs[0] + (int64_t)h * d.bs[1] + i * d.bs[2] + j * d.bs[3]];
+};
+
+/* Steps 2-4 on one value x handed in for row i, key j: softcap if sc, ALiBi if al (dist = d - j
+   as a float, computed the caller's way), bias if bi (the caller has checked that (i, j) lies in
+   the bias: i < Sq, j < Sk). Returns the modified score times u. PRE: x needs m.pre without
+   softcap too (the raw dot product). The backward's softcap factor is 1 - t^2 for t the tanh
+   taken here: pass t to keep it. */
+template <class TANH, bool PRE>
+static __device__ __forceinline__ float fa__cu_modify(const fa__cu_mods &m, float x, bool sc, bool al, bool bi,
+                                                      float dist, int64_t i, int64_t j, float *t = 0)
+{
+    if (sc) {
+        const float th = TANH::f(x * m.pre);
+        if (t) *t = th;
+        x = m.post * th;
+    } else if (PRE) {
+        x *= m.pre;
+    }
+    if (al) x -= m.slope * fabsf(dist);
+    if (bi) x += m.bias[m.bh + i * m.bq + j * m.bk] * m.unit;
     return x;
 }
 
-/* ---- the generic tiled kernel ----------------------------------------------------------------
+/* ---- 8c. CUDA: the generic tiled kernel (FFMA, any storage type, head_dim <= 256) --------------
    One block of 256 threads (16 x 16) owns BQ = 16*RM query rows of one (batch, head); thread
    (ty, tx) owns rows ty + 16r (r < RM), keys tx + 16c (c < CN) of each BK = 16*CN key tile, and
    output columns 64n + 4tx .. +3 (n < DC/64). Q (pre-scaled), K and V tiles sit in shared memory
    as fp32 rows of DC+4 floats (zero-padded past D, Dv and the sequence ends); S = Q K^T and the
    output accumulator stay in registers (register-blocked like an SGEMM, FFMA only); P goes
-   through shared memory (over the K tile) for P V. Online softmax in fp32, with the guards the
-   contract needs (a tile or a row with no visible key). Tiles outside the mask are never
-   visited; tiles wholly inside it skip the per-element mask. */
-#define FA__CU_THREADS 256
-#define FA__CU_LOG2E 1.44269504088896341f
+   through shared memory for P V. Online softmax in fp32, with the guards the contract needs (a
+   tile or a row with no visible key). Tiles outside the mask are never visited; tiles wholly
+   inside it skip the per-element mask. The configuration C is one of 8a's fa__cu_* traits. */
 
-/* PIPE 0: one K/V buffer, P written over K. PIPE 1 and 2 (fp32 with 16-byte aligned rows only):
-   K and V double-buffered and fetched with cp.async one tile ahead; P in a region of its own (1),
-   or over the K tile just consumed (2, larger K regions). A buffer is K region + V tile (BSTR). */
-template <int DC, int RM, int CN, int PIPE> struct fa__cu_cfg {
+/* The shared-memory layout of configuration C: a buffer is a K region (K, or P over K) and a V
+   tile (BSTR floats); PIPE 1 and 2 hold two buffers, PIPE 1 also a P region of its own. */
+template <class C> struct fa__cu_geom {
+    enum { DC = C::DC, RM = C::RM, CN = C::CN, PIPE = C::PIPE, MINB = C::MINB };
     enum { BQ = 16 * RM, BK = 16 * CN, LD = DC + 4, LDP = BK + 4, NC = DC / 64 };
     enum { KREG = PIPE == 1 ? BK * LD : ((BK * LD > BQ * LDP) ? BK * LD : BQ * LDP), BSTR = KREG + BK * LD };
-    enum { SMEM = (BQ * LD + (PIPE ? 2 * BSTR : BSTR) + (PIPE == 1 ? BQ * LDP : 0)) * 4 };
+    enum { SMEM = (BQ * LD + (PIPE != 0 ? 2 * BSTR : BSTR) + (PIPE == 1 ? BQ * LDP : 0)) * 4 };
 };
 
-/* cp.async, 16 bytes, zero-filled when !ok (src must still be a valid address) */
-static __device__ __forceinline__ void fa__cu_cp16(float *dst, const float *src, int ok)
-{
-    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(ok ? 16 : 0));
-}
-
 /* Issues the cp.async copies of an fp32 tile (rows [0, nvalid) of src, columns [0, D), zeros
-   elsewhere up to DC) and commits them as one group. */
+   elsewhere up to DC); the caller commits them. */
 template <int NROW, int DC, int LD>
 static __device__ __forceinline__ void fa__cu_async_tile(float *dst, const float *src, int64_t ts, int nvalid,
                                                          int D)
@@ -3909,7 +4044,7 @@ static __device__ __forceinline__ void fa__cu_async_tile(float *dst, const float
         const int e = (int)threadIdx.x + u * FA__CU_THREADS, r = e / (DC / 4), c = (e % (DC / 4)) * 4;
         if (e < N4) {
             const int ok = r < nvalid && c < D;
-            fa__cu_cp16(dst + r * LD + c, ok ? src + (int64_t)r * ts + c : src, ok);
+            fa__cu_cp16(fa__cu_sa(dst + r * LD + c), ok ? src + (int64_t)r * ts + c : src, ok ? 16 : 0);
         }
     }
 }
@@ -3963,12 +4098,13 @@ static __device__ __forceinline__ void fa__cu_tile(float *dst, const T *src, int
     }
 }
 
-template <typename T, int DC, int RM, int CN, int PIPE, int MINB>
-__global__ void __launch_bounds__(FA__CU_THREADS, MINB)
+template <typename T, class CFG>
+__global__ void __launch_bounds__(FA__CU_THREADS, CFG::MINB)
 fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                T *__restrict__ o, int qtiles, int vec)
 {
-    typedef fa__cu_cfg<DC, RM, CN, PIPE> C;
+    typedef fa__cu_geom<CFG> C;
+    enum { DC = C::DC, RM = C::RM, CN = C::CN, PIPE = C::PIPE };
     extern __shared__ float4 fa__cu_smem[];
     float *sQ = (float *)fa__cu_smem, *sK = sQ + C::BQ * C::LD, *sV = sK + C::KREG;
     float *sP = PIPE == 1 ? sK + 2 * C::BSTR : sK;
@@ -3981,11 +4117,9 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
     const int Dp = (d.D + 3) & ~3;
     const T *kb = k + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1];
     const T *vb = v + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1];
-    const int mods = d.softcap > 0.0f || d.alibi != NULL || d.bias != NULL;
-    const float slope = d.alibi ? d.alibi[(int64_t)b * d.alibi_stride + h] : 0.0f;
-    const float icap = d.softcap > 0.0f ? 1.0f / d.softcap : 0.0f;
+    const bool sc = d.softcap > 0.0f, al = d.alibi != NULL, bi = d.bias != NULL, mods = sc || al || bi;
+    const fa__cu_mods md = fa__cu_mods_of(d, b, h, 1.0f, 1.0f, sc, al, false);
     float acc[RM][4 * C::NC], m[RM], ml[RM], l[RM];
-    int lo[RM], hi[RM], klo, khi, flo, fhi;
 
     {
         const T *qb = q + (int64_t)b * d.qs[0] + (int64_t)h * d.qs[1] + (int64_t)i0 * d.qs[2];
@@ -4002,24 +4136,21 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
         m[r] = -INFINITY; ml[r] = -INFINITY; l[r] = 0.0f;
 #pragma unroll
         for (int c = 0; c < 4 * C::NC; c++) acc[r][c] = 0.0f;
-        fa__cu_range(d, (int64_t)i0 + ty + 16 * r, &lo[r], &hi[r]);
     }
-    /* keys some row sees [klo, khi); keys every row sees [flo, fhi) (ranges grow with i) */
-    fa__cu_range(d, i0, &klo, &fhi);
-    fa__cu_range(d, (int64_t)i0 + nq - 1, &flo, &khi);
-    if (khi < fhi) khi = fhi;
-    if (klo > flo) klo = flo;
+    /* the keys some row sees, [klo, khi), walked in tiles of BK from klo */
+    const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
+    const int klo = (int)kr.lo, khi = (int)kr.hi;
     if (PIPE && klo < khi) {                               /* the first K/V tile on its way */
         fa__cu_async_tile<C::BK, DC, C::LD>(sK, (const float *)(kb + (int64_t)klo * d.ks[2]), d.ks[2],
                                             min(C::BK, d.Sk - klo), d.D);
         fa__cu_async_tile<C::BK, DC, C::LD>(sV, (const float *)(vb + (int64_t)klo * d.vs[2]), d.vs[2],
                                             min(C::BK, d.Sk - klo), d.Dv);
-        asm volatile("cp.async.commit_group;\n" ::);
+        fa__cu_commit();
     }
 
     for (int k0 = klo; k0 < khi; k0 += C::BK, buf ^= (PIPE ? 1 : 0)) {
         const int nk = min(C::BK, d.Sk - k0);
-        const int full = flo <= k0 && k0 + C::BK <= fhi;
+        const int full = fa__keys_full(&kr, k0, k0 + C::BK);
         float s[RM][CN];
         __syncthreads();                                   /* the last tile's P, K and V are consumed */
         if (PIPE) {                                        /* the next tile into the other buffers */
@@ -4029,10 +4160,10 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
                                                     d.ks[2], n2, d.D);
                 fa__cu_async_tile<C::BK, DC, C::LD>(sV + o2, (const float *)(vb + (int64_t)(k0 + C::BK) * d.vs[2]),
                                                     d.vs[2], n2, d.Dv);
-                asm volatile("cp.async.commit_group;\n" ::);
-                asm volatile("cp.async.wait_group 1;\n" ::);
+                fa__cu_commit();
+                fa__cu_wait<1>();
             } else {
-                asm volatile("cp.async.wait_group 0;\n" ::);
+                fa__cu_wait<0>();
             }
         } else if (sizeof(T) == 4 && (vec & 6) == 6) {     /* K and V in flight together */
             fa__cu_vec<C::BK, DC> sk, sv;
@@ -4074,12 +4205,15 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
         for (int r = 0; r < RM; r++) {
             const int64_t i = (int64_t)i0 + ty + 16 * r;
             float mx = -INFINITY, sum = 0.0f, mnew, ref, alpha;
+            int lo = 0, hi = 0;                          /* the row's visible keys, where the tile needs them */
+            if (!full) fa__cu_row_keys(d, (int)i, &lo, &hi);
 #pragma unroll
             for (int c = 0; c < CN; c++) {
                 const int j = k0 + tx + 16 * c;
                 float x = s[r][c];
-                if (mods && i < d.Sq && j < d.Sk) x = fa__cu_modify(d, x, b, h, i, j, slope, icap);
-                if (!full && (j < lo[r] || j >= hi[r])) x = -INFINITY;
+                if (mods && i < d.Sq && j < d.Sk)
+                    x = fa__cu_modify<fa__cu_tanh, false>(md, x, sc, al, bi, (float)(i + d.Sk - d.Sq - j), i, j);
+                if (!full && (j < lo || j >= hi)) x = -INFINITY;
                 s[r][c] = x;
                 mx = fa__nmax(mx, x);
             }
@@ -4146,123 +4280,494 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
                 if (col < d.Dv) fa__st(orow + col, acc[r][4 * n + e] * inv);
             }
         if (d.lse && tx == 0)
-            d.lse[(int64_t)bh * d.Sq + i] = l[r] > 0.0f ? fmaf(ml[r], 0.693147180559945309f, logf(l[r]))
+            d.lse[(int64_t)bh * d.Sq + i] = l[r] > 0.0f ? fmaf(ml[r], FA__CU_LN2, logf(l[r]))
                                                        : (l[r] != l[r] ? l[r] : -INFINITY);
     }
 }
 
-/* 1 when every row of an fp32 tensor starts 16-byte aligned and holds whole float4s */
-static int fa__cu_vec16(const fa__dims *d, const void *x, const int64_t s[3], int width)
+/* ---- 8d. CUDA: the tensor-core kernel for fp16/bf16 (mma.sync m16n8k16, ldmatrix, cp.async) ---
+   FlashAttention-2 style forward. A block owns BQ = 16*MT*NW query rows of one (batch, head); each
+   warp owns 16*MT of them and never talks to the others (split-Q). K/V tiles of BK keys stream
+   through a two-stage cp.async ring in swizzled shared memory (16-byte chunk c of row r lives at
+   chunk c ^ (r & 7), so every ldmatrix phase hits 8 distinct bank groups). S = Q K^T and O += P V
+   run on mma.sync m16n8k16 with fp32 accumulators; the S accumulator of two n8 tiles, rounded to
+   16-bit pairs, is the A fragment of one k16 step of P V, so P never leaves registers. A row lives
+   in a 4-thread quad: its max is two butterfly shuffles, its sum is kept per thread and reduced once
+   at the end. The online softmax runs in the log2 domain with the scale folded into one FFMA before
+   EX2. Only tiles that cross the mask edge (causal diagonal, window edges, the ragged end of the
+   keys) pay for per-element masking; tiles wholly outside it are never loaded.
+   Served (fa__cu_pick): fp16/bf16, head_dim == head_dim_v in {64, 128}, 16-byte aligned rows
+   (cp.async), sm_80+; every mask and modifier of the API (softcap alone and ALiBi alone have
+   compile-time variants; bias, a non-positive scale and combinations one run-time variant).
+   The configuration C is one of 8a's fa__tc_* traits (why those: bench/RESULTS.md, CUDA,
+   "Versions" and the tile sweep). The kernel is a sequence of steps, each a device function a
+   backward pass or a Hopper kernel can call on the same fragments: fa__tc_load_kv (K/V tile into
+   a stage), fa__tc_q_frags, fa__tc_qk (S = Q K^T, raw), fa__tc_scores (modifiers and mask),
+   fa__tc_softmax (built on fa__tc_row_max and fa__tc_exp_pack, which forms P from any reference,
+   the lse among them), fa__tc_pv (O += P V), fa__tc_write (normalise, lse, store). */
+
+/* What the kernel receives: the request's dims (section 1, as every kernel) and the tensors. */
+struct fa__tc_args {
+    const void *q, *k, *v;
+    void *o;
+    fa__dims d;
+};
+
+/* The sizes of configuration C (8a): fragments per thread and the shared memory (the Q tile and
+   two K/V stages, 16-bit elements). */
+template <class C> struct fa__tc_geom {
+    enum { D = C::D, NW = C::NW, MT = C::MT, BK = C::BK, QREG = C::QREG, PF = C::PF, MINB = C::MINB };
+    enum { BQ = 16 * MT * NW, NT = NW * 32, CH = D / 8, NN = BK / 8, KD = D / 16, KB = BK / 16 };
+    enum { SMEM = (BQ * D + 4 * BK * D) * 2 };
+};
+
+static __device__ __forceinline__ void fa__tc_ldsm(unsigned a, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3)
 {
-    return d->dtype == FA_F32 && ((uintptr_t)x & 15) == 0 && width % 4 == 0 && s[0] % 4 == 0 &&
-           s[1] % 4 == 0 && s[2] % 4 == 0;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
 }
 
-/* MINB: the blocks per SM the kernel is compiled for (__launch_bounds__: 255 registers a thread
-   at 1, 128 at 2, 80 at 3); above 1 the launch also asks for the largest shared-memory carveout so
-   that that many blocks fit. */
-template <typename T, int DC, int RM, int CN, int PIPE, int MINB>
-static fa_status fa__cu_generic_launch(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
-                                       cudaStream_t st)
+static __device__ __forceinline__ void fa__tc_ldsm_t(unsigned a, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3)
 {
-    typedef fa__cu_cfg<DC, RM, CN, PIPE> C;
-    int dev = 0, optin = 0;
-    int64_t qtiles = (d->Sq + C::BQ - 1) / C::BQ, blocks = qtiles * d->B * d->Hq;
-    fa_status s;
-    if (blocks > INT_MAX) return FA_ERR_UNSUPPORTED;
-    if ((s = fa__cu(cudaGetDevice(&dev))) != FA_OK) return s;
-    if ((s = fa__cu(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev))) != FA_OK)
-        return s;
-    if ((int)C::SMEM > optin) return FA_ERR_UNSUPPORTED;
-    if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_generic<T, DC, RM, CN, PIPE, MINB>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM))) != FA_OK)
-        return s;
-    if (MINB > 1 &&
-        (s = fa__cu(cudaFuncSetAttribute(fa__cu_generic<T, DC, RM, CN, PIPE, MINB>,
-                                         cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
-        return s;
-    fa__cu_generic<T, DC, RM, CN, PIPE, MINB><<<(unsigned)blocks, FA__CU_THREADS, C::SMEM, st>>>(
-        *d, (const T *)q, (const T *)k, (const T *)v, (T *)o, (int)qtiles,
-        fa__cu_vec16(d, q, d->qs, d->D) | fa__cu_vec16(d, k, d->ks, d->D) << 1 | fa__cu_vec16(d, v, d->vs, d->Dv) << 2);
-    return fa__cu(cudaGetLastError());
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
 }
 
-/* The kernels for aligned fp32 (rows 16-byte aligned), by (block_q, block_k); FA_ERR_UNSUPPORTED
-   (nothing launched) for a pair not listed here (the caller then takes fa__cu_generic_t's kernels);
-   block_q other than 64 and 128 counts as 0, block_k other than 32 and 64 too.
-   Register blocks RM x CN, B/SM the blocks per SM it is compiled for, 2buf: cp.async K/V double
-   buffer. Timed on the H200 (bench/RESULTS.md "fp32 generic kernel"):
-     D <= 64:  (0|64, 0|64) 4 x 4, 2buf, 2 B/SM (the default); (64, 32) 4 x 2, 2buf, 3 B/SM;
-               (128, 32) 8 x 2, 2buf, 2 B/SM; (128, 0) 8 x 4, 2buf, 1 B/SM.
-     D <= 128: (0|64, 0) and (64, 64) 4 x 4, single buffer, 2 B/SM (the default); (64, 32) 4 x 2, 2buf,
-               2 B/SM; (128, 0) 8 x 4, 2buf with P over the consumed K tile (205 KB of shared
-               memory: Hopper; FA_ERR_UNSUPPORTED elsewhere). */
-template <int DC, int RM, int CN, int PIPE, int MINB>
-static fa_status fa__cu_generic_f32v(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
-                                     cudaStream_t st)
+static __device__ __forceinline__ float fa__tc_ex2(float x)
 {
-    return fa__cu_generic_launch<float, DC, RM, CN, PIPE, MINB>(d, q, k, v, o, st);
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
-static fa_status fa__cu_generic_f32(const fa__dims *d, int dc, const void *q, const void *k, const void *v,
-                                    void *o, cudaStream_t st)
+/* The 16-bit storage types: the MMA and the packing of two floats. */
+template <typename T> struct fa__tc_type;
+/* One specialisation per type; they differ only in the PTX type name (in cvt and mma). */
+#define FA__TC_TYPE(T, PTX)                                                                      \
+    template <> struct fa__tc_type<T> {                                                          \
+        static __device__ __forceinline__ unsigned pack(float lo, float hi)                      \
+        {                                                                                        \
+            unsigned u;                                                                          \
+            asm("cvt.rn." PTX "x2.f32 %0, %1, %2;\n" : "=r"(u) : "f"(hi), "f"(lo));              \
+            return u;                                                                            \
+        }                                                                                        \
+        static __device__ __forceinline__ void mma(float c[4], const unsigned a[4], unsigned b0, \
+                                                   unsigned b1)                                  \
+        {                                                                                        \
+            asm("mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX ".f32 {%0,%1,%2,%3}, "      \
+                "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                                       \
+                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                 \
+                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                 \
+        }                                                                                        \
+    };
+FA__TC_TYPE(__nv_bfloat16, "bf16")
+FA__TC_TYPE(__half, "f16")
+#undef FA__TC_TYPE
+
+/* R rows of D 16-bit elements from global (row stride st) into a swizzled tile; rows >= n are
+   zero-filled (so a ragged tail of V can never inject a NaN into P V). */
+template <int D, int R, int NT, typename T>
+static __device__ __forceinline__ void fa__tc_load(unsigned dst, const T *src, int64_t st, int n, int tid)
 {
-    const int bq = d->block_q == 64 || d->block_q == 128 ? d->block_q : 0;   /* others: the library's */
-    const int bk = d->block_k == 32 || d->block_k == 64 ? d->block_k : 0;
-    if (dc <= 64) {
-        if ((bq == 0 && bk == 0) || (bq == 64 && (bk == 0 || bk == 64)))
-            return fa__cu_generic_f32v<64, 4, 4, 1, 2>(d, q, k, v, o, st);
-        if (bq == 64 && bk == 32) return fa__cu_generic_f32v<64, 4, 2, 1, 3>(d, q, k, v, o, st);
-        if (bq == 128 && bk == 32) return fa__cu_generic_f32v<64, 8, 2, 1, 2>(d, q, k, v, o, st);
-        if (bq == 128 && bk == 0) return fa__cu_generic_f32v<64, 8, 4, 1, 1>(d, q, k, v, o, st);
-    } else if (dc <= 128) {
-        if ((bq == 0 && bk == 0) || (bq == 64 && bk == 64))
-            return fa__cu_generic_f32v<128, 4, 4, 0, 2>(d, q, k, v, o, st);
-        if (bq == 64 && (bk == 0 || bk == 32)) return fa__cu_generic_f32v<128, 4, 2, 1, 2>(d, q, k, v, o, st);
-        if (bq == 128 && bk == 0) {
-            int dev = 0, optin = 0;
-            if (cudaGetDevice(&dev) == cudaSuccess &&
-                cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-                optin >= (int)fa__cu_cfg<128, 8, 4, 2>::SMEM)
-                return fa__cu_generic_f32v<128, 8, 4, 2, 1>(d, q, k, v, o, st);
-            (void)cudaGetLastError();
+    enum { CH = D / 8, IT = R * CH / NT };
+    static_assert(R * CH % NT == 0, "tile load must split evenly over the threads");
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
+        const bool ok = r < n;
+        fa__cu_cp16(dst + (unsigned)(r * D + ((c ^ (r & 7)) << 3)) * 2u, ok ? (const void *)(src + r * st + c * 8) : (const void *)src,
+                    ok ? 16 : 0);
+    }
+}
+
+/* Step: the K and V tiles of keys [k0, k0 + BK) into the stage at byte offset st of the two rings
+   (the rows past Sk zero-filled), committed as one cp.async group. */
+template <class C, typename T>
+static __device__ __forceinline__ void fa__tc_load_kv(unsigned sK, unsigned sV, unsigned st, const T *gk, const T *gv,
+                                                      const fa__dims &d, int k0, int tid)
+{
+    typedef fa__tc_geom<C> G;
+    const int n = min((int)G::BK, d.Sk - k0);
+    fa__tc_load<G::D, G::BK, G::NT>(sK + st, gk + (int64_t)k0 * d.ks[2], d.ks[2], n, tid);
+    fa__tc_load<G::D, G::BK, G::NT>(sV + st, gv + (int64_t)k0 * d.vs[2], d.vs[2], n, tid);
+    fa__cu_commit();
+}
+
+/* Per-lane ldmatrix bases of a warp: A (Q) rows, B (K) rows, B^T (V) rows. A lane's row r always
+   has r & 7 == lane & 7 and its chunk is c0 + bit, c0 even and compile-time, so the physical chunk
+   is 8*(c0>>3) + ((c0&7) ^ (bit ^ (lane&7))): four per-lane bases per operand (c0&7 = 0,2,4,6)
+   plus an immediate, instead of a register per (row, chunk). */
+template <class C>
+static __device__ __forceinline__ void fa__tc_bases(unsigned sQ, unsigned sK, unsigned sV, int warp, int lane,
+                                                    unsigned (&aq)[4], unsigned (&ak)[4], unsigned (&av)[4])
+{
+    typedef fa__tc_geom<C> G;
+    const int la_r = (lane & 7) + ((lane >> 3) & 1) * 8, la_c = lane >> 4;     /* Q: m0..3 = (r0,k0)(r8,k0)(r0,k8)(r8,k8) */
+    const int lk_r = (lane & 7) + (lane >> 4) * 8, lk_c = (lane >> 3) & 1;     /* K: (n0,k0)(n0,k8)(n8,k0)(n8,k8) */
+    const int lv_r = (lane & 7) + ((lane >> 3) & 1) * 8, lv_c = lane >> 4;     /* V: (k0,n0)(k8,n0)(k0,n8)(k8,n8) */
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        aq[j] = sQ + (unsigned)((warp * 16 * G::MT + la_r) * G::D + (((2 * j) ^ (la_c ^ (lane & 7))) << 3)) * 2u;
+        ak[j] = sK + (unsigned)(lk_r * G::D + (((2 * j) ^ (lk_c ^ (lane & 7))) << 3)) * 2u;
+        av[j] = sV + (unsigned)(lv_r * G::D + (((2 * j) ^ (lv_c ^ (lane & 7))) << 3)) * 2u;
+    }
+}
+
+/* The A fragment of m16 tile mt, k-step kk of the row tile at aq (Q, or dO in a backward). */
+template <class C>
+static __device__ __forceinline__ void fa__tc_a_frag(const unsigned (&aq)[4], int mt, int kk, unsigned (&r)[4])
+{
+    fa__tc_ldsm(aq[kk & 3] + (unsigned)(mt * 16 * C::D + 64 * (kk >> 2)) * 2u, r[0], r[1], r[2], r[3]);
+}
+
+/* Step: this warp's Q fragments into registers (QREG), once, after the Q tile has landed. */
+template <class C>
+static __device__ __forceinline__ void fa__tc_q_frags(unsigned (&qf)[C::MT][C::D / 16][4], const unsigned (&aq)[4])
+{
+#pragma unroll
+    for (int mt = 0; mt < C::MT; mt++)
+#pragma unroll
+        for (int kk = 0; kk < C::D / 16; kk++) fa__tc_a_frag<C>(aq, mt, kk, qf[mt][kk]);
+}
+
+/* Step: S = Q K^T for the K tile at stage offset st. s[mt][n] is the m16 x n8 accumulator of m16
+   tile mt and keys 8n .. 8n+7 of the tile: raw dot products (no scale), what a backward keeps as
+   the score before softcap. Q from qf (QREG) or re-read through aq. */
+template <typename T, class C>
+static __device__ __forceinline__ void fa__tc_qk(float (&s)[C::MT][C::BK / 8][4], const unsigned (&qf)[C::MT][C::D / 16][4],
+                                                 const unsigned (&aq)[4], const unsigned (&ak)[4], unsigned st)
+{
+    typedef fa__tc_geom<C> G;
+    typedef fa__tc_type<T> X;
+#pragma unroll
+    for (int mt = 0; mt < G::MT; mt++)
+#pragma unroll
+        for (int n = 0; n < G::NN; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < G::KD; kk++) {
+        unsigned qa[G::MT][4];
+#pragma unroll
+        for (int mt = 0; mt < G::MT; mt++) {
+            if (G::QREG) {
+                qa[mt][0] = qf[mt][kk][0];
+                qa[mt][1] = qf[mt][kk][1];
+                qa[mt][2] = qf[mt][kk][2];
+                qa[mt][3] = qf[mt][kk][3];
+            } else {
+                fa__tc_a_frag<C>(aq, mt, kk, qa[mt]);
+            }
+        }
+        if (G::PF) {
+            unsigned kb[G::NN][2];
+#pragma unroll
+            for (int n = 0; n < G::NN; n += 2)
+                fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * G::D + 64 * (kk >> 2)) * 2u, kb[n][0], kb[n][1], kb[n + 1][0],
+                            kb[n + 1][1]);
+#pragma unroll
+            for (int n = 0; n < G::NN; n++)
+#pragma unroll
+                for (int mt = 0; mt < G::MT; mt++) X::mma(s[mt][n], qa[mt], kb[n][0], kb[n][1]);
+        } else {
+#pragma unroll
+            for (int n = 0; n < G::NN; n += 2) {
+                unsigned b0, b1, b2, b3;
+                fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * G::D + 64 * (kk >> 2)) * 2u, b0, b1, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < G::MT; mt++) {
+                    X::mma(s[mt][n], qa[mt], b0, b1);
+                    X::mma(s[mt][n + 1], qa[mt], b2, b3);
+                }
+            }
         }
     }
-    return FA_ERR_UNSUPPORTED;
 }
 
-/* Picks the kernel: aligned fp32 first through fa__cu_generic_f32; then by head_dim class (D and
-   Dv <= 64, <= 128, then 256) the kernels for any storage type and layout: 8 x 4 single-buffered
-   (4 x 2 at 256), and for aligned fp32 with block_k = 32 at 64 < D <= 128 the double-buffered 8 x 2
-   one. */
-template <typename T>
-static fa_status fa__cu_generic_t(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
-                                  cudaStream_t st)
+/* Step: the score modifiers (8b's rule, log2 domain) and the mask on one tile's scores. This
+   thread's rows are r0 + 16 mt + 8 hf (r0 = i0 + its first row), its columns k0 + cq + 8n + e
+   (e < 2). MOD: fa__tc_fwd's (0: none, the scale is folded into the exp). full: the tile is
+   visible to every row (fa__keys_full), so no mask. */
+template <class C, int MOD>
+static __device__ __forceinline__ void fa__tc_scores(float (&s)[C::MT][C::BK / 8][4], const fa__dims &d,
+                                                     const fa__cu_mods &md, bool sc, bool al, bool bi, int r0, int cq,
+                                                     int k0, bool full)
 {
-    const int dc = d->D > d->Dv ? d->D : d->Dv;
-    const int aligned = fa__cu_vec16(d, q, d->qs, d->D) && fa__cu_vec16(d, k, d->ks, d->D) &&
-                        fa__cu_vec16(d, v, d->vs, d->Dv);
-    if (aligned) {
-        const fa_status s = fa__cu_generic_f32(d, dc, q, k, v, o, st);
-        if (s != FA_ERR_UNSUPPORTED) return s;
-    }
-    if (dc <= 64) return fa__cu_generic_launch<T, 64, 8, 4, 0, 1>(d, q, k, v, o, st);
-    if (dc <= 128) {
-        if (aligned && d->block_k == 32) return fa__cu_generic_launch<float, 128, 8, 2, 1, 1>(d, q, k, v, o, st);
-        return fa__cu_generic_launch<T, 128, 8, 4, 0, 1>(d, q, k, v, o, st);
-    }
-    return fa__cu_generic_launch<T, 256, 4, 2, 0, 1>(d, q, k, v, o, st);
+    typedef fa__tc_geom<C> G;
+#pragma unroll
+    for (int mt = 0; mt < G::MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int row = r0 + 16 * mt + 8 * hf;
+            if (MOD) {
+                const float dd = (float)((int64_t)row + d.Sk - d.Sq - k0 - cq);   /* d - j = dd - column */
+                const bool rowok = row < d.Sq;
+#pragma unroll
+                for (int n = 0; n < G::NN; n++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int j = k0 + cq + n * 8 + e;
+                        s[mt][n][2 * hf + e] = fa__cu_modify<fa__cu_tanh_approx, true>(
+                            md, s[mt][n][2 * hf + e], sc, al, bi && rowok && j < d.Sk, dd - (float)(n * 8 + e), row, j);
+                    }
+            }
+            if (!full) {   /* the visible keys of this row (rows past Sq as the last), relative to this lane's first column */
+                int lo, hi;
+                fa__cu_row_keys(d, row, &lo, &hi);
+                lo -= k0 + cq;
+                hi -= k0 + cq;
+#pragma unroll
+                for (int n = 0; n < G::NN; n++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int c = n * 8 + e;
+                        if (c < lo || c >= hi) s[mt][n][2 * hf + e] = -INFINITY;
+                    }
+            }
+        }
 }
 
-static fa_status fa__cu_generic_any(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
-                                    cudaStream_t st)
+/* The largest of this thread's scores of row (mt, hf) in the tile (a tree: short dependency
+   chains); the quad's max is two shuffles more (fa__tc_quad_max). */
+template <class C>
+static __device__ __forceinline__ float fa__tc_row_max(const float (&s)[C::MT][C::BK / 8][4], int mt, int hf)
 {
-    if (d->dtype == FA_F16) return fa__cu_generic_t<__half>(d, q, k, v, o, st);
-    if (d->dtype == FA_BF16) return fa__cu_generic_t<__nv_bfloat16>(d, q, k, v, o, st);
-    return fa__cu_generic_t<float>(d, q, k, v, o, st);
+    enum { NN = C::BK / 8 };
+    float mv[NN];
+#pragma unroll
+    for (int n = 0; n < NN; n++) mv[n] = fmaxf(s[mt][n][2 * hf], s[mt][n][2 * hf + 1]);
+#pragma unroll
+    for (int w = 1; w < NN; w *= 2)
+#pragma unroll
+        for (int n = 0; n + w < NN; n += 2 * w) mv[n] = fmaxf(mv[n], mv[n + w]);
+    return mv[0];
 }
 
-/* ---- the naive path's kernels --------------------------------------------------------------- */
+static __device__ __forceinline__ float fa__tc_quad_max(float x)
+{
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+/* P = 2^(s f - ref) of row (mt, hf), rounded to 16 bits straight into the A fragments of P V;
+   returns this thread's sum of the fp32 values. The forward passes its running reference; a
+   backward passes lse * log2(e) and gets P itself. */
+template <typename T, class C>
+static __device__ __forceinline__ float fa__tc_exp_pack(const float (&s)[C::MT][C::BK / 8][4], int mt, int hf, float f,
+                                                        float ref, unsigned (&pa)[C::MT][C::BK / 16][4])
+{
+    enum { NN = C::BK / 8 };
+    float mv[NN];
+#pragma unroll
+    for (int n = 0; n < NN; n++) {
+        const float p0 = fa__tc_ex2(fmaf(s[mt][n][2 * hf], f, -ref));
+        const float p1 = fa__tc_ex2(fmaf(s[mt][n][2 * hf + 1], f, -ref));
+        mv[n] = p0 + p1;
+        pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(p0, p1);
+    }
+#pragma unroll
+    for (int w = 1; w < NN; w *= 2)
+#pragma unroll
+        for (int n = 0; n + w < NN; n += 2 * w) mv[n] += mv[n + w];
+    return mv[0];
+}
+
+/* Step: the online softmax of one tile for this thread's rows. m: the running max of the scores
+   (in their unit; f turns them into log2 units), l: this thread's share of the running sum, o:
+   the accumulator, rescaled by alpha = 2^(m_old f - ref) unless no row max of the warp moved. */
+template <typename T, class C>
+static __device__ __forceinline__ void fa__tc_softmax(const float (&s)[C::MT][C::BK / 8][4], float (&m)[C::MT][2],
+                                                      float (&l)[C::MT][2], float (&o)[C::MT][C::D / 8][4],
+                                                      unsigned (&pa)[C::MT][C::BK / 16][4], float f)
+{
+    typedef fa__tc_geom<C> G;
+    float alpha[G::MT][2];
+    bool moved = false;
+#pragma unroll
+    for (int mt = 0; mt < G::MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const float mx = fa__tc_quad_max(fmaxf(m[mt][hf], fa__tc_row_max<C>(s, mt, hf)));
+            const float ref = mx == -INFINITY ? 0.0f : mx * f;   /* a row hidden so far stays at 0 */
+            alpha[mt][hf] = fa__tc_ex2(fmaf(m[mt][hf], f, -ref));
+            moved |= mx != m[mt][hf];
+            m[mt][hf] = mx;
+            l[mt][hf] = fmaf(l[mt][hf], alpha[mt][hf], fa__tc_exp_pack<T, C>(s, mt, hf, f, ref, pa));
+        }
+    if (__any_sync(0xffffffffu, moved)) {   /* no row max of this warp moved: alpha is 1 everywhere */
+#pragma unroll
+        for (int mt = 0; mt < G::MT; mt++)
+#pragma unroll
+            for (int n = 0; n < G::CH; n++) {
+                o[mt][n][0] *= alpha[mt][0];
+                o[mt][n][1] *= alpha[mt][0];
+                o[mt][n][2] *= alpha[mt][1];
+                o[mt][n][3] *= alpha[mt][1];
+            }
+    }
+}
+
+/* Step: O += P V for the V tile at stage offset st (a backward's dV += P^T dO and dQ += dS K
+   have this shape). */
+template <typename T, class C>
+static __device__ __forceinline__ void fa__tc_pv(float (&o)[C::MT][C::D / 8][4], const unsigned (&pa)[C::MT][C::BK / 16][4],
+                                                 const unsigned (&av)[4], unsigned st)
+{
+    typedef fa__tc_geom<C> G;
+    typedef fa__tc_type<T> X;
+#pragma unroll
+    for (int kk = 0; kk < G::KB; kk++) {
+        if (G::PF) {   /* eight n8 tiles of V at a time */
+#pragma unroll
+            for (int n0 = 0; n0 < G::CH; n0 += 8) {
+                unsigned vb[8][2];
+#pragma unroll
+                for (int n = 0; n < 8; n += 2)
+                    fa__tc_ldsm_t(av[n >> 1] + st + (unsigned)(kk * 16 * G::D + 8 * n0) * 2u, vb[n][0], vb[n][1],
+                                  vb[n + 1][0], vb[n + 1][1]);
+#pragma unroll
+                for (int n = 0; n < 8; n++)
+#pragma unroll
+                    for (int mt = 0; mt < G::MT; mt++) X::mma(o[mt][n0 + n], pa[mt][kk], vb[n][0], vb[n][1]);
+            }
+        } else {
+#pragma unroll
+            for (int n = 0; n < G::CH; n += 2) {
+                unsigned b0, b1, b2, b3;
+                fa__tc_ldsm_t(av[(n & 7) >> 1] + st + (unsigned)(kk * 16 * G::D + 64 * (n >> 3)) * 2u, b0, b1, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < G::MT; mt++) {
+                    X::mma(o[mt][n], pa[mt][kk], b0, b1);
+                    X::mma(o[mt][n + 1], pa[mt][kk], b2, b3);
+                }
+            }
+        }
+    }
+}
+
+/* Step: o = O / l (0 for a row with no visible key) and lse, staged through this warp's own
+   slice of the Q tile (sQ) and written as 16-byte rows. */
+template <typename T, class C>
+static __device__ __forceinline__ void fa__tc_write(const fa__tc_args &a, const float (&o)[C::MT][C::D / 8][4],
+                                                    const float (&m)[C::MT][2], const float (&l)[C::MT][2], float f,
+                                                    unsigned sQ, int b, int h, int i0, int warp, int lane)
+{
+    typedef fa__tc_geom<C> G;
+    typedef fa__tc_type<T> X;
+    const fa__dims &d = a.d;
+    const int wr0 = warp * 16 * G::MT + (lane >> 2), cq = 2 * (lane & 3);
+    __syncwarp();
+#pragma unroll
+    for (int mt = 0; mt < G::MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float sum = l[mt][hf];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            const int rr = wr0 + 16 * mt + 8 * hf;
+#pragma unroll
+            for (int n = 0; n < G::CH; n++) {
+                const unsigned u = X::pack(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv);
+                const unsigned addr = sQ + (unsigned)(rr * G::D + ((n ^ (rr & 7)) << 3) + cq) * 2u;
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(u) : "memory");
+            }
+            if (d.lse && (lane & 3) == 0 && i0 + rr < d.Sq)
+                d.lse[((int64_t)b * d.Hq + h) * d.Sq + i0 + rr] =
+                    sum > 0.0f ? (m[mt][hf] * f + log2f(sum)) * FA__CU_LN2 : -INFINITY;
+        }
+    __syncwarp();
+    {
+        T *go = (T *)a.o + b * d.os[0] + h * d.os[1];
+#pragma unroll
+        for (int it = 0; it < 16 * G::MT * G::CH / 32; it++) {
+            const int idx = lane + it * 32, rr = warp * 16 * G::MT + idx / G::CH, c = idx % G::CH;
+            if (i0 + rr < d.Sq) {
+                uint4 val;
+                const unsigned addr = sQ + (unsigned)(rr * G::D + ((c ^ (rr & 7)) << 3)) * 2u;
+                asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w) : "r"(addr) : "memory");
+                *(uint4 *)(go + (int64_t)(i0 + rr) * d.os[2] + c * 8) = val;
+            }
+        }
+    }
+}
+
+/* T: __half or __nv_bfloat16. C: an fa__tc_* configuration (8a). MOD: 0 plain (scale > 0, no
+   modifier: raw dot products, the scale folded into the exp's FFMA); else the scores are rebuilt
+   in the log2 domain, with bit 1 softcap (its tanh kept unscaled, softcap * log2(e) folded into
+   the exp), bit 2 ALiBi, bit 4 everything decided at run time (bias, a non-positive scale,
+   combinations). */
+template <typename T, class C, int MOD>
+__global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tc_fwd(const fa__tc_args a)
+{
+    typedef fa__tc_geom<C> G;
+    enum { BQ = G::BQ, BK = G::BK, D = G::D, MT = G::MT };
+    extern __shared__ __align__(128) unsigned char fa__tc_smem[];
+    const fa__dims &d = a.d;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int b = blockIdx.x / d.Hq, h = blockIdx.x - b * d.Hq, g = h / d.group;
+    const int i0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;   /* the longest (causal) blocks first */
+    const int nq = min((int)BQ, d.Sq - i0);
+    const unsigned sQ = fa__cu_sa(fa__tc_smem), sK = sQ + BQ * D * 2, sV = sK + 2 * BK * D * 2;
+    const T *gq = (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i0 * d.qs[2];
+    const T *gk = (const T *)a.k + b * d.ks[0] + g * d.ks[1];
+    const T *gv = (const T *)a.v + b * d.vs[0] + g * d.vs[1];
+
+    /* the keys of the block and its BK-aligned key tiles t0 .. t1-1 */
+    const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
+    const int t0 = (int)kr.lo / BK, t1 = kr.hi > kr.lo ? ((int)kr.hi + BK - 1) / BK : t0;
+
+    /* this thread's rows: i0 + r0 + 16*mt + 8*half; its first column in a tile: cq */
+    const int r0 = warp * 16 * MT + (lane >> 2), cq = 2 * (lane & 3);
+
+    /* f: from a score's unit to log2 units at the exp. Plain: raw dot products, f folds the scale;
+       softcap alone keeps tanh values, its positive factor folded into f; else scores are rebuilt
+       in the log2 domain (f = 1). */
+    const float f = MOD == 0 ? d.scale * FA__CU_LOG2E : MOD == 1 ? d.softcap * FA__CU_LOG2E : 1.0f;
+    const bool sc = (MOD & 1) || ((MOD & 4) && d.softcap > 0.0f), al = (MOD & 2) || ((MOD & 4) && d.alibi != 0);
+    const bool bi = (MOD & 4) && d.bias != 0;
+    const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, MOD == 1);
+
+    float o[MT][G::CH][4], m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int n = 0; n < G::CH; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
+    unsigned qf[MT][G::KD][4];   /* unused (and gone) unless QREG */
+    unsigned aq[4], ak[4], av[4];
+    fa__tc_bases<C>(sQ, sK, sV, warp, lane, aq, ak, av);
+
+    if (t0 < t1) {
+        fa__tc_load<D, BQ, G::NT>(sQ, gq, d.qs[2], nq, tid);
+        fa__tc_load_kv<C>(sK, sV, 0u, gk, gv, d, t0 * BK, tid);
+        fa__cu_wait<0>();
+        __syncthreads();
+        if (G::QREG) fa__tc_q_frags<C>(qf, aq);
+    }
+
+    for (int t = t0; t < t1; t++) {
+        const int k0 = t * BK;
+        const unsigned st = (unsigned)((t - t0) & 1) * BK * D * 2;
+        if (t > t0) {   /* tile t landed, and every warp is done with tile t-1's stage */
+            fa__cu_wait<0>();
+            __syncthreads();
+        }
+        if (t + 1 < t1) fa__tc_load_kv<C>(sK, sV, BK * D * 2 - st, gk, gv, d, k0 + BK, tid);   /* streams in meanwhile */
+
+        float s[MT][G::NN][4];
+        unsigned pa[MT][G::KB][4];
+        fa__tc_qk<T, C>(s, qf, aq, ak, st);
+        fa__tc_scores<C, MOD>(s, d, md, sc, al, bi, i0 + r0, cq, k0, fa__keys_full(&kr, k0, k0 + BK));
+        fa__tc_softmax<T, C>(s, m, l, o, pa, f);
+        fa__tc_pv<T, C>(o, pa, av, st);
+    }
+    fa__tc_write<T, C>(a, o, m, l, f, sQ, b, h, i0, warp, lane);
+}
+
+/* ---- 8e. CUDA: the naive path's kernels and merge's ------------------------------------------ */
 
 /* Block-wide reductions for up to 1024 threads (red holds 32 floats). */
 static __device__ __forceinline__ float fa__cu_bmax(float x, float *red)
@@ -4300,16 +4805,15 @@ __global__ void fa__cu_softmax(fa__dims d, float *S, TP *P, float *scores)
     const int64_t r = blockIdx.x, Sk = d.Sk;
     const int64_t bh = r / d.Sq, i = r % d.Sq;
     const int b = (int)(bh / d.Hq), h = (int)(bh % d.Hq);
-    const int mods = d.softcap > 0.0f || d.alibi != NULL || d.bias != NULL;
-    const float slope = d.alibi ? d.alibi[(int64_t)b * d.alibi_stride + h] : 0.0f;
-    const float icap = d.softcap > 0.0f ? 1.0f / d.softcap : 0.0f;
+    const bool sc = d.softcap > 0.0f, al = d.alibi != NULL, bi = d.bias != NULL, mods = sc || al || bi;
+    const fa__cu_mods md = fa__cu_mods_of(d, b, h, 1.0f, 1.0f, sc, al, false);
     float *s = S + r * Sk, mx = -INFINITY, sum = 0.0f, inv;
     TP *pr = P + r * Sk;
-    int lo, hi;
-    fa__cu_range(d, i, &lo, &hi);
+    int64_t lo, hi;
+    fa__key_range(&d, i, &lo, &hi);
     for (int64_t j = threadIdx.x; j < Sk; j += blockDim.x) {
         float x = s[j];
-        if (mods) x = fa__cu_modify(d, x, b, h, i, j, slope, icap);
+        if (mods) x = fa__cu_modify<fa__cu_tanh, false>(md, x, sc, al, bi, (float)(i + d.Sk - d.Sq - j), i, j);
         if (j < lo || j >= hi) x = -INFINITY;
         if (ROW) row[j] = x; else s[j] = x;
         if (scores) scores[r * Sk + j] = x;
@@ -4366,8 +4870,7 @@ __global__ void fa__cu_ptrs(fa__dims d, const char *q, const char *k, const char
     arr[5 * n + bh] = o + (b * d.os[0] + h * d.os[1]) * es;
 }
 
-/* ---- merge ------------------------------------------------------------------------------------ */
-#define FA__CU_MERGE 32
+/* merge */
 typedef struct fa__cu_parts {
     const float *o[FA__CU_MERGE];
     const float *l[FA__CU_MERGE];
@@ -4403,504 +4906,236 @@ __global__ void fa__cu_merge(int rows, int dv, int parts, fa__cu_parts pp, float
     }
     if (lse && threadIdx.x == 0) lse[r] = mx == -INFINITY ? -INFINITY : mx + logf(sum);
 }
-/* ---- 8b. CUDA: tensor-core kernel for fp16/bf16 (mma.sync m16n8k16, ldmatrix, cp.async) ------ */
-/* FlashAttention-2 style forward. A block owns BQ = 16*MT*NW query rows of one (batch, head); each
-   warp owns 16*MT of them and never talks to the others (split-Q). K/V tiles of BK keys stream
-   through a two-stage cp.async ring in swizzled shared memory (16-byte chunk c of row r lives at
-   chunk c ^ (r & 7), so every ldmatrix phase hits 8 distinct bank groups). S = Q K^T and O += P V
-   run on mma.sync m16n8k16 with fp32 accumulators; the S accumulator of two n8 tiles, rounded to
-   16-bit pairs, is the A fragment of one k16 step of P V, so P never leaves registers. A row lives
-   in a 4-thread quad: its max is two butterfly shuffles, its sum is kept per thread and reduced once
-   at the end. The online softmax runs in the log2 domain with the scale folded into one FFMA before
-   EX2. Only tiles that cross the mask edge (causal diagonal, window edges, the ragged end of the
-   keys) pay for per-element masking; tiles wholly outside it are never loaded.
-   Served: fp16/bf16, head_dim == head_dim_v in {64, 128}, 16-byte aligned rows (cp.async); every
-   mask and modifier of the API (softcap alone and ALiBi alone have compile-time variants; bias, a
-   non-positive scale and combinations one run-time variant). Anything else: FA_ERR_UNSUPPORTED,
-   and the caller falls back to the generic kernel.
-   Tiles: 4 warps x 32 rows (BQ = 128), BK = 64; D=64 keeps Q in registers, D=128 re-reads it from
-   shared memory and loads each k-step's B fragments before its MMAs (the sweep and the H200
-   numbers, about 300 and 370 TFLOP/s at S = 16k, are in bench/RESULTS.md). */
+/* ---- 8f. CUDA: the kernel picker and the launches --------------------------------------------- */
 
-#include <cuda_runtime.h>
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-
-struct fa__tc_args {
-    const void *q, *k, *v;
-    void *o;
-    int64_t qs[3], ks[3], vs[3], os[3], bs[4];
-    const float *alibi, *bias;
-    float *lse;
-    int64_t alibi_stride;
-    int Hq, group, Sq, Sk, causal, wl, wr;
-    float scale, softcap;
-};
-
-static __device__ __forceinline__ unsigned fa__tc_sa(const void *p)
+/* 1 when every row of an fp32 tensor starts 16-byte aligned and holds whole float4s */
+static int fa__cu_vec16(const fa__dims *d, const void *x, const int64_t s[3], int width)
 {
-    return (unsigned)__cvta_generic_to_shared(p);
+    return d->dtype == FA_F32 && ((uintptr_t)x & 15) == 0 && width % 4 == 0 && s[0] % 4 == 0 &&
+           s[1] % 4 == 0 && s[2] % 4 == 0;
 }
 
-static __device__ __forceinline__ void fa__tc_cp16(unsigned dst, const void *src, int bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void fa__tc_commit(void)
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int N> static __device__ __forceinline__ void fa__tc_wait(void)
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-static __device__ __forceinline__ void fa__tc_ldsm(unsigned a, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
-}
-
-static __device__ __forceinline__ void fa__tc_ldsm_t(unsigned a, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
-}
-
-static __device__ __forceinline__ float fa__tc_ex2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-static __device__ __forceinline__ float fa__tc_tanh_fast(float x)
-{
-    float y;
-    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-/* The 16-bit storage types: the MMA and the packing of two floats. Softcap's tanh is tanh.approx
-   (one MUFU op, relative error <= 2^-11): measured 2.5e-4 relative output error in fp16, 2e-3 in
-   bf16 (limits 1e-3 and 5e-3); the exact 1 - 2/(1 + e^2x) costs a second MUFU op. */
-template <typename T> struct fa__tc_type;
-/* One specialisation per type; they differ only in the PTX type name (in cvt and mma). */
-#define FA__TC_TYPE(T, PTX)                                                                      \
-    template <> struct fa__tc_type<T> {                                                          \
-        static __device__ __forceinline__ unsigned pack(float lo, float hi)                      \
-        {                                                                                        \
-            unsigned u;                                                                          \
-            asm("cvt.rn." PTX "x2.f32 %0, %1, %2;\n" : "=r"(u) : "f"(hi), "f"(lo));              \
-            return u;                                                                            \
-        }                                                                                        \
-        static __device__ __forceinline__ void mma(float c[4], const unsigned a[4], unsigned b0, \
-                                                   unsigned b1)                                  \
-        {                                                                                        \
-            asm("mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX ".f32 {%0,%1,%2,%3}, "      \
-                "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                                       \
-                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                 \
-                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                 \
-        }                                                                                        \
-        static __device__ __forceinline__ float tanh_(float x) { return fa__tc_tanh_fast(x); }   \
-    };
-FA__TC_TYPE(__nv_bfloat16, "bf16")
-FA__TC_TYPE(__half, "f16")
-#undef FA__TC_TYPE
-
-/* Keys visible to query row i by the position rules, as [lo, hi) (section 1's fa__key_range). */
-static __device__ __forceinline__ void fa__tc_range(const fa__tc_args &a, int i, int *lo, int *hi)
-{
-    int64_t l, h;
-    fa__visible((int64_t)i + a.Sk - a.Sq, a.Sk, a.causal, a.wl, a.wr, &l, &h);
-    *lo = (int)l;
-    *hi = (int)h;
-}
-
-/* R rows of D 16-bit elements from global (row stride st) into a swizzled tile; rows >= n are
-   zero-filled (so a ragged tail of V can never inject a NaN into P V). */
-template <int D, int R, int NT, typename T>
-static __device__ __forceinline__ void fa__tc_load(unsigned dst, const T *src, int64_t st, int n, int tid)
-{
-    enum { CH = D / 8, IT = R * CH / NT };
-    static_assert(R * CH % NT == 0, "tile load must split evenly over the threads");
-#pragma unroll
-    for (int it = 0; it < IT; it++) {
-        const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
-        const bool ok = r < n;
-        fa__tc_cp16(dst + (unsigned)(r * D + ((c ^ (r & 7)) << 3)) * 2u, ok ? (const void *)(src + r * st + c * 8) : (const void *)src,
-                    ok ? 16 : 0);
-    }
-}
-
-/* T: __half or __nv_bfloat16. D: head dim. NW: warps. MT: m16 tiles per warp. BK: keys per tile.
-   QREG: Q fragments held in registers (else re-read from shared memory each tile). MOD: 0 plain
-   (scale > 0, no modifier); else the scores are rebuilt in the log2 domain, with bit 1 softcap,
-   bit 2 ALiBi, bit 4 everything decided at run time (bias, a non-positive scale, combinations).
-   PF: each k-step's B fragments all loaded before its MMAs (else load, use, load, use).
-   MINB: blocks per SM for the register budget. */
-template <typename T, int D, int NW, int MT, int BK, int QREG, int PF, int MOD, int MINB>
-__global__ void __launch_bounds__(NW * 32, MINB) fa__tc_fwd(const fa__tc_args a)
-{
-    enum { BQ = 16 * MT * NW, NT = NW * 32, CH = D / 8, NN = BK / 8, KD = D / 16, KB = BK / 16 };
-    typedef fa__tc_type<T> X;
-    extern __shared__ __align__(128) unsigned char fa__tc_smem[];
-    const float NEG_INF = -INFINITY, LOG2E = 1.4426950408889634f;
-
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int b = blockIdx.x / a.Hq, h = blockIdx.x - b * a.Hq, g = h / a.group;
-    const int i0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;   /* the longest (causal) blocks first */
-    const int nq = min(BQ, a.Sq - i0);
-    const unsigned sQ = fa__tc_sa(fa__tc_smem), sK = sQ + BQ * D * 2, sV = sK + 2 * BK * D * 2;
-    const T *gq = (const T *)a.q + b * a.qs[0] + h * a.qs[1] + (int64_t)i0 * a.qs[2];
-    const T *gk = (const T *)a.k + b * a.ks[0] + g * a.ks[1];
-    const T *gv = (const T *)a.v + b * a.vs[0] + g * a.vs[1];
-
-    int blo, bhi, elo, ehi;
-    fa__tc_range(a, i0, &blo, &bhi);
-    fa__tc_range(a, i0 + nq - 1, &elo, &ehi);
-    /* keys [blo, ehi) cover the block; a tile inside [elo, bhi) is visible to every row */
-    const int t0 = blo / BK, t1 = ehi > blo ? (ehi + BK - 1) / BK : t0;
-
-    /* this thread's rows: wr0 + 16*mt + 8*half */
-    const int wr0 = warp * 16 * MT + (lane >> 2), cq = 2 * (lane & 3);
-
-    /* MOD: scores are rebuilt in the log2 domain (f = 1); plain: raw dot products, f folds scale */
-    /* (softcap alone keeps tanh values, its positive factor folded into f like the plain scale) */
-    const float f = MOD == 0 ? a.scale * LOG2E : MOD == 1 ? a.softcap * LOG2E : 1.0f;
-    const bool has_sc = (MOD & 1) || ((MOD & 4) && a.softcap > 0.0f), has_al = (MOD & 2) || ((MOD & 4) && a.alibi != 0);
-    const bool has_bias = (MOD & 4) && a.bias != 0;
-    const float pre = has_sc ? a.scale / a.softcap : a.scale * LOG2E, post = a.softcap * LOG2E;
-    const float slope = has_al ? a.alibi[b * a.alibi_stride + h] * LOG2E : 0.0f;
-    const float *bias = has_bias ? a.bias + b * a.bs[0] + h * a.bs[1] : 0;
-
-    float o[MT][CH][4], m[MT][2], l[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-        for (int n = 0; n < CH; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
-        m[mt][0] = m[mt][1] = NEG_INF;
-        l[mt][0] = l[mt][1] = 0.0f;
-    }
-    unsigned qf[MT][KD][4];   /* unused (and gone) unless QREG */
-
-    /* per-lane ldmatrix coordinates: A (Q) rows, B (K) rows, B^T (V) rows */
-    const int la_r = (lane & 7) + ((lane >> 3) & 1) * 8, la_c = lane >> 4;     /* Q: m0..3 = (r0,k0)(r8,k0)(r0,k8)(r8,k8) */
-    const int lk_r = (lane & 7) + (lane >> 4) * 8, lk_c = (lane >> 3) & 1;     /* K: (n0,k0)(n0,k8)(n8,k0)(n8,k8) */
-    const int lv_r = (lane & 7) + ((lane >> 3) & 1) * 8, lv_c = lane >> 4;     /* V: (k0,n0)(k8,n0)(k0,n8)(k8,n8) */
-    /* Swizzled ldmatrix addresses without per-(row, chunk) registers: a lane's row r always has
-       r & 7 == lane & 7 and its chunk is c0 + bit, c0 even and compile-time, so the physical chunk
-       is 8*(c0>>3) + ((c0&7) ^ (bit ^ (lane&7))): four per-lane bases per operand (c0&7 = 0,2,4,6)
-       plus an immediate. */
-    unsigned aq[4], ak[4], av[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        aq[j] = sQ + (unsigned)((warp * 16 * MT + la_r) * D + (((2 * j) ^ (la_c ^ (lane & 7))) << 3)) * 2u;
-        ak[j] = sK + (unsigned)(lk_r * D + (((2 * j) ^ (lk_c ^ (lane & 7))) << 3)) * 2u;
-        av[j] = sV + (unsigned)(lv_r * D + (((2 * j) ^ (lv_c ^ (lane & 7))) << 3)) * 2u;
-    }
-
-    if (t0 < t1) {
-        fa__tc_load<D, BQ, NT>(sQ, gq, a.qs[2], nq, tid);
-        fa__tc_load<D, BK, NT>(sK, gk + (int64_t)t0 * BK * a.ks[2], a.ks[2], min(BK, a.Sk - t0 * BK), tid);
-        fa__tc_load<D, BK, NT>(sV, gv + (int64_t)t0 * BK * a.vs[2], a.vs[2], min(BK, a.Sk - t0 * BK), tid);
-        fa__tc_commit();
-        fa__tc_wait<0>();
-        __syncthreads();
-        if (QREG) {
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int kk = 0; kk < KD; kk++) {
-                    fa__tc_ldsm(aq[kk & 3] + (unsigned)(mt * 16 * D + 64 * (kk >> 2)) * 2u, qf[mt][kk][0], qf[mt][kk][1],
-                                qf[mt][kk][2], qf[mt][kk][3]);
-                }
-        }
-    }
-
-    for (int t = t0; t < t1; t++) {
-        const int k0 = t * BK;
-        const unsigned st = (unsigned)((t - t0) & 1) * BK * D * 2;
-        const bool nxt = t + 1 < t1;
-        if (t > t0) {   /* tile t landed, and every warp is done with tile t-1's stage */
-            fa__tc_wait<0>();
-            __syncthreads();
-        }
-        if (nxt) {   /* tile t+1 streams in while tile t is computed */
-            const int k1 = k0 + BK, n1 = min(BK, a.Sk - k1);
-            fa__tc_load<D, BK, NT>(sK + (BK * D * 2 - st), gk + (int64_t)k1 * a.ks[2], a.ks[2], n1, tid);
-            fa__tc_load<D, BK, NT>(sV + (BK * D * 2 - st), gv + (int64_t)k1 * a.vs[2], a.vs[2], n1, tid);
-            fa__tc_commit();
-        }
-
-        /* S = Q K^T */
-        float s[MT][NN][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int n = 0; n < NN; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++) {
-            unsigned qa[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                if (QREG) {
-                    qa[mt][0] = qf[mt][kk][0];
-                    qa[mt][1] = qf[mt][kk][1];
-                    qa[mt][2] = qf[mt][kk][2];
-                    qa[mt][3] = qf[mt][kk][3];
-                } else {
-                    fa__tc_ldsm(aq[kk & 3] + (unsigned)(mt * 16 * D + 64 * (kk >> 2)) * 2u, qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3]);
-                }
-            }
-            if (PF) {
-                unsigned kb[NN][2];
-#pragma unroll
-                for (int n = 0; n < NN; n += 2)
-                    fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * D + 64 * (kk >> 2)) * 2u, kb[n][0], kb[n][1], kb[n + 1][0],
-                                kb[n + 1][1]);
-#pragma unroll
-                for (int n = 0; n < NN; n++)
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) X::mma(s[mt][n], qa[mt], kb[n][0], kb[n][1]);
-            } else {
-#pragma unroll
-                for (int n = 0; n < NN; n += 2) {
-                    unsigned b0, b1, b2, b3;
-                    fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * D + 64 * (kk >> 2)) * 2u, b0, b1, b2, b3);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        X::mma(s[mt][n], qa[mt], b0, b1);
-                        X::mma(s[mt][n + 1], qa[mt], b2, b3);
-                    }
-                }
-            }
-        }
-
-        /* modifiers (log2 domain) and the mask of the tiles that cross its edge */
-        const bool full = k0 >= elo && k0 + BK <= bhi;
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const int row = i0 + wr0 + 16 * mt + 8 * hf;
-                if (MOD) {
-                    const float dd = (float)((int64_t)row + a.Sk - a.Sq - k0 - cq);   /* d - j = dd - col */
-                    const bool rowok = row < a.Sq;
-#pragma unroll
-                    for (int n = 0; n < NN; n++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            float x = s[mt][n][2 * hf + e] * pre;
-                            if (has_sc) x = MOD == 1 ? X::tanh_(x) : post * X::tanh_(x);
-                            if (has_al) x = fmaf(-slope, fabsf(dd - (float)(n * 8 + e)), x);
-                            if (MOD & 4 && has_bias) {
-                                const int j = k0 + cq + n * 8 + e;
-                                if (rowok && j < a.Sk) x = fmaf(bias[(int64_t)row * a.bs[2] + (int64_t)j * a.bs[3]], LOG2E, x);
-                            }
-                            s[mt][n][2 * hf + e] = x;
-                        }
-                }
-                if (!full) {   /* the visible keys of this row, [lo, hi), relative to this lane's first column */
-                    const int dgr = a.Sk - (a.Sq - min(row, a.Sq - 1));   /* the diagonal, no overflow */
-                    int lo = 0, hi = a.Sk;
-                    if (a.wl > 0 && dgr > a.wl) lo = dgr - a.wl;
-                    if (a.causal) hi = min(hi, dgr + 1);
-                    if (a.wr > 0 && dgr < a.Sk - 1 - a.wr) hi = min(hi, dgr + a.wr + 1);
-                    lo -= k0 + cq;
-                    hi -= k0 + cq;
-#pragma unroll
-                    for (int n = 0; n < NN; n++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int c = n * 8 + e;
-                            if (c < lo || c >= hi) s[mt][n][2 * hf + e] = NEG_INF;
-                        }
-                }
-            }
-
-        /* online softmax; P rounded to 16 bits straight into A fragments */
-        unsigned pa[MT][KB][4];
-        float alpha[MT][2];
-        bool moved = false;
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                float mv[NN];   /* tree reductions: short dependency chains */
-#pragma unroll
-                for (int n = 0; n < NN; n++) mv[n] = fmaxf(s[mt][n][2 * hf], s[mt][n][2 * hf + 1]);
-#pragma unroll
-                for (int w = 1; w < NN; w *= 2)
-#pragma unroll
-                    for (int n = 0; n + w < NN; n += 2 * w) mv[n] = fmaxf(mv[n], mv[n + w]);
-                float mx = fmaxf(m[mt][hf], mv[0]);
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float ref = mx == NEG_INF ? 0.0f : mx * f;   /* a row hidden so far stays at 0 */
-                alpha[mt][hf] = fa__tc_ex2(fmaf(m[mt][hf], f, -ref));
-                moved |= mx != m[mt][hf];
-                m[mt][hf] = mx;
-#pragma unroll
-                for (int n = 0; n < NN; n++) {
-                    const float p0 = fa__tc_ex2(fmaf(s[mt][n][2 * hf], f, -ref));
-                    const float p1 = fa__tc_ex2(fmaf(s[mt][n][2 * hf + 1], f, -ref));
-                    mv[n] = p0 + p1;
-                    pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(p0, p1);
-                }
-#pragma unroll
-                for (int w = 1; w < NN; w *= 2)
-#pragma unroll
-                    for (int n = 0; n + w < NN; n += 2 * w) mv[n] += mv[n + w];
-                l[mt][hf] = fmaf(l[mt][hf], alpha[mt][hf], mv[0]);
-            }
-        if (__any_sync(0xffffffffu, moved)) {   /* no row max of this warp moved: alpha is 1 everywhere */
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int n = 0; n < CH; n++) {
-                    o[mt][n][0] *= alpha[mt][0];
-                    o[mt][n][1] *= alpha[mt][0];
-                    o[mt][n][2] *= alpha[mt][1];
-                    o[mt][n][3] *= alpha[mt][1];
-                }
-        }
-
-        /* O += P V */
-#pragma unroll
-        for (int kk = 0; kk < KB; kk++) {
-            if (PF) {   /* eight n8 tiles of V at a time */
-#pragma unroll
-                for (int n0 = 0; n0 < CH; n0 += 8) {
-                    unsigned vb[8][2];
-#pragma unroll
-                    for (int n = 0; n < 8; n += 2)
-                        fa__tc_ldsm_t(av[n >> 1] + st + (unsigned)(kk * 16 * D + 8 * n0) * 2u, vb[n][0], vb[n][1],
-                                      vb[n + 1][0], vb[n + 1][1]);
-#pragma unroll
-                    for (int n = 0; n < 8; n++)
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++) X::mma(o[mt][n0 + n], pa[mt][kk], vb[n][0], vb[n][1]);
-                }
-            } else {
-#pragma unroll
-                for (int n = 0; n < CH; n += 2) {
-                    unsigned b0, b1, b2, b3;
-                    fa__tc_ldsm_t(av[(n & 7) >> 1] + st + (unsigned)(kk * 16 * D + 64 * (n >> 3)) * 2u, b0, b1, b2, b3);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        X::mma(o[mt][n], pa[mt][kk], b0, b1);
-                        X::mma(o[mt][n + 1], pa[mt][kk], b2, b3);
-                    }
-                }
-            }
-        }
-    }
-
-    __syncwarp();
-    /* normalise, stage this warp's rows through its own slice of the Q tile, write 16-byte rows */
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float sum = l[mt][hf];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-            const int rr = wr0 + 16 * mt + 8 * hf;
-#pragma unroll
-            for (int n = 0; n < CH; n++) {
-                const unsigned u = X::pack(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv);
-                const unsigned addr = sQ + (unsigned)(rr * D + ((n ^ (rr & 7)) << 3) + cq) * 2u;
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(u) : "memory");
-            }
-            if (a.lse && (lane & 3) == 0 && i0 + rr < a.Sq)
-                a.lse[((int64_t)b * a.Hq + h) * a.Sq + i0 + rr] =
-                    sum > 0.0f ? (m[mt][hf] * f + log2f(sum)) * 0.69314718055994531f : NEG_INF;
-        }
-    __syncwarp();
-    {
-        T *go = (T *)a.o + b * a.os[0] + h * a.os[1];
-#pragma unroll
-        for (int it = 0; it < 16 * MT * CH / 32; it++) {
-            const int idx = lane + it * 32, rr = warp * 16 * MT + idx / CH, c = idx % CH;
-            if (i0 + rr < a.Sq) {
-                uint4 val;
-                const unsigned addr = sQ + (unsigned)(rr * D + ((c ^ (rr & 7)) << 3)) * 2u;
-                asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-                             : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w) : "r"(addr) : "memory");
-                *(uint4 *)(go + (int64_t)(i0 + rr) * a.os[2] + c * 8) = val;
-            }
-        }
-    }
-}
-
+/* 1 when every row of a 16-bit tensor starts 16-byte aligned (cp.async of 8 elements) */
 static int fa__tc_aligned(const void *p, const int64_t s[3])
 {
     return ((uintptr_t)p & 15) == 0 && s[0] % 8 == 0 && s[1] % 8 == 0 && s[2] % 8 == 0;
 }
 
-/* Whether the tensor-core kernel can serve the request at all (dtype, head dim, alignment, grid). */
-static fa_status fa__tc_check(const fa__dims *d, const void *q, const void *k, const void *v, const void *o)
+/* What fa_cuda_tiled runs for a request: the kernel and, for the tensor-core kernels, the modifier
+   variant of fa__tc_fwd (MOD: 0 plain, 1 softcap alone, 2 ALiBi alone, 4 decided at run time:
+   bias, a non-positive scale, combinations; 0 for the generic kernels, which decide at run
+   time). bq and bk: its tile, query rows a block and keys a tile. */
+typedef struct fa__cu_plan {
+    fa__cu_kernel kernel;
+    int mods, bq, bk;
+} fa__cu_plan;
+
+static const char *fa__cu_kernel_name(fa__cu_kernel k)
 {
-    int dev = 0, major = 0;
-    if (d->dtype != FA_F16 && d->dtype != FA_BF16) return FA_ERR_UNSUPPORTED;
-    if (d->D != d->Dv || (d->D != 64 && d->D != 128)) return FA_ERR_UNSUPPORTED;
-    if (d->Sq > 0 && (!fa__tc_aligned(q, d->qs) || !fa__tc_aligned(o, d->os))) return FA_ERR_UNSUPPORTED;
-    if (d->Sq > 0 && d->Sk > 0 && (!fa__tc_aligned(k, d->ks) || !fa__tc_aligned(v, d->vs))) return FA_ERR_UNSUPPORTED;
-    if ((int64_t)d->B * d->Hq > 0x7fffffffLL || d->Sq / 64 >= 65535) return FA_ERR_UNSUPPORTED;
+    switch (k) {
+    case FA__CU_TC_D64: return "tc_d64";
+    case FA__CU_TC_D128: return "tc_d128";
+    case FA__CU_F32_D64: return "f32_d64";
+    case FA__CU_F32_D64_Q64K32: return "f32_d64_q64k32";
+    case FA__CU_F32_D64_Q128K32: return "f32_d64_q128k32";
+    case FA__CU_F32_D64_Q128: return "f32_d64_q128";
+    case FA__CU_F32_D128: return "f32_d128";
+    case FA__CU_F32_D128_Q64: return "f32_d128_q64";
+    case FA__CU_F32_D128_Q128: return "f32_d128_q128";
+    case FA__CU_F32_D128_K32: return "f32_d128_k32";
+    case FA__CU_GENERIC_D64: return "generic_d64";
+    case FA__CU_GENERIC_D128: return "generic_d128";
+    case FA__CU_GENERIC_D256: return "generic_d256";
+    case FA__CU_KERNELS: break;
+    }
+    return "none";
+}
+
+/* The tile and shared memory of a generic configuration, and whether its grid and shared memory
+   fit this request on a device with `optin` bytes of shared memory a block. */
+template <class CFG> static int fa__cu_fits(const fa__dims *d, int optin, fa__cu_plan *pl)
+{
+    typedef fa__cu_geom<CFG> C;
+    int64_t blocks = 0;
+    const int grid = fa__mul64((d->Sq + C::BQ - 1) / C::BQ, (int64_t)d->B * d->Hq, &blocks) && blocks <= INT_MAX;
+    pl->bq = C::BQ;
+    pl->bk = C::BK;
+    return grid && (int)C::SMEM <= optin;
+}
+
+static int fa__cu_fits_kernel(fa__cu_kernel k, const fa__dims *d, int optin, fa__cu_plan *pl)
+{
+    switch (k) {
+    case FA__CU_F32_D64: return fa__cu_fits<fa__cu_f32_d64>(d, optin, pl);
+    case FA__CU_F32_D64_Q64K32: return fa__cu_fits<fa__cu_f32_d64_q64k32>(d, optin, pl);
+    case FA__CU_F32_D64_Q128K32: return fa__cu_fits<fa__cu_f32_d64_q128k32>(d, optin, pl);
+    case FA__CU_F32_D64_Q128: return fa__cu_fits<fa__cu_f32_d64_q128>(d, optin, pl);
+    case FA__CU_F32_D128: return fa__cu_fits<fa__cu_f32_d128>(d, optin, pl);
+    case FA__CU_F32_D128_Q64: return fa__cu_fits<fa__cu_f32_d128_q64>(d, optin, pl);
+    case FA__CU_F32_D128_Q128: return fa__cu_fits<fa__cu_f32_d128_q128>(d, optin, pl);
+    case FA__CU_F32_D128_K32: return fa__cu_fits<fa__cu_f32_d128_k32>(d, optin, pl);
+    case FA__CU_GENERIC_D64: return fa__cu_fits<fa__cu_generic_d64>(d, optin, pl);
+    case FA__CU_GENERIC_D128: return fa__cu_fits<fa__cu_generic_d128>(d, optin, pl);
+    case FA__CU_GENERIC_D256: return fa__cu_fits<fa__cu_generic_d256>(d, optin, pl);
+    default: return 0;
+    }
+}
+
+/* Picks the kernel for a request that fa__resolve and fa__cu_check accepted, with Sq > 0; the one
+   place that decides, and it launches nothing. In order:
+   1. fp16/bf16 with D = Dv in {64, 128}, q, o (and k, v when Sk > 0) rows 16-byte aligned, B*Hq
+      and the query tiles inside the grid's limits, on an sm_80+ device: the tensor-core kernel,
+      with the modifier variant the request needs.
+   2. fp32 whose q, k and v rows are all 16-byte aligned: by head-dim class and (block_q, block_k)
+      (block_q other than 64 and 128 counts as 0, block_k other than 32 and 64 too): D, Dv <= 64:
+      (0, 0) and (64, 0|64) FA__CU_F32_D64, (64, 32) _Q64K32, (128, 32) _Q128K32, (128, 0) _Q128;
+      D, Dv <= 128: (0, 0) and (64, 64) FA__CU_F32_D128, (64, 0|32) _Q64, (128, 0) _Q128;
+      taken when its grid and shared memory fit, else step 3.
+   3. The generic kernel of the head-dim class (D, Dv <= 64, <= 128, <= 256), any dtype and layout;
+      aligned fp32 with block_k = 32 at 64 < D, Dv <= 128 takes FA__CU_F32_D128_K32.
+   FA_OK with *pl set; FA_ERR_UNSUPPORTED when step 3's kernel does not fit either (a grid over
+   2^31 - 1 blocks, or too little shared memory on this device); FA_ERR_DEVICE when the device
+   cannot be queried. */
+static fa_status fa__cu_pick(const fa__dims *d, const void *q, const void *k, const void *v, const void *o,
+                             fa__cu_plan *pl)
+{
+    const int dc = d->D > d->Dv ? d->D : d->Dv;
+    int dev = 0, major = 0, optin = 0, aligned;
+    fa__cu_kernel kern = FA__CU_KERNELS;
+    memset(pl, 0, sizeof *pl);
+    pl->kernel = FA__CU_KERNELS;
+    if ((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) &&
+        fa__tc_aligned(q, d->qs) && fa__tc_aligned(o, d->os) &&
+        (d->Sk == 0 || (fa__tc_aligned(k, d->ks) && fa__tc_aligned(v, d->vs))) &&
+        (int64_t)d->B * d->Hq <= INT_MAX && d->Sq / 64 < 65535) {   /* grid.y with BQ >= 64 */
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+            return FA_ERR_DEVICE;
+        if (major >= 8) {
+            const int sc = d->softcap > 0.0f, al = d->alibi != 0;
+            pl->kernel = d->D == 64 ? FA__CU_TC_D64 : FA__CU_TC_D128;
+            pl->mods = d->bias || !(d->scale > 0.0f) || (sc && al) ? 4 : sc ? 1 : al ? 2 : 0;
+            pl->bq = d->D == 64 ? (int)fa__tc_geom<fa__tc_d64>::BQ : (int)fa__tc_geom<fa__tc_d128>::BQ;
+            pl->bk = d->D == 64 ? (int)fa__tc_geom<fa__tc_d64>::BK : (int)fa__tc_geom<fa__tc_d128>::BK;
+            return FA_OK;
+        }
+    }
     if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
         return FA_ERR_DEVICE;
-    if (major < 8) return FA_ERR_UNSUPPORTED;
+    }
+    aligned = fa__cu_vec16(d, q, d->qs, d->D) && fa__cu_vec16(d, k, d->ks, d->D) && fa__cu_vec16(d, v, d->vs, d->Dv);
+    if (aligned) {
+        const int bq = d->block_q == 64 || d->block_q == 128 ? d->block_q : 0;   /* others: the library's */
+        const int bk = d->block_k == 32 || d->block_k == 64 ? d->block_k : 0;
+        if (dc <= 64) {
+            if ((bq == 0 && bk == 0) || (bq == 64 && (bk == 0 || bk == 64))) kern = FA__CU_F32_D64;
+            else if (bq == 64 && bk == 32) kern = FA__CU_F32_D64_Q64K32;
+            else if (bq == 128 && bk == 32) kern = FA__CU_F32_D64_Q128K32;
+            else if (bq == 128 && bk == 0) kern = FA__CU_F32_D64_Q128;
+        } else if (dc <= 128) {
+            if ((bq == 0 && bk == 0) || (bq == 64 && bk == 64)) kern = FA__CU_F32_D128;
+            else if (bq == 64 && (bk == 0 || bk == 32)) kern = FA__CU_F32_D128_Q64;
+            else if (bq == 128 && bk == 0) kern = FA__CU_F32_D128_Q128;
+        }
+        if (kern != FA__CU_KERNELS && fa__cu_fits_kernel(kern, d, optin, pl)) {
+            pl->kernel = kern;
+            return FA_OK;
+        }
+    }
+    kern = dc <= 64 ? FA__CU_GENERIC_D64
+         : dc <= 128 ? (aligned && d->block_k == 32 ? FA__CU_F32_D128_K32 : FA__CU_GENERIC_D128)
+         : FA__CU_GENERIC_D256;
+    if (!fa__cu_fits_kernel(kern, d, optin, pl)) return FA_ERR_UNSUPPORTED;
+    pl->kernel = kern;
     return FA_OK;
 }
 
-template <typename T, int D, int NW, int MT, int BK, int QREG, int PF, int MINB>
-static fa_status fa__tc_launch(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
+/* Launches the generic kernel in configuration CFG (fa__cu_pick has checked that it fits). */
+template <typename T, class CFG>
+static fa_status fa__cu_generic_launch(const fa__dims *d, const void *q, const void *k, const void *v, void *o,
+                                       cudaStream_t st)
+{
+    typedef fa__cu_geom<CFG> C;
+    const int64_t qtiles = (d->Sq + C::BQ - 1) / C::BQ, blocks = qtiles * d->B * d->Hq;
+    fa_status s;
+    if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_generic<T, CFG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)C::SMEM))) != FA_OK)
+        return s;
+    if (C::MINB > 1 &&
+        (s = fa__cu(cudaFuncSetAttribute(fa__cu_generic<T, CFG>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         100))) != FA_OK)
+        return s;
+    fa__cu_generic<T, CFG><<<(unsigned)blocks, FA__CU_THREADS, C::SMEM, st>>>(
+        *d, (const T *)q, (const T *)k, (const T *)v, (T *)o, (int)qtiles,
+        fa__cu_vec16(d, q, d->qs, d->D) | fa__cu_vec16(d, k, d->ks, d->D) << 1 | fa__cu_vec16(d, v, d->vs, d->Dv) << 2);
+    return fa__cu(cudaGetLastError());
+}
+
+/* Launches the tensor-core kernel in configuration C, modifier variant mods (fa__cu_pick's). */
+template <typename T, class C>
+static fa_status fa__tc_launch(const fa__dims *d, int mods, const void *q, const void *k, const void *v, void *o,
                                cudaStream_t stream)
 {
-    enum { BQ = 16 * MT * NW };
-    const size_t smem = (size_t)(BQ * D + 4 * BK * D) * 2;
-    const int sc = d->softcap > 0.0f, al = d->alibi != 0, gen = d->bias || !(d->scale > 0.0f) || (sc && al);
-    void (*kern)(const fa__tc_args) = gen ? fa__tc_fwd<T, D, NW, MT, BK, QREG, PF, 4, MINB>
-                                      : sc ? fa__tc_fwd<T, D, NW, MT, BK, QREG, PF, 1, MINB>
-                                      : al ? fa__tc_fwd<T, D, NW, MT, BK, QREG, PF, 2, MINB>
-                                           : fa__tc_fwd<T, D, NW, MT, BK, QREG, PF, 0, MINB>;
+    typedef fa__tc_geom<C> G;
+    void (*kern)(const fa__tc_args) = mods == 4 ? fa__tc_fwd<T, C, 4>
+                                    : mods == 1 ? fa__tc_fwd<T, C, 1>
+                                    : mods == 2 ? fa__tc_fwd<T, C, 2>
+                                                : fa__tc_fwd<T, C, 0>;
     fa__tc_args a;
     dim3 grid;
     if (d->Sq == 0) return FA_OK;
     memset(&a, 0, sizeof a);
+    a.d = *d;
     a.q = q; a.k = k; a.v = v; a.o = o;
-    memcpy(a.qs, d->qs, sizeof a.qs); memcpy(a.ks, d->ks, sizeof a.ks);
-    memcpy(a.vs, d->vs, sizeof a.vs); memcpy(a.os, d->os, sizeof a.os);
-    memcpy(a.bs, d->bs, sizeof a.bs);
-    a.alibi = d->alibi; a.alibi_stride = d->alibi_stride; a.bias = d->bias; a.lse = d->lse;
-    a.Hq = d->Hq; a.group = d->group; a.Sq = d->Sq; a.Sk = d->Sk;
-    a.causal = d->causal; a.wl = d->wl; a.wr = d->wr;
-    a.scale = d->scale; a.softcap = d->softcap;
-    grid = dim3((unsigned)(d->B * d->Hq), (unsigned)((d->Sq + BQ - 1) / BQ), 1);
-    if (cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+    grid = dim3((unsigned)(d->B * d->Hq), (unsigned)((d->Sq + G::BQ - 1) / G::BQ), 1);
+    if (cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM) != cudaSuccess)
         return FA_ERR_DEVICE;
-    kern<<<grid, NW * 32, smem, stream>>>(a);
+    kern<<<grid, G::NT, G::SMEM, stream>>>(a);
     return cudaGetLastError() == cudaSuccess ? FA_OK : FA_ERR_DEVICE;
 }
 
-/* The one entry 8c uses: FA_ERR_UNSUPPORTED (nothing launched) when it does not serve the request. */
-static inline fa_status fa__cuda_tc_tiled(const fa__dims *d, const void *q, const void *k, const void *v,
-                                          void *o, cudaStream_t stream)
+/* Runs what fa__cu_pick chose: the generic kernels on T by dtype (the aligned-fp32 ones on float),
+   the tensor-core kernels on fp16 or bf16. */
+template <typename T>
+static fa_status fa__cu_launch_t(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k,
+                                 const void *v, void *o, cudaStream_t st)
 {
-    fa_status st = fa__tc_check(d, q, k, v, o);
-    if (st != FA_OK) return st;
-    if (d->dtype == FA_BF16)
-        return d->D == 64 ? fa__tc_launch<__nv_bfloat16, 64, 4, 2, 64, 1, 0, 2>(d, q, k, v, o, stream)
-                          : fa__tc_launch<__nv_bfloat16, 128, 4, 2, 64, 0, 1, 1>(d, q, k, v, o, stream);
-    return d->D == 64 ? fa__tc_launch<__half, 64, 4, 2, 64, 1, 0, 2>(d, q, k, v, o, stream)
-                      : fa__tc_launch<__half, 128, 4, 2, 64, 0, 1, 1>(d, q, k, v, o, stream);
+    switch (pl->kernel) {
+    case FA__CU_GENERIC_D64: return fa__cu_generic_launch<T, fa__cu_generic_d64>(d, q, k, v, o, st);
+    case FA__CU_GENERIC_D128: return fa__cu_generic_launch<T, fa__cu_generic_d128>(d, q, k, v, o, st);
+    case FA__CU_GENERIC_D256: return fa__cu_generic_launch<T, fa__cu_generic_d256>(d, q, k, v, o, st);
+    default: return FA_ERR_UNSUPPORTED;
+    }
 }
-/* ---- 8c. CUDA: entry points fa_cuda_naive, fa_cuda_tiled, fa_cuda_merge ------------------------ */
+
+static fa_status fa__cu_launch(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k,
+                               const void *v, void *o, cudaStream_t st)
+{
+    switch (pl->kernel) {
+    case FA__CU_TC_D64:
+        return d->dtype == FA_BF16 ? fa__tc_launch<__nv_bfloat16, fa__tc_d64>(d, pl->mods, q, k, v, o, st)
+                                   : fa__tc_launch<__half, fa__tc_d64>(d, pl->mods, q, k, v, o, st);
+    case FA__CU_TC_D128:
+        return d->dtype == FA_BF16 ? fa__tc_launch<__nv_bfloat16, fa__tc_d128>(d, pl->mods, q, k, v, o, st)
+                                   : fa__tc_launch<__half, fa__tc_d128>(d, pl->mods, q, k, v, o, st);
+    case FA__CU_F32_D64: return fa__cu_generic_launch<float, fa__cu_f32_d64>(d, q, k, v, o, st);
+    case FA__CU_F32_D64_Q64K32: return fa__cu_generic_launch<float, fa__cu_f32_d64_q64k32>(d, q, k, v, o, st);
+    case FA__CU_F32_D64_Q128K32: return fa__cu_generic_launch<float, fa__cu_f32_d64_q128k32>(d, q, k, v, o, st);
+    case FA__CU_F32_D64_Q128: return fa__cu_generic_launch<float, fa__cu_f32_d64_q128>(d, q, k, v, o, st);
+    case FA__CU_F32_D128: return fa__cu_generic_launch<float, fa__cu_f32_d128>(d, q, k, v, o, st);
+    case FA__CU_F32_D128_Q64: return fa__cu_generic_launch<float, fa__cu_f32_d128_q64>(d, q, k, v, o, st);
+    case FA__CU_F32_D128_Q128: return fa__cu_generic_launch<float, fa__cu_f32_d128_q128>(d, q, k, v, o, st);
+    case FA__CU_F32_D128_K32: return fa__cu_generic_launch<float, fa__cu_f32_d128_k32>(d, q, k, v, o, st);
+    default: break;
+    }
+    if (d->dtype == FA_F16) return fa__cu_launch_t<__half>(pl, d, q, k, v, o, st);
+    if (d->dtype == FA_BF16) return fa__cu_launch_t<__nv_bfloat16>(pl, d, q, k, v, o, st);
+    return fa__cu_launch_t<float>(pl, d, q, k, v, o, st);
+}
+
+/* ---- 8g. CUDA: the entry points ------------------------------------------------------------- */
 
 /* The CUDA-only limits, checked after fa__resolve and before any launch or allocation. */
 static fa_status fa__cu_check(const fa__dims *d)
@@ -4909,18 +5144,17 @@ static fa_status fa__cu_check(const fa__dims *d)
     return FA_OK;
 }
 
+/* fa_cuda_tiled: the kernel fa__cu_pick chooses, queued on p->stream (nothing allocated). */
 FLASHATTN_DEF fa_status fa_cuda_tiled(const fa_params *p, const void *q, const void *k, const void *v, void *o)
 {
     fa__dims d;
+    fa__cu_plan plan;
     fa_status st = fa__resolve(p, q, k, v, o, &d, NULL);
     if (st != FA_OK) return st;
     if ((st = fa__cu_check(&d)) != FA_OK) return st;
     if (d.Sq == 0) return FA_OK;
-    if (d.dtype != FA_F32) {
-        st = fa__cuda_tc_tiled(&d, q, k, v, o, (cudaStream_t)d.stream);
-        if (st != FA_ERR_UNSUPPORTED) return st;
-    }
-    return fa__cu_generic_any(&d, q, k, v, o, (cudaStream_t)d.stream);
+    if ((st = fa__cu_pick(&d, q, k, v, o, &plan)) != FA_OK) return st;
+    return fa__cu_launch(&plan, &d, q, k, v, o, (cudaStream_t)d.stream);
 }
 
 /* A token stride cuBLAS can take as a leading dimension for `rows` rows of `width` elements. */
@@ -4956,7 +5190,7 @@ FLASHATTN_DEF fa_status fa_cuda_naive(const fa_params *p, const void *q, const v
     const void **arr;
     const void *qq = q, *kk = k, *vv = v;
     const float one = 1.0f, zero = 0.0f;
-    const size_t cublas_ws = (size_t)32 << 20;
+    const size_t cublas_ws = FA__CU_CUBLAS_WS;
     if (st != FA_OK) return st;
     if ((st = fa__cu_check(&d)) != FA_OK) return st;
     if (d.Sq == 0) return FA_OK;
@@ -4996,7 +5230,7 @@ FLASHATTN_DEF fa_status fa_cuda_naive(const fa_params *p, const void *q, const v
 
     w = d;                                                 /* the strides the GEMMs see */
     arr = (const void **)(mem + off_ptr);
-    threads = d.Sk >= 256 ? 256 : ((d.Sk + 31) / 32) * 32;
+    threads = d.Sk >= FA__CU_NAIVE_THREADS ? FA__CU_NAIVE_THREADS : ((d.Sk + 31) / 32) * 32;
     row_smem = (int)((d.Sk + 32) * sizeof(float));
     if (pack_q) {
         qq = mem + off_q;
@@ -5031,7 +5265,7 @@ FLASHATTN_DEF fa_status fa_cuda_naive(const fa_params *p, const void *q, const v
                                             CUDA_R_32F, d.Sk, (int)nbh, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     /* modifiers, mask, scores, softmax, lse */
     if (st == FA_OK) {
-        int row = row_smem <= 48 * 1024;
+        int row = row_smem <= FA__CU_NAIVE_ROW_SMEM;
         unsigned rows = (unsigned)(nbh * d.Sq);
         size_t sm = row ? (size_t)row_smem : 32 * sizeof(float);
         if (d.dtype == FA_F32) {
@@ -5089,6 +5323,33 @@ FLASHATTN_DEF fa_status fa_cuda_merge(int rows, int dv, int parts, const float *
         if (st == FA_OK) st = s2;
     }
     return st;
+}
+
+/* The CUDA backward is not implemented yet (issue 13): both entry points check the request as
+   the forward does (fa__resolve, then the CUDA limits) and then return FA_ERR_UNSUPPORTED, with
+   nothing written. The checks of the backward's own arguments (d_o, dq, dk, dv, the lse the tiled
+   backward requires) come with the kernels. */
+static fa_status fa__cu_backward_stub(const fa_params *p, const void *q, const void *k, const void *v, const void *o)
+{
+    fa__dims d;
+    fa_status st = fa__resolve(p, q, k, v, o, &d);
+    if (st != FA_OK) return st;
+    if ((st = fa__cu_check(&d)) != FA_OK) return st;
+    return FA_ERR_UNSUPPORTED;
+}
+
+FLASHATTN_DEF fa_status fa_cuda_naive_backward(const fa_params *p, const void *q, const void *k, const void *v,
+                                               const void *o, const void *d_o, void *dq, void *dk, void *dv)
+{
+    (void)d_o; (void)dq; (void)dk; (void)dv;
+    return fa__cu_backward_stub(p, q, k, v, o);
+}
+
+FLASHATTN_DEF fa_status fa_cuda_tiled_backward(const fa_params *p, const void *q, const void *k, const void *v,
+                                               const void *o, const void *d_o, void *dq, void *dk, void *dv)
+{
+    (void)d_o; (void)dq; (void)dk; (void)dv;
+    return fa__cu_backward_stub(p, q, k, v, o);
 }
 #endif
 

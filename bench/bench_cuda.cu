@@ -16,7 +16,7 @@
    windows, softcap, ALiBi, bias, lse, empty rows) against a full float64 reference.
 
    Options: --quick (fewer shapes), --no-api (time the tensor-core kernel only, through
-   fa__cuda_tc_tiled), --no-tune, --no-naive, --no-check, --budget SEC (per timed row, default 0.08),
+   fa__cu_pick and fa__cu_launch), --no-tune, --no-naive, --no-check, --budget SEC (per timed row, default 0.08),
    --prof (one launch per profiled shape, for ncu).
 
    Row format (shared with bench/torch_sdpa.py):
@@ -300,39 +300,41 @@ static void free_bufs(Bufs &b)
 typedef fa_status (*tc_fn)(const fa__dims *, const void *, const void *, const void *, void *, cudaStream_t);
 struct Impl { const char *name; int kind; tc_fn fn; int D; };   /* kind 0 API tiled, 1 API naive, 2 tc */
 
+/* The tensor-core kernel alone: what fa__cu_pick chooses, when that is a tensor-core kernel. */
 static fa_status tc_default(const fa__dims *d, const void *q, const void *k, const void *v, void *o, cudaStream_t s)
 {
-    return fa__cuda_tc_tiled(d, q, k, v, o, s);
+    fa__cu_plan pl;
+    fa_status st = fa__cu_pick(d, q, k, v, o, &pl);
+    if (st != FA_OK) return st;
+    if (pl.kernel != FA__CU_TC_D64 && pl.kernel != FA__CU_TC_D128) return FA_ERR_UNSUPPORTED;
+    return fa__cu_launch(&pl, d, q, k, v, o, s);
 }
-/* tile configurations: <T, D, warps, m16 tiles per warp, BK, Q in registers, fragments grouped, min blocks/SM> */
-#define TCFG(NAME, D_, NW, MT, BK, QR, PF, MB)                                                            \
-    static fa_status NAME(const fa__dims *d, const void *q, const void *k, const void *v, void *o,        \
-                          cudaStream_t s)                                                                 \
-    {                                                                                                     \
-        fa_status st = fa__tc_check(d, q, k, v, o);                                                       \
-        if (st != FA_OK) return st;                                                                       \
-        return d->dtype == FA_BF16 ? fa__tc_launch<__nv_bfloat16, D_, NW, MT, BK, QR, PF, MB>(d, q, k, v, o, s) \
-                                   : fa__tc_launch<__half, D_, NW, MT, BK, QR, PF, MB>(d, q, k, v, o, s);     \
-    }
+/* A tile configuration C of the tensor-core kernel (fields as the header's fa__tc_d64), on the
+   requests the picker gives the tensor-core kernel with C's head dim. */
+template <class C>
+static fa_status tc_config(const fa__dims *d, const void *q, const void *k, const void *v, void *o, cudaStream_t s)
+{
+    fa__cu_plan pl;
+    fa_status st = fa__cu_pick(d, q, k, v, o, &pl);
+    if (st != FA_OK) return st;
+    if ((pl.kernel != FA__CU_TC_D64 && pl.kernel != FA__CU_TC_D128) || d->D != C::D) return FA_ERR_UNSUPPORTED;
+    return d->dtype == FA_BF16 ? fa__tc_launch<__nv_bfloat16, C>(d, pl.mods, q, k, v, o, s)
+                               : fa__tc_launch<__half, C>(d, pl.mods, q, k, v, o, s);
+}
 #ifdef FA_BENCH_TUNE   /* the tile-configuration sweep (make bench-cuda builds it; cuda-objs does not) */
-/* first sweep (2026-11-29, bf16 S=16384 non-causal / causal TFLOP/s): tc64_w4m2k64q 293/295,
-   tc64_w4m2k128q 284/289, tc64_w8m1k64q 268/270, tc64_w4m1k128q 251/250; tc128_w4m2k64 301/306,
-   tc128_w4m2k32 295/297, tc128_w8m1k64q 285/288, tc128_w4m1k64q 265/269.
-   second sweep, after the per-lane swizzle bases, tree reductions and the skipped rescale:
-   tc64_w4m2k64q 299/301, tc64_w4m2k64q_pf 299/304, tc64_w4m2k128q 281/287; tc128_w4m2k64 355/357,
-   tc128_w4m2k64_pf 370/372, tc128_w4m2k32 328/329, tc128_w4m2k32_pf 325/330, tc128_w8m1k64q 262/266 */
-TCFG(tc64_w4m2k64q, 64, 4, 2, 64, 1, 0, 2)
-TCFG(tc64_w4m2k64q_pf, 64, 4, 2, 64, 1, 1, 2)
-TCFG(tc64_w4m2k64_m3, 64, 4, 2, 64, 0, 1, 3)
-TCFG(tc64_w4m2k32q_m3, 64, 4, 2, 32, 1, 1, 3)
-TCFG(tc64_w4m2k32q_pf, 64, 4, 2, 32, 1, 1, 2)
-TCFG(tc128_w4m2k64, 128, 4, 2, 64, 0, 0, 1)
-TCFG(tc128_w4m2k64_pf, 128, 4, 2, 64, 0, 1, 1)
+/* Its results: bench/RESULTS.md, CUDA, the tile-configuration table beside "Versions". */
+struct tc64_w4m2k64q { enum { D = 64, NW = 4, MT = 2, BK = 64, QREG = 1, PF = 0, MINB = 2 }; };
+struct tc64_w4m2k64q_pf { enum { D = 64, NW = 4, MT = 2, BK = 64, QREG = 1, PF = 1, MINB = 2 }; };
+struct tc64_w4m2k64_m3 { enum { D = 64, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, MINB = 3 }; };
+struct tc64_w4m2k32q_m3 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 3 }; };
+struct tc64_w4m2k32q_pf { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2 }; };
+struct tc128_w4m2k64 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 0, MINB = 1 }; };
+struct tc128_w4m2k64_pf { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, MINB = 1 }; };
 static const Impl tune_impls[] = {
-    { "tc64_w4m2k64q", 2, tc64_w4m2k64q, 64 },       { "tc64_w4m2k64q_pf", 2, tc64_w4m2k64q_pf, 64 },
-    { "tc64_w4m2k64_m3", 2, tc64_w4m2k64_m3, 64 },   { "tc64_w4m2k32q_m3", 2, tc64_w4m2k32q_m3, 64 },
-    { "tc64_w4m2k32q_pf", 2, tc64_w4m2k32q_pf, 64 }, { "tc128_w4m2k64", 2, tc128_w4m2k64, 128 },
-    { "tc128_w4m2k64_pf", 2, tc128_w4m2k64_pf, 128 },
+    { "tc64_w4m2k64q", 2, tc_config<tc64_w4m2k64q>, 64 },       { "tc64_w4m2k64q_pf", 2, tc_config<tc64_w4m2k64q_pf>, 64 },
+    { "tc64_w4m2k64_m3", 2, tc_config<tc64_w4m2k64_m3>, 64 },   { "tc64_w4m2k32q_m3", 2, tc_config<tc64_w4m2k32q_m3>, 64 },
+    { "tc64_w4m2k32q_pf", 2, tc_config<tc64_w4m2k32q_pf>, 64 }, { "tc128_w4m2k64", 2, tc_config<tc128_w4m2k64>, 128 },
+    { "tc128_w4m2k64_pf", 2, tc_config<tc128_w4m2k64_pf>, 128 },
 };
 #else
 static const Impl tune_impls[] = { { "tc_tiled", 2, tc_default, 0 } };

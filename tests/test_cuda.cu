@@ -5,6 +5,8 @@
    bf16 <= 5e-3, the reference fed the same rounded inputs), with outputs poisoned (NaN bytes)
    beforehand and the gaps of strided outputs checked untouched. Also: naive `scores`, lse,
    error statuses with outputs untouched, the stream honoured, fa_cuda_merge against the whole.
+   Every fa_cuda_tiled run asserts which kernel served it (fa__cu_pick against want_kernel), and
+   test_kernels_served that every kernel of the picker served some run.
 
    Environment: SMALL=1 runs a reduced grid (for compute-sanitizer); FA_TIME=1 adds a timing
    pass that prints TFLOP/s (no assertion). Build: see the Makefile's test-cuda rule. */
@@ -29,6 +31,7 @@ static int g_small = 0;
 static int g_block_k = 0;   /* p.block_k of the runs: 32 and 64 pick the other fp32 kernels */
 static int g_block_q = 0;   /* p.block_q of the runs: 64 and 128 pick the fp32 kernels with several blocks/SM */
 static int g_tiled_only = 0;   /* run_list skips fa_cuda_naive (which ignores block_q) */
+static int g_served[FA__CU_KERNELS][5];   /* tiled runs served by each kernel (fa__cu_pick), by modifier variant */
 
 #define CU(call)                                                                                   \
     do {                                                                                           \
@@ -206,6 +209,47 @@ static int close_or_report(const char *what, const char *name, const float *a, c
 
 static const char *dt_name(fa_dtype dt) { return dt == FA_F32 ? "f32" : dt == FA_F16 ? "f16" : "bf16"; }
 
+/* The kernel fa_cuda_tiled must run for a case (fa__cu_pick's rules, as the header documents them),
+   so that a silent fall back to another kernel fails: fp16/bf16 at D = Dv in {64, 128} with rows
+   that are multiples of 8 elements (packed and [B][S][H][D] here; the padded layout is not) run on
+   tensor cores; fp32 with every q/k/v row a multiple of 4 floats on the aligned-fp32 kernels that
+   (block_q, block_k) name, where their shared memory fits; the rest on the generic kernel of the
+   head-dim class. *mods: the tensor-core kernel's modifier variant. */
+static fa__cu_kernel want_kernel(const tcase *c, fa_dtype dt, int *mods)
+{
+    const int Dv = c->Dv ? c->Dv : c->D, dc = c->D > Dv ? c->D : Dv;
+    const int bq = g_block_q == 64 || g_block_q == 128 ? g_block_q : 0;
+    const int bk = g_block_k == 32 || g_block_k == 64 ? g_block_k : 0;
+    const fa__cu_kernel generic = dc <= 64 ? FA__CU_GENERIC_D64 : dc <= 128 ? FA__CU_GENERIC_D128 : FA__CU_GENERIC_D256;
+    int optin = 0, dev = 0;
+    *mods = 0;
+    if (dt != FA_F32) {
+        if (c->D == Dv && (c->D == 64 || c->D == 128) && c->layout != L_PADDED) {
+            const int sc = c->softcap > 0.0f, al = c->alibi != ALIBI_NONE;
+            *mods = c->bias != BIAS_NONE || c->scale < 0.0f || (sc && al) ? 4 : sc ? 1 : al ? 2 : 0;
+            return c->D == 64 ? FA__CU_TC_D64 : FA__CU_TC_D128;
+        }
+        return generic;
+    }
+    if (c->layout == L_PADDED || c->D % 4 != 0 || Dv % 4 != 0) return generic;
+    if (dc <= 64) {
+        if ((bq == 0 && bk == 0) || (bq == 64 && bk != 32)) return FA__CU_F32_D64;
+        if (bq == 64 && bk == 32) return FA__CU_F32_D64_Q64K32;
+        if (bq == 128 && bk == 32) return FA__CU_F32_D64_Q128K32;
+        if (bq == 128 && bk == 0) return FA__CU_F32_D64_Q128;
+        return FA__CU_GENERIC_D64;
+    }
+    if (dc <= 128) {
+        CU(cudaGetDevice(&dev));
+        CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        if ((bq == 0 && bk == 0) || (bq == 64 && bk == 64)) return FA__CU_F32_D128;
+        if (bq == 64) return FA__CU_F32_D128_Q64;
+        if (bq == 128 && bk == 0 && optin >= (int)fa__cu_geom<fa__cu_f32_d128_q128>::SMEM) return FA__CU_F32_D128_Q128;
+        return bk == 32 ? FA__CU_F32_D128_K32 : FA__CU_GENERIC_D128;
+    }
+    return generic;
+}
+
 /* One case on one path and dtype; 1 if it passes (failures are printed). */
 static int run_case(const tcase *c, int tiled, fa_dtype dt)
 {
@@ -265,6 +309,20 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
     pd.lse = dlse; pd.bias = (const float *)dbias; pd.alibi_slopes = (const float *)dalibi;
     pd.block_k = g_block_k;
     pd.block_q = g_block_q;
+    if (tiled && p.seq_q > 0) {   /* the kernel that serves it is the one the rules name */
+        fa__dims dd;
+        fa__cu_plan plan;
+        int want_mods;
+        const fa__cu_kernel want = want_kernel(c, dt, &want_mods);
+        assert_int_equal(fa__resolve(&pd, dq, dk, dv, dout, &dd), FA_OK);
+        assert_int_equal(fa__cu_pick(&dd, dq, dk, dv, dout, &plan), FA_OK);
+        if (plan.kernel != want || plan.mods != want_mods) {
+            print_error("  FAIL %s: served by %s (variant %d), want %s (variant %d)\n", name,
+                        fa__cu_kernel_name(plan.kernel), plan.mods, fa__cu_kernel_name(want), want_mods);
+            ok = 0;
+        }
+        g_served[plan.kernel][plan.mods]++;
+    }
     st = tiled ? fa_cuda_tiled(&pd, dq, dk, dv, dout) : fa_cuda_naive(&pd, dq, dk, dv, dout, dscores);
     CU(cudaDeviceSynchronize());
     if (st != FA_OK) {
@@ -372,6 +430,7 @@ static const tcase g_mods[] = {
     { "all together", 2, 4, 2, 97, 203, 64, 0, 1, L_BSHD, 0, 40, 0, 10.0f, ALIBI_BATCH, BIAS_FULL, 1 },
     { "all together sq>sk", 2, 4, 1, 203, 97, 80, 48, 1, L_BSHD, 0.2f, 17, 3, 5.0f, ALIBI_HEAD, BIAS_KEYPAD, 0 },
     { "all together d128", 1, 4, 2, 300, 1031, 128, 0, 1, L_BSHD, 0, 256, 0, 30.0f, ALIBI_HEAD, BIAS_SHARED, 0 },
+    { "alibi d128 causal", 1, 4, 2, 200, 333, 128, 0, 1, L_PACKED, 0, 0, 0, 0, ALIBI_HEAD, 0, 0 },
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -412,7 +471,7 @@ static void test_fp32_other_kernels(void **state)
         run_list(g_large_scores, COUNT(g_large_scores), k_f32, 1, bk);
     }
 }
-/* the aligned-fp32 kernels that block_q selects (fa__cu_generic_f32): D <= 64: (64,0) (64,32)
+/* the aligned-fp32 kernels that block_q selects (fa__cu_pick): D <= 64: (64,0) (64,32)
    (128,32) (128,0); D <= 128: (64,0) (64,64) (128,0); (128,32) and (64,64) at D <= 64 fall back to
    the other kernels (covered here too) */
 static void test_fp32_multiblock_kernels(void **state)
@@ -471,6 +530,15 @@ static void test_errors(void **state)
     bad = p; bad.head_dim = 257; BOTH(&bad, FA_ERR_UNSUPPORTED);
     bad = p; bad.head_dim_v = 300; BOTH(&bad, FA_ERR_UNSUPPORTED);
     EXPECT(fa_cuda_tiled(&p, NULL, buf, buf, o), FA_ERR_INVALID_ARG);
+    /* the backward (not implemented yet, issue 13): the forward's checks, then FA_ERR_UNSUPPORTED */
+    EXPECT(fa_cuda_naive_backward(&p, buf, buf, buf, o, buf, buf, buf, buf), FA_ERR_UNSUPPORTED);
+    EXPECT(fa_cuda_tiled_backward(&p, buf, buf, buf, o, buf, buf, buf, buf), FA_ERR_UNSUPPORTED);
+    EXPECT(fa_cuda_naive_backward(NULL, buf, buf, buf, o, buf, buf, buf, buf), FA_ERR_INVALID_ARG);
+    bad = p; bad.batch = 0;
+    EXPECT(fa_cuda_tiled_backward(&bad, buf, buf, buf, o, buf, buf, buf, buf), FA_ERR_INVALID_ARG);
+    EXPECT(fa_cuda_naive_backward(&p, NULL, buf, buf, o, buf, buf, buf, buf), FA_ERR_INVALID_ARG);
+    bad = p; bad.head_dim = 257;
+    EXPECT(fa_cuda_tiled_backward(&bad, buf, buf, buf, o, buf, buf, buf, buf), FA_ERR_UNSUPPORTED);
     EXPECT(fa_cuda_tiled(&p, buf, buf, buf, NULL), FA_ERR_INVALID_ARG);
     EXPECT(fa_cuda_naive(&p, buf, NULL, buf, o, sc), FA_ERR_INVALID_ARG);
     /* the naive score matrix cannot be allocated (256 TiB: skipped under SMALL, where
@@ -663,6 +731,30 @@ static void test_merge(void **state)
     ref_tensors_free(&t);
 }
 
+/* ---- every kernel of the picker served some run of the grid (full grid, all tests run) ---------- */
+
+static void test_kernels_served(void **state)
+{
+    int k, n = 0;
+    (void)state;
+    if (g_small || getenv("FA_FILTER")) skip();   /* the reduced grid does not reach every kernel */
+    for (k = 0; k < FA__CU_KERNELS; k++) {
+        int m, runs = 0;
+        for (m = 0; m < 5; m++) runs += g_served[k][m];
+        printf("  %-16s %4d tiled runs", fa__cu_kernel_name((fa__cu_kernel)k), runs);
+        if (k == FA__CU_TC_D64 || k == FA__CU_TC_D128)
+            printf(" (variants 0/1/2/4: %d/%d/%d/%d)", g_served[k][0], g_served[k][1], g_served[k][2], g_served[k][4]);
+        printf("\n");
+        if (runs == 0) { print_error("  no run was served by %s\n", fa__cu_kernel_name((fa__cu_kernel)k)); n++; }
+        if ((k == FA__CU_TC_D64 || k == FA__CU_TC_D128) &&
+            (!g_served[k][0] || !g_served[k][1] || !g_served[k][2] || !g_served[k][4])) {
+            print_error("  %s: a modifier variant served no run\n", fa__cu_kernel_name((fa__cu_kernel)k));
+            n++;
+        }
+    }
+    assert_int_equal(n, 0);
+}
+
 /* ---- timing (FA_TIME=1): TFLOP/s, printed, not asserted ---------------------------------------- */
 
 static double time_call(int tiled, const fa_params *p, void *q, void *k, void *v, void *o, int iters)
@@ -743,6 +835,7 @@ int main(void)
         cmocka_unit_test(test_modifiers_half),
         cmocka_unit_test(test_stream),
         cmocka_unit_test(test_merge),
+        cmocka_unit_test(test_kernels_served),
         cmocka_unit_test(test_timing),
     };
     int n = 0;
