@@ -303,6 +303,12 @@ FLASHATTN_DEF fa_status fa_naive_backward(const fa_params *p, const void *q, con
 FLASHATTN_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q, const void *k, const void *v,
                                           const void *o, const void *d_o, void *dq, void *dk, void *dv);
 FLASHATTN_DEF size_t fa_naive_backward_workspace_bytes(const fa_params *p);
+/* What a CPU call would run for p, written into buf as one line (snprintf's rules: at most n bytes,
+   terminated when n > 0; returns the length of the whole line): the path, the SIMD kernels, the
+   tiles and the key split, the threads and the workspace bytes; or why the call would refuse p.
+   Stateless; the plans are the calls' own (bench and make run print it; the tests assert it). */
+typedef enum fa_call { FA_CALL_NAIVE = 0, FA_CALL_TILED, FA_CALL_NAIVE_BACKWARD, FA_CALL_TILED_BACKWARD } fa_call;
+FLASHATTN_DEF size_t fa_describe(const fa_params *p, fa_call call, char *buf, size_t n);
 /* Why fa_tiled_backward would refuse these arguments (NULL: accepted), as fa_explain does for the
    forward; fa_naive_backward accepts the same requests and a NULL p->lse besides. */
 FLASHATTN_DEF const char *fa_explain_backward(const fa_params *p, const void *q, const void *k, const void *v,
@@ -322,6 +328,10 @@ FLASHATTN_DEF fa_status fa_cuda_naive_backward(const fa_params *p, const void *q
                                                const void *o, const void *d_o, void *dq, void *dk, void *dv);
 FLASHATTN_DEF fa_status fa_cuda_tiled_backward(const fa_params *p, const void *q, const void *k, const void *v,
                                                const void *o, const void *d_o, void *dq, void *dk, void *dv);
+/* What fa_cuda_tiled would run for these arguments (the kernel fa__cu_pick chooses, its tiles),
+   as fa_describe does for the CPU; the pointers count because alignment picks the kernel. */
+FLASHATTN_DEF size_t fa_cuda_describe(const fa_params *p, const void *q, const void *k, const void *v,
+                                      const void *o, char *buf, size_t n);
 #endif
 
 #ifdef __cplusplus
@@ -345,6 +355,7 @@ FLASHATTN_DEF fa_status fa_cuda_tiled_backward(const fa_params *p, const void *q
 #endif
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <limits.h>
 #include <float.h>
@@ -435,6 +446,19 @@ static int fa__isa(void);
 #define FA__INFO_CUDA_PROBE 1
 extern char fa__cuda_probe __asm__("fa_cuda_tiled") __attribute__((weak));
 #endif
+
+/* snprintf's rules for a line made in a local buffer: at most n bytes of it into buf, terminated
+   when n > 0; returns its whole length (len, from snprintf; 0 if that failed). */
+static size_t fa__line_out(char *buf, size_t n, const char *line, int len)
+{
+    size_t L = len > 0 ? (size_t)len : 0, c;
+    if (n > 0 && buf) {
+        c = L < n - 1 ? L : n - 1;
+        memcpy(buf, line, c);
+        buf[c] = '\0';
+    }
+    return L;
+}
 
 /* Appends the text to buf[*len...] as far as n allows, counting the whole length in *len. */
 static void fa__info_put(char *buf, size_t n, size_t *len, const char *text)
@@ -3664,6 +3688,62 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
     return FA_OK;
 }
 
+/* ---- what a CPU call would run (fa_describe) --------------------------------------------------- */
+
+static const char *fa__isa_name(int isa) { return isa == 2 ? "avx512f" : isa == 1 ? "avx2+fma" : "portable C"; }
+
+FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *buf, size_t n)
+{
+    fa__dims d;
+    const char *why = NULL;
+    char line[320];
+    int isa = fa__isa(), len;
+    fa_status st = fa__resolve(p, p, p, p, p, &d, &why);
+    if (st == FA_OK) st = fa__cpu_check_why(&d, &why);
+    if (st != FA_OK) {
+        len = snprintf(line, sizeof line, "refused: %s", why ? why : fa_status_string(st));
+    } else if (call == FA_CALL_NAIVE) {
+        fa__naive_plan pl;
+        fa__naive_plan_make(&d, &pl);
+        len = snprintf(line, sizeof line, "fa_naive: %s [%d][%d][%d][%d] scores, GEMMs %s, %s softmax; %d threads; "
+                       "workspace %zu bytes", "materialised", d.B, d.Hq, d.Sq, d.Sk,
+#ifdef FLASHATTN_NO_BLAS
+                       "by the header's loops",
+#else
+                       "by OpenBLAS (its thread count untouched)",
+#endif
+                       fa__isa_name(isa), pl.nthreads, pl.total);
+    } else if (call == FA_CALL_TILED) {
+        fa__tiled_plan pl;
+        fa__tiled_plan_make(&d, fa__kernels_for(isa), &pl);
+        len = snprintf(line, sizeof line, "fa_tiled: %s kernels%s; tiles of %d query rows x %d heads, key blocks of %d; "
+                       "key split %d chunk%s of %d blocks; %lld items on %d threads; workspace %zu bytes",
+                       fa__isa_name(isa), pl.rowmajor ? " (row-major decode)" : "", pl.nq, pl.hpt, pl.bk, pl.nchunk,
+                       pl.nchunk == 1 ? "" : "s", pl.cb, (long long)pl.items, pl.nthreads, pl.total);
+    } else if (call == FA_CALL_NAIVE_BACKWARD) {
+        fa__nbwd_plan pl;
+        fa__nbwd_plan_make(&d, &pl);
+        len = snprintf(line, sizeof line, "fa_naive_backward: P and dS materialised (%zu matrices of [%d][%d][%d][%d]), "
+                       "GEMMs %s, %s; an item per batch and kv head on %d threads; workspace %zu bytes", pl.mats,
+                       d.B, d.Hq, d.Sq, d.Sk,
+#ifdef FLASHATTN_NO_BLAS
+                       "by the header's loops",
+#else
+                       "by OpenBLAS",
+#endif
+                       fa__isa_name(isa), pl.nthreads, pl.total);
+    } else if (call == FA_CALL_TILED_BACKWARD) {
+        fa__tbwd_plan pl;
+        fa__tbwd_plan_make(&d, &pl);
+        len = snprintf(line, sizeof line, "fa_tiled_backward: %s kernels; key tiles of %d keys, query blocks of %d rows "
+                       "(dq added in key-tile order); %lld items on %d threads; workspace %zu bytes",
+                       fa__isa_name(isa), pl.kt, pl.qb, (long long)pl.items, pl.nthreads, pl.total);
+    } else {
+        len = snprintf(line, sizeof line, "refused: call is not an fa_call value");
+    }
+    return fa__line_out(buf, n, line, len);
+}
+
 /* ============================================================================================== */
 /* 7. Merging partial results by log-sum-exp                                                      */
 /* ============================================================================================== */
@@ -5144,6 +5224,24 @@ static fa_status fa__cu_check(const fa__dims *d)
     return FA_OK;
 }
 
+FLASHATTN_DEF size_t fa_cuda_describe(const fa_params *p, const void *q, const void *k, const void *v,
+                                      const void *o, char *buf, size_t n)
+{
+    fa__dims d;
+    fa__cu_plan plan;
+    const char *why = NULL;
+    char line[256];
+    int len;
+    fa_status st = fa__resolve(p, q, k, v, o, &d, &why);
+    if (st == FA_OK) st = fa__cu_check(&d);
+    if (st == FA_OK && d.Sq > 0) st = fa__cu_pick(&d, q, k, v, o, &plan);
+    if (st != FA_OK) len = snprintf(line, sizeof line, "refused: %s", why ? why : fa_status_string(st));
+    else if (d.Sq == 0) len = snprintf(line, sizeof line, "fa_cuda_tiled: seq_q = 0, nothing launched");
+    else len = snprintf(line, sizeof line, "fa_cuda_tiled: kernel %s, tiles of %d query rows x %d keys, modifier variant %d",
+                        fa__cu_kernel_name(plan.kernel), plan.bq, plan.bk, plan.mods);
+    return fa__line_out(buf, n, line, len);
+}
+
 /* fa_cuda_tiled: the kernel fa__cu_pick chooses, queued on p->stream (nothing allocated). */
 FLASHATTN_DEF fa_status fa_cuda_tiled(const fa_params *p, const void *q, const void *k, const void *v, void *o)
 {
@@ -5332,7 +5430,7 @@ FLASHATTN_DEF fa_status fa_cuda_merge(int rows, int dv, int parts, const float *
 static fa_status fa__cu_backward_stub(const fa_params *p, const void *q, const void *k, const void *v, const void *o)
 {
     fa__dims d;
-    fa_status st = fa__resolve(p, q, k, v, o, &d);
+    fa_status st = fa__resolve(p, q, k, v, o, &d, NULL);
     if (st != FA_OK) return st;
     if ((st = fa__cu_check(&d)) != FA_OK) return st;
     return FA_ERR_UNSUPPORTED;

@@ -679,6 +679,33 @@ static void test_workspace(void **state)
     assert_true(fa_naive_backward_workspace_bytes(&p) == SIZE_MAX || fa_naive_backward_workspace_bytes(&p) > ((size_t)1 << 40));
 }
 
+/* fa_describe: what each backward would run, as their plans say; a refusal's reason. */
+static void test_describe(void **state)
+{
+    fa_params p = shape(2, 4, 2, 3000, 3000, 64, 64);
+    char line[400], small[8];
+    size_t n;
+    (void)state;
+    n = fa_describe(&p, FA_CALL_TILED_BACKWARD, line, sizeof line);
+    assert_true(n == strlen(line));
+    assert_non_null(strstr(line, "key tiles of 192 keys, query blocks of 64 rows"));
+    assert_non_null(strstr(line, "on 2 threads"));
+    p.seq_k = 1000;
+    fa_describe(&p, FA_CALL_TILED_BACKWARD, line, sizeof line);
+    assert_non_null(strstr(line, "key tiles of 96 keys"));
+    fa_describe(&p, FA_CALL_NAIVE_BACKWARD, line, sizeof line);
+    assert_non_null(strstr(line, "fa_naive_backward: P and dS materialised (2 matrices"));
+    p.softcap = 5.0f;
+    fa_describe(&p, FA_CALL_NAIVE_BACKWARD, line, sizeof line);
+    assert_non_null(strstr(line, "(3 matrices"));
+    assert_true(fa_describe(&p, FA_CALL_TILED_BACKWARD, small, sizeof small) > sizeof small);
+    assert_true(strlen(small) == sizeof small - 1);
+    p.heads = 3;
+    fa_describe(&p, FA_CALL_TILED_BACKWARD, line, sizeof line);
+    assert_non_null(strstr(line, "refused: "));
+    assert_non_null(strstr(line, "kv_heads"));
+}
+
 /* A NaN in q reaches its row's dq and the keys it sees, not other rows. */
 static void test_nan_rows(void **state)
 {
@@ -726,6 +753,7 @@ int main(void)
         cmocka_unit_test(test_no_memory),
         cmocka_unit_test(test_workspace),
         cmocka_unit_test(test_nan_rows),
+        cmocka_unit_test(test_describe),
     };
     if (seed) g_seed_base = strtoull(seed, NULL, 10);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -314,7 +314,7 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
         fa__cu_plan plan;
         int want_mods;
         const fa__cu_kernel want = want_kernel(c, dt, &want_mods);
-        assert_int_equal(fa__resolve(&pd, dq, dk, dv, dout, &dd), FA_OK);
+        assert_int_equal(fa__resolve(&pd, dq, dk, dv, dout, &dd, NULL), FA_OK);
         assert_int_equal(fa__cu_pick(&dd, dq, dk, dv, dout, &plan), FA_OK);
         if (plan.kernel != want || plan.mods != want_mods) {
             print_error("  FAIL %s: served by %s (variant %d), want %s (variant %d)\n", name,
@@ -322,6 +322,14 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
             ok = 0;
         }
         g_served[plan.kernel][plan.mods]++;
+        {   /* the public query says the same kernel */
+            char line[256];
+            fa_cuda_describe(&pd, dq, dk, dv, dout, line, sizeof line);
+            if (!strstr(line, fa__cu_kernel_name(want))) {
+                print_error("  FAIL %s: fa_cuda_describe says \"%s\", want kernel %s\n", name, line, fa__cu_kernel_name(want));
+                ok = 0;
+            }
+        }
     }
     st = tiled ? fa_cuda_tiled(&pd, dq, dk, dv, dout) : fa_cuda_naive(&pd, dq, dk, dv, dout, dscores);
     CU(cudaDeviceSynchronize());

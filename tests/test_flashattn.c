@@ -2318,6 +2318,30 @@ static void test_reference_sanity(void **state)
 /* The run-time version agrees with the compile-time one, and fa_build_info says what this build
    holds (its BLAS, the SIMD paths compiled and the one this CPU runs, no CUDA) with snprintf's
    contract: the whole length returned, at most n bytes written, always terminated. */
+/* fa_describe: the forward's paths, as their plans say (the ISA this build and CPU run, a decode
+   shape's key split, the naive path's scores). */
+static void test_describe(void **state)
+{
+    static const char *const isa[3] = { "portable C kernels", "avx2+fma kernels", "avx512f kernels" };
+    fa_params p = shape(1, 8, 2, 1, 8192, 64, 0, 0);
+    char line[400];
+    (void)state;
+    p.threads = 2;
+    fa_describe(&p, FA_CALL_TILED, line, sizeof line);
+    assert_non_null(strstr(line, isa[fa__isa()]));
+    assert_non_null(strstr(line, "x 4 heads"));                 /* the GQA group packed in one tile */
+    assert_non_null(strstr(line, "key split 16 chunks of 8 blocks"));
+    assert_non_null(strstr(line, "on 2 threads"));
+    p.seq_q = p.seq_k = 1024;
+    fa_describe(&p, FA_CALL_TILED, line, sizeof line);
+    assert_non_null(strstr(line, "key split 1 chunk of"));     /* prefill is not split */
+    fa_describe(&p, FA_CALL_NAIVE, line, sizeof line);
+    assert_non_null(strstr(line, "fa_naive: materialised [1][8][1024][1024] scores"));
+    p.dtype = FA_F16;
+    fa_describe(&p, FA_CALL_TILED, line, sizeof line);
+    assert_non_null(strstr(line, "refused: "));
+}
+
 static void test_version_and_build_info(void **state)
 {
     char want[64], full[1024], buf[1100], expect[256];
@@ -2421,6 +2445,7 @@ int main(void)
         cmocka_unit_test(test_merge_split_keys),
         cmocka_unit_test(test_merge_random),
         cmocka_unit_test(test_merge_bad_args),
+        cmocka_unit_test(test_describe),
         cmocka_unit_test(test_version_and_build_info),
     };
     const char *seed = getenv("FA_TEST_SEED");
