@@ -3319,7 +3319,10 @@ static void fa__nbwd_item(void *vctx, int64_t item, int tid)
     (void)tid;
     nosc.softcap = 0.0f;
     for (hh = 0; hh < d->group; hh++) {
-        int h = g * d->group + hh, first = hh == 0, blas = 0;
+        int h = g * d->group + hh, first = hh == 0;
+#ifndef FLASHATTN_NO_BLAS
+        int blas;
+#endif
         size_t base = ((size_t)b * d->Hq + h) * (size_t)Sq * (size_t)Sk;
         float *P = c->P + base, *dS = c->dS + base, *G = c->G ? c->G + base : NULL;
         const float *q = c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
@@ -3364,7 +3367,6 @@ static void fa__nbwd_item(void *vctx, int64_t item, int tid)
             continue;
         }
 #endif
-        (void)blas;
         for (i = 0; i < Sq; i++) {
             float *dqi = dq + i * d->qs[2];
             for (t = 0; t < D; t++) dqi[t] = 0.0f;

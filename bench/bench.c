@@ -455,6 +455,11 @@ static res bench_shape(const char *kind, int B, int H, int Hkv, int Sq, int Sk, 
                kind, B, H, Hkv, Sq, Sk, D, causal, thr, nms, rt.ms, ngf, rt.gflops,
                rt.ceil > 0 ? 100.0 * rt.gflops / rt.ceil : 0.0, rt.ceil, sp, rn.ws, rt.ws, df, note);
     }
+    {   /* what the tiled call ran (fa_describe) */
+        char what[400];
+        fa_describe(&a.p, FA_CALL_TILED, what, sizeof what);
+        printf("%s  %s\n", csv ? "#" : "       ", what);
+    }
     fflush(stdout);
     free(a.q); free_kv(&a); free(a.o); free(o2);
     if (naive_out) *naive_out = rn;

@@ -52,6 +52,7 @@ typedef struct {
     size_t naive_ws, tiled_ws;
     int naive_ran, tiled_ran;
     char note[160];
+    fa_params p;                  /* the request (fa_describe says what it ran) */
 } row;
 
 static double bwd_flops(const row *r) { return 2.5 * 4.0 * r->s.B * r->s.H * r->pairs * r->s.D; }
@@ -100,6 +101,11 @@ static void print_row(const row *r)
                "%7s %s\n", r->s.kind, r->s.B, r->s.H, r->s.Hkv, r->s.S, r->s.D, r->s.causal, r->s.wl, nthreads,
                r->fwd_ms, nms, r->tiled_ms, ngs, tgf, pct, r->sgemm, xs, cx, r->naive_ws, r->tiled_ws, df, r->note);
     }
+    {   /* what the tiled backward ran (fa_describe) */
+        char what[400];
+        fa_describe(&r->p, FA_CALL_TILED_BACKWARD, what, sizeof what);
+        printf("%s  %s\n", csv ? "#" : "       ", what);
+    }
     fflush(stdout);
 }
 
@@ -126,6 +132,7 @@ static row run_row(shape s, int want_naive, int alt)
     p.block_k = opt_bk; p.block_q = opt_bq;
     pa = p; pa.window_left = 0; pa.causal = 1;
     r.tiled_ws = fa_tiled_backward_workspace_bytes(&p);
+    r.p = p;
     r.naive_ws = fa_naive_backward_workspace_bytes(&p);
 
     q = alloc_normal(nq); k = alloc_normal(nk); v = alloc_normal(nk); d_o = alloc_normal(nq);
