@@ -228,6 +228,7 @@ comma := ,
 test-readme: | $(BUILD)
 	-@$(STEP) "README: every C snippet compiled as C99 -pedantic and as C++" \
 	  'tests/readme_snippets.sh $(BUILD)/readme "$(CC)" "$(CXX)" "$(CLANG)"'
+	-@$(STEP) "header: the CONTENTS list and the section banners agree, in order" 'sh tests/contents.sh flashattn.h'
 
 # The examples built and run (their exit status is their check: allclose against the other path,
 # or against fa_merge's split); naive_vs_tiled with --quick, which gives its timing section (c) a

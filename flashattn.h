@@ -7,6 +7,23 @@
    e^8 and O / l is unchanged). Both compute the same function,
    exactly, in fp32; a CUDA backend with the same API on device pointers sits behind FLASHATTN_CUDA.
 
+   CONTENTS (each >>tag marks its section below, in this order; make test checks that they agree)
+
+       >>api        the public API: statuses, dtypes, fa_params, every function
+       >>common     1. every backend: statuses, comparisons, version and build info, the request
+                       resolved and validated, the position rule and the key ranges built on it
+       >>rule       2. CPU: the score rule (softcap, ALiBi, bias, mask), one score and one row at a time
+       >>simd       3. CPU: vector math, the tiled microkernels per ISA, the kernel table
+       >>threads    4. CPU: threads and fa_pool; GEMMs on the calling thread
+       >>naive      5. CPU: the naive path
+       >>tiled      6. CPU: the tiled online-softmax path (tile plan, key split, merge of chunks)
+       >>backward   6b. CPU: the backward, naive and tiled; fa_describe
+       >>merge      7. merging partial results by log-sum-exp (fa_merge)
+       >>cuda       8. CUDA: 8a kernels and tile traits, 8b device pieces and the modifier rule,
+                       8c generic kernel, 8d tensor-core kernel, 8e naive and merge kernels,
+                       8f the kernel picker, 8g entry points
+       >>license    the MIT licence
+
    USAGE
 
        #include "flashattn.h"              // declarations, in as many files as you like
@@ -161,6 +178,7 @@
 */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
+/* >>api */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -379,7 +397,7 @@ extern "C" {
 #endif
 
 /* ============================================================================================== */
-/* 1. Common to every backend: statuses, comparisons, the request resolved and validated          */
+/* 1. Common to every backend: statuses, comparisons, the request resolved and validated >>common */
 /* ============================================================================================== */
 
 FLASHATTN__CPU_DEF const char *fa_status_string(fa_status s)
@@ -841,7 +859,7 @@ static FA__HD inline int fa__block_unmasked(const fa__dims *d, int64_t i0, int64
 }
 
 /* ============================================================================================== */
-/* 2. CPU: the score rule (contract steps 2-5), written once, used by every CPU path               */
+/* 2. CPU: the score rule (contract steps 2-5), written once, used by every CPU path        >>rule */
 /* ============================================================================================== */
 
 /* Whether the call has a score modifier (softcap, ALiBi, bias), and whether a key can be hidden at
@@ -968,7 +986,7 @@ static void fa__lanes_fill(const fa__dims *d, int b, int h0, int64_t i0, int nqr
 }
 
 /* ============================================================================================== */
-/* 3. CPU: vector math                                                                            */
+/* 3. CPU: vector math                                                                     >>simd */
 /* ============================================================================================== */
 
 /* exp(x) for x <= 0 (and -inf, giving 0), accurate to a few ulp: 2^k * p(r) with a degree-6
@@ -2119,7 +2137,7 @@ static void fa__modify_tile(const fa__kernels *K, const fa__rule_lanes *ln, int 
 }
 
 /* ============================================================================================== */
-/* 4. CPU: threads                                                                                */
+/* 4. CPU: threads                                                                      >>threads */
 /* ============================================================================================== */
 
 typedef struct fa__pool {
@@ -2398,7 +2416,7 @@ static size_t fa__mul_size(size_t a, size_t b) { return (b != 0 && a > SIZE_MAX 
 static void *fa__align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
 /* ============================================================================================== */
-/* 5. CPU: the naive path                                                                         */
+/* 5. CPU: the naive path                                                                 >>naive */
 /* ============================================================================================== */
 
 #if !defined(FLASHATTN_NO_BLAS) && defined(OPENBLAS_VERSION)
@@ -2679,7 +2697,7 @@ FLASHATTN__CPU_DEF fa_status fa_naive(const fa_params *p, const void *q, const v
 }
 
 /* ============================================================================================== */
-/* 6. CPU: the tiled online-softmax path                                                          */
+/* 6. CPU: the tiled online-softmax path                                                  >>tiled */
 /* ============================================================================================== */
 
 /* The tiling of a call, made by one function for fa_tiled and fa_tiled_workspace_bytes alike.
@@ -3056,7 +3074,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
 }
 
 /* ============================================================================================== */
-/* 6b. CPU: the backward                                                                          */
+/* 6b. CPU: the backward                                                               >>backward */
 /* ============================================================================================== */
 
 /* Both backwards compute, per (batch, query head, row i, visible key j), with s the modified score
@@ -3747,7 +3765,7 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
 }
 
 /* ============================================================================================== */
-/* 7. Merging partial results by log-sum-exp                                                      */
+/* 7. Merging partial results by log-sum-exp                                              >>merge */
 /* ============================================================================================== */
 
 static fa_status fa__merge_check(int rows, int dv, int parts, const void *o_parts, const void *lse_parts,
@@ -3862,7 +3880,7 @@ FLASHATTN__CPU_DEF fa_status fa_merge(int rows, int dv, int parts, const float *
 #endif
 
 /* ============================================================================================== */
-/* 8. CUDA backend (FLASHATTN_CUDA, compiled by nvcc)                                             */
+/* 8. CUDA backend (FLASHATTN_CUDA, compiled by nvcc)                                      >>cuda */
 /* ============================================================================================== */
 /* 8a the kernels and their tile configurations, named; 8b common device pieces and the score-
    modifier rule; 8c the generic kernel (FFMA, any dtype and head_dim); 8d the tensor-core kernel
@@ -5456,7 +5474,7 @@ FLASHATTN_DEF fa_status fa_cuda_tiled_backward(const fa_params *p, const void *q
 #endif /* FLASHATTN__IMPLEMENTATION_DONE */
 #endif /* FLASHATTN_IMPLEMENTATION */
 
-/*
+/* >>license
 ------------------------------------------------------------------------------------------------
 MIT License
 
