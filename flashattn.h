@@ -60,6 +60,12 @@
        FLASHATTN_FREE(p)          (define both or neither)
        FLASHATTN_ISA              0, 1 or 2: cap the CPU SIMD path picked at run time (portable C,
                                   AVX2+FMA, AVX-512F); for tests. FLASHATTN_NO_SIMD: no intrinsics
+       FLASHATTN_STACK            bytes of each CPU worker's stack (default 1 MiB: glibc's stack
+                                  cache then keeps a call's stacks; see section 4)
+       FLASHATTN_SPIN             pause instructions a pool worker and a pool's caller spin before
+                                  they sleep (default 2000, ~10-100 us)
+       FLASHATTN_OPENBLAS_1T_MNK  the largest GEMM (m n k) OpenBLAS runs on the calling thread
+                                  (default 262144: 65536 x its GEMM_MULTITHREAD_THRESHOLD of 4)
 
    SEMANTICS (b batch, h query head, g = h / (Hq/Hkv) its kv head, i query row, j key)
 
@@ -2188,7 +2194,9 @@ static size_t fa__phys_bytes(void)
 }
 
 /* Worker stacks, for a call's own threads and a pool's: FA__STACK bytes (see fa__run). */
-#ifndef FA__STACK
+#ifdef FLASHATTN_STACK
+#define FA__STACK ((size_t)(FLASHATTN_STACK))
+#else
 #define FA__STACK ((size_t)1 << 20)
 #endif
 
@@ -2212,7 +2220,9 @@ struct fa_pool {
 static int fa__pool_size(const fa_pool *pool) { return pool->n; }
 
 #if defined(__GNUC__) || defined(__clang__)
-#ifndef FA__SPIN
+#ifdef FLASHATTN_SPIN
+#define FA__SPIN (FLASHATTN_SPIN)
+#else
 #define FA__SPIN 2000      /* pause instructions: ~10-100 us, by CPU */
 #endif
 #define fa__load_ul(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
