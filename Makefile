@@ -81,7 +81,7 @@ run: deps $(addprefix $(BUILD)/,$(EXAMPLES))
 # `make bench BENCH_ARGS=--csv` (or --quick, --threads N, --max-s N, --naive-mem GiB, --pool,
 # --no-row-sgemm, --no-naive, --no-scaling, --few-reps); about 5 min.
 BENCH_ARGS ?=
-$(BUILD)/bench: bench/bench.c flashattn.h | $(BUILD)
+$(BUILD)/bench: bench/bench.c bench/bench_util.h flashattn.h | $(BUILD)
 	$(CC) -O2 -g $(CSTD) $(WARN) -I. $< -o $@ $(LDLIBS)
 
 # then the backward's bench (bench/bench_backward.c): `make bench BENCH_BWD_ARGS="--quick"` (or --csv,

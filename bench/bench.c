@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #define FLASHATTN_IMPLEMENTATION
 #include "flashattn.h"
+#include "bench/bench_util.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -35,33 +36,10 @@ static double gemm_ceiling = 0.0;   /* sgemm GFLOP/s at nthreads, measured in th
 static int max_s = 16384;
 static double naive_mem_gib = 9.0;
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static uint64_t rng = 0x9E3779B97F4A7C15ULL;
-static double unif(void)
-{
-    uint64_t z = (rng += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return ((double)(z >> 11) + 0.5) / 9007199254740992.0;
-}
-static void fill_normal(float *x, size_t n)
-{
-    size_t i;
-    for (i = 0; i < n; i++) x[i] = (float)(sqrt(-2.0 * log(unif())) * cos(6.283185307179586 * unif()));
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+/* the clock, the N(0,1) fill and the sort order shared with bench_backward.c (bench/bench_util.h) */
+#define now_s bench_now
+#define fill_normal bench_fill_normal
+#define cmp_d bench_cmp_d
 
 /* median wall time of fn over repeats: at least 3 (1 for calls over 5 s), at most 7, about 2 s
    (bench_shape: naive and tiled alternately, up to 31 rounds for calls under 50 ms) */
