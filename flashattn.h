@@ -10,15 +10,16 @@
    CONTENTS (each >>tag marks its section below, in this order; make test checks that they agree)
 
        >>api        the public API: statuses, dtypes, fa_params, every function
+       >>config     0. every default and tuning constant of the CPU paths
        >>common     1. every backend: statuses, comparisons, version and build info, the request
                        resolved and validated, the position rule and the key ranges built on it
        >>rule       2. CPU: the score rule (softcap, ALiBi, bias, mask), one score and one row at a time
        >>simd       3. CPU: vector math, the tiled microkernels per ISA, the kernel table
        >>threads    4. CPU: threads and fa_pool; GEMMs on the calling thread
        >>naive      5. CPU: the naive path
-       >>tiled      6. CPU: the tiled online-softmax path (tile plan, key split, merge of chunks)
-       >>backward   6b. CPU: the backward, naive and tiled; fa_describe
-       >>merge      7. merging partial results by log-sum-exp (fa_merge)
+       >>merge      6. merging partial results by log-sum-exp (fa_merge; the tiled path's chunks)
+       >>tiled      7. CPU: the tiled online-softmax path (tile plan, key split, merge of chunks)
+       >>backward   7b. CPU: the backward, naive and tiled; fa_describe
        >>cuda       8. CUDA: 8a kernels and tile traits, 8b device pieces and the modifier rule,
                        8c generic kernel, 8d tensor-core kernel, 8e naive and merge kernels,
                        8f the kernel picker, 8g entry points
@@ -133,7 +134,7 @@
    their strides must be writable). dS = P (dP - delta) with delta = rowsum(d_o * o) and softcap's
    derivative 1 - tanh^2; ALiBi and bias are constants; GQA sums dk, dv over the group. Both are
    deterministic: every output element is made by one work item in an order fixed by the shape
-   (section 6b says how), so the bits do not depend on threads or the pool.
+   (section 7b says how), so the bits do not depend on threads or the pool.
 
    THREADS: `threads` workers (0: all online cores) share batch x heads x query tiles; with few query
    rows (decoding: at most 16 per head, or the heads of a GQA group in one tile) the key axis is
@@ -401,6 +402,63 @@ FLASHATTN_DEF size_t fa_cuda_describe(const fa_params *p, const void *q, const v
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ============================================================================================== */
+/* 0. Configuration: every default and tuning constant of the CPU paths                  >>config */
+/* ============================================================================================== */
+/* Each is measured, not guessed: bench/RESULTS.md has the version rows that set it (ids in
+   brackets). The CUDA kernels' tile traits and constants are named in section 8a. */
+
+/* Worker stacks, for a call's own threads and a pool's (FLASHATTN_STACK): 1 MiB, so that glibc's
+   40 MiB stack cache keeps a call's stacks between calls (8 MiB defaults for 15 workers overflowed
+   it and every call mapped fresh ones) [cpu-v13]. */
+#ifdef FLASHATTN_STACK
+#define FA__STACK ((size_t)(FLASHATTN_STACK))
+#else
+#define FA__STACK ((size_t)1 << 20)
+#endif
+
+/* Pause instructions a pool's worker spins on the next job, and its caller on the workers, before
+   they sleep (FLASHATTN_SPIN): ~10-100 us by CPU; 0, 200 and 2000 measured alike [RESULTS, what did
+   not work]. Compilers without GNU atomics never spin. */
+#ifdef FLASHATTN_SPIN
+#define FA__SPIN_PAUSES (FLASHATTN_SPIN)
+#else
+#define FA__SPIN_PAUSES 2000
+#endif
+
+/* The largest GEMM (m n k) that OpenBLAS 0.3.21-0.3.28 runs on the calling thread: 65536 x its
+   build option GEMM_MULTITHREAD_THRESHOLD, 4 by default and in Debian (section 5, fa__sgemm). */
+#ifndef FLASHATTN_OPENBLAS_1T_MNK
+#define FLASHATTN_OPENBLAS_1T_MNK 262144
+#endif
+
+/* The tiled forward's lazy rescale: a row's reference max moves only when a score passes it by
+   more than this, so every exp stays below e^8 (section 3, the online step) [cpu-v8]. */
+#define FA__LAZY 8.0f
+
+/* The tiled forward's query-tile heights, tallest first (multiples of the 48-lane register panel
+   and of 16 rows; fa__tiled_plan_make says which it takes) [cpu-v6, v14, v16], and its key block
+   when block_k is 0. */
+#define FA__TILE_ROWS { 480, 384, 288, 192, 96, 48, 32, 16 }
+#define FA__BLOCK_K 64
+
+/* Decoding: the key axis is split for tiles of at most FA__SPLIT_ROWS rows per head (or packed
+   GQA heads), in chunks of at least FA__CHUNK_KEYS keys and at most FA__MAX_CHUNKS of them, fixed
+   by the shape [cpu-v17, issue 10]; the row-major decode kernels prefetch K/V FA__AHEAD keys
+   ahead [cpu-v4]. */
+#define FA__SPLIT_ROWS 16
+#define FA__CHUNK_KEYS 512
+#define FA__MAX_CHUNKS 32
+#define FA__AHEAD 8
+
+/* The tiled backward: keys per item (two 48-lane register panels) below FA__BWD_WIDE keys, and
+   from it FA__BWD_KT_WIDE (Q, dO and dq then stream half as often), in blocks of FA__BWD_QB query
+   rows (the grid of dq's turns) [bwd-v3, the tile sweep]. */
+#define FA__BWD_KT 96
+#define FA__BWD_KT_WIDE 192
+#define FA__BWD_WIDE 2048
+#define FA__BWD_QB 64
 
 /* ============================================================================================== */
 /* 1. Common to every backend: statuses, comparisons, the request resolved and validated >>common */
@@ -1618,7 +1676,6 @@ static void fa__gemm_c(const float *A, int64_t sa, int64_t sx, int na, int nx,
    1), so a row's bits do not depend on which rows share its vector. A lane whose reference is
    still -INFINITY subtracts 0, so its exps and alpha are exactly 0. `tmp` gets the 16 * nv alphas
    (1 where the reference stayed). */
-#define FA__LAZY 8.0f
 #ifdef FLASHATTN__X86
 /* 2^t for t = (s - m) log2(e) <= FA__LAZY log2(e): k = round(t), f = t - k (exact), 2^f by a
    degree-6 fit on [-1/2, 1/2] (1.7 ulp in fp32 Horner), times 2^k. Three fewer vector ops than
@@ -1739,9 +1796,7 @@ FA__AVX2 static void fa__online_avx2(float *S, int64_t lds, int nk, int nv, floa
                        c##r##3 = _mm512_fmadd_ps(q_, k3, c##r##3); } while (0)
 #define FA__DSTEP do { __m512 k0 = LD(kp[0] + t), k1 = LD(kp[1] + t), k2 = LD(kp[2] + t), k3 = LD(kp[3] + t); \
                        FA__DF(0); FA__DF(1); FA__DF(2); FA__DF(3); } while (0)
-/* decoding streams K and V from memory once: fetch the rows FA__AHEAD keys ahead, a cache line per
-   step (a prefetch never faults; the address is formed as an integer, past the end or not) */
-#define FA__AHEAD 8
+/* decoding streams K and V from memory once: FA__AHEAD keys ahead (section 0) */
 #define FA__PREF(p, off) _mm_prefetch((const char *)((uintptr_t)(p) + (uintptr_t)(off) * sizeof(float)), _MM_HINT_T0)
 #define FA__PAIR(a, b) _mm512_add_ps(fa__unlo(a, b), fa__unhi(a, b))
 #define FA__QUAD(a, b) _mm512_add_ps(fa__unlo64(a, b), fa__unhi64(a, b))
@@ -2194,11 +2249,7 @@ static size_t fa__phys_bytes(void)
 }
 
 /* Worker stacks, for a call's own threads and a pool's: FA__STACK bytes (see fa__run). */
-#ifdef FLASHATTN_STACK
-#define FA__STACK ((size_t)(FLASHATTN_STACK))
-#else
-#define FA__STACK ((size_t)1 << 20)
-#endif
+
 
 /* A caller-owned pool: n - 1 parked workers (tid 1..n-1), the caller of a call is tid 0. A job is
    posted by bumping `gen` under `mu` and broadcasting `wake`; workers whose tid is below `active`
@@ -2220,11 +2271,7 @@ struct fa_pool {
 static int fa__pool_size(const fa_pool *pool) { return pool->n; }
 
 #if defined(__GNUC__) || defined(__clang__)
-#ifdef FLASHATTN_SPIN
-#define FA__SPIN (FLASHATTN_SPIN)
-#else
-#define FA__SPIN 2000      /* pause instructions: ~10-100 us, by CPU */
-#endif
+#define FA__SPIN FA__SPIN_PAUSES   /* section 0 */
 #define fa__load_ul(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define fa__load_int(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define fa__store_ul(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
@@ -2446,9 +2493,6 @@ static void *fa__align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uint
    pthreads build whose count is 1, or a small product), and otherwise blocks of at most
    FLASHATTN_OPENBLAS_1T_MNK multiply-adds (about 25-35% slower for the score GEMM, a few % for P V).
    A program that changes the count during a call affects only the GEMMs issued after the change. */
-#ifndef FLASHATTN_OPENBLAS_1T_MNK
-#define FLASHATTN_OPENBLAS_1T_MNK 262144
-#endif
 
 /* C = alpha op(A) op(B) + beta C, row-major, with cblas_sgemm's arguments (ta, tb nonzero for
    transposed), on the calling thread only. */
@@ -2707,7 +2751,118 @@ FLASHATTN__CPU_DEF fa_status fa_naive(const fa_params *p, const void *q, const v
 }
 
 /* ============================================================================================== */
-/* 6. CPU: the tiled online-softmax path                                                  >>tiled */
+/* 6. Merging partial results by log-sum-exp                                              >>merge */
+/* ============================================================================================== */
+
+static fa_status fa__merge_check(int rows, int dv, int parts, const void *o_parts, const void *lse_parts,
+                                 const void *o, const char **why)
+{
+    const fa_status bad = FA_ERR_INVALID_ARG;
+    if (rows < 0) return fa__why(why, bad, "rows must not be negative");
+    if (dv < 1) return fa__why(why, bad, "dv must be at least 1");
+    if (parts < 1) return fa__why(why, bad, "parts must be at least 1");
+    if (!o_parts) return fa__why(why, bad, "o_parts is NULL");
+    if (!lse_parts) return fa__why(why, bad, "lse_parts is NULL");
+    if (rows > 0 && !o) return fa__why(why, bad, "o is NULL (required when rows > 0)");
+    return FA_OK;
+}
+
+/* The parts of a CPU merge with rows > 0: every entry set, and the outputs either one of the parts
+   (o one of o_parts, lse one of lse_parts: a row is read before it is written) or apart from all of
+   them and from each other. */
+static fa_status fa__merge_parts(int rows, int dv, int parts, const float *const *op, const float *const *lp,
+                                 const float *o, const float *lse, const char **why)
+{
+    const fa_status bad = FA_ERR_INVALID_ARG;
+    uintptr_t oa, ob, la, lb, a, b;
+    int p;
+    for (p = 0; p < parts; p++) {
+        if (!op[p]) return fa__why(why, bad, "an entry of o_parts is NULL");
+        if (!lp[p]) return fa__why(why, bad, "an entry of lse_parts is NULL");
+    }
+    fa__range((uintptr_t)o, 0, (int64_t)rows * dv, &oa, &ob);
+    fa__range((uintptr_t)lse, 0, lse ? rows : 0, &la, &lb);
+    if (fa__overlap(oa, ob, la, lb)) return fa__why(why, bad, "lse overlaps o");
+    for (p = 0; p < parts; p++) {
+        fa__range((uintptr_t)op[p], 0, (int64_t)rows * dv, &a, &b);
+        if (op[p] != o && fa__overlap(oa, ob, a, b))
+            return fa__why(why, bad, "o overlaps an entry of o_parts without being it (o may be one of them, or apart)");
+        if (fa__overlap(la, lb, a, b)) return fa__why(why, bad, "lse overlaps an entry of o_parts");
+        fa__range((uintptr_t)lp[p], 0, rows, &a, &b);
+        if (lse && lp[p] != lse && fa__overlap(la, lb, a, b))
+            return fa__why(why, bad, "lse overlaps an entry of lse_parts without being it (lse may be one of them, or apart)");
+        if (fa__overlap(oa, ob, a, b)) return fa__why(why, bad, "o overlaps an entry of lse_parts");
+    }
+    return FA_OK;
+}
+
+/* One row of the merge, the log-sum-exp rule written once: part p holds the row's o_p (op[p] row r)
+   and its log-sum-exp as a reference max and a sum, m_p + log l_p (mp[p][r] and lp[p][r]; lp NULL:
+   l_p = 1, mp is the lse). With M = max m_p and w_p = exp(m_p - M) l_p: o = sum_p w_p o_p / sum_p w_p
+   and lse = M + log sum_p w_p; a part with m_p = -INFINITY adds nothing. fa_merge has the lse of
+   each part; the tiled path keeps m and l apart, since m + log l in fp32 would lose log l to the
+   rounding of a large m. o may alias any op[p] row (read before written, element by element).
+   A NaN m_p (a part's row reached by a NaN) makes the merged row NaN. */
+static void fa__merge_row(int dv, int parts, const float *const *op, const float *const *mp, const float *const *lp,
+                          int64_t r, float *orow, float *lse)
+{
+    float mx = -INFINITY, sum = 0.0f, w[64], a[64];
+    int p, p0, pn, t, t0, tn, u;
+    for (p = 0; p < parts; p++) {
+        float x = mp[p][r];
+        if (x > mx || x != x) mx = x;          /* once NaN, mx stays NaN */
+    }
+    if (mx == -INFINITY) {
+        for (t = 0; t < dv; t++) orow[t] = 0.0f;
+        if (lse) lse[r] = -INFINITY;
+        return;
+    }
+    for (p = 0; p < parts; p++)
+        sum += mp[p][r] == -INFINITY ? 0.0f : expf(mp[p][r] - mx) * (lp ? lp[p][r] : 1.0f);
+    /* each element sums its parts in part order: the weights 64 parts at a time (each computed
+       once), the elements 64 at a time in a local accumulator, written back after their reads */
+    for (p0 = 0; p0 < parts; p0 += 64) {
+        pn = parts - p0 < 64 ? parts - p0 : 64;
+        for (p = 0; p < pn; p++)
+            w[p] = mp[p0 + p][r] == -INFINITY ? 0.0f : expf(mp[p0 + p][r] - mx) * (lp ? lp[p0 + p][r] : 1.0f);
+        for (t0 = 0; t0 < dv; t0 += 64) {
+            tn = dv - t0 < 64 ? dv - t0 : 64;
+            for (u = 0; u < tn; u++) a[u] = p0 ? orow[t0 + u] : 0.0f;
+            for (p = 0; p < pn; p++) {
+                const float *x = op[p0 + p] + r * (int64_t)dv + t0;
+                if (mp[p0 + p][r] == -INFINITY) continue;
+                for (u = 0; u < tn; u++) a[u] += w[p] * x[u];
+            }
+            for (u = 0; u < tn; u++) orow[t0 + u] = a[u];
+        }
+    }
+    for (t = 0; t < dv; t++) orow[t] /= sum;
+    if (lse) lse[r] = mx + logf(sum);
+}
+
+FLASHATTN__CPU_DEF const char *fa_explain_merge(int rows, int dv, int parts, const float *const *o_parts,
+                                                const float *const *lse_parts, const float *o, const float *lse)
+{
+    const char *why = NULL;
+    if (fa__merge_check(rows, dv, parts, o_parts, lse_parts, o, &why) != FA_OK) return why;
+    if (rows == 0) return NULL;
+    return fa__merge_parts(rows, dv, parts, o_parts, lse_parts, o, lse, &why) != FA_OK ? why : NULL;
+}
+
+FLASHATTN__CPU_DEF fa_status fa_merge(int rows, int dv, int parts, const float *const *o_parts,
+                                      const float *const *lse_parts, float *o, float *lse)
+{
+    int64_t r;
+    fa_status st = fa__merge_check(rows, dv, parts, o_parts, lse_parts, o, NULL);
+    if (st != FA_OK) return st;
+    if (rows == 0) return FA_OK;
+    if ((st = fa__merge_parts(rows, dv, parts, o_parts, lse_parts, o, lse, NULL)) != FA_OK) return st;
+    for (r = 0; r < rows; r++) fa__merge_row(dv, parts, o_parts, lse_parts, NULL, r, o + r * (int64_t)dv, lse);
+    return FA_OK;
+}
+
+/* ============================================================================================== */
+/* 7. CPU: the tiled online-softmax path                                                  >>tiled */
 /* ============================================================================================== */
 
 /* The tiling of a call, made by one function for fa_tiled and fa_tiled_workspace_bytes alike.
@@ -2729,12 +2884,9 @@ FLASHATTN__CPU_DEF fa_status fa_naive(const fa_params *p, const void *q, const v
      property of the shape, not of one tile; library tiles are multiples of 16 rows of one head.
    The key axis is split for decoding (at most FA__SPLIT_ROWS rows per head, or packed GQA heads)
    and only there, in `nchunk` chunks of `cb` blocks from key 0 (fixed by Sk and bk), whose partial
-   results are merged in chunk order by log-sum-exp (fa__merge_row, section 7), by whichever thread
+   results are merged in chunk order by log-sum-exp (fa__merge_row, section 6), by whichever thread
    finishes a tile's last chunk; a chunk a row does not see gives it m = -INFINITY, which adds
    exactly nothing. */
-#define FA__SPLIT_ROWS 16       /* a decode tile: at most this many query rows per head */
-#define FA__CHUNK_KEYS 512      /* keys per chunk of a split key axis, at least (whole blocks) ... */
-#define FA__MAX_CHUNKS 32       /* ... and at most this many chunks (then chunks grow) */
 
 typedef struct fa__tiled_plan {
     int nq, bk, hpt, rows, ld, rowmajor, nchunk, cb, nthreads;
@@ -2772,7 +2924,7 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
            where the short count also split the keys), then 32 rows at two each; 16-row tiles
            only when neither gives two (S=128 at 16 threads: 32 rows ~10% faster than 16). Every
            candidate is a multiple of 16 (the results do not depend on the choice, see above). */
-        static const int cand[8] = { 480, 384, 288, 192, 96, 48, 32, 16 };
+        static const int cand[8] = FA__TILE_ROWS;
         int c, top = (int64_t)d->D + d->Dv >= 192 ? 480 : 192, fallback = 0;
         int64_t tiles;
         int64_t cap = 262144 / ((int64_t)d->D + d->Dv + 67);
@@ -2786,7 +2938,7 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
             if (cand[c] == 32 && fallback) { pl->nq = fallback; break; }
         }
     }
-    pl->bk = d->block_k ? d->block_k : 64;
+    pl->bk = d->block_k ? d->block_k : FA__BLOCK_K;
     if (pl->bk > d->Sk) pl->bk = d->Sk > 0 ? d->Sk : 1;
     /* a library tiling's last tile takes a remainder of under 16 rows (one lane vector) rather
        than leaving it a tile of its own, which would re-read K/V for a part-empty vector */
@@ -3006,9 +3158,6 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
 #undef FA__QROW
 #undef FA__OROW
 
-static void fa__merge_row(int dv, int parts, const float *const *op, const float *const *mp, const float *const *lp,
-                          int64_t r, float *orow, float *lse);
-
 /* The chunks of one tile merged into o and lse, in chunk order. */
 static void fa__tiled_merge(void *vctx, int64_t tile, int tid)
 {
@@ -3084,7 +3233,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
 }
 
 /* ============================================================================================== */
-/* 6b. CPU: the backward                                                               >>backward */
+/* 7b. CPU: the backward                                                               >>backward */
 /* ============================================================================================== */
 
 /* Both backwards compute, per (batch, query head, row i, visible key j), with s the modified score
@@ -3107,10 +3256,6 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
    The per-row delta is computed once, into a [B][Hq][Sq] buffer, before the tiles.
    fa_naive_backward runs an item per (batch, kv head), the group's heads in order: also
    deterministic. */
-#define FA__BWD_KT 96      /* keys per item (two 48-lane register panels), below FA__BWD_WIDE keys */
-#define FA__BWD_KT_WIDE 192 /* keys per item from FA__BWD_WIDE keys: Q, dO and dq stream half as often */
-#define FA__BWD_WIDE 2048
-#define FA__BWD_QB 64      /* query rows per block (the grid of dq's turns) */
 
 static float fa__softcap_grad(float s_capped, float cap)
 {
@@ -3772,117 +3917,6 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
         len = snprintf(line, sizeof line, "refused: call is not an fa_call value");
     }
     return fa__line_out(buf, n, line, len);
-}
-
-/* ============================================================================================== */
-/* 7. Merging partial results by log-sum-exp                                              >>merge */
-/* ============================================================================================== */
-
-static fa_status fa__merge_check(int rows, int dv, int parts, const void *o_parts, const void *lse_parts,
-                                 const void *o, const char **why)
-{
-    const fa_status bad = FA_ERR_INVALID_ARG;
-    if (rows < 0) return fa__why(why, bad, "rows must not be negative");
-    if (dv < 1) return fa__why(why, bad, "dv must be at least 1");
-    if (parts < 1) return fa__why(why, bad, "parts must be at least 1");
-    if (!o_parts) return fa__why(why, bad, "o_parts is NULL");
-    if (!lse_parts) return fa__why(why, bad, "lse_parts is NULL");
-    if (rows > 0 && !o) return fa__why(why, bad, "o is NULL (required when rows > 0)");
-    return FA_OK;
-}
-
-/* The parts of a CPU merge with rows > 0: every entry set, and the outputs either one of the parts
-   (o one of o_parts, lse one of lse_parts: a row is read before it is written) or apart from all of
-   them and from each other. */
-static fa_status fa__merge_parts(int rows, int dv, int parts, const float *const *op, const float *const *lp,
-                                 const float *o, const float *lse, const char **why)
-{
-    const fa_status bad = FA_ERR_INVALID_ARG;
-    uintptr_t oa, ob, la, lb, a, b;
-    int p;
-    for (p = 0; p < parts; p++) {
-        if (!op[p]) return fa__why(why, bad, "an entry of o_parts is NULL");
-        if (!lp[p]) return fa__why(why, bad, "an entry of lse_parts is NULL");
-    }
-    fa__range((uintptr_t)o, 0, (int64_t)rows * dv, &oa, &ob);
-    fa__range((uintptr_t)lse, 0, lse ? rows : 0, &la, &lb);
-    if (fa__overlap(oa, ob, la, lb)) return fa__why(why, bad, "lse overlaps o");
-    for (p = 0; p < parts; p++) {
-        fa__range((uintptr_t)op[p], 0, (int64_t)rows * dv, &a, &b);
-        if (op[p] != o && fa__overlap(oa, ob, a, b))
-            return fa__why(why, bad, "o overlaps an entry of o_parts without being it (o may be one of them, or apart)");
-        if (fa__overlap(la, lb, a, b)) return fa__why(why, bad, "lse overlaps an entry of o_parts");
-        fa__range((uintptr_t)lp[p], 0, rows, &a, &b);
-        if (lse && lp[p] != lse && fa__overlap(la, lb, a, b))
-            return fa__why(why, bad, "lse overlaps an entry of lse_parts without being it (lse may be one of them, or apart)");
-        if (fa__overlap(oa, ob, a, b)) return fa__why(why, bad, "o overlaps an entry of lse_parts");
-    }
-    return FA_OK;
-}
-
-/* One row of the merge, the log-sum-exp rule written once: part p holds the row's o_p (op[p] row r)
-   and its log-sum-exp as a reference max and a sum, m_p + log l_p (mp[p][r] and lp[p][r]; lp NULL:
-   l_p = 1, mp is the lse). With M = max m_p and w_p = exp(m_p - M) l_p: o = sum_p w_p o_p / sum_p w_p
-   and lse = M + log sum_p w_p; a part with m_p = -INFINITY adds nothing. fa_merge has the lse of
-   each part; the tiled path keeps m and l apart, since m + log l in fp32 would lose log l to the
-   rounding of a large m. o may alias any op[p] row (read before written, element by element).
-   A NaN m_p (a part's row reached by a NaN) makes the merged row NaN. */
-static void fa__merge_row(int dv, int parts, const float *const *op, const float *const *mp, const float *const *lp,
-                          int64_t r, float *orow, float *lse)
-{
-    float mx = -INFINITY, sum = 0.0f, w[64], a[64];
-    int p, p0, pn, t, t0, tn, u;
-    for (p = 0; p < parts; p++) {
-        float x = mp[p][r];
-        if (x > mx || x != x) mx = x;          /* once NaN, mx stays NaN */
-    }
-    if (mx == -INFINITY) {
-        for (t = 0; t < dv; t++) orow[t] = 0.0f;
-        if (lse) lse[r] = -INFINITY;
-        return;
-    }
-    for (p = 0; p < parts; p++)
-        sum += mp[p][r] == -INFINITY ? 0.0f : expf(mp[p][r] - mx) * (lp ? lp[p][r] : 1.0f);
-    /* each element sums its parts in part order: the weights 64 parts at a time (each computed
-       once), the elements 64 at a time in a local accumulator, written back after their reads */
-    for (p0 = 0; p0 < parts; p0 += 64) {
-        pn = parts - p0 < 64 ? parts - p0 : 64;
-        for (p = 0; p < pn; p++)
-            w[p] = mp[p0 + p][r] == -INFINITY ? 0.0f : expf(mp[p0 + p][r] - mx) * (lp ? lp[p0 + p][r] : 1.0f);
-        for (t0 = 0; t0 < dv; t0 += 64) {
-            tn = dv - t0 < 64 ? dv - t0 : 64;
-            for (u = 0; u < tn; u++) a[u] = p0 ? orow[t0 + u] : 0.0f;
-            for (p = 0; p < pn; p++) {
-                const float *x = op[p0 + p] + r * (int64_t)dv + t0;
-                if (mp[p0 + p][r] == -INFINITY) continue;
-                for (u = 0; u < tn; u++) a[u] += w[p] * x[u];
-            }
-            for (u = 0; u < tn; u++) orow[t0 + u] = a[u];
-        }
-    }
-    for (t = 0; t < dv; t++) orow[t] /= sum;
-    if (lse) lse[r] = mx + logf(sum);
-}
-
-FLASHATTN__CPU_DEF const char *fa_explain_merge(int rows, int dv, int parts, const float *const *o_parts,
-                                                const float *const *lse_parts, const float *o, const float *lse)
-{
-    const char *why = NULL;
-    if (fa__merge_check(rows, dv, parts, o_parts, lse_parts, o, &why) != FA_OK) return why;
-    if (rows == 0) return NULL;
-    return fa__merge_parts(rows, dv, parts, o_parts, lse_parts, o, lse, &why) != FA_OK ? why : NULL;
-}
-
-FLASHATTN__CPU_DEF fa_status fa_merge(int rows, int dv, int parts, const float *const *o_parts,
-                                      const float *const *lse_parts, float *o, float *lse)
-{
-    int64_t r;
-    fa_status st = fa__merge_check(rows, dv, parts, o_parts, lse_parts, o, NULL);
-    if (st != FA_OK) return st;
-    if (rows == 0) return FA_OK;
-    if ((st = fa__merge_parts(rows, dv, parts, o_parts, lse_parts, o, lse, NULL)) != FA_OK) return st;
-    for (r = 0; r < rows; r++) fa__merge_row(dv, parts, o_parts, lse_parts, NULL, r, o + r * (int64_t)dv, lse);
-    return FA_OK;
 }
 
 #ifdef __cplusplus
