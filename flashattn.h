@@ -3435,9 +3435,10 @@ typedef struct fa__bwd_ctx {
     int isa;
     const float *q, *k, *v, *o, *d_o;
     float *dq, *dk, *dv;
-    float *P, *dS, *G;              /* naive: the whole matrices */
+    float *P, *dS, *G, *Q;          /* naive: the whole matrices, each thread's scale * Q */
     float *ws, *delta;              /* tiled: per-thread tiles, the per-row delta */
     int *turn;                      /* tiled: dq's turns */
+    size_t qn;                      /* naive: floats of a thread's Q */
     const struct fa__tbwd_plan *plan;
 #ifndef FA__TURN_ATOMIC
     pthread_mutex_t mu;
@@ -3449,7 +3450,7 @@ typedef struct fa__bwd_ctx {
 
 typedef struct fa__nbwd_plan {
     int nthreads;
-    size_t mat_floats, mats, pool_bytes, total;
+    size_t mat_floats, mats, q_floats, pool_bytes, total;
 } fa__nbwd_plan;
 
 static void fa__nbwd_plan_make(const fa__dims *d, fa__nbwd_plan *pl)
@@ -3461,9 +3462,13 @@ static void fa__nbwd_plan_make(const fa__dims *d, fa__nbwd_plan *pl)
     pl->mats = d->softcap > 0.0f ? 3 : 2;
     pl->mat_floats = fa__round16(fa__mul_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq),
                                               (size_t)d->Sk));
+    /* each thread's scale * Q of its head, [Sq][D] (the forward's naive path does the same: the
+       scale applied before the dot products, so that large |q|, |k| with a small scale stay finite) */
+    pl->q_floats = fa__round16(fa__mul_size((size_t)d->Sq, (size_t)d->D));
     pl->pool_bytes = fa__pool_bytes(d, pl->nthreads);
-    pl->total = fa__add_size(fa__add_size(fa__mul_size(fa__mul_size(pl->mat_floats, pl->mats), sizeof(float)),
-                                          pl->pool_bytes), 64);
+    pl->total = fa__add_size(fa__add_size(fa__mul_size(fa__add_size(fa__mul_size(pl->mat_floats, pl->mats),
+                                                                     fa__mul_size(pl->q_floats, (size_t)pl->nthreads)),
+                                                        sizeof(float)), pl->pool_bytes), 64);
 }
 
 
@@ -3488,8 +3493,8 @@ static void fa__nbwd_item(void *vctx, int64_t item, int tid)
     float *dk = c->dk + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
     float *dv = c->dv + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
     int mask = fa__has_mask(d), mods = mask || d->alibi || d->bias;
+    float *Qs = c->Q + (size_t)tid * c->qn;
     fa__dims nosc = *d;
-    (void)tid;
     nosc.softcap = 0.0f;
     for (hh = 0; hh < d->group; hh++) {
         int h = g * d->group + hh, first = hh == 0;
@@ -3502,6 +3507,8 @@ static void fa__nbwd_item(void *vctx, int64_t item, int tid)
         const float *o = c->o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
         const float *dO = c->d_o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
         float *dq = c->dq + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
+        for (i = 0; i < Sq; i++)
+            for (t = 0; t < D; t++) Qs[i * D + t] = q[i * d->qs[2] + t] * d->scale;
 #ifndef FLASHATTN_NO_BLAS
         /* OpenBLAS where the strides suit it; with hidden keys only on finite inputs, since its
            0 * NaN would carry a NaN to entries whose weight is 0 (the loops skip those) */
@@ -3511,15 +3518,14 @@ static void fa__nbwd_item(void *vctx, int64_t item, int tid)
             blas = fa__finite_rows(q, Sq, d->qs[2], D) && fa__finite_rows(k, Sk, d->ks[2], D) &&
                    fa__finite_rows(v, Sk, d->vs[2], Dv) && fa__finite_rows(dO, Sq, d->os[2], Dv);
         if (blas) {
-            fa__sgemm(0, 1, Sq, Sk, D, d->scale, q, (int)d->qs[2],
-                        k, (int)d->ks[2], 0.0f, P, Sk);
+            fa__sgemm(0, 1, Sq, Sk, D, 1.0f, Qs, D, k, (int)d->ks[2], 0.0f, P, Sk);
             fa__sgemm(0, 1, Sq, Sk, Dv, 1.0f, dO, (int)d->os[2],
                         v, (int)d->vs[2], 0.0f, dS, Sk);
         } else
 #endif
         for (i = 0; i < Sq; i++)
             for (j = 0; j < Sk; j++) {
-                P[i * Sk + j] = d->scale * fa__dot(q + i * d->qs[2], k + j * d->ks[2], D);
+                P[i * Sk + j] = fa__dot(Qs + i * D, k + j * d->ks[2], D);
                 dS[i * Sk + j] = fa__dot(dO + i * d->os[2], v + j * d->vs[2], Dv);
             }
         for (i = 0; i < Sq; i++) {
@@ -3533,8 +3539,7 @@ static void fa__nbwd_item(void *vctx, int64_t item, int tid)
         if (blas) {
             fa__sgemm(0, 0, Sq, D, Sk, d->scale, dS, Sk, k, (int)d->ks[2],
                         0.0f, dq, (int)d->qs[2]);
-            fa__sgemm(1, 0, Sk, D, Sq, d->scale, dS, Sk, q, (int)d->qs[2],
-                        first ? 0.0f : 1.0f, dk, (int)d->ks[2]);
+            fa__sgemm(1, 0, Sk, D, Sq, 1.0f, dS, Sk, Qs, D, first ? 0.0f : 1.0f, dk, (int)d->ks[2]);
             fa__sgemm(1, 0, Sk, Dv, Sq, 1.0f, P, Sk, dO, (int)d->os[2],
                         first ? 0.0f : 1.0f, dv, (int)d->vs[2]);
             continue;
@@ -3558,8 +3563,8 @@ static void fa__nbwd_item(void *vctx, int64_t item, int tid)
                 for (t = 0; t < Dv; t++) dvj[t] = 0.0f;
             }
             for (i = 0; i < Sq; i++) {
-                float w = dS[i * Sk + j] * d->scale, pw = P[i * Sk + j];
-                const float *qi = q + i * d->qs[2], *doi = dO + i * d->os[2];
+                float w = dS[i * Sk + j], pw = P[i * Sk + j];
+                const float *qi = Qs + i * D, *doi = dO + i * d->os[2];
                 if (w != 0.0f) for (t = 0; t < D; t++) dkj[t] += w * qi[t];
                 if (pw != 0.0f) for (t = 0; t < Dv; t++) dvj[t] += pw * doi[t];
             }
@@ -3612,6 +3617,8 @@ FLASHATTN__CPU_DEF fa_status fa_naive_backward(const fa_params *p, const void *q
     c.P = (float *)((char *)fa__align64(mem) + pl.pool_bytes);
     c.dS = c.P + pl.mat_floats;
     c.G = pl.mats == 3 ? c.dS + pl.mat_floats : NULL;
+    c.Q = c.P + pl.mat_floats * pl.mats;
+    c.qn = pl.q_floats;
     fa__run(d.pool, fa__nbwd_item, &c, (int64_t)d.B * d.Hkv, pl.nthreads, fa__align64(mem));   /* fa__sgemm: OpenBLAS's count untouched */
     FLASHATTN_FREE(mem);
     return FA_OK;

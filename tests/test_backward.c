@@ -679,6 +679,23 @@ static void test_describe(void **state)
     assert_non_null(strstr(line, "kv_heads"));
 }
 
+/* |q|, |k| near 2^63 with scale 2^-126: the scaled scores are ordinary, the unscaled dot products
+   are not finite in fp32. Both backwards apply the scale before the dot products (as the forwards
+   do), so dv (which P alone decides) and the rest stay finite and match the reference. */
+static void test_large_inputs_small_scale(void **state)
+{
+    bcase c;
+    fa_params p = shape(1, 2, 1, 40, 50, 8, 8);
+    size_t e;
+    (void)state;
+    p.scale = ldexpf(1.0f, -126);
+    p.causal = 1;
+    bc_init(&c, &p, "|q|, |k| ~ 2^63, scale 2^-126");
+    for (e = 0; e < c.t.nq; e++) c.t.q[e] = ldexpf(c.t.q[e], 63);
+    for (e = 0; e < c.t.nk; e++) c.t.k[e] = ldexpf(c.t.k[e], 63);
+    bc_both(&c);
+}
+
 /* A NaN in q reaches its row's dq and the keys it sees, not other rows. */
 static void test_nan_rows(void **state)
 {
@@ -727,6 +744,7 @@ int main(void)
         cmocka_unit_test(test_workspace),
         cmocka_unit_test(test_nan_rows),
         cmocka_unit_test(test_describe),
+        cmocka_unit_test(test_large_inputs_small_scale),
     };
     if (seed) g_seed_base = strtoull(seed, NULL, 10);
     return cmocka_run_group_tests(tests, NULL, NULL);
