@@ -3782,6 +3782,15 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
             const float *qr = qb + i0 * d->qs[2], *dor = dob + i0 * d->os[2];
             fa__tbwd_tiles(d, pl, r, &t0, &t1);
             if (kt < t0 || kt >= t1) continue;       /* not a tile of this block's turns */
+            {   /* the next block's Q and dO rows toward L2 during this block's five GEMMs (as the
+                   forward streams its next K/V block, cpu-v15): they come from L3 at long S */
+                int64_t n1 = i1 < ihi ? (i1 + pl->qb < d->Sq ? pl->qb : d->Sq - i1) : 0, lines, it;
+                fa__pf_set(&pf, 0, qb, d->qs[2], i1, i1 + n1, D);
+                fa__pf_set(&pf, 1, dob, d->os[2], i1, i1 + n1, Dv);
+                lines = n1 * (pf.lines[0] + pf.lines[1]);
+                it = (int64_t)(nvk + 2) / 3 * ((nr + 7) / 8) * (2 * (int64_t)D + 2 * Dv) + (int64_t)(ldd / 16 + 2) / 3 * ((nr + 7) / 8) * nk;
+                pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
+            }
             fa__gemm(isa, qr, d->qs[2], 1, nr, D, Kt, ldk, P, ldk, nvk, 0, &pf);
             fa__gemm(isa, dor, d->os[2], 1, nr, Dv, Vt, ldk, dS, ldk, nvk, 0, &pf);
             for (x = 0; x < nr; x++) {
