@@ -63,35 +63,9 @@ static double time_median(bench_fn fn, void *arg)
 }
 
 /* ---- the OpenBLAS core, and the Prescott mis-detection -------------------------------------- */
-#ifdef HAVE_OPENBLAS
-static const char *corename(void) { return openblas_get_corename(); }
-#else
-static const char *corename(void) { return "none (FLASHATTN_NO_BLAS)"; }
-#endif
-
-static void fix_coretype(char **argv)
-{
-#ifdef HAVE_OPENBLAS
-    const char *cn = corename();
-    if (getenv("OPENBLAS_CORETYPE") == NULL && cn && (strstr(cn, "rescott") || strstr(cn, "RESCOTT"))) {
-        const char *want = NULL;
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-        if (__builtin_cpu_supports("avx512f")) want = "SkylakeX";
-        else if (__builtin_cpu_supports("avx2")) want = "Haswell";
-#endif
-        if (want) {
-            fprintf(stderr, "bench: OpenBLAS detected core \"%s\" (a mis-detection of this CPU); "
-                    "re-executing with OPENBLAS_CORETYPE=%s\n", cn, want);
-            setenv("OPENBLAS_CORETYPE", want, 1);
-            setenv("FA_BENCH_REEXEC", "1", 1);
-            execv("/proc/self/exe", argv);
-            fprintf(stderr, "bench: re-exec failed; continuing with %s\n", cn);
-        }
-    }
-#else
-    (void)argv;
-#endif
-}
+/* OpenBLAS's core name, and the re-exec with OPENBLAS_CORETYPE on a Prescott mis-detection (bench_util.h) */
+#define corename bench_corename
+#define fix_coretype bench_fix_coretype
 
 /* ---- ceilings: sgemm GFLOP/s and memory read GB/s ----------------------------------------- */
 #ifdef HAVE_OPENBLAS

@@ -27,10 +27,6 @@
 #include "flashattn.h"
 #include "tests/ref.h"
 
-#ifdef __SANITIZE_ADDRESS__
-const char *__asan_default_options(void);
-const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
-#endif
 
 enum { NAIVE = 0, TILED = 1 };
 static const char *const path_name[2] = { "fa_naive_backward", "fa_tiled_backward" };

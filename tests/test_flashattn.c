@@ -38,11 +38,6 @@
 #include "flashattn.h"
 #include "tests/ref.h"
 
-#ifdef __SANITIZE_ADDRESS__
-/* The overflow test asks for petabytes: under ASan, malloc must say NULL rather than abort. */
-const char *__asan_default_options(void);
-const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
-#endif
 
 /* ---- cases: a request, its inputs and its float64 reference ------------------------------------ */
 
