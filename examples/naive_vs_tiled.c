@@ -239,6 +239,13 @@ static int correctness(void)
            "                            accumulator, m and l; no [S][S] or [S][block] buffer)\n",
            human(tiled_ws, b3, sizeof b3), tiled_ws, BLOCK, BLOCK);
     printf("reduction factor: %.1fx smaller peak intermediate (naive workspace / tiled workspace)\n", naive_ws / tiled_ws);
+    {   /* what each call ran (fa_describe) */
+        char what[400];
+        fa_describe(&p, FA_CALL_NAIVE, what, sizeof what);
+        printf("  ran: %s\n", what);
+        fa_describe(&p, FA_CALL_TILED, what, sizeof what);
+        printf("  ran: %s\n", what);
+    }
     printf("  (the article's PyTorch version held a [%d, %d, %d, %d] block for all heads at once, %s:\n"
            "   8x; a kernel that walks one query tile per thread needs far less)\n\n",
            B, H, S, BLOCK, human(seed_block, b4, sizeof b4));
