@@ -3252,7 +3252,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
    it were taken from the queue earlier, so the wait ends). Every output element is then summed in
    an order fixed by the shape, and the tiles come from the shape, not the thread count: the same
    bits for any `threads`, pool or none, with FlashAttention-2's 5 GEMM-sized products (a design
-   with a second pass for dq costs 7: it ran 1.3-1.9x slower, bench/RESULTS.md "CPU backward").
+   with a second pass for dq costs 7: it ran up to 2x slower at 2 threads, bench/RESULTS.md bwd-v1).
    The per-row delta is computed once, into a [B][Hq][Sq] buffer, before the tiles.
    fa_naive_backward runs an item per (batch, kv head), the group's heads in order: also
    deterministic. */
