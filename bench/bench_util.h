@@ -1,7 +1,7 @@
 /* bench_util.h - the pieces the CPU benches share: a clock, N(0,1) fills, medians of repeats, the
    OpenBLAS core name (and the Prescott re-exec), the sgemm ceiling, the load average and the memory
-   available. Written for bench/bench_backward.c; bench/bench.c has its own copies of the same code
-   today and can include this instead (the names differ, bench_*, so both can coexist meanwhile).
+   available, for bench/bench.c, bench/bench_backward.c and bench/ab/ab.c (which uses only the
+   clock, the fill and the median, and so needs no flashattn.h before it).
 
    Include it after flashattn.h with FLASHATTN_IMPLEMENTATION defined (that brings <cblas.h> unless
    FLASHATTN_NO_BLAS) and after `#define _GNU_SOURCE` (execv, setenv, sysconf). Everything is

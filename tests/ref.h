@@ -360,6 +360,16 @@ static inline void ref_merge(int rows, int dv, int parts, const float *const *o_
     }
 }
 
+/* ---- FNV-1a over bytes: the suites hash their inputs before and after a call (never written) */
+
+static inline uint64_t ref_hash(uint64_t h, const void *x, size_t bytes)
+{
+    const unsigned char *c = (const unsigned char *)x;
+    size_t i;
+    for (i = 0; i < bytes; i++) h = (h ^ c[i]) * 0x100000001B3ull;
+    return h;
+}
+
 /* ---- comparisons --------------------------------------------------------------------------- */
 
 /* ||out - ref||_2 / ||ref||_2 in double (the fp16/bf16 accuracy measure); NaN if out has a NaN;

@@ -48,25 +48,17 @@ typedef struct bcase {
     uint64_t in_hash;
 } bcase;
 
-static uint64_t bc_hash(uint64_t h, const void *x, size_t bytes)
-{
-    const unsigned char *c = (const unsigned char *)x;
-    size_t i;
-    for (i = 0; i < bytes; i++) h = (h ^ c[i]) * 0x100000001B3ull;
-    return h;
-}
-
 static uint64_t bc_inputs_hash(const bcase *c)
 {
     uint64_t h = 0xCBF29CE484222325ull;
-    h = bc_hash(h, c->t.q, c->t.nq * sizeof(float));
-    h = bc_hash(h, c->t.k, c->t.nk * sizeof(float));
-    h = bc_hash(h, c->t.v, c->t.nv * sizeof(float));
-    h = bc_hash(h, c->t.o, c->t.no * sizeof(float));
-    h = bc_hash(h, c->d_o, c->t.no * sizeof(float));
-    h = bc_hash(h, c->lse, ((size_t)c->p.batch * c->p.heads * c->p.seq_q + 1) * sizeof(float));
-    if (c->bias) h = bc_hash(h, c->bias, c->n_bias * sizeof(float));
-    if (c->alibi) h = bc_hash(h, c->alibi, c->n_alibi * sizeof(float));
+    h = ref_hash(h, c->t.q, c->t.nq * sizeof(float));
+    h = ref_hash(h, c->t.k, c->t.nk * sizeof(float));
+    h = ref_hash(h, c->t.v, c->t.nv * sizeof(float));
+    h = ref_hash(h, c->t.o, c->t.no * sizeof(float));
+    h = ref_hash(h, c->d_o, c->t.no * sizeof(float));
+    h = ref_hash(h, c->lse, ((size_t)c->p.batch * c->p.heads * c->p.seq_q + 1) * sizeof(float));
+    if (c->bias) h = ref_hash(h, c->bias, c->n_bias * sizeof(float));
+    if (c->alibi) h = ref_hash(h, c->alibi, c->n_alibi * sizeof(float));
     return h;
 }
 

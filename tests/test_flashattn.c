@@ -115,22 +115,14 @@ static void tc_alibi(tcase *c, int per_batch, int64_t stride)
     c->p.alibi_stride = per_batch ? stride : 0;
 }
 
-static uint64_t fnv1a(uint64_t h, const void *x, size_t bytes)
-{
-    const unsigned char *c = (const unsigned char *)x;
-    size_t i;
-    for (i = 0; i < bytes; i++) h = (h ^ c[i]) * 0x100000001B3ull;
-    return h;
-}
-
 static uint64_t tc_inputs_hash(const tcase *c)
 {
     uint64_t h = 0xCBF29CE484222325ull;
-    h = fnv1a(h, c->t.q, c->t.nq * sizeof(float));
-    h = fnv1a(h, c->t.k, c->t.nk * sizeof(float));
-    h = fnv1a(h, c->t.v, c->t.nv * sizeof(float));
-    if (c->bias) h = fnv1a(h, c->bias, ref_bias_elems(&c->p) * sizeof(float));
-    if (c->alibi) h = fnv1a(h, c->alibi, c->n_alibi * sizeof(float));
+    h = ref_hash(h, c->t.q, c->t.nq * sizeof(float));
+    h = ref_hash(h, c->t.k, c->t.nk * sizeof(float));
+    h = ref_hash(h, c->t.v, c->t.nv * sizeof(float));
+    if (c->bias) h = ref_hash(h, c->bias, ref_bias_elems(&c->p) * sizeof(float));
+    if (c->alibi) h = ref_hash(h, c->alibi, c->n_alibi * sizeof(float));
     return h;
 }
 

@@ -9,6 +9,7 @@
    of each shape (at least 5 pairs, at most 41). */
 #define _GNU_SOURCE
 #include "ab.h"
+#include "bench_util.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,68 +19,41 @@
 #define LAYERS 3
 #define MAXN 41
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static uint64_t rs = 0x9E3779B97F4A7C15ull;
-static double unif(void)
-{
-    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
-    return ((double)(rs >> 11) + 0.5) / 9007199254740992.0;
-}
-static float nrm(void) { return (float)(sqrt(-2.0 * log(unif())) * cos(6.283185307179586 * unif())); }
-
-static int cmpd(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *x, int n)
-{
-    qsort(x, (size_t)n, sizeof x[0], cmpd);
-    return x[n / 2];
-}
-
 typedef int (*side_fn)(const ab_req *, const float *, const float *, const float *, float *, float *);
 
 static void run(const char *name, ab_req r, double work, int layers)
 {
-    size_t nq = (size_t)r.B * r.H * r.Sq * r.D, nk = (size_t)r.B * r.Hkv * r.Sk * r.D, i;
+    size_t nq = (size_t)r.B * r.H * r.Sq * r.D, nk = (size_t)r.B * r.Hkv * r.Sk * r.D;
     float *q = (float *)malloc(nq * 4), *o = (float *)malloc(nq * 4), *kl[LAYERS], *vl[LAYERS];
     double ta[MAXN], tb[MAXN], ratio[MAXN], t0, first, budget = getenv("AB_SECS") ? atof(getenv("AB_SECS")) : 6.0;
     double ma, mb;
     int n = 0, L, cur = 0;
-    for (i = 0; i < nq; i++) q[i] = nrm();
+    bench_fill_normal(q, nq);
     for (L = 0; L < layers; L++) {
         kl[L] = (float *)malloc(nk * 4); vl[L] = (float *)malloc(nk * 4);
-        for (i = 0; i < nk; i++) { kl[L][i] = nrm(); vl[L][i] = nrm(); }
+        bench_fill_normal(kl[L], nk); bench_fill_normal(vl[L], nk);
     }
-    t0 = now_s();
+    t0 = bench_now();
     side_a(&r, q, kl[0], vl[0], o, NULL);
     side_b(&r, q, kl[0], vl[0], o, NULL);
-    first = now_s() - t0;
+    first = bench_now() - t0;
     while (n < MAXN) {
         int s;
         for (s = 0; s < 2; s++) {           /* A then B on even pairs, B then A on odd ones */
             int b_side = (n & 1) ? s == 0 : s == 1;
             side_fn f = b_side ? side_b : side_a;
             cur = (cur + 1) % layers;
-            t0 = now_s();
+            t0 = bench_now();
             f(&r, q, kl[cur], vl[cur], o, NULL);
-            (b_side ? tb : ta)[n] = now_s() - t0;
+            (b_side ? tb : ta)[n] = bench_now() - t0;
         }
         ratio[n] = tb[n] / ta[n];
         n++;
         if (n >= 5 && first * n > budget) break;
     }
-    ma = median(ta, n); mb = median(tb, n);
+    ma = bench_median(ta, n); mb = bench_median(tb, n);
     printf("%-48s t=%-2d A %9.3f ms %7.1f   B %9.3f ms %7.1f   B/A %.3f  pair ratios %.3f  n=%d\n", name, r.threads,
-           ma * 1e3, work / ma * 1e-9, mb * 1e3, work / mb * 1e-9, mb / ma, median(ratio, n), n);
+           ma * 1e3, work / ma * 1e-9, mb * 1e3, work / mb * 1e-9, mb / ma, bench_median(ratio, n), n);
     fflush(stdout);
     free(q); free(o);
     for (L = 0; L < layers; L++) { free(kl[L]); free(vl[L]); }
@@ -138,9 +112,9 @@ int main(int argc, char **argv)
             if (i == 1) { r.cap = 30.0f; what_mod = "causal softcap30"; }
             if (i == 2) { r.alibi = slopes; what_mod = "causal alibi"; }
             if (i == 3) {   /* [B][H][1][Sk]: one value per key, a padding mask's layout */
-                size_t nb = (size_t)2 * 4 * Sm, j;
+                size_t nb = (size_t)2 * 4 * Sm;
                 bias = (float *)malloc(nb * sizeof(float));
-                for (j = 0; j < nb; j++) bias[j] = nrm();
+                bench_fill_normal(bias, nb);
                 r.bias = bias; r.bs[0] = 4 * Sm; r.bs[1] = Sm; r.bs[2] = 0; r.bs[3] = 1;
                 what_mod = "causal bias-key";
             }

@@ -9,4 +9,4 @@ mkdir -p "$O/A"
 git -C "$R" show "$BASE:flashattn.h" > "$O/A/flashattn.h"
 ${CC:-cc} -O2 -std=c99 -DFLASHATTN_NO_BLAS -DSIDE=side_a -I"$O/A" -I"$D" -c "$D/side.c" -o "$O/a.o"
 ${CC:-cc} -O2 -std=c99 -DFLASHATTN_NO_BLAS -DSIDE=side_b -I"$R" -I"$D" -c "$D/side.c" -o "$O/b.o"
-${CC:-cc} -O2 -std=c99 -I"$D" "$D/ab.c" "$O/a.o" "$O/b.o" -o "$O/ab" -lm -lpthread
+${CC:-cc} -O2 -std=c99 -I"$D" -I"$R/bench" "$D/ab.c" "$O/a.o" "$O/b.o" -o "$O/ab" -lm -lpthread
