@@ -735,6 +735,24 @@ static void test_merge(void **state)
         for (i = 0; i < rows; i++) assert_true(gotl[i] == -INFINITY);
         for (i = 0; i < 2; i++) { cudaFree(dpo[i]); cudaFree(dpl[i]); }
     }
+    /* a NaN lse in the first part of row 1 (finite parts after it): that row is NaN, never a NaN
+       dropped by a later part's max; the other rows are the finite merge */
+    {
+        float l0[B * H * SQ], l1[B * H * SQ];
+        for (i = 0; i < rows; i++) { l0[i] = 0.25f * (float)(i % 7) - 1.0f; l1[i] = 0.5f - 0.125f * (float)(i % 5); }
+        l0[1] = NAN;
+        dpo[0] = (float *)upload(who, (size_t)rows * DV, FA_F32);
+        dpo[1] = (float *)upload(who + DV, (size_t)(rows - 1) * DV, FA_F32);
+        dpl[0] = (float *)upload(l0, (size_t)rows, FA_F32);
+        dpl[1] = (float *)upload(l1, (size_t)rows, FA_F32);
+        assert_int_equal(fa_cuda_merge(rows - 1, DV, 2, (const float *const *)dpo, (const float *const *)dpl, mo, ml), FA_OK);
+        download(gotl, ml, (size_t)(rows - 1), FA_F32, NULL);
+        download(got, mo, (size_t)(rows - 1) * DV, FA_F32, NULL);
+        assert_true(gotl[1] != gotl[1]);
+        for (i = 0; i < DV; i++) assert_true(got[DV + i] != got[DV + i]);
+        for (i = 0; i < rows - 1; i++) if (i != 1) assert_true(isfinite(gotl[i]));
+        for (i = 0; i < 2; i++) { cudaFree(dpo[i]); cudaFree(dpl[i]); }
+    }
     cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dwo); cudaFree(dwl); cudaFree(mo); cudaFree(ml);
     ref_tensors_free(&t);
 }
