@@ -1897,6 +1897,93 @@ FA__AVX512 static void fa__pv_rows_avx512(const float *P, int64_t lds, int nr, c
 #endif
 
 #ifdef FLASHATTN__X86
+/* The decode kernels on half-precision K and V read as stored (2 bytes an element: decoding is
+   bound by those bytes), each 16 values widened in registers (vcvtph2ps, or bf16's shift) as they
+   are loaded: the same products as fa__dots_avx512 and fa__pv_rows_avx512 on the converted values. */
+FA__AVX512 static inline __m512 fa__ldh16(int f16, const uint16_t *p)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    return f16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* the first n < 16 values at p, zeros after them */
+FA__AVX512 static inline __m512 fa__ldh16_tail(int f16, const uint16_t *p, int n)
+{
+    uint16_t b[16];
+    memset(b, 0, sizeof b);
+    memcpy(b, p, (size_t)n * 2);
+    return fa__ldh16(f16, b);
+}
+
+#define FA__HPREF(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+FA__AVX512 static void fa__dots_h_avx512(fa_dtype dt, const float *Q, int nr, const uint16_t *K, int64_t ks, int nk,
+                                         int D, float *S, int64_t lds)
+{
+    int j0, r0, a, r, t, f16 = dt == FA_F16, tl = D & 15;
+    __mmask16 tail = (__mmask16)((1u << tl) - 1u);
+    for (j0 = 0; j0 < nk; j0 += 4) {
+        const uint16_t *kp[4];
+        for (a = 0; a < 4; a++) kp[a] = K + (int64_t)(j0 + a < nk ? j0 + a : nk - 1) * ks;
+        for (r0 = 0; r0 < nr; r0 += 4) {
+            const float *qp[4];
+            float out[16];
+            __m512 x, y;
+            FA__DZ(0); FA__DZ(1); FA__DZ(2); FA__DZ(3);
+            for (r = 0; r < 4; r++) qp[r] = Q + (int64_t)(r0 + r < nr ? r0 + r : nr - 1) * D;
+#define LD(p) _mm512_loadu_ps(p)
+            for (t = 0; t + 16 <= D; t += 16) {
+                __m512 k0 = fa__ldh16(f16, kp[0] + t), k1 = fa__ldh16(f16, kp[1] + t);
+                __m512 k2 = fa__ldh16(f16, kp[2] + t), k3 = fa__ldh16(f16, kp[3] + t);
+                if (r0 == 0 && (t & 31) == 0) { FA__HPREF(kp[0] + FA__AHEAD * ks + t); FA__HPREF(kp[1] + FA__AHEAD * ks + t);
+                                                FA__HPREF(kp[2] + FA__AHEAD * ks + t); FA__HPREF(kp[3] + FA__AHEAD * ks + t); }
+                FA__DF(0); FA__DF(1); FA__DF(2); FA__DF(3);
+            }
+#undef LD
+#define LD(p) _mm512_maskz_loadu_ps(tail, p)
+            if (tl) {
+                __m512 k0 = fa__ldh16_tail(f16, kp[0] + t, tl), k1 = fa__ldh16_tail(f16, kp[1] + t, tl);
+                __m512 k2 = fa__ldh16_tail(f16, kp[2] + t, tl), k3 = fa__ldh16_tail(f16, kp[3] + t, tl);
+                FA__DF(0); FA__DF(1); FA__DF(2); FA__DF(3);
+            }
+#undef LD
+            x = FA__HALF(FA__QUAD(FA__PAIR(c00, c01), FA__PAIR(c02, c03)), FA__QUAD(FA__PAIR(c10, c11), FA__PAIR(c12, c13)));
+            y = FA__HALF(FA__QUAD(FA__PAIR(c20, c21), FA__PAIR(c22, c23)), FA__QUAD(FA__PAIR(c30, c31), FA__PAIR(c32, c33)));
+            _mm512_storeu_ps(out, FA__HALF(x, y));
+            for (r = 0; r < 4 && r0 + r < nr; r++)
+                for (a = 0; a < 4 && j0 + a < nk; a++) S[(j0 + a) * lds + r0 + r] = out[4 * r + a];
+        }
+    }
+}
+
+/* the 16 values of V's row at t0 + 16 u, within Dv (zeros past it) */
+#define FA__LDV(u) (Dv - t0 - 16 * (u) >= 16 ? fa__ldh16(f16, vr + 16 * (u)) : Dv - t0 - 16 * (u) > 0 ? \
+                    fa__ldh16_tail(f16, vr + 16 * (u), Dv - t0 - 16 * (u)) : _mm512_setzero_ps())
+FA__AVX512 static void fa__pv_rows_h_avx512(fa_dtype dt, const float *P, int64_t lds, int nr, const uint16_t *V, int64_t vs,
+                                            int nk, float *O, int Dv)
+{
+    int r0, t0, j, r, f16 = dt == FA_F16;
+    for (r0 = 0; r0 < nr; r0 += 4) {
+        int rn = nr - r0 < 4 ? nr - r0 : 4, rr[4];
+        for (r = 0; r < 4; r++) rr[r] = r < rn ? r : rn - 1;
+        for (t0 = 0; t0 < Dv; t0 += 64) {
+            __mmask16 lm0 = fa__lanes(Dv - t0), lm1 = fa__lanes(Dv - t0 - 16);
+            __mmask16 lm2 = fa__lanes(Dv - t0 - 32), lm3 = fa__lanes(Dv - t0 - 48);
+            FA__PL(0); FA__PL(1); FA__PL(2); FA__PL(3);
+            for (j = 0; j < nk; j++) {
+                const uint16_t *vr = V + (int64_t)j * vs + t0;
+                const float *pr = P + (int64_t)j * lds + r0;
+                __m512 v0 = FA__LDV(0), v1 = FA__LDV(1), v2 = FA__LDV(2), v3 = FA__LDV(3);
+                if (r0 == 0) { FA__HPREF(vr + FA__AHEAD * vs); FA__HPREF(vr + FA__AHEAD * vs + 32); }
+                FA__PF(0); FA__PF(1); FA__PF(2); FA__PF(3);
+            }
+            FA__PS(0); FA__PS(1); FA__PS(2); FA__PS(3);
+        }
+    }
+}
+#undef FA__LDV
+#endif
+
+#ifdef FLASHATTN__X86
 /* A 16 x 16 block transposed in registers: r[c] <- column c of rows r[0..15]. Interleave 32-bit
    then 64-bit pairs within 128-bit lanes, then move the 128-bit lanes (a 4 x 4 transpose). */
 FA__AVX512 static inline __attribute__((always_inline)) void fa__t16_avx512(__m512 *r)
@@ -2248,6 +2335,151 @@ FA__AVX2C static void fa__f2h_avx2(fa_dtype dt, const float *src, void *dst, int
 }
 #endif
 
+/* ---- bf16 storage on AVX512-BF16 (vdpbf16ps) ------------------------------------------------
+   Where the CPU has AVX512-BF16 (Cooper Lake, Sapphire Rapids and later, AMD Zen 4 and later), bf16
+   requests with an even head_dim run both products of the tiled forward on vdpbf16ps, which
+   multiplies pairs of bf16 and adds them into fp32 lanes: a 32-bit word holds two bf16 of the
+   reduction axis. Scores pair features: K's rows are read straight from storage (a word is two
+   consecutive features), Q is transposed into words once per tile (Qp [D/2][ld], unscaled: the scale
+   multiplies the fp32 sums). P V pairs keys: each K/V block's V is packed once per tile into Vp
+   [ceil(nk/2)][Dv] (words of keys 2x, 2x + 1), and each panel's probabilities, rounded to bf16,
+   into Pp [ceil(nk/2)][ld] (as FlashAttention does on GPUs); the normaliser l sums the fp32
+   probabilities. A V block holding a NaN or inf (hidden or not) goes through the fp32 kernels
+   instead (converted), so that a zero weight adds nothing. Accumulation is fp32 throughout. */
+#if defined(FLASHATTN__X86) && !defined(FLASHATTN_NO_AVX512BF16)
+#define FA__BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define fa__dpbf16(c, a, b) _mm512_dpbf16_ps((c), (__m512bh)(a), (__m512bh)(b))
+
+static inline uint32_t fa__word(const unsigned char *p)
+{
+    uint32_t w;
+    memcpy(&w, p, sizeof w);
+    return w;
+}
+
+#define FA__BZ(a) __m512 c##a##0 = _mm512_setzero_ps(), c##a##1 = c##a##0, c##a##2 = c##a##0
+#define FA__BL(a) __m512 c##a##0 = _mm512_loadu_ps(C + ra[a] * ldc), c##a##1 = _mm512_loadu_ps(C + ra[a] * ldc + 16), \
+                         c##a##2 = _mm512_loadu_ps(C + ra[a] * ldc + 32)
+#define FA__BF(a) do { __m512i w_ = _mm512_set1_epi32((int)fa__word(pa[a] + off)); c##a##0 = fa__dpbf16(c##a##0, w_, b0); \
+                       c##a##1 = fa__dpbf16(c##a##1, w_, b1); c##a##2 = fa__dpbf16(c##a##2, w_, b2); } while (0)
+#define FA__BS(a) do { if (a < na - a0) { _mm512_storeu_ps(C + (a0 + a) * ldc, _mm512_mul_ps(c##a##0, sc)); \
+                       _mm512_storeu_ps(C + (a0 + a) * ldc + 16, _mm512_mul_ps(c##a##1, sc)); \
+                       _mm512_storeu_ps(C + (a0 + a) * ldc + 32, _mm512_mul_ps(c##a##2, sc)); } } while (0)
+
+/* C[a][:] (+)= s * sum_x A(a, x) . B[x][:] over nv 16-lane vectors, A(a, x) the bf16 pair (word)
+   at A + a sa + x sx bytes, B's rows of words ldb words apart: acc 0 C = scale * sum, acc 1
+   C += sum (scale unused). Register blocks of 8 A-rows x 48 lanes, as fa__gemm_avx512. */
+FA__BF16 static void fa__gemm_bf16_avx512(const unsigned char *A, int64_t sa, int64_t sx, int na, int nx,
+                                          const uint32_t *B, int64_t ldb, float *C0, int64_t ldc, int nv, int acc,
+                                          float scale, fa__pf *pf)
+{
+    int a0, x, a, vp, ve, v;
+    const __m512 sc = _mm512_set1_ps(acc ? 1.0f : scale);
+    for (vp = 0; vp < nv; vp = ve) {
+        ve = nv - vp >= 3 ? vp + 3 : nv;
+        for (a0 = 0; a0 < na; a0 += 8) {
+            const unsigned char *pa[8];
+            int64_t ra[8], off = 0;
+            for (a = 0; a < 8; a++) {
+                ra[a] = a0 + a < na ? a0 + a : na - 1;
+                pa[a] = A + ra[a] * sa;
+            }
+            if (ve - vp == 3) {
+                const uint32_t *b = B + vp * 16;
+                float *C = C0 + vp * 16;
+                if (acc) {
+                    FA__X8(FA__BL);
+                    for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                        __m512i b0 = _mm512_loadu_si512((const void *)b), b1 = _mm512_loadu_si512((const void *)(b + 16));
+                        __m512i b2 = _mm512_loadu_si512((const void *)(b + 32));
+                        FA__PFX(x);
+                        FA__X8(FA__BF);
+                    }
+                    FA__X8(FA__BS);
+                } else {
+                    FA__X8(FA__BZ);
+                    for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                        __m512i b0 = _mm512_loadu_si512((const void *)b), b1 = _mm512_loadu_si512((const void *)(b + 16));
+                        __m512i b2 = _mm512_loadu_si512((const void *)(b + 32));
+                        FA__PFX(x);
+                        FA__X8(FA__BF);
+                    }
+                    FA__X8(FA__BS);
+                }
+                continue;
+            }
+            for (v = vp; v < ve; v++) {      /* 1 or 2 vectors left: one at a time */
+                const uint32_t *b = B + v * 16;
+                float *C = C0 + v * 16;
+                __m512 c[8];
+                for (a = 0; a < 8; a++) c[a] = acc ? _mm512_loadu_ps(C + ra[a] * ldc) : _mm512_setzero_ps();
+                for (x = 0, off = 0; x < nx; x++, off += sx, b += ldb) {
+                    __m512i b0 = _mm512_loadu_si512((const void *)b);
+                    FA__UNROLL
+                    for (a = 0; a < 8; a++) c[a] = fa__dpbf16(c[a], _mm512_set1_epi32((int)fa__word(pa[a] + off)), b0);
+                }
+                for (a = 0; a < 8 && a0 + a < na; a++) _mm512_storeu_ps(C + (a0 + a) * ldc, _mm512_mul_ps(c[a], sc));
+            }
+        }
+    }
+}
+
+/* Qp[x][r0 + i] = word x (features 2x, 2x + 1) of q_i for 16 rows (q_i NULL: a padding lane, 0),
+   x < Dp = D / 2. */
+FA__BF16 static void fa__qpack_bf16(const uint16_t *const *q, int Dp, uint32_t *Qp, int64_t ld)
+{
+    __m512 v[16];
+    int x0, i;
+    for (x0 = 0; x0 < Dp; x0 += 16) {
+        __mmask16 tm = fa__lanes(Dp - x0);
+        FA__UNROLL
+        for (i = 0; i < 16; i++)
+            v[i] = q[i] ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(tm, (const void *)(q[i] + 2 * x0))) : _mm512_setzero_ps();
+        fa__t16_avx512(v);
+        for (i = 0; i < 16 && x0 + i < Dp; i++) _mm512_storeu_ps((float *)(Qp + (x0 + i) * ld), v[i]);
+    }
+}
+
+/* Vp[x][t] = (V[2x][t], V[2x + 1][t]) for the nk keys of a block (a missing key 2x + 1 is 0);
+   returns 1 when every value is finite. */
+FA__BF16 static int fa__vpack_bf16(const uint16_t *V, int64_t vs, int nk, int Dv, uint32_t *Vp)
+{
+    const __m512i ex = _mm512_set1_epi32(0x7F80), exh = _mm512_set1_epi32(0x7F800000);
+    __mmask16 bad = 0;
+    int x, t;
+    for (x = 0; 2 * x < nk; x++) {
+        const uint16_t *v0 = V + (int64_t)(2 * x) * vs, *v1 = v0 + vs;
+        int two = 2 * x + 1 < nk;
+        for (t = 0; t < Dv; t += 16) {
+            __mmask16 m = fa__lanes(Dv - t);
+            __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const void *)(v0 + t)));
+            __m512i hi = two ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const void *)(v1 + t))), 16)
+                             : _mm512_setzero_si512();
+            __m512i w = _mm512_or_si512(lo, hi);
+            bad |= _mm512_mask_cmpeq_epi32_mask(m, _mm512_and_si512(w, ex), ex) |
+                   _mm512_mask_cmpeq_epi32_mask(m, _mm512_and_si512(w, exh), exh);
+            _mm512_mask_storeu_epi32((void *)(Vp + (int64_t)x * Dv + t), m, w);
+        }
+    }
+    return bad == 0;
+}
+
+/* Pp[x][u] = (P[2x][u], P[2x + 1][u]) rounded to bf16, for the nk keys of a score panel of nvec
+   vectors (S and Pp at the panel's first lane; a missing key 2x + 1 is 0). */
+FA__BF16 static void fa__ppack_bf16(const float *S, int64_t ld, int nk, int nvec, uint32_t *Pp)
+{
+    int x, v;
+    for (x = 0; 2 * x < nk; x++)
+        for (v = 0; v < nvec; v++) {
+            __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(S + (int64_t)(2 * x) * ld + 16 * v)));
+            __m512i hi = 2 * x + 1 < nk ? _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(
+                                              _mm512_loadu_ps(S + (int64_t)(2 * x + 1) * ld + 16 * v))), 16)
+                                        : _mm512_setzero_si512();
+            _mm512_storeu_si512((void *)(Pp + (int64_t)x * ld + 16 * v), _mm512_or_si512(lo, hi));
+        }
+}
+#endif
+
 /* ---- The kernel table ------------------------------------------------------------------------
    The kernels of one ISA, one table each. A call picks its table once, K = fa__kernels_for(isa)
    with isa = fa__isa() (as stb_image picks its IDCT once per image), and its paths call K->gemm,
@@ -2283,6 +2515,15 @@ typedef struct fa__kernels {
     void (*h2f)(fa_dtype dt, const void *src, float *dst, int n);
     void (*f2h)(fa_dtype dt, const float *src, void *dst, int n);
     const char *cvt_name;
+    /* bf16 products on AVX512-BF16 (fa__gemm_bf16_avx512, the Q, V and P packs); NULL without */
+    void (*gemm_bf16)(const unsigned char *A, int64_t sa, int64_t sx, int na, int nx, const uint32_t *B, int64_t ldb,
+                      float *C, int64_t ldc, int nv, int acc, float scale, fa__pf *pf);
+    void (*qpack_bf16)(const uint16_t *const *q, int Dp, uint32_t *Qp, int64_t ld);
+    int (*vpack_bf16)(const uint16_t *V, int64_t vs, int nk, int Dv, uint32_t *Vp);
+    void (*ppack_bf16)(const float *S, int64_t ld, int nk, int nvec, uint32_t *Pp);
+    /* decode rows on half-precision K and V as stored (fa__dots_h_avx512); NULL: convert blocks */
+    void (*dots_h)(fa_dtype dt, const float *Q, int nr, const uint16_t *K, int64_t ks, int nk, int D, float *S, int64_t lds);
+    void (*pv_rows_h)(fa_dtype dt, const float *P, int64_t lds, int nr, const uint16_t *V, int64_t vs, int nk, float *O, int Dv);
 } fa__kernels;
 
 static const fa__kernels *fa__kernels_for(int isa)
@@ -2290,22 +2531,35 @@ static const fa__kernels *fa__kernels_for(int isa)
     static const fa__kernels portable = {
         fa__gemm_c, fa__online_c, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C" };
+        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL };
 #ifdef FLASHATTN__X86
     static const fa__kernels avx2 = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c" };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c", NULL, NULL, NULL, NULL, NULL, NULL };
     /* an AVX2 CPU without F16C (none shipped that we know of) converts in C */
     static const fa__kernels avx2_nof16c = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C" };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL };
     static const fa__kernels avx512 = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
-        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps" };
+        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512 };
+#ifndef FLASHATTN_NO_AVX512BF16
+    static const fa__kernels avx512bf16 = {
+        fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
+        fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
+        fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
+        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512 };
+    /* AVX512-BF16 (with the BW and VL it implies on every CPU that has it) unless
+       FLASHATTN_NO_AVX512BF16 (tests, benches: the conversion path on the same CPU) */
+    if (isa == 2 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        return &avx512bf16;
+#endif
     if (isa == 2) return &avx512;
     if (isa == 1) return __builtin_cpu_supports("f16c") ? &avx2 : &avx2_nof16c;
 #endif
@@ -3199,6 +3453,7 @@ typedef struct fa__tiled_plan {
     int64_t qtiles, tiles, items;
     size_t lane_floats, thread_floats, part_floats, pool_bytes, total;
     size_t half_off;            /* half storage: where a thread's conversion buffers start (floats) */
+    int dpbf16;                 /* bf16 products on vdpbf16ps (section 3, fa__gemm_bf16_avx512) */
 } fa__tiled_plan;
 
 static size_t fa__round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -3284,6 +3539,9 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
         size_t h = fa__add_size(fa__round16(fa__mul_size((size_t)pl->bk, (size_t)d->D)),
                                 fa__round16(fa__mul_size((size_t)pl->bk, (size_t)d->Dv)));
         h = fa__add_size(h, fa__mul_size(16, fa__add_size((size_t)d->D, (size_t)d->Dv)));
+        /* vdpbf16ps: Q's words in Qt's place and V's in Vc's; the panel probabilities Pp [ceil(bk/2)][ld] */
+        pl->dpbf16 = K->gemm_bf16 && d->dtype == FA_BF16 && d->D % 2 == 0 && !pl->rowmajor;
+        if (pl->dpbf16) h = fa__add_size(h, fa__round16(fa__mul_size(ld, ((size_t)pl->bk + 1) / 2)));
         pl->half_off = f;
         f = fa__add_size(f, h);
     }
@@ -3359,6 +3617,9 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     const int half = d->dtype != FA_F32;
     float *Kc = half ? lanes + pl->half_off : NULL, *Vc = half ? Kc + fa__round16((size_t)bk * D) : NULL;
     float *Qc = half ? Vc + fa__round16((size_t)bk * Dv) : NULL, *Oc = half ? Qc + 16 * (size_t)D : NULL;
+    /* vdpbf16ps (pl->dpbf16): Q's words in Qt, V's in Vc, P's in Pp */
+    uint32_t *Pp = pl->dpbf16 ? (uint32_t *)(Oc + 16 * (size_t)Dv) : NULL, *Qp = (uint32_t *)Qt, *Vp = (uint32_t *)Vc;
+    int vfin = 0;
     fa__rule_lanes ln;
     fa__pf pf;
 
@@ -3389,6 +3650,12 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             int r0, u;
             for (r0 = 0; r0 < nv * 16; r0 += 16) {
                 const float *qp[16];
+                if (pl->dpbf16) {
+                    const uint16_t *qw[16];
+                    for (u = 0; u < 16; u++) qw[u] = r0 + u < nr ? c->qh + FA__QOFF(r0 + u) : NULL;
+                    K->qpack_bf16(qw, D / 2, Qp + r0, ld);
+                    continue;
+                }
                 for (u = 0; u < 16; u++) {
                     qp[u] = r0 + u < nr ? (half ? Qc + (size_t)u * D : FA__QROW(r0 + u)) : NULL;
                     if (half && qp[u]) K->h2f(d->dtype, c->qh + FA__QOFF(r0 + u), Qc + (size_t)u * D, D);
@@ -3404,7 +3671,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         int64_t k0 = f0 > klo ? f0 : klo, k1 = f1 < khi ? f1 : khi;          /* its keys in this tile */
         int nk = (int)(k1 - k0), mask = masks && !fa__block_unmasked(d, i0, i0 + nqr, k0, k1), v0 = 0, v1 = nv;
         int p0, pe, j;
-        if (half && pl->rowmajor) {      /* decoding: the half-precision block streamed once, converted in L1 */
+        if (half && pl->rowmajor && !K->dots_h) {   /* decoding: the half block streamed once, converted in L1 */
             for (j = 0; j < nk; j++) {
                 K->h2f(d->dtype, khb + (k0 + j) * ks, Kc + (size_t)j * D, D);
                 K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
@@ -3413,12 +3680,14 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         kblk = half ? Kc : kbase + k0 * ks; kst = half ? D : ks;
         vblk = half ? Vc : vbase + k0 * vs; vst = half ? Dv : vs;
         if (pl->rowmajor) {
-            K->dots(Qt, nr, kblk, kst, nk, D, St, ld);
+            if (half && K->dots_h) K->dots_h(d->dtype, Qt, nr, khb + k0 * ks, ks, nk, D, St, ld);   /* K as stored */
+            else K->dots(Qt, nr, kblk, kst, nk, D, St, ld);
             if (ln.mods || mask) fa__modify_tile(K, &ln, 0, St, ld, 1, k0, nk, mask);
             K->online(St, ld, nk, 1, m, l, Ot, ld, 0, tmp);
             for (r = 0; r < nr; r++)
                 if (tmp[r] != 1.0f) K->scale(Ot + r * Dv, Ot + r * Dv, Dv, tmp[r]);
-            K->pv_rows(St, ld, nr, vblk, vst, nk, Ot, Dv);
+            if (half && K->pv_rows_h) K->pv_rows_h(d->dtype, St, ld, nr, vhb + k0 * vs, vs, nk, Ot, Dv);
+            else K->pv_rows(St, ld, nr, vblk, vst, nk, Ot, Dv);
             continue;
         }
         if (mask && pl->hpt == 1) {
@@ -3431,7 +3700,11 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             if (ra >= rb) continue;
             v0 = (int)(ra / 16); v1 = (int)((rb + 15) / 16);
         }
-        if (half)       /* the block converted once for all the tile's panels (its rows were prefetched) */
+        if (pl->dpbf16) {   /* V's words once per block; a non-finite V goes through the fp32 kernels */
+            vfin = K->vpack_bf16(vhb + k0 * vs, vs, nk, Dv, Vp);
+            if (!vfin)
+                for (j = 0; j < nk; j++) K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
+        } else if (half)    /* the block converted once for all the tile's panels (its rows were prefetched) */
             for (j = 0; j < nk; j++) {
                 K->h2f(d->dtype, khb + (k0 + j) * ks, Kc + (size_t)j * D, D);
                 K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
@@ -3458,9 +3731,19 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             int pr0 = p0 * 16, va, vb;
             float *S0 = St + pr0;
             pe = fa__panel_end(p0, v1);
-            K->gemm(kblk, kst, 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0, &pf);
+            if (pl->dpbf16)
+                K->gemm_bf16((const unsigned char *)(khb + k0 * ks), 2 * ks, 4, nk, D / 2, Qp + pr0, ld, S0, ld, pe - p0,
+                             0, d->scale, &pf);
+            else
+                K->gemm(kblk, kst, 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0, &pf);
             if (ln.mods || mask) fa__modify_tile(K, &ln, pr0, S0, ld, pe - p0, k0, nk, mask);
             K->online(S0, ld, nk, pe - p0, m + pr0, l + pr0, Ot + pr0, ld, Dv, tmp);
+            if (pl->dpbf16 && vfin) {
+                K->ppack_bf16(S0, ld, nk, pe - p0, Pp + pr0);
+                K->gemm_bf16((const unsigned char *)Vp, 4, 4 * (int64_t)Dv, Dv, (nk + 1) / 2, Pp + pr0, ld, Ot + pr0, ld,
+                             pe - p0, 1, 1.0f, &pf);
+                continue;
+            }
             for (va = p0; va < pe; va = vb) {     /* runs of vectors with one accumulate mode */
                 int acc = acc_all ? acc_all : fa__pv_acc(&ln, va, f0, f1);
                 for (vb = va + 1; vb < pe && (acc_all || fa__pv_acc(&ln, vb, f0, f1) == acc); vb++) {}
@@ -4332,6 +4615,12 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
     } else if (call == FA_CALL_TILED) {
         fa__tiled_plan pl;
         fa__tiled_plan_make(&d, fa__kernels_for(isa), &pl);
+        if (pl.dpbf16)
+            snprintf(half, sizeof half, "; bf16 storage: both products on avx512bf16 vdpbf16ps (K read as stored, Q and "
+                     "V packed once per tile, P rounded to bf16)");
+        else if (pl.rowmajor && d.dtype != FA_F32 && fa__kernels_for(isa)->dots_h)
+            snprintf(half, sizeof half, "; %s storage: the decode kernels read K/V as stored, widened in registers",
+                     d.dtype == FA_F16 ? "fp16" : "bf16");
         len = snprintf(line, sizeof line, "fa_tiled: %s kernels%s; tiles of %d query rows x %d heads, key blocks of %d; "
                        "key split %d chunk%s of %d blocks; %lld items on %d threads; workspace %zu bytes%s",
                        fa__isa_name(isa), pl.rowmajor ? " (row-major decode)" : "", pl.nq, pl.hpt, pl.bk, pl.nchunk,

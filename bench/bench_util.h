@@ -211,4 +211,57 @@ BENCH_FN double bench_avail_bytes(void)
     return pages > 0 && size > 0 ? (double)pages * (double)size : 0.0;
 }
 
+/* ---- half precision (issue 16): the vdpbf16ps ceiling, fp32 arrays as fp16/bf16 ---------------- */
+#ifdef FLASHATTN_IMPLEMENTATION       /* after the header's implementation only (not for ab.c) */
+#include <pthread.h>
+/* x as storage type dt (2 bytes an element), by the header's own conversion (bench includes it) */
+BENCH_FN uint16_t *bench_to_half(fa_dtype dt, const float *x, size_t n)
+{
+    uint16_t *h = (uint16_t *)malloc((n ? n : 1) * 2);
+    if (h) fa__kernels_for(0)->f2h(dt, x, h, (int)n);
+    return h;
+}
+BENCH_FN const char *bench_dtype_name(fa_dtype dt) { return dt == FA_F16 ? "fp16" : dt == FA_BF16 ? "bf16" : "fp32"; }
+
+#ifdef FLASHATTN__X86
+/* 24 independent chains of vdpbf16ps (16 lanes x 2 bf16 pairs = 32 multiply-adds each), iters times */
+__attribute__((target("avx512f,avx512bf16"))) static void *bench_dpbf16_chain(void *arg)
+{
+    long n = *(long *)arg, i;
+    __m512 c[24];
+    __m512i a = _mm512_set1_epi32(0x3F803F80), b = _mm512_set1_epi32(0x3C003C00);   /* 1.0 and 2^-7 */
+    int k;
+    float out[16];
+    for (k = 0; k < 24; k++) c[k] = _mm512_setzero_ps();
+    for (i = 0; i < n; i++) {
+        FA__UNROLL
+        for (k = 0; k < 24; k++) c[k] = _mm512_dpbf16_ps(c[k], (__m512bh)a, (__m512bh)b);
+    }
+    for (k = 1; k < 24; k++) c[0] = _mm512_add_ps(c[0], c[k]);
+    _mm512_storeu_ps(out, c[0]);
+    *(long *)arg = out[0] > 0.0f ? n : -1;
+    return NULL;
+}
+/* GFLOP/s of vdpbf16ps on thr threads (2 FLOPs a multiply-add), 0 when the CPU has no AVX512-BF16 */
+BENCH_FN double bench_dpbf16_gflops(int thr)
+{
+    pthread_t th[256];
+    long it[256];
+    double t0, t;
+    int i;
+    const long n = 10000000;
+    if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
+    if (thr > 256) thr = 256;
+    t0 = bench_now();
+    for (i = 0; i < thr; i++) { it[i] = n; if (i) pthread_create(&th[i], NULL, bench_dpbf16_chain, &it[i]); }
+    bench_dpbf16_chain(&it[0]);
+    for (i = 1; i < thr; i++) pthread_join(th[i], NULL);
+    t = bench_now() - t0;
+    return (double)thr * (double)n * 24.0 * 32.0 * 2.0 / t * 1e-9;
+}
+#else
+BENCH_FN double bench_dpbf16_gflops(int thr) { (void)thr; return 0.0; }
+#endif
+#endif /* FLASHATTN_IMPLEMENTATION */
+
 #endif /* FA_BENCH_UTIL_H */
