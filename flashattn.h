@@ -1163,6 +1163,34 @@ extern "C" {
    pass-through operand. Either returns its second operand when one is NaN. */
 #define fa__max16(a, b) _mm512_maskz_max_ps((__mmask16)0xFFFF, (a), (b))
 #define fa__min16(a, b) _mm512_maskz_min_ps((__mmask16)0xFFFF, (a), (b))
+/* the same for the widening and shifting of half-precision storage (and vcvtph2ps) */
+#define fa__cvtph16(h) _mm512_maskz_cvtph_ps((__mmask16)0xFFFF, (h))
+#define fa__cvtepu16(h) _mm512_maskz_cvtepu16_epi32((__mmask16)0xFFFF, (h))
+#define fa__cvtepi32_16(x) _mm512_maskz_cvtepi32_epi16((__mmask16)0xFFFF, (x))
+#define fa__slli32(x, n) _mm512_maskz_slli_epi32((__mmask16)0xFFFF, (x), (n))
+#define fa__srli32(x, n) _mm512_maskz_srli_epi32((__mmask16)0xFFFF, (x), (n))
+#include <cpuid.h>
+#endif
+
+/* CPU features the compilers' __builtin_cpu_supports does not name alike (clang has no "f16c"): by
+   cpuid. F16C: leaf 1 ECX bit 29; AVX512BW, AVX512VL: leaf 7 EBX bits 30, 31; AVX512-BF16: leaf 7
+   subleaf 1 EAX bit 5. (The AVX-512 state's OS support is in fa__isa's avx512f test.) */
+#ifdef FLASHATTN__X86
+static int fa__cpu_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
+}
+
+static inline int fa__cpu_avx512bf16(void)
+{
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!(b >> 30 & 1u) || !(b >> 31 & 1u) || a < 1) return 0;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (int)(a >> 5 & 1u);
+}
 #endif
 
 static int fa__isa(void)
@@ -1903,7 +1931,7 @@ FA__AVX512 static void fa__pv_rows_avx512(const float *P, int64_t lds, int nr, c
 FA__AVX512 static inline __m512 fa__ldh16(int f16, const uint16_t *p)
 {
     __m256i h = _mm256_loadu_si256((const __m256i *)p);
-    return f16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return f16 ? fa__cvtph16(h) : _mm512_castsi512_ps(fa__slli32(fa__cvtepu16(h), 16));
 }
 
 /* the first n < 16 values at p, zeros after them */
@@ -2275,10 +2303,10 @@ FA__AVX512 static void fa__h2f_avx512(fa_dtype dt, const void *src, float *dst, 
     const uint16_t *h = (const uint16_t *)src;
     int t;
     if (dt == FA_F16)
-        for (t = 0; t + 16 <= n; t += 16) _mm512_storeu_ps(dst + t, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + t))));
+        for (t = 0; t + 16 <= n; t += 16) _mm512_storeu_ps(dst + t, fa__cvtph16(_mm256_loadu_si256((const __m256i *)(h + t))));
     else
         for (t = 0; t + 16 <= n; t += 16)
-            _mm512_storeu_si512((void *)(dst + t), _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h + t))), 16));
+            _mm512_storeu_si512((void *)(dst + t), fa__slli32(fa__cvtepu16(_mm256_loadu_si256((const __m256i *)(h + t))), 16));
     if (t < n) fa__h2f_c(dt, h + t, dst + t, n - t);
 }
 
@@ -2288,14 +2316,14 @@ FA__AVX512 static void fa__f2h_avx512(fa_dtype dt, const float *src, void *dst, 
     int t;
     if (dt == FA_F16)
         for (t = 0; t + 16 <= n; t += 16)
-            _mm256_storeu_si256((__m256i *)(h + t), _mm512_cvtps_ph(_mm512_loadu_ps(src + t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            _mm256_storeu_si256((__m256i *)(h + t), _mm512_maskz_cvtps_ph((__mmask16)0xFFFF, _mm512_loadu_ps(src + t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     else
         for (t = 0; t + 16 <= n; t += 16) {
             __m512 x = _mm512_loadu_ps(src + t);
             __m512i u = _mm512_castps_si512(x), r;
-            r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+            r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(fa__srli32(u, 16), _mm512_set1_epi32(1))));
             r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
-            _mm256_storeu_si256((__m256i *)(h + t), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+            _mm256_storeu_si256((__m256i *)(h + t), fa__cvtepi32_16(fa__srli32(r, 16)));
         }
     if (t < n) fa__f2h_c(dt, src + t, h + t, n - t);
 }
@@ -2452,8 +2480,8 @@ FA__BF16 static int fa__vpack_bf16(const uint16_t *V, int64_t vs, int nk, int Dv
         int two = 2 * x + 1 < nk;
         for (t = 0; t < Dv; t += 16) {
             __mmask16 m = fa__lanes(Dv - t);
-            __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const void *)(v0 + t)));
-            __m512i hi = two ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const void *)(v1 + t))), 16)
+            __m512i lo = fa__cvtepu16(_mm256_maskz_loadu_epi16(m, (const void *)(v0 + t)));
+            __m512i hi = two ? fa__slli32(fa__cvtepu16(_mm256_maskz_loadu_epi16(m, (const void *)(v1 + t))), 16)
                              : _mm512_setzero_si512();
             __m512i w = _mm512_or_si512(lo, hi);
             bad |= _mm512_mask_cmpeq_epi32_mask(m, _mm512_and_si512(w, ex), ex) |
@@ -2471,12 +2499,145 @@ FA__BF16 static void fa__ppack_bf16(const float *S, int64_t ld, int nk, int nvec
     int x, v;
     for (x = 0; 2 * x < nk; x++)
         for (v = 0; v < nvec; v++) {
-            __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(S + (int64_t)(2 * x) * ld + 16 * v)));
-            __m512i hi = 2 * x + 1 < nk ? _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(
+            __m512i lo = fa__cvtepu16((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(S + (int64_t)(2 * x) * ld + 16 * v)));
+            __m512i hi = 2 * x + 1 < nk ? fa__slli32(fa__cvtepu16((__m256i)_mm512_cvtneps_pbh(
                                               _mm512_loadu_ps(S + (int64_t)(2 * x + 1) * ld + 16 * v))), 16)
                                         : _mm512_setzero_si512();
             _mm512_storeu_si512((void *)(Pp + (int64_t)x * ld + 16 * v), _mm512_or_si512(lo, hi));
         }
+}
+#endif
+
+/* ---- bf16 storage on AMX-BF16 tiles (Sapphire Rapids and later) --------------------------------
+   The same two products as the vdpbf16ps kernels above, on the tile unit: tdpbf16ps multiplies a
+   16 x 32 bf16 tile by a 32 x 16 one (in pairs of rows, the layout of Qp and Pp) into a 16 x 16
+   fp32 tile. Scores: C = St [16 keys][16 lanes], A = 16 K rows as stored (32 features, 64 bytes),
+   B = Qp's words [16 pairs][16 lanes]. P V: C = Ot [16 features][16 lanes], A = Vt [16 features]
+   [16 key pairs] (V's words transposed per block, key pairs padded to 16 with zeros), B = Pp. A
+   panel of up to 3 lane vectors holds C in tiles 0-2, A in 3 and B in 4-6. Key groups of fewer
+   than 16 and features past the last 16 go through fa__gemm_bf16_avx512 (the same words). The
+   tiles are configured at the start of each work item of fa_tiled and released at its end.
+   Linux hands the tile state to a process only after it asks (arch_prctl(ARCH_REQ_XCOMP_PERM,
+   XFEATURE_XTILEDATA)): fa_tiled asks at each call that would use the tiles (a system call; the
+   kernel keeps the permission for the whole process, granted once), and where the kernel refuses
+   (an old kernel, a seccomp filter) it runs the vdpbf16ps kernels instead. Needs head_dim % 32 == 0. */
+#if defined(FLASHATTN__X86) && !defined(FLASHATTN_NO_AVX512BF16) && !defined(FLASHATTN_NO_AMX) && defined(__linux__) && \
+    defined(__x86_64__) && ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 12))
+#define FA__HAVE_AMX 1
+#define FA__AMXT __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* AMX-TILE and AMX-BF16 (leaf 7 EDX bits 24, 22) with the tile state enabled by the OS (XCR0 bits
+   17, 18) */
+static int fa__cpu_amx(void)
+{
+    unsigned a, b, c, d, lo, hi;
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!(d >> 24 & 1u) || !(d >> 22 & 1u)) return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1u)) return 0;      /* OSXSAVE */
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    return (lo & 0x60000u) == 0x60000u;
+}
+
+/* The process's permission to use the tile data (granted once, kept by the kernel): 1 if granted. */
+static int fa__amx_permit(void)
+{
+    long r;     /* syscall(SYS_arch_prctl = 158, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18) */
+    __asm__ volatile("syscall" : "=a"(r) : "a"(158L), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
+    return r == 0;
+}
+
+/* palette 1, tiles 0-6 of 16 rows x 64 bytes */
+FA__AMXT static void fa__amx_begin(void)
+{
+    unsigned char cfg[64];
+    int t;
+    memset(cfg, 0, sizeof cfg);
+    cfg[0] = 1;
+    for (t = 0; t < 7; t++) { cfg[16 + 2 * t] = 64; cfg[48 + t] = 16; }
+    _tile_loadconfig(cfg);
+}
+
+FA__AMXT static void fa__amx_end(void) { _tile_release(); }
+
+/* St[j][lanes] = scale * dot(K[j], q_lane) for j < nk, lanes of nv <= 3 vectors; D % 32 == 0 */
+FA__AMXT static void fa__qk_amx(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, int64_t ld, float *S,
+                               int64_t lds, int nv, float scale, fa__pf *pf)
+{
+    const __m512 sc = _mm512_set1_ps(scale);
+    int g, x, r, v, Dp = D / 2;
+    long sk = (long)(2 * ks), sq = (long)(4 * ld), ss = (long)(4 * lds);
+    for (g = 0; g + 16 <= nk; g += 16) {
+        const uint16_t *kr = K + (int64_t)g * ks;
+        float *s = S + (int64_t)g * lds;
+        _tile_zero(0); _tile_zero(1); _tile_zero(2);
+        for (x = 0; x < Dp; x += 16) {
+            const uint32_t *b = Qp + (int64_t)x * ld;
+            fa__pf_step(pf);
+            _tile_loadd(3, kr + 2 * x, sk);
+            _tile_loadd(4, b, sq);
+            _tile_dpbf16ps(0, 3, 4);
+            if (nv > 1) { _tile_loadd(5, b + 16, sq); _tile_dpbf16ps(1, 3, 5); }
+            if (nv > 2) { _tile_loadd(6, b + 32, sq); _tile_dpbf16ps(2, 3, 6); }
+        }
+        _tile_stored(0, s, ss);
+        if (nv > 1) _tile_stored(1, s + 16, ss);
+        if (nv > 2) _tile_stored(2, s + 32, ss);
+        for (r = 0; r < 16; r++)
+            for (v = 0; v < nv; v++)
+                _mm512_storeu_ps(s + (int64_t)r * lds + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(s + (int64_t)r * lds + 16 * v), sc));
+    }
+    if (g < nk)
+        fa__gemm_bf16_avx512((const unsigned char *)(K + (int64_t)g * ks), 2 * ks, 4, nk - g, Dp, Qp, ld, S + (int64_t)g * lds,
+                             lds, nv, 0, scale, pf);
+}
+
+/* Vt[t][x] = Vp[x][t] for t < Dv, x < np16 (np16 a multiple of 16; words past np are 0) */
+FA__AMXT static void fa__vt_pack(const uint32_t *Vp, int np, int Dv, uint32_t *Vt, int np16)
+{
+    __m512 r[16];
+    int x0, t0, i;
+    for (x0 = 0; x0 < np16; x0 += 16)
+        for (t0 = 0; t0 < Dv; t0 += 16) {
+            __mmask16 tm = fa__lanes(Dv - t0);
+            FA__UNROLL
+            for (i = 0; i < 16; i++)
+                r[i] = x0 + i < np ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(tm, (const void *)(Vp + (int64_t)(x0 + i) * Dv + t0)))
+                                   : _mm512_setzero_ps();
+            fa__t16_avx512(r);
+            for (i = 0; i < 16 && t0 + i < Dv; i++) _mm512_storeu_ps((float *)(Vt + (int64_t)(t0 + i) * np16 + x0), r[i]);
+        }
+}
+
+/* Ot[t][lanes] += sum_x Vt[t][x] . Pp[x][lanes] for t < Dv, x < np16 (Pp's rows past the block's
+   key pairs are 0), lanes of nv <= 3 vectors */
+FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, int64_t ld, float *O, int64_t ldo,
+                               int nv, fa__pf *pf)
+{
+    int t0, x;
+    long sv = (long)(4 * np16), sp = (long)(4 * ld), so = (long)(4 * ldo);
+    for (t0 = 0; t0 + 16 <= Dv; t0 += 16) {
+        float *o = O + (int64_t)t0 * ldo;
+        _tile_loadd(0, o, so);
+        if (nv > 1) _tile_loadd(1, o + 16, so);
+        if (nv > 2) _tile_loadd(2, o + 32, so);
+        for (x = 0; x < np16; x += 16) {
+            const uint32_t *b = Pp + (int64_t)x * ld;
+            fa__pf_step(pf);
+            _tile_loadd(3, Vt + (int64_t)t0 * np16 + x, sv);
+            _tile_loadd(4, b, sp);
+            _tile_dpbf16ps(0, 3, 4);
+            if (nv > 1) { _tile_loadd(5, b + 16, sp); _tile_dpbf16ps(1, 3, 5); }
+            if (nv > 2) { _tile_loadd(6, b + 32, sp); _tile_dpbf16ps(2, 3, 6); }
+        }
+        _tile_stored(0, o, so);
+        if (nv > 1) _tile_stored(1, o + 16, so);
+        if (nv > 2) _tile_stored(2, o + 32, so);
+    }
+    if (t0 < Dv)
+        fa__gemm_bf16_avx512((const unsigned char *)(Vt + (int64_t)t0 * np16), 4 * (int64_t)np16, 4, Dv - t0, np16, Pp, ld,
+                             O + (int64_t)t0 * ldo, ldo, nv, 1, 1.0f, pf);
 }
 #endif
 
@@ -2524,6 +2685,12 @@ typedef struct fa__kernels {
     /* decode rows on half-precision K and V as stored (fa__dots_h_avx512); NULL: convert blocks */
     void (*dots_h)(fa_dtype dt, const float *Q, int nr, const uint16_t *K, int64_t ks, int nk, int D, float *S, int64_t lds);
     void (*pv_rows_h)(fa_dtype dt, const float *P, int64_t lds, int nr, const uint16_t *V, int64_t vs, int nk, float *O, int Dv);
+    /* bf16 products on AMX-BF16 tiles (fa__qk_amx, fa__pv_amx, fa__vt_pack); NULL without */
+    void (*amx_qk)(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, int64_t ld, float *S, int64_t lds,
+                   int nv, float scale, fa__pf *pf);
+    void (*amx_pv)(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, int64_t ld, float *O, int64_t ldo, int nv,
+                   fa__pf *pf);
+    void (*amx_vt)(const uint32_t *Vp, int np, int Dv, uint32_t *Vt, int np16);
 } fa__kernels;
 
 static const fa__kernels *fa__kernels_for(int isa)
@@ -2531,37 +2698,44 @@ static const fa__kernels *fa__kernels_for(int isa)
     static const fa__kernels portable = {
         fa__gemm_c, fa__online_c, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
 #ifdef FLASHATTN__X86
     static const fa__kernels avx2 = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c", NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     /* an AVX2 CPU without F16C (none shipped that we know of) converts in C */
     static const fa__kernels avx2_nof16c = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     static const fa__kernels avx512 = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
-        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512 };
+        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL };
 #ifndef FLASHATTN_NO_AVX512BF16
     static const fa__kernels avx512bf16 = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
         fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
-        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512 };
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL };
+#ifdef FA__HAVE_AMX
+    static const fa__kernels amx = {
+        fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
+        fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
+        fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
+        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, fa__qk_amx, fa__pv_amx, fa__vt_pack };
+    if (isa == 2 && fa__cpu_avx512bf16() && fa__cpu_amx()) return &amx;
+#endif
     /* AVX512-BF16 (with the BW and VL it implies on every CPU that has it) unless
        FLASHATTN_NO_AVX512BF16 (tests, benches: the conversion path on the same CPU) */
-    if (isa == 2 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl"))
-        return &avx512bf16;
+    if (isa == 2 && fa__cpu_avx512bf16()) return &avx512bf16;
 #endif
     if (isa == 2) return &avx512;
-    if (isa == 1) return __builtin_cpu_supports("f16c") ? &avx2 : &avx2_nof16c;
+    if (isa == 1) return fa__cpu_f16c() ? &avx2 : &avx2_nof16c;
 #endif
     (void)isa;
     return &portable;
@@ -3273,7 +3447,7 @@ FLASHATTN__CPU_DEF fa_status fa_naive(const fa_params *p, const void *q, const v
     fa__naive_plan pl;
     fa__naive_ctx c;
     fa__half_job hj;
-    float *hf[8];
+    float *hf[8] = { NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     size_t total;
     void *mem;
     fa_status st = fa__forward_check(p, q, k, v, o, scores, &d, NULL);
@@ -3454,6 +3628,7 @@ typedef struct fa__tiled_plan {
     size_t lane_floats, thread_floats, part_floats, pool_bytes, total;
     size_t half_off;            /* half storage: where a thread's conversion buffers start (floats) */
     int dpbf16;                 /* bf16 products on vdpbf16ps (section 3, fa__gemm_bf16_avx512) */
+    int amx, np16;              /* ... on AMX-BF16 tiles where the process may (fa__qk_amx); key pairs per block, to 16 */
 } fa__tiled_plan;
 
 static size_t fa__round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -3541,7 +3716,12 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
         h = fa__add_size(h, fa__mul_size(16, fa__add_size((size_t)d->D, (size_t)d->Dv)));
         /* vdpbf16ps: Q's words in Qt's place and V's in Vc's; the panel probabilities Pp [ceil(bk/2)][ld] */
         pl->dpbf16 = K->gemm_bf16 && d->dtype == FA_BF16 && d->D % 2 == 0 && !pl->rowmajor;
-        if (pl->dpbf16) h = fa__add_size(h, fa__round16(fa__mul_size(ld, ((size_t)pl->bk + 1) / 2)));
+        pl->amx = pl->dpbf16 && K->amx_qk && d->D % 32 == 0;
+        pl->np16 = (int)fa__round16(((size_t)pl->bk + 1) / 2);
+        /* AMX: Pp's rows to a multiple of 16 and Vt [Dv][np16] (allocated when the CPU has the tiles,
+           whether or not the process may use them: the count does not depend on the permission) */
+        if (pl->dpbf16) h = fa__add_size(h, fa__round16(fa__mul_size(ld, pl->amx ? (size_t)pl->np16 : ((size_t)pl->bk + 1) / 2)));
+        if (pl->amx) h = fa__add_size(h, fa__mul_size((size_t)d->Dv, (size_t)pl->np16));
         pl->half_off = f;
         f = fa__add_size(f, h);
     }
@@ -3567,6 +3747,7 @@ typedef struct fa__tiled_ctx {
     pthread_mutex_t *mu;
     const uint16_t *qh, *kh, *vh;   /* half storage: the tensors (q, k, v, o above are then NULL) */
     uint16_t *oh;
+    int amx;                        /* the plan's AMX tiles, and the process may use them */
 } fa__tiled_ctx;
 
 /* Where tile `tile` sits: batch b, first head h0, first query row i0, rows per head nqr. */
@@ -3619,6 +3800,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     float *Qc = half ? Vc + fa__round16((size_t)bk * Dv) : NULL, *Oc = half ? Qc + 16 * (size_t)D : NULL;
     /* vdpbf16ps (pl->dpbf16): Q's words in Qt, V's in Vc, P's in Pp */
     uint32_t *Pp = pl->dpbf16 ? (uint32_t *)(Oc + 16 * (size_t)Dv) : NULL, *Qp = (uint32_t *)Qt, *Vp = (uint32_t *)Vc;
+    uint32_t *Vt = pl->amx ? Pp + fa__round16((size_t)ld * pl->np16) : NULL;
     int vfin = 0;
     fa__rule_lanes ln;
     fa__pf pf;
@@ -3665,6 +3847,9 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         }
         fa__lanes_fill(d, b, h0, i0, nqr, nr, nv * 16, lanes, &ln);
     }
+#ifdef FA__HAVE_AMX
+    if (c->amx) fa__amx_begin();
+#endif
 
     for (kb = kb0; kb < kb1; kb++) {
         int64_t f0 = kb * bk, f1 = f0 + bk < d->Sk ? f0 + bk : d->Sk;      /* the block's full extent */
@@ -3702,6 +3887,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         }
         if (pl->dpbf16) {   /* V's words once per block; a non-finite V goes through the fp32 kernels */
             vfin = K->vpack_bf16(vhb + k0 * vs, vs, nk, Dv, Vp);
+            if (vfin && c->amx) K->amx_vt(Vp, (nk + 1) / 2, Dv, Vt, pl->np16);
             if (!vfin)
                 for (j = 0; j < nk; j++) K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
         } else if (half)    /* the block converted once for all the tile's panels (its rows were prefetched) */
@@ -3731,13 +3917,23 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             int pr0 = p0 * 16, va, vb;
             float *S0 = St + pr0;
             pe = fa__panel_end(p0, v1);
-            if (pl->dpbf16)
+            if (c->amx)
+                K->amx_qk(khb + k0 * ks, ks, nk, D, Qp + pr0, ld, S0, ld, pe - p0, d->scale, &pf);
+            else if (pl->dpbf16)
                 K->gemm_bf16((const unsigned char *)(khb + k0 * ks), 2 * ks, 4, nk, D / 2, Qp + pr0, ld, S0, ld, pe - p0,
                              0, d->scale, &pf);
             else
                 K->gemm(kblk, kst, 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0, &pf);
             if (ln.mods || mask) fa__modify_tile(K, &ln, pr0, S0, ld, pe - p0, k0, nk, mask);
             K->online(S0, ld, nk, pe - p0, m + pr0, l + pr0, Ot + pr0, ld, Dv, tmp);
+            if (c->amx && vfin) {
+                int x, u;
+                K->ppack_bf16(S0, ld, nk, pe - p0, Pp + pr0);
+                for (x = (nk + 1) / 2; x < pl->np16; x++)         /* the pad pairs: 0 */
+                    for (u = 0; u < 16 * (pe - p0); u++) Pp[(size_t)x * ld + pr0 + u] = 0;
+                K->amx_pv(Vt, pl->np16, Dv, Pp + pr0, ld, Ot + pr0, ld, pe - p0, &pf);
+                continue;
+            }
             if (pl->dpbf16 && vfin) {
                 K->ppack_bf16(S0, ld, nk, pe - p0, Pp + pr0);
                 K->gemm_bf16((const unsigned char *)Vp, 4, 4 * (int64_t)Dv, Dv, (nk + 1) / 2, Pp + pr0, ld, Ot + pr0, ld,
@@ -3787,6 +3983,9 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             if (FA__HOUT) K->f2h(d->dtype, Oc, c->oh + FA__OOFF(r), Dv);
         }
     }
+#ifdef FA__HAVE_AMX
+    if (c->amx) fa__amx_end();
+#endif
     if (c->mu) {     /* the tile's last chunk merges it (the lock orders the other chunks' writes before) */
         int n;
         pthread_mutex_lock(c->mu);
@@ -3865,6 +4064,10 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
         c.q = c.k = c.v = NULL; c.o = NULL;
         c.qh = (const uint16_t *)q; c.kh = (const uint16_t *)k; c.vh = (const uint16_t *)v; c.oh = (uint16_t *)o;
     }
+    c.amx = 0;
+#ifdef FA__HAVE_AMX
+    c.amx = pl.amx && fa__amx_permit();      /* a refusal: the vdpbf16ps kernels (section 3) */
+#endif
     c.ws = (float *)fa__align64(mem);
     c.parts = c.ws + pl.thread_floats * pl.nthreads;
     c.done = NULL; c.mu = NULL;
@@ -4288,7 +4491,7 @@ FLASHATTN__CPU_DEF fa_status fa_naive_backward(const fa_params *p, const void *q
     fa__nbwd_plan pl;
     fa__bwd_ctx c;
     fa__half_job hj;
-    float *hf[8];
+    float *hf[8] = { NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     size_t total;
     void *mem;
     fa_status st = fa__bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 0, &d, NULL);
@@ -4541,7 +4744,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
     fa__tbwd_plan pl;
     fa__bwd_ctx c;
     fa__half_job hj;
-    float *hf[8];
+    float *hf[8] = { NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     size_t total;
     void *mem;
     char *pool_mem;
@@ -4615,7 +4818,10 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
     } else if (call == FA_CALL_TILED) {
         fa__tiled_plan pl;
         fa__tiled_plan_make(&d, fa__kernels_for(isa), &pl);
-        if (pl.dpbf16)
+        if (pl.amx)
+            snprintf(half, sizeof half, "; bf16 storage: both products on AMX-BF16 tiles (tdpbf16ps; vdpbf16ps if the "
+                     "kernel refuses the tile state), K read as stored, Q and V packed once per tile, P rounded to bf16");
+        else if (pl.dpbf16)
             snprintf(half, sizeof half, "; bf16 storage: both products on avx512bf16 vdpbf16ps (K read as stored, Q and "
                      "V packed once per tile, P rounded to bf16)");
         else if (pl.rowmajor && d.dtype != FA_F32 && fa__kernels_for(isa)->dots_h)

@@ -484,19 +484,21 @@ done:
     for (i = 0; i < layers; i++) { free(kf[i]); free(vf[i]); free(kh[i]); free(vh[i]); }
 }
 
+static int no_decode = 0;   /* --no-decode: the --dtype rows without the decode row */
 static void half_rows(fa_dtype dt, double bw)
 {
-    double dp = bench_dpbf16_gflops(nthreads);
+    double dp = bench_dpbf16_gflops(nthreads), amx = bench_amx_gflops(nthreads);
     int S, D;
-    printf("ceiling: vdpbf16ps %.1f GFLOP/s at %d threads%s; OpenBLAS sgemm %.1f; memory read %.1f GB/s\n", dp, nthreads,
-           dp > 0 ? "" : " (no AVX512-BF16 on this CPU)", gemm_ceiling, bw);
+    printf("ceiling: vdpbf16ps %.1f GFLOP/s at %d threads%s; AMX tdpbf16ps %.1f%s; OpenBLAS sgemm %.1f; memory read %.1f GB/s\n",
+           dp, nthreads, dp > 0 ? "" : " (no AVX512-BF16 on this CPU)", amx, amx > 0 ? "" : " (no AMX, or not permitted)",
+           gemm_ceiling, bw);
     printf("%s tiled against fp32 tiled, same values, timed alternately (ms: medians; speed = fp32 ms / %s ms)\n",
            bench_dtype_name(dt), bench_dtype_name(dt));
     printf("kind     B  H Hkv    Sq    Sk   D c thr |  fp32 ms  %4s ms | speed |\n", bench_dtype_name(dt));
     for (D = 64; D <= 128; D *= 2)
         for (S = 512; S <= max_s && S <= 4096; S *= 2) half_row(dt, "prefill", 2, 4, 4, S, S, D, 0, dp, bw);
     if (max_s >= 4096) half_row(dt, "prefill", 2, 4, 4, 4096, 4096, 128, 1, dp, bw);
-    half_row(dt, "decode", 1, 32, 8, 1, quick ? 8192 : 32768, 128, 0, dp, mem_read_gbs((size_t)1 << 30, nthreads));
+    if (!no_decode) half_row(dt, "decode", 1, 32, 8, 1, quick ? 8192 : 32768, 128, 0, dp, mem_read_gbs((size_t)1 << 30, nthreads));
 }
 
 int main(int argc, char **argv)
@@ -515,6 +517,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--few-reps")) few_reps = 1;
         else if (!strcmp(argv[i], "--pool")) use_pool = 1;
         else if (!strcmp(argv[i], "--no-row-sgemm")) no_ceiling = 1;
+        else if (!strcmp(argv[i], "--no-decode")) no_decode = 1;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
             ++i;
             half_dt = !strcmp(argv[i], "f16") ? FA_F16 : !strcmp(argv[i], "bf16") ? FA_BF16 : FA_F32;
