@@ -2548,15 +2548,18 @@ static int fa__amx_permit(void)
     return r == 0;
 }
 
-/* palette 1, tiles 0-6 of 16 rows x 64 bytes */
+/* palette 1, tiles 0-6 of 16 rows x 64 bytes: bytes 16 + 2t (colsb, little-endian) and 48 + t (rows).
+   A constant table, not a local filled at run time: the intrinsic's asm names only the first 8
+   bytes of its operand, so GCC dropped the stores to the rest of a local (the tiles then faulted). */
+static const unsigned char fa__amx_cfg[64] = {
+    1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+
 FA__AMXT static void fa__amx_begin(void)
 {
-    unsigned char cfg[64];
-    int t;
-    memset(cfg, 0, sizeof cfg);
-    cfg[0] = 1;
-    for (t = 0; t < 7; t++) { cfg[16 + 2 * t] = 64; cfg[48 + t] = 16; }
-    _tile_loadconfig(cfg);
+    __asm__ volatile("ldtilecfg %0" : : "m"(*(const unsigned char (*)[64])fa__amx_cfg));
 }
 
 FA__AMXT static void fa__amx_end(void) { _tile_release(); }
