@@ -5,7 +5,7 @@
    running normaliser l and the rescale alpha = exp(m_old - m_new); the CPU path rescales lazily,
    only when a row's max has grown by more than 8 since the last rescale, so every exp stays below
    e^8 and O / l is unchanged). Both compute the same function,
-   exactly, in fp32; a CUDA backend with the same API on device pointers sits behind FLASHATTN_CUDA.
+   exactly, in fp32, on fp32, fp16 or bf16 storage (HALF PRECISION below); a CUDA backend with the same API on device pointers sits behind FLASHATTN_CUDA.
 
    CONTENTS (each >>tag marks its section below, in this order; make test checks that they agree)
 
@@ -61,6 +61,8 @@
        FLASHATTN_FREE(p)          (define both or neither)
        FLASHATTN_ISA              0, 1 or 2: cap the CPU SIMD path picked at run time (portable C,
                                   AVX2+FMA, AVX-512F); for tests. FLASHATTN_NO_SIMD: no intrinsics
+       FLASHATTN_NO_AVX512BF16    no vdpbf16ps (nor AMX) kernels: bf16 by conversion (see HALF PRECISION)
+       FLASHATTN_NO_AMX           no AMX-BF16 tile kernels (bf16 on vdpbf16ps where the CPU has it)
        FLASHATTN_STACK            bytes of each CPU worker's stack (default 1 MiB: glibc's stack
                                   cache then keeps a call's stacks; see section 4)
        FLASHATTN_SPIN             pause instructions a pool worker and a pool's caller spin before
@@ -107,6 +109,34 @@
    is [Hq], or [B][Hq] with alibi_stride = Hq. softcap is 0 (off) or in [FLT_MIN, 3e38] (1/softcap
    must be finite).
 
+   HALF PRECISION (dtype FA_F16, FA_BF16; issue 16): q, k, v, o (and d_o, dq, dk, dv) are stored in
+   that type, 2 bytes an element; accumulation, softmax, lse and scores are fp32. The conversions
+   round to nearest even and keep a NaN a NaN, fp16's subnormals and infinities exact (section 3).
+   fa_tiled picks by the CPU at run time, as for fp32:
+   - AMX-BF16 (Sapphire Rapids and later): bf16 with head_dim % 32 == 0 runs both products on the
+     tile unit (tdpbf16ps). Linux lends a process the tile state only when it asks
+     (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); fa_tiled asks at each call that would
+     use the tiles. The permission is the process's, kept by the kernel for all its threads (not
+     state of this library); where it is refused the call runs the vdpbf16ps kernels.
+   - AVX512-BF16 (AMD Zen 4 and later, Cooper Lake): bf16 with an even head_dim runs both products
+     on vdpbf16ps. Both bf16 paths read K as stored, pack Q and V into pairs once per tile and round
+     P to bf16 for P V (as FlashAttention does on GPUs), so o differs from the fp32 call's on the
+     same values by about bf16's rounding (relative error ~2e-3, API.md allows 5e-3). On the
+     Sapphire Rapids Xeon we measured, vdpbf16ps runs slower than fp32 FMAs (0.6-0.75x our fp32
+     forward); there AMX serves bf16, and FLASHATTN_NO_AVX512BF16 would serve a refusal faster.
+   - Otherwise (fp16 everywhere, bf16 on other CPUs or odd head dims), each K/V block is converted
+     to fp32 once per tile (vcvtph2ps by AVX-512F or F16C, bf16 by a shift, or C) into the fp32
+     kernels, and Q once per tile: o is then bitwise the fp32 call's on the rounded inputs, rounded.
+   - Decoding (tiles of at most 8 rows on AVX-512) reads half-precision K and V as stored, widened
+     in registers: half the bytes of fp32.
+   fa_naive, fa_naive_backward and fa_tiled_backward convert their inputs once into packed fp32
+   copies, run the fp32 path on them and convert the outputs back (the naive path must: Debian's
+   OpenBLAS 0.3.21 has no bf16 or fp16 GEMM). The copies are O((Sq + Sk) D) floats, never
+   O(Sq x Sk), and are in the workspace counts; these paths run at about their fp32 speed (the
+   backward 0.6-1.0x of it: bench/RESULTS.md, "CPU half precision"). fa_describe and fa_build_info
+   say which of these a call runs. Determinism holds on every path: a row's bits never depend on
+   threads, pool or batch.
+
    ERRORS, EXPLAINED: fa_explain(p, q, k, v, o, scores) returns NULL when fa_naive (with scores) or
    fa_tiled (scores NULL) accepts the arguments, else the sentence of the first check that fails,
    e.g. "heads must be a multiple of kv_heads" or "lse overlaps o": every FA_ERR_INVALID_ARG and
@@ -126,7 +156,9 @@
    MEMORY: fa_naive allocates the whole [B][Hq][Sq][Sk] fp32 score matrix, as the textbook does
    (and per thread one [Sq][D] scale * Q), and
    returns FA_ERR_NO_MEMORY when it cannot, or when it is larger than the machine's physical memory
-   (refused before asking the allocator, which might overcommit and fail only at first touch). fa_tiled allocates O(threads x tile), never O(Sq x Sk).
+   (refused before asking the allocator, which might overcommit and fail only at first touch). fa_tiled allocates O(threads x tile), never O(Sq x Sk)
+   (half storage adds per thread the block's K and V in fp32, 16 rows of Q and o, and for the bf16
+   products the packed P and V; fa_naive and the backwards add the fp32 copies, HALF PRECISION).
    fa_*_workspace_bytes return exactly what the call will allocate.
 
    BACKWARD: fa_naive_backward and fa_tiled_backward take the forward's p (and, for the tiled one,
@@ -2747,7 +2779,12 @@ static const fa__kernels *fa__kernels_for(int isa)
 /* What serves half-precision storage on this ISA (fa_build_info, fa_describe). */
 static const char *fa__half_name(int isa)
 {
-    const char *c = fa__kernels_for(isa)->cvt_name;
+    const fa__kernels *K = fa__kernels_for(isa);
+    const char *c = K->cvt_name;
+    if (K->amx_qk) return "avx512f conversion (vcvtph2ps; bf16 by shifts) into the fp32 kernels, bf16 products on "
+                          "AMX-BF16 tiles (vdpbf16ps where the tile state is refused)";
+    if (K->gemm_bf16) return "avx512f conversion (vcvtph2ps; bf16 by shifts) into the fp32 kernels, bf16 products on "
+                             "avx512bf16 vdpbf16ps";
     if (c[0] == 'a') return "avx512f conversion (vcvtph2ps; bf16 by shifts) into the fp32 kernels";
     if (c[0] == 'f') return "f16c conversion (vcvtph2ps; bf16 by shifts) into the fp32 kernels";
     return "portable C conversion into the fp32 kernels";
@@ -4796,7 +4833,7 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
 {
     fa__dims d;
     const char *why = NULL;
-    char line[640], half[200];
+    char line[900], half[320];
     int isa = fa__isa(), len;
     fa_status st = fa__resolve(p, p, p, p, p, &d, &why);
     half[0] = '\0';
