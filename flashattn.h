@@ -4838,9 +4838,10 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
     fa_status st = fa__resolve(p, p, p, p, p, &d, &why);
     half[0] = '\0';
     if (st == FA_OK && d.dtype != FA_F32)
-        snprintf(half, sizeof half, "; %s storage: %s%s", d.dtype == FA_F16 ? "fp16" : "bf16",
+        snprintf(half, sizeof half, "; %s storage: %s%s%s", d.dtype == FA_F16 ? "fp16" : "bf16",
                  call == FA_CALL_TILED ? "each K/V block and Q row converted once per tile by " : "fp32 copies made by ",
-                 fa__half_name(isa));
+                 call == FA_CALL_TILED ? fa__half_name(isa) : fa__kernels_for(isa)->cvt_name,
+                 call == FA_CALL_TILED ? "" : " conversion, the fp32 path on them");
     if (st == FA_OK) st = fa__cpu_check_why(&d, &why);
     if (st != FA_OK) {
         len = snprintf(line, sizeof line, "refused: %s", why ? why : fa_status_string(st));
