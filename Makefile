@@ -116,6 +116,11 @@ $(BUILD)/test_flashattn_noblas: $(TEST_DEPS) | $(BUILD)
 $(BUILD)/test_flashattn_avx2: $(TEST_DEPS) | $(BUILD)
 	$(CC) $(CFLAGS) $(CSTD) $(WARN) -DFLASHATTN_ISA=1 -I. $< -o $@ $(TEST_LIBS)
 
+# the half-precision tests again with FLASHATTN_NO_AVX512BF16: on an AVX512-BF16 CPU the default
+# build runs bf16 on vdpbf16ps, this one on the AVX-512 conversion path (issue 16)
+$(BUILD)/test_flashattn_nobf16: $(TEST_DEPS) | $(BUILD)
+	$(CC) $(CFLAGS) $(CSTD) $(WARN) -DFLASHATTN_NO_AVX512BF16 -I. $< -o $@ $(TEST_LIBS)
+
 # the backward's suite, in the same four builds
 BWD_SRC  := tests/test_backward.c
 BWD_DEPS := $(BWD_SRC) tests/ref.h tests/talloc.h flashattn.h
@@ -258,6 +263,8 @@ test-suites: | $(BUILD)
 	  '$(SUBMAKE) $(BUILD)/test_flashattn_avx2 && ./$(BUILD)/test_flashattn_avx2'
 	-@$(STEP) "cmocka test_flashattn_san (ASan + UBSan)" \
 	  '$(SUBMAKE) $(BUILD)/test_flashattn_san && $(SAN_ENV) ./$(BUILD)/test_flashattn_san'
+	-@$(STEP) "cmocka test_flashattn_nobf16 (the half-precision tests, FLASHATTN_NO_AVX512BF16: bf16 by conversion)" \
+	  '$(SUBMAKE) $(BUILD)/test_flashattn_nobf16 && FA_TEST_FILTER="test_half*" ./$(BUILD)/test_flashattn_nobf16'
 	-@$(STEP) "cmocka test_backward (OpenBLAS, this CPU's best SIMD path)" \
 	  '$(SUBMAKE) $(BUILD)/test_backward && ./$(BUILD)/test_backward'
 	-@$(STEP) "cmocka test_backward_noblas (FLASHATTN_NO_BLAS, portable C: FLASHATTN_ISA=0)" \

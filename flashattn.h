@@ -5,7 +5,7 @@
    running normaliser l and the rescale alpha = exp(m_old - m_new); the CPU path rescales lazily,
    only when a row's max has grown by more than 8 since the last rescale, so every exp stays below
    e^8 and O / l is unchanged). Both compute the same function,
-   exactly, in fp32; a CUDA backend with the same API on device pointers sits behind FLASHATTN_CUDA.
+   exactly, in fp32, on fp32, fp16 or bf16 storage (HALF PRECISION below); a CUDA backend with the same API on device pointers sits behind FLASHATTN_CUDA.
 
    CONTENTS (each >>tag marks its section below, in this order; make test checks that they agree)
 
@@ -61,6 +61,8 @@
        FLASHATTN_FREE(p)          (define both or neither)
        FLASHATTN_ISA              0, 1 or 2: cap the CPU SIMD path picked at run time (portable C,
                                   AVX2+FMA, AVX-512F); for tests. FLASHATTN_NO_SIMD: no intrinsics
+       FLASHATTN_NO_AVX512BF16    no vdpbf16ps (nor AMX) kernels: bf16 by conversion (see HALF PRECISION)
+       FLASHATTN_NO_AMX           no AMX-BF16 tile kernels (bf16 on vdpbf16ps where the CPU has it)
        FLASHATTN_STACK            bytes of each CPU worker's stack (default 1 MiB: glibc's stack
                                   cache then keeps a call's stacks; see section 4)
        FLASHATTN_SPIN             pause instructions a pool worker and a pool's caller spin before
@@ -107,6 +109,34 @@
    is [Hq], or [B][Hq] with alibi_stride = Hq. softcap is 0 (off) or in [FLT_MIN, 3e38] (1/softcap
    must be finite).
 
+   HALF PRECISION (dtype FA_F16, FA_BF16; issue 16): q, k, v, o (and d_o, dq, dk, dv) are stored in
+   that type, 2 bytes an element; accumulation, softmax, lse and scores are fp32. The conversions
+   round to nearest even and keep a NaN a NaN, fp16's subnormals and infinities exact (section 3).
+   fa_tiled picks by the CPU at run time, as for fp32:
+   - AMX-BF16 (Sapphire Rapids and later): bf16 with head_dim % 32 == 0 runs both products on the
+     tile unit (tdpbf16ps). Linux lends a process the tile state only when it asks
+     (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); fa_tiled asks at each call that would
+     use the tiles. The permission is the process's, kept by the kernel for all its threads (not
+     state of this library); where it is refused the call runs the vdpbf16ps kernels.
+   - AVX512-BF16 (AMD Zen 4 and later, Cooper Lake): bf16 with an even head_dim runs both products
+     on vdpbf16ps. Both bf16 paths read K as stored, pack Q and V into pairs once per tile and round
+     P to bf16 for P V (as FlashAttention does on GPUs), so o differs from the fp32 call's on the
+     same values by about bf16's rounding (relative error ~2e-3, API.md allows 5e-3). On the
+     Sapphire Rapids Xeon we measured, vdpbf16ps runs slower than fp32 FMAs (0.6-0.75x our fp32
+     forward); there AMX serves bf16, and FLASHATTN_NO_AVX512BF16 would serve a refusal faster.
+   - Otherwise (fp16 everywhere, bf16 on other CPUs or odd head dims), each K/V block is converted
+     to fp32 once per tile (vcvtph2ps by AVX-512F or F16C, bf16 by a shift, or C) into the fp32
+     kernels, and Q once per tile: o is then bitwise the fp32 call's on the rounded inputs, rounded.
+   - Decoding (tiles of at most 8 rows on AVX-512) reads half-precision K and V as stored, widened
+     in registers: half the bytes of fp32.
+   fa_naive, fa_naive_backward and fa_tiled_backward convert their inputs once into packed fp32
+   copies, run the fp32 path on them and convert the outputs back (the naive path must: Debian's
+   OpenBLAS 0.3.21 has no bf16 or fp16 GEMM). The copies are O((Sq + Sk) D) floats, never
+   O(Sq x Sk), and are in the workspace counts; these paths run at about their fp32 speed (the
+   backward 0.6-1.0x of it: bench/RESULTS.md, "CPU half precision"). fa_describe and fa_build_info
+   say which of these a call runs. Determinism holds on every path: a row's bits never depend on
+   threads, pool or batch.
+
    ERRORS, EXPLAINED: fa_explain(p, q, k, v, o, scores) returns NULL when fa_naive (with scores) or
    fa_tiled (scores NULL) accepts the arguments, else the sentence of the first check that fails,
    e.g. "heads must be a multiple of kv_heads" or "lse overlaps o": every FA_ERR_INVALID_ARG and
@@ -126,7 +156,9 @@
    MEMORY: fa_naive allocates the whole [B][Hq][Sq][Sk] fp32 score matrix, as the textbook does
    (and per thread one [Sq][D] scale * Q), and
    returns FA_ERR_NO_MEMORY when it cannot, or when it is larger than the machine's physical memory
-   (refused before asking the allocator, which might overcommit and fail only at first touch). fa_tiled allocates O(threads x tile), never O(Sq x Sk).
+   (refused before asking the allocator, which might overcommit and fail only at first touch). fa_tiled allocates O(threads x tile), never O(Sq x Sk)
+   (half storage adds per thread the block's K and V in fp32, 16 rows of Q and o, and for the bf16
+   products the packed P and V; fa_naive and the backwards add the fp32 copies, HALF PRECISION).
    fa_*_workspace_bytes return exactly what the call will allocate.
 
    BACKWARD: fa_naive_backward and fa_tiled_backward take the forward's p (and, for the tiled one,
@@ -513,6 +545,7 @@ FLASHATTN__CPU_DEF const char *fa_version(void) { return FLASHATTN_VERSION_STRIN
 FLASHATTN__CPU_DEF int fa_version_number(void) { return FLASHATTN_VERSION_NUMBER; }
 
 static int fa__isa(void);
+static const char *fa__half_name(int isa);
 
 /* Whether the x86 kernels are compiled: the same test as section 3's FLASHATTN__X86, which is
    defined further down (the suite checks that the two agree). */
@@ -574,6 +607,8 @@ FLASHATTN__CPU_DEF size_t fa_build_info(char *buf, size_t n)
 #endif
     fa__info_put(buf, n, &len, "; this CPU runs: ");
     fa__info_put(buf, n, &len, isa_name[isa >= 0 && isa <= 2 ? isa : 0]);
+    fa__info_put(buf, n, &len, "; fp16/bf16 storage: ");
+    fa__info_put(buf, n, &len, fa__half_name(isa));
     fa__info_put(buf, n, &len, "; CUDA: ");
 #if defined(__CUDACC__) && defined(FLASHATTN_CUDA)
     fa__info_put(buf, n, &len, "in this translation unit");
@@ -683,13 +718,22 @@ static int fa__rows_disjoint(int axes, const int64_t *n, const int64_t *st, int6
 
 /* The byte range [*a, *b) that a tensor reaching offsets [lo, hi) from base covers (empty when
    lo == hi), for the overlap checks; computed as integers, saturating at the address space's end. */
-static void fa__range(uintptr_t base, int64_t lo, int64_t hi, uintptr_t *a, uintptr_t *b)
+static void fa__range_es(uintptr_t base, int64_t lo, int64_t hi, size_t es, uintptr_t *a, uintptr_t *b)
 {
     uint64_t n = (uint64_t)hi - (uint64_t)lo;          /* elements (hi - lo < 2^64) */
-    uintptr_t p = base + (uintptr_t)((uint64_t)lo * sizeof(float));
+    uintptr_t p = base + (uintptr_t)((uint64_t)lo * es);
     *a = *b = p;
-    if (hi > lo) *b = n > (UINTPTR_MAX - p) / sizeof(float) ? UINTPTR_MAX : p + (uintptr_t)(n * sizeof(float));
+    if (hi > lo) *b = n > (UINTPTR_MAX - p) / es ? UINTPTR_MAX : p + (uintptr_t)(n * es);
 }
+
+/* fp32 tensors (lse, scores, bias, slopes, fa_merge's parts); fa__range_es takes the element size
+   of the storage dtype (fa__esize: 2 bytes for FA_F16 and FA_BF16). */
+static void fa__range(uintptr_t base, int64_t lo, int64_t hi, uintptr_t *a, uintptr_t *b)
+{
+    fa__range_es(base, lo, hi, sizeof(float), a, b);
+}
+
+static size_t fa__esize(fa_dtype dt) { return dt == FA_F32 ? sizeof(float) : 2; }
 
 static int fa__overlap(uintptr_t a0, uintptr_t b0, uintptr_t a1, uintptr_t b1)
 {
@@ -1180,6 +1224,34 @@ extern "C" {
    pass-through operand. Either returns its second operand when one is NaN. */
 #define fa__max16(a, b) _mm512_maskz_max_ps((__mmask16)0xFFFF, (a), (b))
 #define fa__min16(a, b) _mm512_maskz_min_ps((__mmask16)0xFFFF, (a), (b))
+/* the same for the widening and shifting of half-precision storage (and vcvtph2ps) */
+#define fa__cvtph16(h) _mm512_maskz_cvtph_ps((__mmask16)0xFFFF, (h))
+#define fa__cvtepu16(h) _mm512_maskz_cvtepu16_epi32((__mmask16)0xFFFF, (h))
+#define fa__cvtepi32_16(x) _mm512_maskz_cvtepi32_epi16((__mmask16)0xFFFF, (x))
+#define fa__slli32(x, n) _mm512_maskz_slli_epi32((__mmask16)0xFFFF, (x), (n))
+#define fa__srli32(x, n) _mm512_maskz_srli_epi32((__mmask16)0xFFFF, (x), (n))
+#include <cpuid.h>
+#endif
+
+/* CPU features the compilers' __builtin_cpu_supports does not name alike (clang has no "f16c"): by
+   cpuid. F16C: leaf 1 ECX bit 29; AVX512BW, AVX512VL: leaf 7 EBX bits 30, 31; AVX512-BF16: leaf 7
+   subleaf 1 EAX bit 5. (The AVX-512 state's OS support is in fa__isa's avx512f test.) */
+#ifdef FLASHATTN__X86
+static int fa__cpu_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
+}
+
+static inline int fa__cpu_avx512bf16(void)
+{
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!(b >> 30 & 1u) || !(b >> 31 & 1u) || a < 1) return 0;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (int)(a >> 5 & 1u);
+}
 #endif
 
 static int fa__isa(void)
@@ -1434,13 +1506,20 @@ typedef struct fa__pf {
     int c, mask;                      /* next line in the row; step when (x & mask) == 0 */
 } fa__pf;
 
-static void fa__pf_set(fa__pf *p, int m, const float *base, int64_t stride, int64_t r0, int64_t r1, int width)
+/* rows r0..r1 of width elements of es bytes, `stride` elements apart (es 2: half storage) */
+static void fa__pf_set_es(fa__pf *p, int m, const void *base, int64_t stride, int64_t r0, int64_t r1, int width,
+                          size_t es)
 {
-    p->row[m] = (uintptr_t)base + (uintptr_t)(r0 * stride) * sizeof(float);
-    p->stride[m] = stride * (int64_t)sizeof(float);
-    p->lines[m] = (int)(((int64_t)width * (int64_t)sizeof(float) + 63) / 64);
+    p->row[m] = (uintptr_t)base + (uintptr_t)(r0 * stride) * es;
+    p->stride[m] = stride * (int64_t)es;
+    p->lines[m] = (int)(((int64_t)width * (int64_t)es + 63) / 64);
     p->rows[m] = r1 > r0 && p->lines[m] > 0 ? (int)(r1 - r0) : 0;
     p->c = 0;
+}
+
+static void fa__pf_set(fa__pf *p, int m, const float *base, int64_t stride, int64_t r0, int64_t r1, int width)
+{
+    fa__pf_set_es(p, m, base, stride, r0, r1, width, sizeof(float));
 }
 
 static inline void fa__pf_step(fa__pf *p)
@@ -1907,6 +1986,93 @@ FA__AVX512 static void fa__pv_rows_avx512(const float *P, int64_t lds, int nr, c
 #endif
 
 #ifdef FLASHATTN__X86
+/* The decode kernels on half-precision K and V read as stored (2 bytes an element: decoding is
+   bound by those bytes), each 16 values widened in registers (vcvtph2ps, or bf16's shift) as they
+   are loaded: the same products as fa__dots_avx512 and fa__pv_rows_avx512 on the converted values. */
+FA__AVX512 static inline __m512 fa__ldh16(int f16, const uint16_t *p)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    return f16 ? fa__cvtph16(h) : _mm512_castsi512_ps(fa__slli32(fa__cvtepu16(h), 16));
+}
+
+/* the first n < 16 values at p, zeros after them */
+FA__AVX512 static inline __m512 fa__ldh16_tail(int f16, const uint16_t *p, int n)
+{
+    uint16_t b[16];
+    memset(b, 0, sizeof b);
+    memcpy(b, p, (size_t)n * 2);
+    return fa__ldh16(f16, b);
+}
+
+#define FA__HPREF(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+FA__AVX512 static void fa__dots_h_avx512(fa_dtype dt, const float *Q, int nr, const uint16_t *K, int64_t ks, int nk,
+                                         int D, float *S, int64_t lds)
+{
+    int j0, r0, a, r, t, f16 = dt == FA_F16, tl = D & 15;
+    __mmask16 tail = (__mmask16)((1u << tl) - 1u);
+    for (j0 = 0; j0 < nk; j0 += 4) {
+        const uint16_t *kp[4];
+        for (a = 0; a < 4; a++) kp[a] = K + (int64_t)(j0 + a < nk ? j0 + a : nk - 1) * ks;
+        for (r0 = 0; r0 < nr; r0 += 4) {
+            const float *qp[4];
+            float out[16];
+            __m512 x, y;
+            FA__DZ(0); FA__DZ(1); FA__DZ(2); FA__DZ(3);
+            for (r = 0; r < 4; r++) qp[r] = Q + (int64_t)(r0 + r < nr ? r0 + r : nr - 1) * D;
+#define LD(p) _mm512_loadu_ps(p)
+            for (t = 0; t + 16 <= D; t += 16) {
+                __m512 k0 = fa__ldh16(f16, kp[0] + t), k1 = fa__ldh16(f16, kp[1] + t);
+                __m512 k2 = fa__ldh16(f16, kp[2] + t), k3 = fa__ldh16(f16, kp[3] + t);
+                if (r0 == 0 && (t & 31) == 0) { FA__HPREF(kp[0] + FA__AHEAD * ks + t); FA__HPREF(kp[1] + FA__AHEAD * ks + t);
+                                                FA__HPREF(kp[2] + FA__AHEAD * ks + t); FA__HPREF(kp[3] + FA__AHEAD * ks + t); }
+                FA__DF(0); FA__DF(1); FA__DF(2); FA__DF(3);
+            }
+#undef LD
+#define LD(p) _mm512_maskz_loadu_ps(tail, p)
+            if (tl) {
+                __m512 k0 = fa__ldh16_tail(f16, kp[0] + t, tl), k1 = fa__ldh16_tail(f16, kp[1] + t, tl);
+                __m512 k2 = fa__ldh16_tail(f16, kp[2] + t, tl), k3 = fa__ldh16_tail(f16, kp[3] + t, tl);
+                FA__DF(0); FA__DF(1); FA__DF(2); FA__DF(3);
+            }
+#undef LD
+            x = FA__HALF(FA__QUAD(FA__PAIR(c00, c01), FA__PAIR(c02, c03)), FA__QUAD(FA__PAIR(c10, c11), FA__PAIR(c12, c13)));
+            y = FA__HALF(FA__QUAD(FA__PAIR(c20, c21), FA__PAIR(c22, c23)), FA__QUAD(FA__PAIR(c30, c31), FA__PAIR(c32, c33)));
+            _mm512_storeu_ps(out, FA__HALF(x, y));
+            for (r = 0; r < 4 && r0 + r < nr; r++)
+                for (a = 0; a < 4 && j0 + a < nk; a++) S[(j0 + a) * lds + r0 + r] = out[4 * r + a];
+        }
+    }
+}
+
+/* the 16 values of V's row at t0 + 16 u, within Dv (zeros past it) */
+#define FA__LDV(u) (Dv - t0 - 16 * (u) >= 16 ? fa__ldh16(f16, vr + 16 * (u)) : Dv - t0 - 16 * (u) > 0 ? \
+                    fa__ldh16_tail(f16, vr + 16 * (u), Dv - t0 - 16 * (u)) : _mm512_setzero_ps())
+FA__AVX512 static void fa__pv_rows_h_avx512(fa_dtype dt, const float *P, int64_t lds, int nr, const uint16_t *V, int64_t vs,
+                                            int nk, float *O, int Dv)
+{
+    int r0, t0, j, r, f16 = dt == FA_F16;
+    for (r0 = 0; r0 < nr; r0 += 4) {
+        int rn = nr - r0 < 4 ? nr - r0 : 4, rr[4];
+        for (r = 0; r < 4; r++) rr[r] = r < rn ? r : rn - 1;
+        for (t0 = 0; t0 < Dv; t0 += 64) {
+            __mmask16 lm0 = fa__lanes(Dv - t0), lm1 = fa__lanes(Dv - t0 - 16);
+            __mmask16 lm2 = fa__lanes(Dv - t0 - 32), lm3 = fa__lanes(Dv - t0 - 48);
+            FA__PL(0); FA__PL(1); FA__PL(2); FA__PL(3);
+            for (j = 0; j < nk; j++) {
+                const uint16_t *vr = V + (int64_t)j * vs + t0;
+                const float *pr = P + (int64_t)j * lds + r0;
+                __m512 v0 = FA__LDV(0), v1 = FA__LDV(1), v2 = FA__LDV(2), v3 = FA__LDV(3);
+                if (r0 == 0) { FA__HPREF(vr + FA__AHEAD * vs); FA__HPREF(vr + FA__AHEAD * vs + 32); }
+                FA__PF(0); FA__PF(1); FA__PF(2); FA__PF(3);
+            }
+            FA__PS(0); FA__PS(1); FA__PS(2); FA__PS(3);
+        }
+    }
+}
+#undef FA__LDV
+#endif
+
+#ifdef FLASHATTN__X86
 /* A 16 x 16 block transposed in registers: r[c] <- column c of rows r[0..15]. Interleave 32-bit
    then 64-bit pairs within 128-bit lanes, then move the 128-bit lanes (a 4 x 4 transpose). */
 FA__AVX512 static inline __attribute__((always_inline)) void fa__t16_avx512(__m512 *r)
@@ -2117,6 +2283,428 @@ static void fa__unpack16_c(const float *O, int64_t ld, const float *l, int Dv, f
     }
 }
 
+/* ---- Half-precision storage: FA_F16 and FA_BF16 to and from fp32 ------------------------------
+   The one definition of the conversions (round to nearest even; a NaN stays a NaN, quieted; fp16's
+   subnormals, infinities and overflow to infinity exact), and per ISA the same on vectors: F16C /
+   AVX-512F's vcvtph2ps and vcvtps2ph for fp16 (the same results as the C), bf16 as a 16-bit shift
+   in and the same integer rounding out. Storage is 2 bytes either way (fa__esize). */
+static float fa__f16_to_f32(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu, u;
+    float f;
+    if (e == 0) {                                    /* zero or subnormal: m 2^-24, exact */
+        f = (float)m * 5.9604644775390625e-8f;
+        return s ? -f : f;
+    }
+    u = e == 0x1F ? s | 0x7F800000u | (m << 13) : s | ((e + 112u) << 23) | (m << 13);
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint16_t fa__f32_to_f16(float f)
+{
+    uint32_t u, s, a, m, r, rem, half;
+    int sh;
+    memcpy(&u, &f, sizeof u);
+    s = (u >> 16) & 0x8000u;
+    a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return (uint16_t)(s | 0x7E00u | ((a >> 13) & 0x3FFu));   /* NaN, quieted */
+    if (a >= 0x477FF000u) return (uint16_t)(s | 0x7C00u);        /* 65520 and up (and inf): inf */
+    if (a >= 0x38800000u) {                                        /* a normal fp16 (>= 2^-14) */
+        r = a - 0x38000000u;
+        return (uint16_t)(s | ((r + 0x0FFFu + ((r >> 13) & 1u)) >> 13));   /* a carry moves the exponent up */
+    }
+    /* an fp16 subnormal (or 0): round(|f| 2^24) = m 2^-(126 - e), e the fp32 exponent */
+    sh = 126 - (int)(a >> 23);
+    if (a < 0x00800000u || sh > 24) return (uint16_t)s;           /* below 2^-25: 0 */
+    m = (a & 0x7FFFFFu) | 0x800000u;
+    r = m >> sh;
+    rem = m & ((1u << sh) - 1u);
+    half = 1u << (sh - 1);
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return (uint16_t)(s | r);
+}
+
+static float fa__bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint16_t fa__f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);   /* NaN, quieted */
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* dst[0..n) = the n values of storage type dt at src, as fp32; and back (dt FA_F16 or FA_BF16) */
+static void fa__h2f_c(fa_dtype dt, const void *src, float *dst, int n)
+{
+    const uint16_t *h = (const uint16_t *)src;
+    int t;
+    if (dt == FA_F16) for (t = 0; t < n; t++) dst[t] = fa__f16_to_f32(h[t]);
+    else for (t = 0; t < n; t++) dst[t] = fa__bf16_to_f32(h[t]);
+}
+
+static void fa__f2h_c(fa_dtype dt, const float *src, void *dst, int n)
+{
+    uint16_t *h = (uint16_t *)dst;
+    int t;
+    if (dt == FA_F16) for (t = 0; t < n; t++) h[t] = fa__f32_to_f16(src[t]);
+    else for (t = 0; t < n; t++) h[t] = fa__f32_to_bf16(src[t]);
+}
+
+#ifdef FLASHATTN__X86
+FA__AVX512 static void fa__h2f_avx512(fa_dtype dt, const void *src, float *dst, int n)
+{
+    const uint16_t *h = (const uint16_t *)src;
+    int t;
+    if (dt == FA_F16)
+        for (t = 0; t + 16 <= n; t += 16) _mm512_storeu_ps(dst + t, fa__cvtph16(_mm256_loadu_si256((const __m256i *)(h + t))));
+    else
+        for (t = 0; t + 16 <= n; t += 16)
+            _mm512_storeu_si512((void *)(dst + t), fa__slli32(fa__cvtepu16(_mm256_loadu_si256((const __m256i *)(h + t))), 16));
+    if (t < n) fa__h2f_c(dt, h + t, dst + t, n - t);
+}
+
+FA__AVX512 static void fa__f2h_avx512(fa_dtype dt, const float *src, void *dst, int n)
+{
+    uint16_t *h = (uint16_t *)dst;
+    int t;
+    if (dt == FA_F16)
+        for (t = 0; t + 16 <= n; t += 16)
+            _mm256_storeu_si256((__m256i *)(h + t), _mm512_maskz_cvtps_ph((__mmask16)0xFFFF, _mm512_loadu_ps(src + t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    else
+        for (t = 0; t + 16 <= n; t += 16) {
+            __m512 x = _mm512_loadu_ps(src + t);
+            __m512i u = _mm512_castps_si512(x), r;
+            r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(fa__srli32(u, 16), _mm512_set1_epi32(1))));
+            r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+            _mm256_storeu_si256((__m256i *)(h + t), fa__cvtepi32_16(fa__srli32(r, 16)));
+        }
+    if (t < n) fa__f2h_c(dt, src + t, h + t, n - t);
+}
+
+#define FA__AVX2C __attribute__((target("avx2,fma,f16c")))
+FA__AVX2C static void fa__h2f_avx2(fa_dtype dt, const void *src, float *dst, int n)
+{
+    const uint16_t *h = (const uint16_t *)src;
+    int t;
+    if (dt == FA_F16)
+        for (t = 0; t + 8 <= n; t += 8) _mm256_storeu_ps(dst + t, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + t))));
+    else
+        for (t = 0; t + 8 <= n; t += 8)
+            _mm256_storeu_si256((__m256i *)(dst + t), _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + t))), 16));
+    if (t < n) fa__h2f_c(dt, h + t, dst + t, n - t);
+}
+
+FA__AVX2C static void fa__f2h_avx2(fa_dtype dt, const float *src, void *dst, int n)
+{
+    uint16_t *h = (uint16_t *)dst;
+    int t;
+    if (dt == FA_F16)
+        for (t = 0; t + 8 <= n; t += 8)
+            _mm_storeu_si128((__m128i *)(h + t), _mm256_cvtps_ph(_mm256_loadu_ps(src + t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    else
+        for (t = 0; t + 8 <= n; t += 8) {
+            __m256 x = _mm256_loadu_ps(src + t);
+            __m256i u = _mm256_castps_si256(x), r;
+            r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
+            r = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(_mm256_or_si256(u, _mm256_set1_epi32(0x400000))),
+                                                     _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+            r = _mm256_srli_epi32(r, 16);
+            r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);
+            _mm_storeu_si128((__m128i *)(h + t), _mm256_castsi256_si128(r));
+        }
+    if (t < n) fa__f2h_c(dt, src + t, h + t, n - t);
+}
+#endif
+
+/* ---- bf16 storage on AVX512-BF16 (vdpbf16ps) ------------------------------------------------
+   Where the CPU has AVX512-BF16 (Cooper Lake, Sapphire Rapids and later, AMD Zen 4 and later), bf16
+   requests with an even head_dim run both products of the tiled forward on vdpbf16ps, which
+   multiplies pairs of bf16 and adds them into fp32 lanes: a 32-bit word holds two bf16 of the
+   reduction axis. Scores pair features: K's rows are read straight from storage (a word is two
+   consecutive features), Q is transposed into words once per tile (Qp [D/2][ld], unscaled: the scale
+   multiplies the fp32 sums). P V pairs keys: each K/V block's V is packed once per tile into Vp
+   [ceil(nk/2)][Dv] (words of keys 2x, 2x + 1), and each panel's probabilities, rounded to bf16,
+   into Pp [ceil(nk/2)][ld] (as FlashAttention does on GPUs); the normaliser l sums the fp32
+   probabilities. A V block holding a NaN or inf (hidden or not) goes through the fp32 kernels
+   instead (converted), so that a zero weight adds nothing. Accumulation is fp32 throughout. */
+#if defined(FLASHATTN__X86) && !defined(FLASHATTN_NO_AVX512BF16)
+#define FA__BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define fa__dpbf16(c, a, b) _mm512_dpbf16_ps((c), (__m512bh)(a), (__m512bh)(b))
+
+static inline uint32_t fa__word(const unsigned char *p)
+{
+    uint32_t w;
+    memcpy(&w, p, sizeof w);
+    return w;
+}
+
+#define FA__BZ(a) __m512 c##a##0 = _mm512_setzero_ps(), c##a##1 = c##a##0, c##a##2 = c##a##0
+#define FA__BL(a) __m512 c##a##0 = _mm512_loadu_ps(C + ra[a] * ldc), c##a##1 = _mm512_loadu_ps(C + ra[a] * ldc + 16), \
+                         c##a##2 = _mm512_loadu_ps(C + ra[a] * ldc + 32)
+#define FA__BF(a) do { __m512i w_ = _mm512_set1_epi32((int)fa__word(pa[a] + off)); c##a##0 = fa__dpbf16(c##a##0, w_, b0); \
+                       c##a##1 = fa__dpbf16(c##a##1, w_, b1); c##a##2 = fa__dpbf16(c##a##2, w_, b2); } while (0)
+#define FA__BS(a) do { if (a < na - a0) { _mm512_storeu_ps(C + (a0 + a) * ldc, _mm512_mul_ps(c##a##0, sc)); \
+                       _mm512_storeu_ps(C + (a0 + a) * ldc + 16, _mm512_mul_ps(c##a##1, sc)); \
+                       _mm512_storeu_ps(C + (a0 + a) * ldc + 32, _mm512_mul_ps(c##a##2, sc)); } } while (0)
+
+/* C[a][:] (+)= s * sum_x A(a, x) . B[x][:] over nv 16-lane vectors, A(a, x) the bf16 pair (word)
+   at A + a sa + x sx bytes, B's rows of words ldb words apart: acc 0 C = scale * sum, acc 1
+   C += sum (scale unused). Register blocks of 8 A-rows x 48 lanes, as fa__gemm_avx512. */
+FA__BF16 static void fa__gemm_bf16_avx512(const unsigned char *A, int64_t sa, int64_t sx, int na, int nx,
+                                          const uint32_t *B, int64_t ldb, float *C0, int64_t ldc, int nv, int acc,
+                                          float scale, fa__pf *pf)
+{
+    int a0, x, a, vp, ve, v;
+    const __m512 sc = _mm512_set1_ps(acc ? 1.0f : scale);
+    for (vp = 0; vp < nv; vp = ve) {
+        ve = nv - vp >= 3 ? vp + 3 : nv;
+        for (a0 = 0; a0 < na; a0 += 8) {
+            const unsigned char *pa[8];
+            int64_t ra[8], off = 0;
+            for (a = 0; a < 8; a++) {
+                ra[a] = a0 + a < na ? a0 + a : na - 1;
+                pa[a] = A + ra[a] * sa;
+            }
+            if (ve - vp == 3) {
+                const uint32_t *b = B + vp * 16;
+                float *C = C0 + vp * 16;
+                if (acc) {
+                    FA__X8(FA__BL);
+                    for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                        __m512i b0 = _mm512_loadu_si512((const void *)b), b1 = _mm512_loadu_si512((const void *)(b + 16));
+                        __m512i b2 = _mm512_loadu_si512((const void *)(b + 32));
+                        FA__PFX(x);
+                        FA__X8(FA__BF);
+                    }
+                    FA__X8(FA__BS);
+                } else {
+                    FA__X8(FA__BZ);
+                    for (x = 0; x < nx; x++, off += sx, b += ldb) {
+                        __m512i b0 = _mm512_loadu_si512((const void *)b), b1 = _mm512_loadu_si512((const void *)(b + 16));
+                        __m512i b2 = _mm512_loadu_si512((const void *)(b + 32));
+                        FA__PFX(x);
+                        FA__X8(FA__BF);
+                    }
+                    FA__X8(FA__BS);
+                }
+                continue;
+            }
+            for (v = vp; v < ve; v++) {      /* 1 or 2 vectors left: one at a time */
+                const uint32_t *b = B + v * 16;
+                float *C = C0 + v * 16;
+                __m512 c[8];
+                for (a = 0; a < 8; a++) c[a] = acc ? _mm512_loadu_ps(C + ra[a] * ldc) : _mm512_setzero_ps();
+                for (x = 0, off = 0; x < nx; x++, off += sx, b += ldb) {
+                    __m512i b0 = _mm512_loadu_si512((const void *)b);
+                    FA__UNROLL
+                    for (a = 0; a < 8; a++) c[a] = fa__dpbf16(c[a], _mm512_set1_epi32((int)fa__word(pa[a] + off)), b0);
+                }
+                for (a = 0; a < 8 && a0 + a < na; a++) _mm512_storeu_ps(C + (a0 + a) * ldc, _mm512_mul_ps(c[a], sc));
+            }
+        }
+    }
+}
+
+/* Qp[x][r0 + i] = word x (features 2x, 2x + 1) of q_i for 16 rows (q_i NULL: a padding lane, 0),
+   x < Dp = D / 2. */
+FA__BF16 static void fa__qpack_bf16(const uint16_t *const *q, int Dp, uint32_t *Qp, int64_t ld)
+{
+    __m512 v[16];
+    int x0, i;
+    for (x0 = 0; x0 < Dp; x0 += 16) {
+        __mmask16 tm = fa__lanes(Dp - x0);
+        FA__UNROLL
+        for (i = 0; i < 16; i++)
+            v[i] = q[i] ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(tm, (const void *)(q[i] + 2 * x0))) : _mm512_setzero_ps();
+        fa__t16_avx512(v);
+        for (i = 0; i < 16 && x0 + i < Dp; i++) _mm512_storeu_ps((float *)(Qp + (x0 + i) * ld), v[i]);
+    }
+}
+
+/* Vp[x][t] = (V[2x][t], V[2x + 1][t]) for the nk keys of a block (a missing key 2x + 1 is 0);
+   returns 1 when every value is finite. */
+FA__BF16 static int fa__vpack_bf16(const uint16_t *V, int64_t vs, int nk, int Dv, uint32_t *Vp)
+{
+    const __m512i ex = _mm512_set1_epi32(0x7F80), exh = _mm512_set1_epi32(0x7F800000);
+    __mmask16 bad = 0;
+    int x, t;
+    for (x = 0; 2 * x < nk; x++) {
+        const uint16_t *v0 = V + (int64_t)(2 * x) * vs, *v1 = v0 + vs;
+        int two = 2 * x + 1 < nk;
+        for (t = 0; t < Dv; t += 16) {
+            __mmask16 m = fa__lanes(Dv - t);
+            __m512i lo = fa__cvtepu16(_mm256_maskz_loadu_epi16(m, (const void *)(v0 + t)));
+            __m512i hi = two ? fa__slli32(fa__cvtepu16(_mm256_maskz_loadu_epi16(m, (const void *)(v1 + t))), 16)
+                             : _mm512_setzero_si512();
+            __m512i w = _mm512_or_si512(lo, hi);
+            bad |= _mm512_mask_cmpeq_epi32_mask(m, _mm512_and_si512(w, ex), ex) |
+                   _mm512_mask_cmpeq_epi32_mask(m, _mm512_and_si512(w, exh), exh);
+            _mm512_mask_storeu_epi32((void *)(Vp + (int64_t)x * Dv + t), m, w);
+        }
+    }
+    return bad == 0;
+}
+
+/* Pp[x][u] = (P[2x][u], P[2x + 1][u]) rounded to bf16, for the nk keys of a score panel of nvec
+   vectors (S and Pp at the panel's first lane; a missing key 2x + 1 is 0). */
+FA__BF16 static void fa__ppack_bf16(const float *S, int64_t ld, int nk, int nvec, uint32_t *Pp)
+{
+    int x, v;
+    for (x = 0; 2 * x < nk; x++)
+        for (v = 0; v < nvec; v++) {
+            __m512i lo = fa__cvtepu16((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(S + (int64_t)(2 * x) * ld + 16 * v)));
+            __m512i hi = 2 * x + 1 < nk ? fa__slli32(fa__cvtepu16((__m256i)_mm512_cvtneps_pbh(
+                                              _mm512_loadu_ps(S + (int64_t)(2 * x + 1) * ld + 16 * v))), 16)
+                                        : _mm512_setzero_si512();
+            _mm512_storeu_si512((void *)(Pp + (int64_t)x * ld + 16 * v), _mm512_or_si512(lo, hi));
+        }
+}
+#endif
+
+/* ---- bf16 storage on AMX-BF16 tiles (Sapphire Rapids and later) --------------------------------
+   The same two products as the vdpbf16ps kernels above, on the tile unit: tdpbf16ps multiplies a
+   16 x 32 bf16 tile by a 32 x 16 one (in pairs of rows, the layout of Qp and Pp) into a 16 x 16
+   fp32 tile. Scores: C = St [16 keys][16 lanes], A = 16 K rows as stored (32 features, 64 bytes),
+   B = Qp's words [16 pairs][16 lanes]. P V: C = Ot [16 features][16 lanes], A = Vt [16 features]
+   [16 key pairs] (V's words transposed per block, key pairs padded to 16 with zeros), B = Pp. A
+   panel of up to 3 lane vectors holds C in tiles 0-2, A in 3 and B in 4-6. Key groups of fewer
+   than 16 and features past the last 16 go through fa__gemm_bf16_avx512 (the same words). The
+   tiles are configured at the start of each work item of fa_tiled and released at its end.
+   Linux hands the tile state to a process only after it asks (arch_prctl(ARCH_REQ_XCOMP_PERM,
+   XFEATURE_XTILEDATA)): fa_tiled asks at each call that would use the tiles (a system call; the
+   kernel keeps the permission for the whole process, granted once), and where the kernel refuses
+   (an old kernel, a seccomp filter) it runs the vdpbf16ps kernels instead. Needs head_dim % 32 == 0. */
+#if defined(FLASHATTN__X86) && !defined(FLASHATTN_NO_AVX512BF16) && !defined(FLASHATTN_NO_AMX) && defined(__linux__) && \
+    defined(__x86_64__) && ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 12))
+#define FA__HAVE_AMX 1
+#define FA__AMXT __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* AMX-TILE and AMX-BF16 (leaf 7 EDX bits 24, 22) with the tile state enabled by the OS (XCR0 bits
+   17, 18) */
+static int fa__cpu_amx(void)
+{
+    unsigned a, b, c, d, lo, hi;
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!(d >> 24 & 1u) || !(d >> 22 & 1u)) return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1u)) return 0;      /* OSXSAVE */
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    return (lo & 0x60000u) == 0x60000u;
+}
+
+/* The process's permission to use the tile data (granted once, kept by the kernel): 1 if granted. */
+static int fa__amx_permit(void)
+{
+    long r;     /* syscall(SYS_arch_prctl = 158, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18) */
+    __asm__ volatile("syscall" : "=a"(r) : "a"(158L), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
+    return r == 0;
+}
+
+/* palette 1, tiles 0-6 of 16 rows x 64 bytes: bytes 16 + 2t (colsb, little-endian) and 48 + t (rows).
+   A constant table, not a local filled at run time: the intrinsic's asm names only the first 8
+   bytes of its operand, so GCC dropped the stores to the rest of a local (the tiles then faulted). */
+static const unsigned char fa__amx_cfg[64] = {
+    1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+
+FA__AMXT static void fa__amx_begin(void)
+{
+    __asm__ volatile("ldtilecfg %0" : : "m"(*(const unsigned char (*)[64])fa__amx_cfg));
+}
+
+FA__AMXT static void fa__amx_end(void) { _tile_release(); }
+
+/* St[j][lanes] = scale * dot(K[j], q_lane) for j < nk, lanes of nv <= 3 vectors; D % 32 == 0 */
+FA__AMXT static void fa__qk_amx(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, int64_t ld, float *S,
+                               int64_t lds, int nv, float scale, fa__pf *pf)
+{
+    const __m512 sc = _mm512_set1_ps(scale);
+    int g, x, r, v, Dp = D / 2;
+    long sk = (long)(2 * ks), sq = (long)(4 * ld), ss = (long)(4 * lds);
+    for (g = 0; g + 16 <= nk; g += 16) {
+        const uint16_t *kr = K + (int64_t)g * ks;
+        float *s = S + (int64_t)g * lds;
+        _tile_zero(0); _tile_zero(1); _tile_zero(2);
+        for (x = 0; x < Dp; x += 16) {
+            const uint32_t *b = Qp + (int64_t)x * ld;
+            fa__pf_step(pf);
+            _tile_loadd(3, kr + 2 * x, sk);
+            _tile_loadd(4, b, sq);
+            _tile_dpbf16ps(0, 3, 4);
+            if (nv > 1) { _tile_loadd(5, b + 16, sq); _tile_dpbf16ps(1, 3, 5); }
+            if (nv > 2) { _tile_loadd(6, b + 32, sq); _tile_dpbf16ps(2, 3, 6); }
+        }
+        _tile_stored(0, s, ss);
+        if (nv > 1) _tile_stored(1, s + 16, ss);
+        if (nv > 2) _tile_stored(2, s + 32, ss);
+        for (r = 0; r < 16; r++)
+            for (v = 0; v < nv; v++)
+                _mm512_storeu_ps(s + (int64_t)r * lds + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(s + (int64_t)r * lds + 16 * v), sc));
+    }
+    if (g < nk)
+        fa__gemm_bf16_avx512((const unsigned char *)(K + (int64_t)g * ks), 2 * ks, 4, nk - g, Dp, Qp, ld, S + (int64_t)g * lds,
+                             lds, nv, 0, scale, pf);
+}
+
+/* Vt[t][x] = Vp[x][t] for t < Dv, x < np16 (np16 a multiple of 16; words past np are 0) */
+FA__AMXT static void fa__vt_pack(const uint32_t *Vp, int np, int Dv, uint32_t *Vt, int np16)
+{
+    __m512 r[16];
+    int x0, t0, i;
+    for (x0 = 0; x0 < np16; x0 += 16)
+        for (t0 = 0; t0 < Dv; t0 += 16) {
+            __mmask16 tm = fa__lanes(Dv - t0);
+            FA__UNROLL
+            for (i = 0; i < 16; i++)
+                r[i] = x0 + i < np ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(tm, (const void *)(Vp + (int64_t)(x0 + i) * Dv + t0)))
+                                   : _mm512_setzero_ps();
+            fa__t16_avx512(r);
+            for (i = 0; i < 16 && t0 + i < Dv; i++) _mm512_storeu_ps((float *)(Vt + (int64_t)(t0 + i) * np16 + x0), r[i]);
+        }
+}
+
+/* Ot[t][lanes] += sum_x Vt[t][x] . Pp[x][lanes] for t < Dv, x < np16 (Pp's rows past the block's
+   key pairs are 0), lanes of nv <= 3 vectors */
+FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, int64_t ld, float *O, int64_t ldo,
+                               int nv, fa__pf *pf)
+{
+    int t0, x;
+    long sv = (long)(4 * np16), sp = (long)(4 * ld), so = (long)(4 * ldo);
+    for (t0 = 0; t0 + 16 <= Dv; t0 += 16) {
+        float *o = O + (int64_t)t0 * ldo;
+        _tile_loadd(0, o, so);
+        if (nv > 1) _tile_loadd(1, o + 16, so);
+        if (nv > 2) _tile_loadd(2, o + 32, so);
+        for (x = 0; x < np16; x += 16) {
+            const uint32_t *b = Pp + (int64_t)x * ld;
+            fa__pf_step(pf);
+            _tile_loadd(3, Vt + (int64_t)t0 * np16 + x, sv);
+            _tile_loadd(4, b, sp);
+            _tile_dpbf16ps(0, 3, 4);
+            if (nv > 1) { _tile_loadd(5, b + 16, sp); _tile_dpbf16ps(1, 3, 5); }
+            if (nv > 2) { _tile_loadd(6, b + 32, sp); _tile_dpbf16ps(2, 3, 6); }
+        }
+        _tile_stored(0, o, so);
+        if (nv > 1) _tile_stored(1, o + 16, so);
+        if (nv > 2) _tile_stored(2, o + 32, so);
+    }
+    if (t0 < Dv)
+        fa__gemm_bf16_avx512((const unsigned char *)(Vt + (int64_t)t0 * np16), 4 * (int64_t)np16, 4, Dv - t0, np16, Pp, ld,
+                             O + (int64_t)t0 * ldo, ldo, nv, 1, 1.0f, pf);
+}
+#endif
+
 /* ---- The kernel table ------------------------------------------------------------------------
    The kernels of one ISA, one table each. A call picks its table once, K = fa__kernels_for(isa)
    with isa = fa__isa() (as stb_image picks its IDCT once per image), and its paths call K->gemm,
@@ -2147,6 +2735,26 @@ typedef struct fa__kernels {
     float (*exp_sum)(float *s, int n, float m);
     float (*row_max)(const float *s, int n, float m);
     void (*scale)(float *d, const float *s, int n, float c);
+    /* half-precision storage (FA_F16, FA_BF16) to fp32 and back, n elements (fa__h2f_c), and the
+       name of the conversion, for fa_describe and fa_build_info */
+    void (*h2f)(fa_dtype dt, const void *src, float *dst, int n);
+    void (*f2h)(fa_dtype dt, const float *src, void *dst, int n);
+    const char *cvt_name;
+    /* bf16 products on AVX512-BF16 (fa__gemm_bf16_avx512, the Q, V and P packs); NULL without */
+    void (*gemm_bf16)(const unsigned char *A, int64_t sa, int64_t sx, int na, int nx, const uint32_t *B, int64_t ldb,
+                      float *C, int64_t ldc, int nv, int acc, float scale, fa__pf *pf);
+    void (*qpack_bf16)(const uint16_t *const *q, int Dp, uint32_t *Qp, int64_t ld);
+    int (*vpack_bf16)(const uint16_t *V, int64_t vs, int nk, int Dv, uint32_t *Vp);
+    void (*ppack_bf16)(const float *S, int64_t ld, int nk, int nvec, uint32_t *Pp);
+    /* decode rows on half-precision K and V as stored (fa__dots_h_avx512); NULL: convert blocks */
+    void (*dots_h)(fa_dtype dt, const float *Q, int nr, const uint16_t *K, int64_t ks, int nk, int D, float *S, int64_t lds);
+    void (*pv_rows_h)(fa_dtype dt, const float *P, int64_t lds, int nr, const uint16_t *V, int64_t vs, int nk, float *O, int Dv);
+    /* bf16 products on AMX-BF16 tiles (fa__qk_amx, fa__pv_amx, fa__vt_pack); NULL without */
+    void (*amx_qk)(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, int64_t ld, float *S, int64_t lds,
+                   int nv, float scale, fa__pf *pf);
+    void (*amx_pv)(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, int64_t ld, float *O, int64_t ldo, int nv,
+                   fa__pf *pf);
+    void (*amx_vt)(const uint32_t *Vp, int np, int Dv, uint32_t *Vt, int np16);
 } fa__kernels;
 
 static const fa__kernels *fa__kernels_for(int isa)
@@ -2154,21 +2762,61 @@ static const fa__kernels *fa__kernels_for(int isa)
     static const fa__kernels portable = {
         fa__gemm_c, fa__online_c, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_c, fa__row_max_c, fa__scale_c };
+        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
 #ifdef FLASHATTN__X86
     static const fa__kernels avx2 = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2 };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+    /* an AVX2 CPU without F16C (none shipped that we know of) converts in C */
+    static const fa__kernels avx2_nof16c = {
+        fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
+        fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     static const fa__kernels avx512 = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
-        fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512 };
+        fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
+        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL };
+#ifndef FLASHATTN_NO_AVX512BF16
+    static const fa__kernels avx512bf16 = {
+        fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
+        fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
+        fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
+        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL };
+#ifdef FA__HAVE_AMX
+    static const fa__kernels amx = {
+        fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
+        fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
+        fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
+        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, fa__qk_amx, fa__pv_amx, fa__vt_pack };
+    if (isa == 2 && fa__cpu_avx512bf16() && fa__cpu_amx()) return &amx;
+#endif
+    /* AVX512-BF16 (with the BW and VL it implies on every CPU that has it) unless
+       FLASHATTN_NO_AVX512BF16 (tests, benches: the conversion path on the same CPU) */
+    if (isa == 2 && fa__cpu_avx512bf16()) return &avx512bf16;
+#endif
     if (isa == 2) return &avx512;
-    if (isa == 1) return &avx2;
+    if (isa == 1) return fa__cpu_f16c() ? &avx2 : &avx2_nof16c;
 #endif
     (void)isa;
     return &portable;
+}
+
+/* What serves half-precision storage on this ISA (fa_build_info, fa_describe). */
+static const char *fa__half_name(int isa)
+{
+    const fa__kernels *K = fa__kernels_for(isa);
+    const char *c = K->cvt_name;
+    if (K->amx_qk) return "avx512f conversion (vcvtph2ps; bf16 by shifts) into the fp32 kernels, bf16 products on "
+                          "AMX-BF16 tiles (vdpbf16ps where the tile state is refused)";
+    if (K->gemm_bf16) return "avx512f conversion (vcvtph2ps; bf16 by shifts) into the fp32 kernels, bf16 products on "
+                             "avx512bf16 vdpbf16ps";
+    if (c[0] == 'a') return "avx512f conversion (vcvtph2ps; bf16 by shifts) into the fp32 kernels";
+    if (c[0] == 'f') return "f16c conversion (vcvtph2ps; bf16 by shifts) into the fp32 kernels";
+    return "portable C conversion into the fp32 kernels";
 }
 
 /* The kernels by ISA number. */
@@ -2509,6 +3157,112 @@ static void *fa__align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uint
 #define FLASHATTN__OPENBLAS 1
 #endif
 
+/* ---- Half-precision storage by fp32 copies (fa_naive and both backwards) -----------------------
+   These paths serve FA_F16 and FA_BF16 by converting their inputs once into packed fp32 copies,
+   running the fp32 path on the copies, and converting the outputs back: the same code, and so the
+   same bits, as an fp32 call on the rounded values. The naive path must: its GEMMs are OpenBLAS's
+   sgemm, and Debian's OpenBLAS (0.3.21) has no bf16 or fp16 GEMM. The copies are O((Sq + Sk) D)
+   floats, never O(Sq x Sk), and are counted in the workspace. A job converts up to 8 tensors, an
+   item per (tensor, batch, head), each of `S` rows of `w` elements. */
+static size_t fa__round16(size_t n);
+
+/* n rounded up to 16, saturating */
+static size_t fa__r16s(size_t n) { return n > SIZE_MAX - 15 ? SIZE_MAX : (n + 15) & ~(size_t)15; }
+
+typedef struct fa__half_t {
+    const uint16_t *in;         /* half -> fp32 (an input), or NULL */
+    uint16_t *out;              /* fp32 -> half (an output), or NULL */
+    float *f;                   /* the packed fp32 copy [n0][n1][S][w] */
+    int64_t st[3];              /* the half tensor's strides */
+    int n0, n1, S, w;
+} fa__half_t;
+
+typedef struct fa__half_job {
+    const fa__kernels *K;
+    fa_dtype dt;
+    int nt;
+    fa__half_t t[8];
+} fa__half_job;
+
+static void fa__half_add(fa__half_job *j, const void *in, void *out, float *f, const int64_t st[3], int n0, int n1,
+                         int S, int w)
+{
+    fa__half_t *t = &j->t[j->nt++];
+    t->in = (const uint16_t *)in; t->out = (uint16_t *)out; t->f = f;
+    memcpy(t->st, st, sizeof t->st);
+    t->n0 = n0; t->n1 = n1; t->S = S; t->w = w;
+}
+
+static int64_t fa__half_items(const fa__half_job *j)
+{
+    int64_t n = 0;
+    int a;
+    for (a = 0; a < j->nt; a++) n += (int64_t)j->t[a].n0 * j->t[a].n1;
+    return n;
+}
+
+static void fa__half_item(void *vctx, int64_t item, int tid)
+{
+    const fa__half_job *j = (const fa__half_job *)vctx;
+    const fa__half_t *t = j->t;
+    int64_t b, h, i, off;
+    (void)tid;
+    while (item >= (int64_t)t->n0 * t->n1) { item -= (int64_t)t->n0 * t->n1; t++; }
+    b = item / t->n1; h = item % t->n1;
+    for (i = 0; i < t->S; i++) {
+        float *f = t->f + ((size_t)item * t->S + (size_t)i) * (size_t)t->w;
+        off = b * t->st[0] + h * t->st[1] + i * t->st[2];
+        if (t->in) j->K->h2f(j->dt, t->in + off, f, t->w);
+        else j->K->f2h(j->dt, f, t->out + off, t->w);
+    }
+}
+
+/* Floats of the packed copies: q, k, v, o for the forward; and d_o, dq, dk, dv for the backward
+   (each rounded to 16 floats). 0 for fp32 storage. */
+static size_t fa__half_floats(const fa__dims *d, int bwd)
+{
+    size_t qn, kn, vn, on, n;
+    if (d->dtype == FA_F32) return 0;
+    qn = fa__r16s(fa__mul_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq), (size_t)d->D));
+    on = fa__r16s(fa__mul_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq), (size_t)d->Dv));
+    kn = fa__r16s(fa__mul_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hkv), (size_t)d->Sk), (size_t)d->D));
+    vn = fa__r16s(fa__mul_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hkv), (size_t)d->Sk), (size_t)d->Dv));
+    n = fa__add_size(fa__add_size(qn, kn), fa__add_size(vn, on));
+    return bwd ? fa__mul_size(n, 2) : n;     /* d_o, dq, dk, dv: the sizes of o, q, k, v */
+}
+
+/* Runs the job's conversions on the call's threads (pool_mem: fa__pool_bytes for nthreads). */
+static void fa__half_run(fa_pool *pool, fa__half_job *j, int nthreads, void *pool_mem)
+{
+    fa__run(pool, fa__half_item, j, fa__half_items(j), nthreads, pool_mem);
+    j->nt = 0;
+}
+
+/* Bytes those copies add to a call's one allocation (with 64 for their alignment). */
+static size_t fa__half_bytes(const fa__dims *d, int bwd)
+{
+    size_t f = fa__half_floats(d, bwd);
+    return f ? fa__add_size(fa__mul_size(f, sizeof(float)), 64) : 0;
+}
+
+/* The fp32 request on the packed copies: d with packed strides and fp32 storage. The copies start
+   at mem (64-byte aligned inside the fa__half_bytes region): q, k, v, o, then d_o, dq, dk, dv. */
+static void fa__half_dims(const fa__dims *d, fa__dims *d2, void *region, float *f[8])
+{
+    float *x = (float *)fa__align64(region);
+    size_t qn = fa__r16s((size_t)d->B * d->Hq * d->Sq * d->D), on = fa__r16s((size_t)d->B * d->Hq * d->Sq * d->Dv);
+    size_t kn = fa__r16s((size_t)d->B * d->Hkv * d->Sk * d->D), vn = fa__r16s((size_t)d->B * d->Hkv * d->Sk * d->Dv);
+    *d2 = *d;
+    d2->dtype = FA_F32;
+    fa__packed3(d->B, d->Hq, d->Sq, d->D, d2->qs);
+    fa__packed3(d->B, d->Hkv, d->Sk, d->D, d2->ks);
+    fa__packed3(d->B, d->Hkv, d->Sk, d->Dv, d2->vs);
+    fa__packed3(d->B, d->Hq, d->Sq, d->Dv, d2->os);
+    f[0] = x; f[1] = f[0] + qn; f[2] = f[1] + kn; f[3] = f[2] + vn;
+    f[4] = f[3] + on; f[5] = f[4] + on; f[6] = f[5] + qn; f[7] = f[6] + kn;
+}
+
+
 #ifndef FLASHATTN_NO_BLAS
 /* ---- GEMMs on the calling thread --------------------------------------------------------------
    The naive paths run their GEMMs inside their own `threads` workers, so every GEMM must run on the
@@ -2680,8 +3434,8 @@ static void fa__naive_head(void *vctx, int64_t item, int tid)
 /* What the CPU paths cannot serve of a valid request. */
 static fa_status fa__cpu_check_why(const fa__dims *d, const char **why)
 {
-    if (d->dtype != FA_F32)
-        return fa__why(why, FA_ERR_UNSUPPORTED, "dtype: the CPU paths store fp32 only (FA_F16 and FA_BF16 run on CUDA)");
+    /* every storage dtype is served since issue 16 (FA_F16 and FA_BF16 computed in fp32) */
+    (void)d; (void)why;
     return FA_OK;
 }
 
@@ -2699,18 +3453,19 @@ static fa_status fa__cpu_alias(const fa__dims *d, const void *q, const void *k, 
     const int64_t nb[4] = { d->B, d->Hq, d->Sq, d->Sk }, nB = d->B;
     uintptr_t in[5][2], out[3][2];
     int64_t lo, hi, rows = (int64_t)d->B * d->Hq * d->Sq, n;
+    const size_t es = fa__esize(d->dtype);     /* q, k, v, o in the storage dtype */
     int ni = 0, a, t;
     if (d->Sq == 0) return FA_OK;
     /* inputs; the extents fit int64 (fa__resolve) */
-    fa__extent(3, nq, d->qs, d->D, &lo, &hi); fa__range((uintptr_t)q, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+    fa__extent(3, nq, d->qs, d->D, &lo, &hi); fa__range_es((uintptr_t)q, lo, hi, es, &in[ni][0], &in[ni][1]); ni++;
     if (d->Sk > 0) {
-        fa__extent(3, nk, d->ks, d->D, &lo, &hi); fa__range((uintptr_t)k, lo, hi, &in[ni][0], &in[ni][1]); ni++;
-        fa__extent(3, nk, d->vs, d->Dv, &lo, &hi); fa__range((uintptr_t)v, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+        fa__extent(3, nk, d->ks, d->D, &lo, &hi); fa__range_es((uintptr_t)k, lo, hi, es, &in[ni][0], &in[ni][1]); ni++;
+        fa__extent(3, nk, d->vs, d->Dv, &lo, &hi); fa__range_es((uintptr_t)v, lo, hi, es, &in[ni][0], &in[ni][1]); ni++;
     }
     if (d->bias) { fa__extent(4, nb, d->bs, 1, &lo, &hi); fa__range((uintptr_t)d->bias, lo, hi, &in[ni][0], &in[ni][1]); ni++; }
     if (d->alibi) { fa__extent(1, &nB, &d->alibi_stride, d->Hq, &lo, &hi); fa__range((uintptr_t)d->alibi, lo, hi, &in[ni][0], &in[ni][1]); ni++; }
     /* outputs: o, lse packed [B][Hq][Sq], scores packed [B][Hq][Sq][Sk] (its count may pass int64) */
-    fa__extent(3, nq, d->os, d->Dv, &lo, &hi); fa__range((uintptr_t)o, lo, hi, &out[0][0], &out[0][1]);
+    fa__extent(3, nq, d->os, d->Dv, &lo, &hi); fa__range_es((uintptr_t)o, lo, hi, es, &out[0][0], &out[0][1]);
     fa__range((uintptr_t)d->lse, 0, d->lse ? rows : 0, &out[1][0], &out[1][1]);
     n = scores && fa__mul64(rows, d->Sk, &n) ? n : INT64_MAX;
     fa__range((uintptr_t)scores, 0, scores ? n : 0, &out[2][0], &out[2][1]);
@@ -2751,30 +3506,49 @@ FLASHATTN__CPU_DEF size_t fa_naive_workspace_bytes(const fa_params *p)
     fa__naive_plan pl;
     if (!p || fa__resolve(p, p, p, p, p, &d, NULL) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
     fa__naive_plan_make(&d, &pl);
-    return pl.total;
+    return d.Sq == 0 ? pl.total : fa__add_size(pl.total, fa__half_bytes(&d, 0));
 }
 
 FLASHATTN__CPU_DEF fa_status fa_naive(const fa_params *p, const void *q, const void *k, const void *v,
                                       void *o, float *scores)
 {
-    fa__dims d;
+    fa__dims d, d2;
     fa__naive_plan pl;
     fa__naive_ctx c;
+    fa__half_job hj;
+    float *hf[8] = { NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+    size_t total;
     void *mem;
     fa_status st = fa__forward_check(p, q, k, v, o, scores, &d, NULL);
     if (st != FA_OK) return st;
     if (d.Sq == 0) return FA_OK;
     fa__naive_plan_make(&d, &pl);
-    if (pl.total == SIZE_MAX || pl.score_bytes == SIZE_MAX || pl.total > fa__phys_bytes())
+    total = fa__add_size(pl.total, fa__half_bytes(&d, 0));
+    if (total == SIZE_MAX || pl.score_bytes == SIZE_MAX || total > fa__phys_bytes())
         return FA_ERR_NO_MEMORY;
-    mem = FLASHATTN_MALLOC(pl.total);
+    mem = FLASHATTN_MALLOC(total);
     if (!mem) return FA_ERR_NO_MEMORY;
     c.d = &d; c.pl = &pl; c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v;
     c.o = (float *)o; c.scores = scores; c.isa = fa__isa();
     c.Q = (float *)((char *)fa__align64(mem) + pl.pool_bytes);
     c.S = c.Q + pl.q_floats * (size_t)pl.nthreads;
+    if (d.dtype != FA_F32) {    /* fp32 copies for the GEMMs (fa__half_job) */
+        fa__half_dims(&d, &d2, (char *)mem + pl.total, hf);
+        hj.K = fa__kernels_for(c.isa); hj.dt = d.dtype; hj.nt = 0;
+        fa__half_add(&hj, q, NULL, hf[0], d.qs, d.B, d.Hq, d.Sq, d.D);
+        if (d.Sk > 0) {
+            fa__half_add(&hj, k, NULL, hf[1], d.ks, d.B, d.Hkv, d.Sk, d.D);
+            fa__half_add(&hj, v, NULL, hf[2], d.vs, d.B, d.Hkv, d.Sk, d.Dv);
+        }
+        fa__half_run(d.pool, &hj, pl.nthreads, fa__align64(mem));
+        c.d = &d2; c.q = hf[0]; c.k = hf[1]; c.v = hf[2]; c.o = hf[3];
+    }
     /* the GEMMs run on the workers' threads (fa__sgemm); OpenBLAS's thread count is left alone */
     fa__run(d.pool, fa__naive_head, &c, (int64_t)d.B * d.Hq, pl.nthreads, fa__align64(mem));
+    if (d.dtype != FA_F32) {
+        fa__half_add(&hj, NULL, o, hf[3], d.os, d.B, d.Hq, d.Sq, d.Dv);
+        fa__half_run(d.pool, &hj, pl.nthreads, fa__align64(mem));
+    }
     FLASHATTN_FREE(mem);
     return FA_OK;
 }
@@ -2918,6 +3692,9 @@ typedef struct fa__tiled_plan {
     int nq, bk, hpt, rows, ld, rowmajor, nchunk, cb, nthreads;
     int64_t qtiles, tiles, items;
     size_t lane_floats, thread_floats, part_floats, pool_bytes, total;
+    size_t half_off;            /* half storage: where a thread's conversion buffers start (floats) */
+    int dpbf16;                 /* bf16 products on vdpbf16ps (section 3, fa__gemm_bf16_avx512) */
+    int amx, np16;              /* ... on AMX-BF16 tiles where the process may (fa__qk_amx); key pairs per block, to 16 */
 } fa__tiled_plan;
 
 static size_t fa__round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -2997,6 +3774,23 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
     f = fa__add_size(f, fa__mul_size(ld, (size_t)pl->bk));
     f = fa__add_size(f, fa__mul_size(ld, (size_t)d->Dv));
     f = fa__add_size(f, 3 * ld);
+    /* half storage (FA_F16, FA_BF16): the K/V block in fp32, K [bk][D] and V [bk][Dv], converted
+       once per block and tile, and 16 rows of Q [16][D] and of o [16][Dv] on their way in and out */
+    if (d->dtype != FA_F32) {
+        size_t h = fa__add_size(fa__round16(fa__mul_size((size_t)pl->bk, (size_t)d->D)),
+                                fa__round16(fa__mul_size((size_t)pl->bk, (size_t)d->Dv)));
+        h = fa__add_size(h, fa__mul_size(16, fa__add_size((size_t)d->D, (size_t)d->Dv)));
+        /* vdpbf16ps: Q's words in Qt's place and V's in Vc's; the panel probabilities Pp [ceil(bk/2)][ld] */
+        pl->dpbf16 = K->gemm_bf16 && d->dtype == FA_BF16 && d->D % 2 == 0 && !pl->rowmajor;
+        pl->amx = pl->dpbf16 && K->amx_qk && d->D % 32 == 0;
+        pl->np16 = (int)fa__round16(((size_t)pl->bk + 1) / 2);
+        /* AMX: Pp's rows to a multiple of 16 and Vt [Dv][np16] (allocated when the CPU has the tiles,
+           whether or not the process may use them: the count does not depend on the permission) */
+        if (pl->dpbf16) h = fa__add_size(h, fa__round16(fa__mul_size(ld, pl->amx ? (size_t)pl->np16 : ((size_t)pl->bk + 1) / 2)));
+        if (pl->amx) h = fa__add_size(h, fa__mul_size((size_t)d->Dv, (size_t)pl->np16));
+        pl->half_off = f;
+        f = fa__add_size(f, h);
+    }
     pl->thread_floats = f == SIZE_MAX ? SIZE_MAX : fa__round16(f);
     /* split keys: each chunk's o [rows][Dv], m and l [rows]; then a count of done chunks per tile */
     if (pl->nchunk > 1)
@@ -3017,6 +3811,9 @@ typedef struct fa__tiled_ctx {
     float *o, *ws, *parts;
     int *done;                  /* split keys: chunks done per tile, under mu (NULL: merge apart) */
     pthread_mutex_t *mu;
+    const uint16_t *qh, *kh, *vh;   /* half storage: the tensors (q, k, v, o above are then NULL) */
+    uint16_t *oh;
+    int amx;                        /* the plan's AMX tiles, and the process may use them */
 } fa__tiled_ctx;
 
 /* Where tile `tile` sits: batch b, first head h0, first query row i0, rows per head nqr. */
@@ -3046,7 +3843,8 @@ static void fa__tiled_merge(void *vctx, int64_t tile, int tid);
 
 /* One tile over one chunk of its key blocks: pack Q^T, walk K/V in blocks (scores, the rule where
    needed, online softmax, P V), then write o and lse, or the chunk's partials. */
-#define FA__QROW(r) (c->q + (int64_t)b * d->qs[0] + (int64_t)(h0 + (r) / nqr) * d->qs[1] + (i0 + (r) % nqr) * d->qs[2])
+#define FA__QOFF(r) ((int64_t)b * d->qs[0] + (int64_t)(h0 + (r) / nqr) * d->qs[1] + (i0 + (r) % nqr) * d->qs[2])
+#define FA__QROW(r) (c->q + FA__QOFF(r))
 static void fa__tiled_item(void *vctx, int64_t item, int tid)
 {
     const fa__tiled_ctx *c = (const fa__tiled_ctx *)vctx;
@@ -3059,8 +3857,17 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     int masks = fa__has_mask(d), acc_all = !fa__hides_keys(d) ? 1 : d->bias ? 2 : 0;
     float *lanes = c->ws + (size_t)tid * pl->thread_floats, *Qt = lanes + pl->lane_floats, *St = Qt + ld * D;
     float *Ot = St + ld * bk, *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
-    const float *kbase, *vbase;
-    int64_t ks = d->ks[2], vs = d->vs[2];
+    const float *kbase = NULL, *vbase = NULL, *kblk, *vblk;
+    const uint16_t *khb = NULL, *vhb = NULL;
+    int64_t ks = d->ks[2], vs = d->vs[2], kst, vst;
+    /* half storage: the block's K and V converted to fp32 (Kc, Vc), Q and o through Qc, Oc */
+    const int half = d->dtype != FA_F32;
+    float *Kc = half ? lanes + pl->half_off : NULL, *Vc = half ? Kc + fa__round16((size_t)bk * D) : NULL;
+    float *Qc = half ? Vc + fa__round16((size_t)bk * Dv) : NULL, *Oc = half ? Qc + 16 * (size_t)D : NULL;
+    /* vdpbf16ps (pl->dpbf16): Q's words in Qt, V's in Vc, P's in Pp */
+    uint32_t *Pp = pl->dpbf16 ? (uint32_t *)(Oc + 16 * (size_t)Dv) : NULL, *Qp = (uint32_t *)Qt, *Vp = (uint32_t *)Vc;
+    uint32_t *Vt = pl->amx ? Pp + fa__round16((size_t)ld * pl->np16) : NULL;
+    int vfin = 0;
     fa__rule_lanes ln;
     fa__pf pf;
 
@@ -3068,8 +3875,12 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     nr = pl->hpt * nqr;
     nv = (nr + 15) / 16;
     /* k, v may be NULL when Sk == 0: no arithmetic on them then */
-    kbase = d->Sk > 0 ? c->k + (int64_t)b * d->ks[0] + (int64_t)(h0 / d->group) * d->ks[1] : NULL;
-    vbase = d->Sk > 0 ? c->v + (int64_t)b * d->vs[0] + (int64_t)(h0 / d->group) * d->vs[1] : NULL;
+    if (d->Sk > 0) {
+        int64_t koff = (int64_t)b * d->ks[0] + (int64_t)(h0 / d->group) * d->ks[1];
+        int64_t voff = (int64_t)b * d->vs[0] + (int64_t)(h0 / d->group) * d->vs[1];
+        if (half) { khb = c->kh + koff; vhb = c->vh + voff; }
+        else { kbase = c->k + koff; vbase = c->v + voff; }
+    }
     fa__tile_blocks(d, i0, i0 + nqr, bk, &kb0, &kb1, &klo, &khi);
     if (kb0 < (int64_t)ch * pl->cb) kb0 = (int64_t)ch * pl->cb;
     if (kb1 > (int64_t)(ch + 1) * pl->cb) kb1 = (int64_t)(ch + 1) * pl->cb;
@@ -3079,30 +3890,55 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     memset(Ot, 0, (size_t)Dv * (pl->rowmajor ? (size_t)nr : (size_t)ld) * sizeof(float));
     if (kb0 < kb1) {
         if (pl->rowmajor) {
-            for (r = 0; r < nr; r++) K->scale(Qt + r * D, FA__QROW(r), D, d->scale);
+            for (r = 0; r < nr; r++) {
+                if (half) K->h2f(d->dtype, c->qh + FA__QOFF(r), Qt + r * D, D);
+                K->scale(Qt + r * D, half ? Qt + r * D : FA__QROW(r), D, d->scale);
+            }
         } else {
             int r0, u;
             for (r0 = 0; r0 < nv * 16; r0 += 16) {
                 const float *qp[16];
-                for (u = 0; u < 16; u++) qp[u] = r0 + u < nr ? FA__QROW(r0 + u) : NULL;
+                if (pl->dpbf16) {
+                    const uint16_t *qw[16];
+                    for (u = 0; u < 16; u++) qw[u] = r0 + u < nr ? c->qh + FA__QOFF(r0 + u) : NULL;
+                    K->qpack_bf16(qw, D / 2, Qp + r0, ld);
+                    continue;
+                }
+                for (u = 0; u < 16; u++) {
+                    qp[u] = r0 + u < nr ? (half ? Qc + (size_t)u * D : FA__QROW(r0 + u)) : NULL;
+                    if (half && qp[u]) K->h2f(d->dtype, c->qh + FA__QOFF(r0 + u), Qc + (size_t)u * D, D);
+                }
                 K->pack16(qp, D, d->scale, Qt + r0, ld);
             }
         }
         fa__lanes_fill(d, b, h0, i0, nqr, nr, nv * 16, lanes, &ln);
     }
+#ifdef FA__HAVE_AMX
+    if (c->amx) fa__amx_begin();
+#endif
 
     for (kb = kb0; kb < kb1; kb++) {
         int64_t f0 = kb * bk, f1 = f0 + bk < d->Sk ? f0 + bk : d->Sk;      /* the block's full extent */
         int64_t k0 = f0 > klo ? f0 : klo, k1 = f1 < khi ? f1 : khi;          /* its keys in this tile */
         int nk = (int)(k1 - k0), mask = masks && !fa__block_unmasked(d, i0, i0 + nqr, k0, k1), v0 = 0, v1 = nv;
-        int p0, pe;
+        int p0, pe, j;
+        if (half && pl->rowmajor && !K->dots_h) {   /* decoding: the half block streamed once, converted in L1 */
+            for (j = 0; j < nk; j++) {
+                K->h2f(d->dtype, khb + (k0 + j) * ks, Kc + (size_t)j * D, D);
+                K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
+            }
+        }
+        kblk = half ? Kc : kbase + k0 * ks; kst = half ? D : ks;
+        vblk = half ? Vc : vbase + k0 * vs; vst = half ? Dv : vs;
         if (pl->rowmajor) {
-            K->dots(Qt, nr, kbase + k0 * ks, ks, nk, D, St, ld);
+            if (half && K->dots_h) K->dots_h(d->dtype, Qt, nr, khb + k0 * ks, ks, nk, D, St, ld);   /* K as stored */
+            else K->dots(Qt, nr, kblk, kst, nk, D, St, ld);
             if (ln.mods || mask) fa__modify_tile(K, &ln, 0, St, ld, 1, k0, nk, mask);
             K->online(St, ld, nk, 1, m, l, Ot, ld, 0, tmp);
             for (r = 0; r < nr; r++)
                 if (tmp[r] != 1.0f) K->scale(Ot + r * Dv, Ot + r * Dv, Dv, tmp[r]);
-            K->pv_rows(St, ld, nr, vbase + k0 * vs, vs, nk, Ot, Dv);
+            if (half && K->pv_rows_h) K->pv_rows_h(d->dtype, St, ld, nr, vhb + k0 * vs, vs, nk, Ot, Dv);
+            else K->pv_rows(St, ld, nr, vblk, vst, nk, Ot, Dv);
             continue;
         }
         if (mask && pl->hpt == 1) {
@@ -3115,13 +3951,28 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             if (ra >= rb) continue;
             v0 = (int)(ra / 16); v1 = (int)((rb + 15) / 16);
         }
+        if (pl->dpbf16) {   /* V's words once per block; a non-finite V goes through the fp32 kernels */
+            vfin = K->vpack_bf16(vhb + k0 * vs, vs, nk, Dv, Vp);
+            if (vfin && c->amx) K->amx_vt(Vp, (nk + 1) / 2, Dv, Vt, pl->np16);
+            if (!vfin)
+                for (j = 0; j < nk; j++) K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
+        } else if (half)    /* the block converted once for all the tile's panels (its rows were prefetched) */
+            for (j = 0; j < nk; j++) {
+                K->h2f(d->dtype, khb + (k0 + j) * ks, Kc + (size_t)j * D, D);
+                K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
+            }
         /* the next block's K and V rows toward L2 during this block's GEMM loops, spread over them */
         {
             int64_t n1 = kb + 1 < kb1 ? (k1 + bk < khi ? k1 + bk : khi) - k1 : 0, lines, it;
             int np = 0;
             for (p0 = v0; p0 < v1; p0 = fa__panel_end(p0, v1)) np++;
-            fa__pf_set(&pf, 0, kbase, ks, k1, k1 + n1, D);
-            fa__pf_set(&pf, 1, vbase, vs, k1, k1 + n1, Dv);
+            if (half) {
+                fa__pf_set_es(&pf, 0, khb, ks, k1, k1 + n1, D, 2);
+                fa__pf_set_es(&pf, 1, vhb, vs, k1, k1 + n1, Dv, 2);
+            } else {
+                fa__pf_set(&pf, 0, kbase, ks, k1, k1 + n1, D);
+                fa__pf_set(&pf, 1, vbase, vs, k1, k1 + n1, Dv);
+            }
             lines = n1 * (pf.lines[0] + pf.lines[1]);
             it = (int64_t)np * (((int64_t)nk + 7) / 8 * D + ((int64_t)Dv + 7) / 8 * nk);
             pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
@@ -3132,27 +3983,51 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             int pr0 = p0 * 16, va, vb;
             float *S0 = St + pr0;
             pe = fa__panel_end(p0, v1);
-            K->gemm(kbase + k0 * ks, ks, 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0, &pf);
+            if (c->amx)
+                K->amx_qk(khb + k0 * ks, ks, nk, D, Qp + pr0, ld, S0, ld, pe - p0, d->scale, &pf);
+            else if (pl->dpbf16)
+                K->gemm_bf16((const unsigned char *)(khb + k0 * ks), 2 * ks, 4, nk, D / 2, Qp + pr0, ld, S0, ld, pe - p0,
+                             0, d->scale, &pf);
+            else
+                K->gemm(kblk, kst, 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0, &pf);
             if (ln.mods || mask) fa__modify_tile(K, &ln, pr0, S0, ld, pe - p0, k0, nk, mask);
             K->online(S0, ld, nk, pe - p0, m + pr0, l + pr0, Ot + pr0, ld, Dv, tmp);
+            if (c->amx && vfin) {
+                int x, u;
+                K->ppack_bf16(S0, ld, nk, pe - p0, Pp + pr0);
+                for (x = (nk + 1) / 2; x < pl->np16; x++)         /* the pad pairs: 0 */
+                    for (u = 0; u < 16 * (pe - p0); u++) Pp[(size_t)x * ld + pr0 + u] = 0;
+                K->amx_pv(Vt, pl->np16, Dv, Pp + pr0, ld, Ot + pr0, ld, pe - p0, &pf);
+                continue;
+            }
+            if (pl->dpbf16 && vfin) {
+                K->ppack_bf16(S0, ld, nk, pe - p0, Pp + pr0);
+                K->gemm_bf16((const unsigned char *)Vp, 4, 4 * (int64_t)Dv, Dv, (nk + 1) / 2, Pp + pr0, ld, Ot + pr0, ld,
+                             pe - p0, 1, 1.0f, &pf);
+                continue;
+            }
             for (va = p0; va < pe; va = vb) {     /* runs of vectors with one accumulate mode */
                 int acc = acc_all ? acc_all : fa__pv_acc(&ln, va, f0, f1);
                 for (vb = va + 1; vb < pe && (acc_all || fa__pv_acc(&ln, vb, f0, f1) == acc); vb++) {}
-                K->gemm(vbase + k0 * vs, 1, vs, Dv, nk, St + va * 16, ld, Ot + va * 16, ld, vb - va, acc, &pf);
+                K->gemm(vblk, 1, vst, Dv, nk, St + va * 16, ld, Ot + va * 16, ld, vb - va, acc, &pf);
             }
         }
     }
 
     /* o (or this chunk's partials) = O / l, and lse = m + log l; a row that saw no key gets 0 and
        -INFINITY, a NaN row stays NaN */
-#define FA__OROW(r) (pl->nchunk == 1 ? c->o + (int64_t)b * d->os[0] + (int64_t)(h0 + (r) / nqr) * d->os[1] + \
-                     (i0 + (r) % nqr) * d->os[2] : c->parts + ((size_t)item * pl->rows + (r)) * Dv)
+#define FA__OOFF(r) ((int64_t)b * d->os[0] + (int64_t)(h0 + (r) / nqr) * d->os[1] + (i0 + (r) % nqr) * d->os[2])
+#define FA__OROW(r) (pl->nchunk == 1 ? c->o + FA__OOFF(r) : c->parts + ((size_t)item * pl->rows + (r)) * Dv)
+    /* half storage writes o through Oc (partials of a split stay fp32) */
+#define FA__HOUT (half && pl->nchunk == 1)
     if (!pl->rowmajor) {
         int r0, u;
         for (r0 = 0; r0 < nr; r0 += 16) {
             float *op[16];
-            for (u = 0; u < 16; u++) op[u] = r0 + u < nr ? FA__OROW(r0 + u) : NULL;
+            for (u = 0; u < 16; u++) op[u] = r0 + u < nr ? (FA__HOUT ? Oc + (size_t)u * Dv : FA__OROW(r0 + u)) : NULL;
             K->unpack16(Ot + r0, ld, l + r0, Dv, op);
+            if (FA__HOUT)
+                for (u = 0; u < 16 && r0 + u < nr; u++) K->f2h(d->dtype, Oc + (size_t)u * Dv, c->oh + FA__OOFF(r0 + u), Dv);
         }
     }
     for (r = 0; r < nr; r++) {
@@ -3165,14 +4040,18 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             d->lse[((int64_t)b * d->Hq + h0 + r / nqr) * d->Sq + i0 + r % nqr] = lr > 0.0f || lr != lr ? m[r] + logf(lr) : -INFINITY;
         }
         if (pl->rowmajor) {
-            float *orow = FA__OROW(r);
+            float *orow = FA__HOUT ? Oc : FA__OROW(r);
             if (lr > 0.0f || lr != lr) {
                 K->scale(orow, Ot + r * Dv, Dv, 1.0f / lr);
             } else {
                 for (t = 0; t < Dv; t++) orow[t] = 0.0f;
             }
+            if (FA__HOUT) K->f2h(d->dtype, Oc, c->oh + FA__OOFF(r), Dv);
         }
     }
+#ifdef FA__HAVE_AMX
+    if (c->amx) fa__amx_end();
+#endif
     if (c->mu) {     /* the tile's last chunk merges it (the lock orders the other chunks' writes before) */
         int n;
         pthread_mutex_lock(c->mu);
@@ -3182,7 +4061,10 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     }
 }
 #undef FA__QROW
+#undef FA__QOFF
 #undef FA__OROW
+#undef FA__OOFF
+#undef FA__HOUT
 
 /* The chunks of one tile merged into o and lse, in chunk order. */
 static void fa__tiled_merge(void *vctx, int64_t tile, int tid)
@@ -3195,7 +4077,6 @@ static void fa__tiled_merge(void *vctx, int64_t tile, int tid)
     int64_t i0;
     int b, h0, nqr, r, p;
     float *lse;
-    (void)tid;
     fa__tile_pos(d, pl, tile, &b, &h0, &i0, &nqr);
     for (p = 0; p < pl->nchunk; p++) {
         op[p] = c->parts + (size_t)(tile * pl->nchunk + p) * pl->rows * d->Dv;
@@ -3205,8 +4086,15 @@ static void fa__tiled_merge(void *vctx, int64_t tile, int tid)
     /* a tile's rows are contiguous in lse: one head's rows from i0, or all rows of hpt heads */
     lse = d->lse ? d->lse + ((int64_t)b * d->Hq + h0) * d->Sq + i0 : NULL;
     for (r = 0; r < pl->hpt * nqr; r++) {
-        float *orow = c->o + (int64_t)b * d->os[0] + (int64_t)(h0 + r / nqr) * d->os[1] + (i0 + r % nqr) * d->os[2];
-        fa__merge_row(d->Dv, pl->nchunk, op, mp, lp, r, orow, lse);
+        int64_t off = (int64_t)b * d->os[0] + (int64_t)(h0 + r / nqr) * d->os[1] + (i0 + r % nqr) * d->os[2];
+        if (d->dtype != FA_F32) {   /* through the thread's Oc (fa__tiled_item), then to half storage */
+            float *Oc = c->ws + (size_t)tid * pl->thread_floats + pl->half_off + fa__round16((size_t)pl->bk * d->D) +
+                        fa__round16((size_t)pl->bk * d->Dv) + 16 * (size_t)d->D;
+            fa__merge_row(d->Dv, pl->nchunk, op, mp, lp, r, Oc, lse);
+            c->K->f2h(d->dtype, Oc, c->oh + off, d->Dv);
+        } else {
+            fa__merge_row(d->Dv, pl->nchunk, op, mp, lp, r, c->o + off, lse);
+        }
     }
 }
 
@@ -3234,8 +4122,19 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
     if (pl.total == SIZE_MAX) return FA_ERR_NO_MEMORY;
     mem = FLASHATTN_MALLOC(pl.total);
     if (!mem) return FA_ERR_NO_MEMORY;
-    c.d = &d; c.pl = &pl; c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v;
-    c.o = (float *)o; c.ws = (float *)fa__align64(mem);
+    c.d = &d; c.pl = &pl;
+    if (d.dtype == FA_F32) {
+        c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v; c.o = (float *)o;
+        c.qh = c.kh = c.vh = NULL; c.oh = NULL;
+    } else {
+        c.q = c.k = c.v = NULL; c.o = NULL;
+        c.qh = (const uint16_t *)q; c.kh = (const uint16_t *)k; c.vh = (const uint16_t *)v; c.oh = (uint16_t *)o;
+    }
+    c.amx = 0;
+#ifdef FA__HAVE_AMX
+    c.amx = pl.amx && fa__amx_permit();      /* a refusal: the vdpbf16ps kernels (section 3) */
+#endif
+    c.ws = (float *)fa__align64(mem);
     c.parts = c.ws + pl.thread_floats * pl.nthreads;
     c.done = NULL; c.mu = NULL;
     if (pl.nchunk > 1 && pthread_mutex_init(&mu, NULL) == 0) {
@@ -3373,8 +4272,10 @@ static fa_status fa__bwd_resolve(const fa_params *p, const void *q, const void *
     int64_t n3q[3], n3k[3], nb[4], nB, lo, hi, rows;
     uintptr_t in[8][2], out[3][2];
     int ni = 0, a, t;
+    size_t es;
     fa_status st = fa__resolve(p, q, k, v, o, d, why);
     if (st != FA_OK) return st;
+    es = fa__esize(d->dtype);     /* q, k, v, o, d_o, dq, dk, dv in the storage dtype */
     if ((st = fa__cpu_check_why(d, why)) != FA_OK) return st;
     if (d->Sq > 0 && !d_o) return fa__why(why, bad, "d_o is NULL (the upstream gradient, laid out as o)");
     if (d->Sq > 0 && !dq) return fa__why(why, bad, "dq is NULL");
@@ -3393,14 +4294,14 @@ static fa_status fa__bwd_resolve(const fa_params *p, const void *q, const void *
     /* inputs and outputs as byte ranges; the extents fit int64 (fa__resolve) */
     rows = (int64_t)d->B * d->Hq * d->Sq;
     if (d->Sq > 0) {
-        fa__extent(3, n3q, d->qs, d->D, &lo, &hi); fa__range((uintptr_t)q, lo, hi, &in[ni][0], &in[ni][1]); ni++;
-        fa__extent(3, n3q, d->os, d->Dv, &lo, &hi); fa__range((uintptr_t)o, lo, hi, &in[ni][0], &in[ni][1]); ni++;
-        fa__range((uintptr_t)d_o, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+        fa__extent(3, n3q, d->qs, d->D, &lo, &hi); fa__range_es((uintptr_t)q, lo, hi, es, &in[ni][0], &in[ni][1]); ni++;
+        fa__extent(3, n3q, d->os, d->Dv, &lo, &hi); fa__range_es((uintptr_t)o, lo, hi, es, &in[ni][0], &in[ni][1]); ni++;
+        fa__range_es((uintptr_t)d_o, lo, hi, es, &in[ni][0], &in[ni][1]); ni++;
         fa__range((uintptr_t)d->lse, 0, d->lse ? rows : 0, &in[ni][0], &in[ni][1]); ni++;
     }
     if (d->Sk > 0 && d->Sq > 0) {
-        fa__extent(3, n3k, d->ks, d->D, &lo, &hi); fa__range((uintptr_t)k, lo, hi, &in[ni][0], &in[ni][1]); ni++;
-        fa__extent(3, n3k, d->vs, d->Dv, &lo, &hi); fa__range((uintptr_t)v, lo, hi, &in[ni][0], &in[ni][1]); ni++;
+        fa__extent(3, n3k, d->ks, d->D, &lo, &hi); fa__range_es((uintptr_t)k, lo, hi, es, &in[ni][0], &in[ni][1]); ni++;
+        fa__extent(3, n3k, d->vs, d->Dv, &lo, &hi); fa__range_es((uintptr_t)v, lo, hi, es, &in[ni][0], &in[ni][1]); ni++;
     }
     if (d->bias && d->Sq > 0 && d->Sk > 0) {
         nb[0] = d->B; nb[1] = d->Hq; nb[2] = d->Sq; nb[3] = d->Sk;
@@ -3410,11 +4311,11 @@ static fa_status fa__bwd_resolve(const fa_params *p, const void *q, const void *
         nB = d->B;
         fa__extent(1, &nB, &d->alibi_stride, d->Hq, &lo, &hi); fa__range((uintptr_t)d->alibi, lo, hi, &in[ni][0], &in[ni][1]); ni++;
     }
-    fa__extent(3, n3q, d->qs, d->D, &lo, &hi); fa__range((uintptr_t)dq, lo, d->Sq > 0 && d->Sk > 0 ? hi : lo, &out[0][0], &out[0][1]);
-    fa__extent(3, n3k, d->ks, d->D, &lo, &hi); fa__range((uintptr_t)dk, lo, hi, &out[1][0], &out[1][1]);
-    fa__extent(3, n3k, d->vs, d->Dv, &lo, &hi); fa__range((uintptr_t)dv, lo, hi, &out[2][0], &out[2][1]);
+    fa__extent(3, n3q, d->qs, d->D, &lo, &hi); fa__range_es((uintptr_t)dq, lo, d->Sq > 0 && d->Sk > 0 ? hi : lo, es, &out[0][0], &out[0][1]);
+    fa__extent(3, n3k, d->ks, d->D, &lo, &hi); fa__range_es((uintptr_t)dk, lo, hi, es, &out[1][0], &out[1][1]);
+    fa__extent(3, n3k, d->vs, d->Dv, &lo, &hi); fa__range_es((uintptr_t)dv, lo, hi, es, &out[2][0], &out[2][1]);
     if (d->Sq > 0 && d->Sk == 0)       /* dq is written (zeros): its range counts */
-        { fa__extent(3, n3q, d->qs, d->D, &lo, &hi); fa__range((uintptr_t)dq, lo, hi, &out[0][0], &out[0][1]); }
+        { fa__extent(3, n3q, d->qs, d->D, &lo, &hi); fa__range_es((uintptr_t)dq, lo, hi, es, &out[0][0], &out[0][1]); }
     for (t = 0; t < 3; t++)
         for (a = 0; a < ni; a++)
             if (fa__overlap(out[t][0], out[t][1], in[a][0], in[a][1]))
@@ -3437,15 +4338,16 @@ FLASHATTN__CPU_DEF const char *fa_explain_backward(const fa_params *p, const voi
 }
 
 /* dk and dv of keys no row sees, for Sq == 0 (every key) */
-static void fa__bwd_zero_kv(const fa__dims *d, float *dk, float *dv)
+static void fa__bwd_zero_kv(const fa__dims *d, void *dk, void *dv)
 {
     int b, g;
     int64_t j;
+    size_t es = fa__esize(d->dtype);       /* 0 is all-zero bytes in every storage dtype */
     for (b = 0; b < d->B; b++)
         for (g = 0; g < d->Hkv; g++)
             for (j = 0; j < d->Sk; j++) {
-                memset(dk + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1] + j * d->ks[2], 0, (size_t)d->D * sizeof(float));
-                memset(dv + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1] + j * d->vs[2], 0, (size_t)d->Dv * sizeof(float));
+                memset((char *)dk + es * (size_t)((int64_t)b * d->ks[0] + (int64_t)g * d->ks[1] + j * d->ks[2]), 0, (size_t)d->D * es);
+                memset((char *)dv + es * (size_t)((int64_t)b * d->vs[0] + (int64_t)g * d->vs[1] + j * d->vs[2]), 0, (size_t)d->Dv * es);
             }
 }
 
@@ -3471,6 +4373,35 @@ typedef struct fa__bwd_ctx {
     pthread_cond_t cv;
 #endif
 } fa__bwd_ctx;
+
+/* Half storage: the backward's inputs q, k, v, o, d_o into fp32 copies (fa__half_job), c pointed
+   at them and at the fp32 gradients, with d2 the fp32 request on them; fa__bwd_half_out converts
+   the gradients back into dq, dk, dv. */
+static void fa__bwd_half_in(const fa__dims *d, fa__dims *d2, fa__bwd_ctx *c, fa__half_job *hj, float *hf[8],
+                            void *region, const void *q, const void *k, const void *v, const void *o, const void *d_o,
+                            int nthreads, void *pool_mem)
+{
+    fa__half_dims(d, d2, region, hf);
+    hj->K = fa__kernels_for(c->isa); hj->dt = d->dtype; hj->nt = 0;
+    fa__half_add(hj, q, NULL, hf[0], d->qs, d->B, d->Hq, d->Sq, d->D);
+    fa__half_add(hj, k, NULL, hf[1], d->ks, d->B, d->Hkv, d->Sk, d->D);
+    fa__half_add(hj, v, NULL, hf[2], d->vs, d->B, d->Hkv, d->Sk, d->Dv);
+    fa__half_add(hj, o, NULL, hf[3], d->os, d->B, d->Hq, d->Sq, d->Dv);
+    fa__half_add(hj, d_o, NULL, hf[4], d->os, d->B, d->Hq, d->Sq, d->Dv);
+    fa__half_run(d->pool, hj, nthreads, pool_mem);
+    c->d = d2;
+    c->q = hf[0]; c->k = hf[1]; c->v = hf[2]; c->o = hf[3]; c->d_o = hf[4];
+    c->dq = hf[5]; c->dk = hf[6]; c->dv = hf[7];
+}
+
+static void fa__bwd_half_out(const fa__dims *d, fa__half_job *hj, float *hf[8], void *dq, void *dk, void *dv,
+                             int nthreads, void *pool_mem)
+{
+    fa__half_add(hj, NULL, dq, hf[5], d->qs, d->B, d->Hq, d->Sq, d->D);
+    fa__half_add(hj, NULL, dk, hf[6], d->ks, d->B, d->Hkv, d->Sk, d->D);
+    fa__half_add(hj, NULL, dv, hf[7], d->vs, d->B, d->Hkv, d->Sk, d->Dv);
+    fa__half_run(d->pool, hj, nthreads, pool_mem);
+}
 
 /* ---- the naive backward --------------------------------------------------------------------- */
 
@@ -3604,37 +4535,42 @@ FLASHATTN__CPU_DEF size_t fa_naive_backward_workspace_bytes(const fa_params *p)
     fa__nbwd_plan pl;
     if (!p || fa__resolve(p, p, p, p, p, &d, NULL) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
     fa__nbwd_plan_make(&d, &pl);
-    return pl.total;
+    return d.Sq == 0 || d.Sk == 0 ? pl.total : fa__add_size(pl.total, fa__half_bytes(&d, 1));
 }
 
 /* dq of every row when there are no keys (Sk == 0): 0 */
-static void fa__bwd_zero_q(const fa__dims *d, float *dq)
+static void fa__bwd_zero_q(const fa__dims *d, void *dq)
 {
     int b, h;
     int64_t i;
+    size_t es = fa__esize(d->dtype);
     for (b = 0; b < d->B; b++)
         for (h = 0; h < d->Hq; h++)
             for (i = 0; i < d->Sq; i++)
-                memset(dq + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1] + i * d->qs[2], 0, (size_t)d->D * sizeof(float));
+                memset((char *)dq + es * (size_t)((int64_t)b * d->qs[0] + (int64_t)h * d->qs[1] + i * d->qs[2]), 0, (size_t)d->D * es);
 }
 
 FLASHATTN__CPU_DEF fa_status fa_naive_backward(const fa_params *p, const void *q, const void *k, const void *v,
                                                const void *o, const void *d_o, void *dq, void *dk, void *dv)
 {
-    fa__dims d;
+    fa__dims d, d2;
     fa__nbwd_plan pl;
     fa__bwd_ctx c;
+    fa__half_job hj;
+    float *hf[8] = { NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+    size_t total;
     void *mem;
     fa_status st = fa__bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 0, &d, NULL);
     if (st != FA_OK) return st;
     if (d.Sq == 0 || d.Sk == 0) {
-        if (d.Sq == 0) fa__bwd_zero_kv(&d, (float *)dk, (float *)dv);
-        else fa__bwd_zero_q(&d, (float *)dq);
+        if (d.Sq == 0) fa__bwd_zero_kv(&d, dk, dv);
+        else fa__bwd_zero_q(&d, dq);
         return FA_OK;
     }
     fa__nbwd_plan_make(&d, &pl);
-    if (pl.total == SIZE_MAX || pl.mat_floats >= SIZE_MAX / 16 || pl.total > fa__phys_bytes()) return FA_ERR_NO_MEMORY;
-    mem = FLASHATTN_MALLOC(pl.total);
+    total = fa__add_size(pl.total, fa__half_bytes(&d, 1));
+    if (total == SIZE_MAX || pl.mat_floats >= SIZE_MAX / 16 || total > fa__phys_bytes()) return FA_ERR_NO_MEMORY;
+    mem = FLASHATTN_MALLOC(total);
     if (!mem) return FA_ERR_NO_MEMORY;
     memset(&c, 0, sizeof c);
     c.d = &d; c.isa = fa__isa();
@@ -3645,7 +4581,10 @@ FLASHATTN__CPU_DEF fa_status fa_naive_backward(const fa_params *p, const void *q
     c.G = pl.mats == 3 ? c.dS + pl.mat_floats : NULL;
     c.Q = c.P + pl.mat_floats * pl.mats;
     c.qn = pl.q_floats;
+    if (d.dtype != FA_F32)
+        fa__bwd_half_in(&d, &d2, &c, &hj, hf, (char *)mem + pl.total, q, k, v, o, d_o, pl.nthreads, fa__align64(mem));
     fa__run(d.pool, fa__nbwd_item, &c, (int64_t)d.B * d.Hkv, pl.nthreads, fa__align64(mem));   /* fa__sgemm: OpenBLAS's count untouched */
+    if (d.dtype != FA_F32) fa__bwd_half_out(&d, &hj, hf, dq, dk, dv, pl.nthreads, fa__align64(mem));
     FLASHATTN_FREE(mem);
     return FA_OK;
 }
@@ -3861,27 +4800,31 @@ FLASHATTN__CPU_DEF size_t fa_tiled_backward_workspace_bytes(const fa_params *p)
     fa__tbwd_plan pl;
     if (!p || fa__resolve(p, p, p, p, p, &d, NULL) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
     fa__tbwd_plan_make(&d, &pl);
-    return pl.total;
+    return d.Sq == 0 || d.Sk == 0 ? pl.total : fa__add_size(pl.total, fa__half_bytes(&d, 1));
 }
 
 FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q, const void *k, const void *v,
                                                const void *o, const void *d_o, void *dq, void *dk, void *dv)
 {
-    fa__dims d;
+    fa__dims d, d2;
     fa__tbwd_plan pl;
     fa__bwd_ctx c;
+    fa__half_job hj;
+    float *hf[8] = { NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+    size_t total;
     void *mem;
     char *pool_mem;
     fa_status st = fa__bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d, NULL);
     if (st != FA_OK) return st;
     if (d.Sq == 0 || d.Sk == 0) {
-        if (d.Sq == 0) fa__bwd_zero_kv(&d, (float *)dk, (float *)dv);
-        else fa__bwd_zero_q(&d, (float *)dq);
+        if (d.Sq == 0) fa__bwd_zero_kv(&d, dk, dv);
+        else fa__bwd_zero_q(&d, dq);
         return FA_OK;
     }
     fa__tbwd_plan_make(&d, &pl);
-    if (pl.total == SIZE_MAX) return FA_ERR_NO_MEMORY;
-    mem = FLASHATTN_MALLOC(pl.total);
+    total = fa__add_size(pl.total, fa__half_bytes(&d, 1));
+    if (total == SIZE_MAX) return FA_ERR_NO_MEMORY;
+    mem = FLASHATTN_MALLOC(total);
     if (!mem) return FA_ERR_NO_MEMORY;
     memset(&c, 0, sizeof c);
     c.d = &d; c.isa = fa__isa(); c.plan = &pl;
@@ -3895,8 +4838,11 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
     if (pthread_mutex_init(&c.mu, NULL) != 0) { FLASHATTN_FREE(mem); return FA_ERR_NO_MEMORY; }
     if (pthread_cond_init(&c.cv, NULL) != 0) { pthread_mutex_destroy(&c.mu); FLASHATTN_FREE(mem); return FA_ERR_NO_MEMORY; }
 #endif
+    if (d.dtype != FA_F32)
+        fa__bwd_half_in(&d, &d2, &c, &hj, hf, (char *)mem + pl.total, q, k, v, o, d_o, pl.nthreads, pool_mem);
     fa__run(d.pool, fa__tbwd_prep, &c, (int64_t)d.B * d.Hq, pl.nthreads, pool_mem);
     fa__run(d.pool, fa__tbwd_item, &c, pl.items, pl.nthreads, pool_mem);
+    if (d.dtype != FA_F32) fa__bwd_half_out(&d, &hj, hf, dq, dk, dv, pl.nthreads, pool_mem);
 #ifndef FA__TURN_ATOMIC
     pthread_cond_destroy(&c.cv);
     pthread_mutex_destroy(&c.mu);
@@ -3913,9 +4859,15 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
 {
     fa__dims d;
     const char *why = NULL;
-    char line[320];
+    char line[900], half[320];
     int isa = fa__isa(), len;
     fa_status st = fa__resolve(p, p, p, p, p, &d, &why);
+    half[0] = '\0';
+    if (st == FA_OK && d.dtype != FA_F32)
+        snprintf(half, sizeof half, "; %s storage: %s%s%s", d.dtype == FA_F16 ? "fp16" : "bf16",
+                 call == FA_CALL_TILED ? "each K/V block and Q row converted once per tile by " : "fp32 copies made by ",
+                 call == FA_CALL_TILED ? fa__half_name(isa) : fa__kernels_for(isa)->cvt_name,
+                 call == FA_CALL_TILED ? "" : " conversion, the fp32 path on them");
     if (st == FA_OK) st = fa__cpu_check_why(&d, &why);
     if (st != FA_OK) {
         len = snprintf(line, sizeof line, "refused: %s", why ? why : fa_status_string(st));
@@ -3923,38 +4875,49 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
         fa__naive_plan pl;
         fa__naive_plan_make(&d, &pl);
         len = snprintf(line, sizeof line, "fa_naive: %s [%d][%d][%d][%d] scores, GEMMs %s, %s softmax; %d threads; "
-                       "workspace %zu bytes", "materialised", d.B, d.Hq, d.Sq, d.Sk,
+                       "workspace %zu bytes%s", "materialised", d.B, d.Hq, d.Sq, d.Sk,
 #ifdef FLASHATTN_NO_BLAS
                        "by the header's loops",
 #else
                        "by OpenBLAS (its thread count untouched)",
 #endif
-                       fa__isa_name(isa), pl.nthreads, pl.total);
+                       fa__isa_name(isa), pl.nthreads, d.Sq ? fa__add_size(pl.total, fa__half_bytes(&d, 0)) : 0, half);
     } else if (call == FA_CALL_TILED) {
         fa__tiled_plan pl;
         fa__tiled_plan_make(&d, fa__kernels_for(isa), &pl);
+        if (pl.amx)
+            snprintf(half, sizeof half, "; bf16 storage: both products on AMX-BF16 tiles (tdpbf16ps; vdpbf16ps if the "
+                     "kernel refuses the tile state), K read as stored, Q and V packed once per tile, P rounded to bf16");
+        else if (pl.dpbf16)
+            snprintf(half, sizeof half, "; bf16 storage: both products on avx512bf16 vdpbf16ps (K read as stored, Q and "
+                     "V packed once per tile, P rounded to bf16)");
+        else if (pl.rowmajor && d.dtype != FA_F32 && fa__kernels_for(isa)->dots_h)
+            snprintf(half, sizeof half, "; %s storage: the decode kernels read K/V as stored, widened in registers",
+                     d.dtype == FA_F16 ? "fp16" : "bf16");
         len = snprintf(line, sizeof line, "fa_tiled: %s kernels%s; tiles of %d query rows x %d heads, key blocks of %d; "
-                       "key split %d chunk%s of %d blocks; %lld items on %d threads; workspace %zu bytes",
+                       "key split %d chunk%s of %d blocks; %lld items on %d threads; workspace %zu bytes%s",
                        fa__isa_name(isa), pl.rowmajor ? " (row-major decode)" : "", pl.nq, pl.hpt, pl.bk, pl.nchunk,
-                       pl.nchunk == 1 ? "" : "s", pl.cb, (long long)pl.items, pl.nthreads, pl.total);
+                       pl.nchunk == 1 ? "" : "s", pl.cb, (long long)pl.items, pl.nthreads, pl.total, half);
     } else if (call == FA_CALL_NAIVE_BACKWARD) {
         fa__nbwd_plan pl;
         fa__nbwd_plan_make(&d, &pl);
         len = snprintf(line, sizeof line, "fa_naive_backward: P and dS materialised (%zu matrices of [%d][%d][%d][%d]), "
-                       "GEMMs %s, %s; an item per batch and kv head on %d threads; workspace %zu bytes", pl.mats,
+                       "GEMMs %s, %s; an item per batch and kv head on %d threads; workspace %zu bytes%s", pl.mats,
                        d.B, d.Hq, d.Sq, d.Sk,
 #ifdef FLASHATTN_NO_BLAS
                        "by the header's loops",
 #else
                        "by OpenBLAS",
 #endif
-                       fa__isa_name(isa), pl.nthreads, pl.total);
+                       fa__isa_name(isa), pl.nthreads,
+                       d.Sq && d.Sk ? fa__add_size(pl.total, fa__half_bytes(&d, 1)) : pl.total, half);
     } else if (call == FA_CALL_TILED_BACKWARD) {
         fa__tbwd_plan pl;
         fa__tbwd_plan_make(&d, &pl);
         len = snprintf(line, sizeof line, "fa_tiled_backward: %s kernels; key tiles of %d keys, query blocks of %d rows "
-                       "(dq added in key-tile order); %lld items on %d threads; workspace %zu bytes",
-                       fa__isa_name(isa), pl.kt, pl.qb, (long long)pl.items, pl.nthreads, pl.total);
+                       "(dq added in key-tile order); %lld items on %d threads; workspace %zu bytes%s",
+                       fa__isa_name(isa), pl.kt, pl.qb, (long long)pl.items, pl.nthreads,
+                       d.Sq && d.Sk ? fa__add_size(pl.total, fa__half_bytes(&d, 1)) : pl.total, half);
     } else {
         len = snprintf(line, sizeof line, "refused: call is not an fa_call value");
     }

@@ -418,9 +418,93 @@ static res bench_shape(const char *kind, int B, int H, int Hkv, int Sq, int Sk, 
     return rt;
 }
 
+/* ---- --dtype f16|bf16: half-precision storage against fp32 (issue 16) ------------------------
+   Each row times fa_tiled on fp32 tensors and on the same values as fp16/bf16 alternately (medians
+   of up to 7 rounds), beside the same-run ceilings: vdpbf16ps (where the CPU has AVX512-BF16),
+   OpenBLAS sgemm, memory read bandwidth. Decode keeps LAYERS copies of K/V in both types (so that
+   they come from memory) and gives K/V GB/s at the type's own bytes. */
+typedef struct { fa_params p; const void *q, *k, *v; void *o; const void *kl[LAYERS], *vl[LAYERS]; int nl, cur; } half_arg;
+static int run_half(void *v)
+{
+    half_arg *a = (half_arg *)v;
+    if (a->nl > 1) { a->cur = (a->cur + 1) % a->nl; a->k = a->kl[a->cur]; a->v = a->vl[a->cur]; }
+    return (int)fa_tiled(&a->p, a->q, a->k, a->v, a->o);
+}
+
+static void half_row(fa_dtype dt, const char *kind, int B, int H, int Hkv, int Sq, int Sk, int D, int causal,
+                     double dp_ceil, double bw)
+{
+    size_t nq = (size_t)B * H * Sq * D, nk = (size_t)B * Hkv * Sk * D;
+    int layers = Sq == 1 ? LAYERS : 1, i, n = 0, maxn = quick || few_reps ? 3 : 7;
+    half_arg x, y;           /* x fp32, y half */
+    float *q = (float *)malloc(nq * 4), *o = (float *)malloc(nq * 4), *kf[LAYERS], *vf[LAYERS];
+    uint16_t *qh, *oh = (uint16_t *)malloc(nq * 2), *kh[LAYERS], *vh[LAYERS];
+    double tx[7], ty[7], t0, first, flops = 4.0 * B * H * (double)Sq * Sk * D * (causal ? 0.5 : 1.0), mx, my;
+    char what[700];
+    memset(&x, 0, sizeof x);
+    x.p.batch = B; x.p.heads = H; x.p.kv_heads = Hkv; x.p.seq_q = Sq; x.p.seq_k = Sk; x.p.head_dim = D;
+    x.p.causal = causal; x.p.threads = nthreads; x.p.pool = g_pool;
+    y = x; y.p.dtype = dt;
+    fill_normal(q, nq);
+    qh = bench_to_half(dt, q, nq);
+    for (i = 0; i < layers; i++) {
+        kf[i] = (float *)malloc(nk * 4); vf[i] = (float *)malloc(nk * 4);
+        fill_normal(kf[i], nk); fill_normal(vf[i], nk);
+        kh[i] = bench_to_half(dt, kf[i], nk); vh[i] = bench_to_half(dt, vf[i], nk);
+        x.kl[i] = kf[i]; x.vl[i] = vf[i]; y.kl[i] = kh[i]; y.vl[i] = vh[i];
+    }
+    x.nl = y.nl = layers;
+    x.q = q; x.k = kf[0]; x.v = vf[0]; x.o = o;
+    y.q = qh; y.k = kh[0]; y.v = vh[0]; y.o = oh;
+    t0 = now_s();
+    if (run_half(&x) != 0 || run_half(&y) != 0) { printf("%s: call failed\n", kind); goto done; }
+    first = now_s() - t0;
+    while (n < maxn) {
+        t0 = now_s(); run_half(&x); tx[n] = now_s() - t0;
+        t0 = now_s(); run_half(&y); ty[n] = now_s() - t0;
+        n++;
+        if (n >= 3 && first * n > (quick || few_reps ? 0.5 : 2.0)) break;
+    }
+    qsort(tx, (size_t)n, sizeof tx[0], cmp_d); qsort(ty, (size_t)n, sizeof ty[0], cmp_d);
+    mx = 1e3 * tx[n / 2]; my = 1e3 * ty[n / 2];
+    if (Sq == 1)
+        printf("%-7s %2d %2d %3d %5d %5d %3d %d %3d | %8.3f %8.3f | %5.2fx | K/V GB/s fp32 %6.1f %s %6.1f (%3.0f%% of %.1f)\n",
+               kind, B, H, Hkv, Sq, Sk, D, causal, nthreads, mx, my, mx / my, 2.0 * nk * 4 / (mx * 1e-3) * 1e-9,
+               bench_dtype_name(dt), 2.0 * nk * 2 / (my * 1e-3) * 1e-9, 100.0 * 2.0 * nk * 2 / (my * 1e-3) * 1e-9 / bw, bw);
+    else
+        printf("%-7s %2d %2d %3d %5d %5d %3d %d %3d | %8.2f %8.2f | %5.2fx | GFLOP/s fp32 %6.1f %s %6.1f (%3.0f%% of vdpbf16ps %.0f, %3.0f%% of sgemm %.0f)\n",
+               kind, B, H, Hkv, Sq, Sk, D, causal, nthreads, mx, my, mx / my, flops / mx * 1e-6, bench_dtype_name(dt),
+               flops / my * 1e-6, dp_ceil > 0 ? 100.0 * flops / my * 1e-6 / dp_ceil : 0.0, dp_ceil,
+               gemm_ceiling > 0 ? 100.0 * flops / my * 1e-6 / gemm_ceiling : 0.0, gemm_ceiling);
+    fa_describe(&y.p, FA_CALL_TILED, what, sizeof what);
+    printf("          %s\n", what);
+    fflush(stdout);
+done:
+    free(q); free(o); free(qh); free(oh);
+    for (i = 0; i < layers; i++) { free(kf[i]); free(vf[i]); free(kh[i]); free(vh[i]); }
+}
+
+static int no_decode = 0;   /* --no-decode: the --dtype rows without the decode row */
+static void half_rows(fa_dtype dt, double bw)
+{
+    double dp = bench_dpbf16_gflops(nthreads), amx = bench_amx_gflops(nthreads);
+    int S, D;
+    printf("ceiling: vdpbf16ps %.1f GFLOP/s at %d threads%s; AMX tdpbf16ps %.1f%s; OpenBLAS sgemm %.1f; memory read %.1f GB/s\n",
+           dp, nthreads, dp > 0 ? "" : " (no AVX512-BF16 on this CPU)", amx, amx > 0 ? "" : " (no AMX, or not permitted)",
+           gemm_ceiling, bw);
+    printf("%s tiled against fp32 tiled, same values, timed alternately (ms: medians; speed = fp32 ms / %s ms)\n",
+           bench_dtype_name(dt), bench_dtype_name(dt));
+    printf("kind     B  H Hkv    Sq    Sk   D c thr |  fp32 ms  %4s ms | speed |\n", bench_dtype_name(dt));
+    for (D = 64; D <= 128; D *= 2)
+        for (S = 512; S <= max_s && S <= 4096; S *= 2) half_row(dt, "prefill", 2, 4, 4, S, S, D, 0, dp, bw);
+    if (max_s >= 4096) half_row(dt, "prefill", 2, 4, 4, 4096, 4096, 128, 1, dp, bw);
+    if (!no_decode) half_row(dt, "decode", 1, 32, 8, 1, quick ? 8192 : 32768, 128, 0, dp, mem_read_gbs((size_t)1 << 30, nthreads));
+}
+
 int main(int argc, char **argv)
 {
     int i, D, causal, S, use_pool = 0;
+    fa_dtype half_dt = FA_F32;      /* --dtype */
     double gemm2 = 0, gemm1 = 0, bw = 0, bw1 = 0, t0 = now_s();
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv")) csv = 1;
@@ -433,6 +517,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--few-reps")) few_reps = 1;
         else if (!strcmp(argv[i], "--pool")) use_pool = 1;
         else if (!strcmp(argv[i], "--no-row-sgemm")) no_ceiling = 1;
+        else if (!strcmp(argv[i], "--no-decode")) no_decode = 1;
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+            ++i;
+            half_dt = !strcmp(argv[i], "f16") ? FA_F16 : !strcmp(argv[i], "bf16") ? FA_BF16 : FA_F32;
+            if (half_dt == FA_F32) { fprintf(stderr, "bench: --dtype takes f16 or bf16\n"); return 2; }
+        }
         else {
             fprintf(stderr, "usage: %s [--csv] [--threads N] [--quick] [--max-s N] [--naive-mem GiB] "
                     "[--no-scaling] [--no-naive] [--few-reps] [--pool] [--no-row-sgemm]\n", argv[0]);
@@ -479,6 +569,11 @@ int main(int argc, char **argv)
     gemm_ceiling = gemm2;
     printf("%sceiling: OpenBLAS sgemm 2048^3: %.1f GFLOP/s at %d threads, %.1f at 1; memory read: %.1f GB/s at "
            "%d threads, %.1f at 1 (1 GiB buffer)\n", csv ? "# " : "", gemm2, nthreads, gemm1, bw, nthreads, bw1);
+    if (half_dt != FA_F32) {     /* --dtype: the half-precision rows only */
+        half_rows(half_dt, bw);
+        if (g_pool) fa_pool_destroy(g_pool);
+        return 0;
+    }
     print_header();
     {
         /* results by [causal][D index][log2(S/128)] */

@@ -20,7 +20,8 @@
             never over 60% of the memory available at the start), --csv, --no-naive, --no-row-sgemm
             (no sgemm next to each row: OpenBLAS's threads spin after each GEMM and share the cores
             with the next row's call; %sgemm is then 0), --pool (every call on one fa_pool of N
-            threads made at the start). */
+            threads made at the start), --dtype f16|bf16 (instead of the rows: fa_tiled_backward in that storage
+            type against fp32 on the same values, S = 512..4096; issue 16). */
 #define _GNU_SOURCE
 #define FLASHATTN_IMPLEMENTATION
 #include "flashattn.h"
@@ -249,10 +250,65 @@ static void target_table(const row *rows, int nr, size_t mem_ws)
            (double)mem_ws / 1e6, mem_ws > 0 && mem_ws < 64000000u ? "met" : "MISSED");
 }
 
+/* ---- --dtype f16|bf16: the backward in half-precision storage against fp32 (issue 16) --------
+   Per row: the fp32 forward once (o, lse; o rounded into the half type), then fa_tiled_backward on
+   fp32 tensors and on the same values in fp16/bf16 timed alternately (medians of up to 7 rounds). */
+static void half_bwd_row(fa_dtype dt, int B, int H, int S, int D, int causal)
+{
+    size_t n = (size_t)B * H * S * D, rows = (size_t)B * H * S;
+    float *x[5], *g[3], *lse = (float *)malloc(rows * 4);
+    uint16_t *h[5], *hg[3];
+    fa_params p, ph;
+    double t32[7], th[7], t0, first, m32, mh, flops = 2.5 * 4.0 * B * H * (double)S * S * D * (causal ? 0.5 : 1.0);
+    int i, k = 0, maxn = quick || few_reps ? 3 : 7;
+    char what[700];
+    memset(&p, 0, sizeof p);
+    p.batch = B; p.heads = H; p.seq_q = p.seq_k = S; p.head_dim = D; p.causal = causal; p.threads = nthreads;
+    p.pool = g_pool; p.lse = lse;
+    for (i = 0; i < 5; i++) x[i] = alloc_normal(n);            /* q, k, v, o, d_o */
+    for (i = 0; i < 3; i++) { g[i] = (float *)malloc(n * 4); hg[i] = (uint16_t *)malloc(n * 2); }
+    for (i = 0; i < 5; i++) if (i != 3) { h[i] = bench_to_half(dt, x[i], n); fa__kernels_for(0)->h2f(dt, h[i], x[i], (int)n); }
+    fa_tiled(&p, x[0], x[1], x[2], x[3]);
+    h[3] = bench_to_half(dt, x[3], n);
+    fa__kernels_for(0)->h2f(dt, h[3], x[3], (int)n);
+    ph = p; ph.dtype = dt;
+    t0 = bench_now();
+    fa_tiled_backward(&p, x[0], x[1], x[2], x[3], x[4], g[0], g[1], g[2]);
+    fa_tiled_backward(&ph, h[0], h[1], h[2], h[3], h[4], hg[0], hg[1], hg[2]);
+    first = bench_now() - t0;
+    while (k < maxn) {
+        t0 = bench_now(); fa_tiled_backward(&p, x[0], x[1], x[2], x[3], x[4], g[0], g[1], g[2]); t32[k] = bench_now() - t0;
+        t0 = bench_now(); fa_tiled_backward(&ph, h[0], h[1], h[2], h[3], h[4], hg[0], hg[1], hg[2]); th[k] = bench_now() - t0;
+        k++;
+        if (k >= 3 && first * k > (quick || few_reps ? 0.5 : 2.0)) break;
+    }
+    m32 = 1e3 * bench_median(t32, k); mh = 1e3 * bench_median(th, k);
+    printf("prefill %2d %2d %5d %3d %d %3d | %9.2f %9.2f | %5.2fx | GFLOP/s fp32 %6.1f %s %6.1f\n", B, H, S, D, causal,
+           nthreads, m32, mh, m32 / mh, gf(flops, m32), bench_dtype_name(dt), gf(flops, mh));
+    fa_describe(&ph, FA_CALL_TILED_BACKWARD, what, sizeof what);
+    printf("          %s\n", what);
+    fflush(stdout);
+    for (i = 0; i < 5; i++) { free(x[i]); free(h[i]); }
+    for (i = 0; i < 3; i++) { free(g[i]); free(hg[i]); }
+    free(lse);
+}
+
+static void half_bwd_rows(fa_dtype dt)
+{
+    int S, D, causal;
+    printf("%s fa_tiled_backward against fp32 fa_tiled_backward, same values, timed alternately (speed = fp32 ms / %s ms;"
+           " GFLOP/s = 2.5 x 4*B*H*S^2*D, halved for causal)\n", bench_dtype_name(dt), bench_dtype_name(dt));
+    printf("kind     B  H     S   D c thr |   fp32 ms   %4s ms | speed |\n", bench_dtype_name(dt));
+    for (D = 64; D <= 128; D *= 2)
+        for (S = 512; S <= max_s && S <= 4096; S *= 2)
+            for (causal = 0; causal <= 1; causal++) half_bwd_row(dt, 2, 4, S, D, causal);
+}
+
 int main(int argc, char **argv)
 {
     row rows[64];
     int nr = 0, i, D, S, causal, use_pool = 0, S_win, S_gqa;
+    fa_dtype half_dt = FA_F32;     /* --dtype */
     double t_start = bench_now(), gemm0 = 0.0;
     size_t mem_ws, mem_naive, mem_fwd;
     char la[128];
@@ -269,6 +325,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--pool")) use_pool = 1;
         else if (!strcmp(argv[i], "--block-k") && i + 1 < argc) opt_bk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--block-q") && i + 1 < argc) opt_bq = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+            ++i;
+            half_dt = !strcmp(argv[i], "f16") ? FA_F16 : !strcmp(argv[i], "bf16") ? FA_BF16 : FA_F32;
+            if (half_dt == FA_F32) { fprintf(stderr, "bench_backward: --dtype takes f16 or bf16\n"); return 2; }
+        }
         else {
             fprintf(stderr, "usage: %s [--csv] [--threads N] [--quick] [--few-reps] [--max-s N] [--naive-mem GiB] "
                     "[--no-naive] [--no-row-sgemm] [--pool] [--block-k N] [--block-q N]\n", argv[0]);
@@ -296,6 +357,11 @@ int main(int argc, char **argv)
         char info[512];
         fa_build_info(info, sizeof info);
         printf("%sbuild: %s\n", C, info);
+    }
+    if (half_dt != FA_F32) {     /* --dtype: the half-precision rows only */
+        half_bwd_rows(half_dt);
+        if (g_pool) fa_pool_destroy(g_pool);
+        return 0;
     }
     if (!no_ceiling) {
         gemm0 = bench_sgemm_gflops(2048, nthreads, quick || few_reps ? 3 : 7, quick || few_reps ? 0.5 : 2.0);

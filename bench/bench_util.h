@@ -211,4 +211,102 @@ BENCH_FN double bench_avail_bytes(void)
     return pages > 0 && size > 0 ? (double)pages * (double)size : 0.0;
 }
 
+/* ---- half precision (issue 16): the vdpbf16ps ceiling, fp32 arrays as fp16/bf16 ---------------- */
+#ifdef FLASHATTN_IMPLEMENTATION       /* after the header's implementation only (not for ab.c) */
+#include <pthread.h>
+/* x as storage type dt (2 bytes an element), by the header's own conversion (bench includes it) */
+BENCH_FN uint16_t *bench_to_half(fa_dtype dt, const float *x, size_t n)
+{
+    uint16_t *h = (uint16_t *)malloc((n ? n : 1) * 2);
+    if (h) fa__kernels_for(0)->f2h(dt, x, h, (int)n);
+    return h;
+}
+BENCH_FN const char *bench_dtype_name(fa_dtype dt) { return dt == FA_F16 ? "fp16" : dt == FA_BF16 ? "bf16" : "fp32"; }
+
+#ifdef FLASHATTN__X86
+/* 24 independent chains of vdpbf16ps (16 lanes x 2 bf16 pairs = 32 multiply-adds each), iters times */
+#define BENCH_DP4(a, b, c, d) a = _mm512_dpbf16_ps(a, (__m512bh)x, (__m512bh)y); b = _mm512_dpbf16_ps(b, (__m512bh)x, (__m512bh)y); \
+                             c = _mm512_dpbf16_ps(c, (__m512bh)x, (__m512bh)y); d = _mm512_dpbf16_ps(d, (__m512bh)x, (__m512bh)y)
+__attribute__((target("avx512f,avx512bf16"))) static void *bench_dpbf16_chain(void *arg)
+{
+    long n = *(long *)arg, i;
+#define BENCH_C(k) _mm512_set1_ps((float)(k))   /* distinct starts: no chain is a copy of another */
+    __m512 c0 = BENCH_C(0), c1 = BENCH_C(1), c2 = BENCH_C(2), c3 = BENCH_C(3), c4 = BENCH_C(4), c5 = BENCH_C(5);
+    __m512 c6 = BENCH_C(6), c7 = BENCH_C(7), c8 = BENCH_C(8), c9 = BENCH_C(9), c10 = BENCH_C(10), c11 = BENCH_C(11);
+    __m512 c12 = BENCH_C(12), c13 = BENCH_C(13), c14 = BENCH_C(14), c15 = BENCH_C(15), c16 = BENCH_C(16), c17 = BENCH_C(17);
+    __m512 c18 = BENCH_C(18), c19 = BENCH_C(19), c20 = BENCH_C(20), c21 = BENCH_C(21), c22 = BENCH_C(22), c23 = BENCH_C(23);
+    __m512i x = _mm512_set1_epi32(0x3F803F80), y = _mm512_set1_epi32(0x3C003C00);   /* 1.0 and 2^-7 */
+    float out[16];
+    for (i = 0; i < n; i++) {
+        BENCH_DP4(c0, c1, c2, c3); BENCH_DP4(c4, c5, c6, c7); BENCH_DP4(c8, c9, c10, c11);
+        BENCH_DP4(c12, c13, c14, c15); BENCH_DP4(c16, c17, c18, c19); BENCH_DP4(c20, c21, c22, c23);
+    }
+    c0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)), _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7)));
+    c8 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11)), _mm512_add_ps(_mm512_add_ps(c12, c13), _mm512_add_ps(c14, c15)));
+    c16 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c16, c17), _mm512_add_ps(c18, c19)), _mm512_add_ps(_mm512_add_ps(c20, c21), _mm512_add_ps(c22, c23)));
+    _mm512_storeu_ps(out, _mm512_add_ps(c0, _mm512_add_ps(c8, c16)));
+    *(long *)arg = out[0] > 0.0f ? n : -1;
+    return NULL;
+}
+/* GFLOP/s of vdpbf16ps on thr threads (2 FLOPs a multiply-add), 0 when the CPU has no AVX512-BF16 */
+BENCH_FN double bench_dpbf16_gflops(int thr)
+{
+    pthread_t th[256];
+    long it[256];
+    double t0, t;
+    int i;
+    const long n = 10000000;
+    if (!fa__cpu_avx512bf16()) return 0.0;
+    if (thr > 256) thr = 256;
+    t0 = bench_now();
+    for (i = 0; i < thr; i++) { it[i] = n; if (i) pthread_create(&th[i], NULL, bench_dpbf16_chain, &it[i]); }
+    bench_dpbf16_chain(&it[0]);
+    for (i = 1; i < thr; i++) pthread_join(th[i], NULL);
+    t = bench_now() - t0;
+    return (double)thr * (double)n * 24.0 * 32.0 * 2.0 / t * 1e-9;
+}
+#else
+BENCH_FN double bench_dpbf16_gflops(int thr) { (void)thr; return 0.0; }
+#endif
+#ifdef FA__HAVE_AMX
+/* AMX-BF16: 4 tdpbf16ps a round (2 x 2 tiles of C, 16 x 16 fp32, from A and B tiles loaded once: 4 x
+   16 x 16 x 32 multiply-adds), iters rounds; the process's tile permission asked first */
+__attribute__((target("amx-tile,amx-bf16"))) static void *bench_amx_chain(void *arg)
+{
+    long n = *(long *)arg, i;
+    static const uint16_t src[16 * 32] = { 0 };
+    float out[16 * 16];
+    fa__amx_begin();
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    _tile_loadd(4, src, 64); _tile_loadd(5, src, 64); _tile_loadd(6, src, 64);
+    for (i = 0; i < n; i++) {
+        _tile_dpbf16ps(0, 4, 5); _tile_dpbf16ps(1, 4, 6); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 4);
+    }
+    _tile_stored(0, out, 64);
+    fa__amx_end();
+    *(long *)arg = out[0] == 0.0f ? n : -1;
+    return NULL;
+}
+/* GFLOP/s of tdpbf16ps on thr threads, 0 without AMX or without the permission */
+BENCH_FN double bench_amx_gflops(int thr)
+{
+    pthread_t th[256];
+    long it[256];
+    double t0, t;
+    int i;
+    const long n = 2000000;
+    if (!fa__cpu_amx() || !fa__amx_permit()) return 0.0;
+    if (thr > 256) thr = 256;
+    t0 = bench_now();
+    for (i = 0; i < thr; i++) { it[i] = n; if (i) pthread_create(&th[i], NULL, bench_amx_chain, &it[i]); }
+    bench_amx_chain(&it[0]);
+    for (i = 1; i < thr; i++) pthread_join(th[i], NULL);
+    t = bench_now() - t0;
+    return (double)thr * (double)n * 4.0 * 16.0 * 16.0 * 32.0 * 2.0 / t * 1e-9;
+}
+#else
+BENCH_FN double bench_amx_gflops(int thr) { (void)thr; return 0.0; }
+#endif
+#endif /* FLASHATTN_IMPLEMENTATION */
+
 #endif /* FA_BENCH_UTIL_H */

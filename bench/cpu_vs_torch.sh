@@ -8,18 +8,26 @@
 #   sh bench/cpu_vs_torch.sh                  (both parts, about 6 min; writes under $OUT, or /tmp/cpu_vs_torch)
 #   PART=forward sh bench/cpu_vs_torch.sh     (the forward part alone, about 4 min)
 #   PART=backward sh bench/cpu_vs_torch.sh    (the backward part alone, about 2-3 min at MAXS_BWD=4096)
+# Issue 16: PART=half-forward / PART=half-backward: bf16 and fp16 (bench --dtype, bench_backward --dtype,
+# and a bench built with -DFLASHATTN_NO_AVX512BF16 for the conversion path) against PyTorch's CPU SDPA
+# in the same type (bench/torch_cpu.py --dtype), 2 and 16 threads, S <= MAXS_HALF (4096; backward
+# MAXS_HALF_BWD, 2048). BIN=dir takes prebuilt bench_half, bench_half_nodp and bench_backward_half
+# from dir instead of compiling (they choose their kernels at run time).
+#   PART=half-forward sh bench/cpu_vs_torch.sh    (about 2 min)
+#   PART=half-backward sh bench/cpu_vs_torch.sh   (about 1-2 min)
 set -u
 OUT=${OUT:-/tmp/cpu_vs_torch}
 MAXS=${MAXS:-8192}
 MAXS_BWD=${MAXS_BWD:-4096}
 PART=${PART:-all}
 CC=${CC:-cc}
-case "$PART" in forward|backward|all) ;; *) echo "PART must be forward, backward or all"; exit 2;; esac
+case "$PART" in forward|backward|all|half-forward|half-backward) ;;
+    *) echo "PART must be forward, backward, all, half-forward or half-backward"; exit 2;; esac
 mkdir -p "$OUT"
 {
     echo "cores: $(nproc)"
     grep -m1 "model name" /proc/cpuinfo
-    for f in avx512f avx2 fma; do grep -qw $f /proc/cpuinfo && echo "has $f"; done
+    for f in avx512f avx2 fma f16c avx512_bf16 avx512_fp16 amx_bf16 amx_tile; do grep -qw $f /proc/cpuinfo && echo "has $f"; done
     cat /proc/loadavg
 } | tee "$OUT/machine.txt"
 if printf '#include <cblas.h>\nint main(void){return 0;}\n' | $CC -x c - -o /dev/null -lopenblas 2>/dev/null; then
@@ -27,6 +35,78 @@ if printf '#include <cblas.h>\nint main(void){return 0;}\n' | $CC -x c - -o /dev
 else
     BLAS="-DFLASHATTN_NO_BLAS"; LIBS="-lm -lpthread"; echo "no OpenBLAS: building with -DFLASHATTN_NO_BLAS, tiled only"
 fi
+
+# ---- half precision (issue 16) ------------------------------------------------------------------
+case "$PART" in half-*)
+    MAXS_HALF=${MAXS_HALF:-4096}
+    MAXS_HALF_BWD=${MAXS_HALF_BWD:-2048}
+    B=${BIN:-$OUT}
+    if [ -z "${BIN:-}" ]; then
+        $CC -O2 -std=c99 $BLAS -I. bench/bench.c -o "$OUT/bench_half" $LIBS || exit 1
+        $CC -O2 -std=c99 $BLAS -DFLASHATTN_NO_AVX512BF16 -I. bench/bench.c -o "$OUT/bench_half_nodp" $LIBS || exit 1
+        $CC -O2 -std=c99 $BLAS -I. bench/bench_backward.c -o "$OUT/bench_backward_half" $LIBS || exit 1
+    fi
+    if [ "$PART" = half-forward ]; then
+        # PyTorch first (the comparison the targets are about); fp16 may be slow on the CPU: a shorter limit
+        PYTHONUNBUFFERED=1 timeout 60 python3 bench/torch_cpu.py --dtype bf16 --threads 2 16 --max-s "$MAXS_HALF" --quick --csv > "$OUT/torch_bf16.csv"
+        head -1 "$OUT/torch_bf16.csv"
+        PYTHONUNBUFFERED=1 timeout 40 python3 bench/torch_cpu.py --dtype fp16 --threads 16 2 --max-s "$MAXS_HALF" --quick --csv > "$OUT/torch_fp16.csv"
+        head -1 "$OUT/torch_fp16.csv"
+        for t in 2 16; do
+            for dt in bf16 f16; do
+                timeout 60 "$B/bench_half" --dtype $dt --threads $t --few-reps --no-row-sgemm --max-s "$MAXS_HALF" > "$OUT/half_${dt}_t$t.txt"
+                grep -v "^ *fa_tiled" "$OUT/half_${dt}_t$t.txt"
+            done
+            timeout 60 "$B/bench_half_nodp" --dtype bf16 --threads $t --few-reps --no-row-sgemm --no-decode --max-s "$MAXS_HALF" > "$OUT/half_nodp_t$t.txt"
+            echo "== FLASHATTN_NO_AVX512BF16 (bf16 by conversion into the fp32 kernels), $t threads"
+            grep "^prefill\|^decode" "$OUT/half_nodp_t$t.txt"
+            if [ -x "$B/bench_half_noamx" ]; then     # AMX switched off: the vdpbf16ps kernels
+                timeout 60 "$B/bench_half_noamx" --dtype bf16 --threads $t --few-reps --no-row-sgemm --no-decode --max-s "$MAXS_HALF" > "$OUT/half_noamx_t$t.txt"
+                echo "== FLASHATTN_NO_AMX (bf16 on vdpbf16ps), $t threads"
+                grep "^ceiling: vdp\|^prefill\|^decode" "$OUT/half_noamx_t$t.txt"
+            fi
+        done
+        python3 - "$OUT" <<'PY'
+import csv, os, re, sys
+out = sys.argv[1]
+def ours(path):
+    t = {}
+    if not os.path.exists(path): return t
+    for l in open(path):
+        m = re.match(r"(prefill|decode)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d)\s+(\d+)\s+\|\s+([\d.]+)\s+([\d.]+)", l)
+        if m: t[(m[1], m[5], m[6], m[7], m[8], m[9])] = (float(m[10]), float(m[11]))
+    return t
+print("x = torch ms / our ms in the same type (target >= 1.5 for bf16 prefill); fp32 = our fp32 ms on the same shape")
+print("nodp: FLASHATTN_NO_AVX512BF16 (conversion into the fp32 kernels); noamx: FLASHATTN_NO_AMX (vdpbf16ps)")
+print(f"{'type':5} {'kind':7} {'Sq':>5} {'Sk':>5} {'D':>3} {'c':>1} {'thr':>3} | {'fp32 ms':>8} {'ours ms':>8} {'nodp ms':>8} {'noamx ms':>8} {'torch ms':>8} | {'x':>5} {'x nodp':>6} {'x noamx':>7} {'vs fp32':>7}")
+for dt, tag in (("bf16", "bf16"), ("fp16", "f16")):
+    path = f"{out}/torch_{dt}.csv"
+    if not os.path.exists(path): continue
+    for r in csv.DictReader(l for l in open(path) if not l.startswith("#")):
+        key = (r["kind"], r["Sq"], r["Sk"], r["D"], r["causal"], r["threads"])
+        o = ours(f"{out}/half_{tag}_t{r['threads']}.txt").get(key)
+        nd = ours(f"{out}/half_nodp_t{r['threads']}.txt").get(key) if dt == "bf16" else None
+        na = ours(f"{out}/half_noamx_t{r['threads']}.txt").get(key) if dt == "bf16" else None
+        if not o: continue
+        tm = float(r["torch_ms"])
+        ndm = nd[1] if nd else float("nan")
+        nam = na[1] if na else float("nan")
+        print(f"{dt:5} {r['kind']:7} {r['Sq']:>5} {r['Sk']:>5} {r['D']:>3} {r['causal']:>1} {r['threads']:>3} | {o[0]:8.2f} {o[1]:8.2f} {ndm:8.2f} {nam:8.2f} {tm:8.2f} | "
+              f"{tm / o[1]:5.2f} {tm / ndm:6.2f} {tm / nam:7.2f} {o[0] / o[1]:7.2f}")
+PY
+    else
+        for t in 2 16; do
+            for dt in bf16 f16; do
+                timeout 80 "$B/bench_backward_half" --dtype $dt --threads $t --few-reps --max-s "$MAXS_HALF_BWD" > "$OUT/bwd_half_${dt}_t$t.txt"
+                grep -v "^ *fa_tiled" "$OUT/bwd_half_${dt}_t$t.txt"
+            done
+        done
+        PYTHONUNBUFFERED=1 timeout 100 python3 bench/torch_cpu.py --backward --dtype bf16 --threads 2 16 --max-s "$MAXS_HALF_BWD" --quick --csv > "$OUT/torch_bwd_bf16.csv"
+        cat "$OUT/torch_bwd_bf16.csv"
+    fi
+    exit 0;;
+esac
+
 if [ "$PART" != backward ]; then
 $CC -O2 -std=c99 $BLAS -I. bench/bench.c -o "$OUT/bench" $LIBS || exit 1
 for t in 2 16; do

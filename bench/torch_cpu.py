@@ -13,6 +13,10 @@ backward is median(forward + backward) - median(forward). GFLOP/s count as bench
 2.5 x 4*B*H*Sq*Sk*D, halved for causal. The grad_fn column names the kernel autograd recorded.
 
     python3 bench/torch_cpu.py --backward --threads 2 16 [--max-s 4096] [--csv]
+
+--dtype fp16|bf16 (issue 16): the tensors in that type (the default is fp32). The forward then runs the
+shapes of `bench --dtype`: B=2, H=4, S = 512 ... min(--max-s, 4096), D = 64 and 128, non-causal, the
+causal S=4096 D=128 row, and the decode row.
 """
 import argparse
 import statistics
@@ -40,11 +44,15 @@ def bottom_right_causal(sq, sk):
     return True
 
 
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+DT = torch.float32
+
+
 def time_one(B, H, Hkv, Sq, Sk, D, causal, quick):
     g = torch.Generator().manual_seed(1)
-    q = torch.randn(B, H, Sq, D, generator=g, dtype=torch.float32)
-    k = torch.randn(B, Hkv, Sk, D, generator=g, dtype=torch.float32)
-    v = torch.randn(B, Hkv, Sk, D, generator=g, dtype=torch.float32)
+    q = torch.randn(B, H, Sq, D, generator=g, dtype=torch.float32).to(DT)
+    k = torch.randn(B, Hkv, Sk, D, generator=g, dtype=torch.float32).to(DT)
+    v = torch.randn(B, Hkv, Sk, D, generator=g, dtype=torch.float32).to(DT)
     if causal:
         bottom_right_causal(Sq, Sk)
     with torch.inference_mode():
@@ -70,10 +78,10 @@ def time_backward(B, H, Hkv, Sq, Sk, D, causal, quick):
     --quick; 31 for rounds under 50 ms) until the warm-up's time x rounds passes 2 s (0.5 s); a
     warm-up over 5 s is the one timing."""
     g = torch.Generator().manual_seed(1)
-    q = torch.randn(B, H, Sq, D, generator=g, dtype=torch.float32).requires_grad_(True)
-    k = torch.randn(B, Hkv, Sk, D, generator=g, dtype=torch.float32).requires_grad_(True)
-    v = torch.randn(B, Hkv, Sk, D, generator=g, dtype=torch.float32).requires_grad_(True)
-    d_o = torch.randn(B, H, Sq, D, generator=g, dtype=torch.float32)
+    q = torch.randn(B, H, Sq, D, generator=g, dtype=torch.float32).to(DT).requires_grad_(True)
+    k = torch.randn(B, Hkv, Sk, D, generator=g, dtype=torch.float32).to(DT).requires_grad_(True)
+    v = torch.randn(B, Hkv, Sk, D, generator=g, dtype=torch.float32).to(DT).requires_grad_(True)
+    d_o = torch.randn(B, H, Sq, D, generator=g, dtype=torch.float32).to(DT)
     if causal:
         bottom_right_causal(Sq, Sk)
     gqa = Hkv != H
@@ -150,9 +158,12 @@ def main():
     ap.add_argument("--csv", action="store_true")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--backward", action="store_true", help="time the backward (issue #12) instead of the forward")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="storage type of q, k, v (issue 16)")
     a = ap.parse_args()
+    global DT
+    DT = DTYPES[a.dtype]
     pre = "# " if a.csv else ""
-    print(f"{pre}torch {torch.__version__}, CPU SDPA fp32, {torch.get_num_threads()} threads by default; "
+    print(f"{pre}torch {torch.__version__}, CPU SDPA {a.dtype}, {torch.get_num_threads()} threads by default; "
           f"cpu capability {torch.backends.cpu.get_cpu_capability()}")
     if a.backward:
         main_backward(a)
@@ -165,12 +176,21 @@ def main():
     for thr in a.threads:
         torch.set_num_threads(thr)
         shapes = []
-        for causal in (0, 1):
+        if a.dtype != "fp32":   # the rows of bench.c --dtype
             for D in (64, 128):
-                S = 128
-                while S <= a.max_s:
-                    shapes.append(("prefill", 2, 4, 4, S, S, D, causal))
+                S = 512
+                while S <= min(a.max_s, 4096):
+                    shapes.append(("prefill", 2, 4, 4, S, S, D, 0))
                     S *= 2
+            if a.max_s >= 4096:
+                shapes.append(("prefill", 2, 4, 4, 4096, 4096, 128, 1))
+        else:
+            for causal in (0, 1):
+                for D in (64, 128):
+                    S = 128
+                    while S <= a.max_s:
+                        shapes.append(("prefill", 2, 4, 4, S, S, D, causal))
+                        S *= 2
         shapes.append(("decode", 1, 32, 8, 1, 32768, 128, 0))
         for kind, B, H, Hkv, Sq, Sk, D, causal in shapes:
             ms = time_one(B, H, Hkv, Sq, Sk, D, causal, a.quick)

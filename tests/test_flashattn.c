@@ -1494,12 +1494,11 @@ static void test_errors_invalid(void **state)
     p = ok; p.k_stride[0] = INT64_MAX / 2; p.k_stride[1] = 8 * 16; p.k_stride[2] = 16;
     p.batch = 3;
     expect_status(&p, 1, 1, 1, 1, FA_ERR_INVALID_ARG, "k extent overflows int64", "k_stride: the offsets k's rows reach overflow int64");
-    /* the fp16 and bf16 storage types are valid requests the CPU cannot serve */
-#define F32_WHY "dtype: the CPU paths store fp32 only (FA_F16 and FA_BF16 run on CUDA)"
+    /* the fp16 and bf16 storage types are served (issue 16; test_half_storage checks them) */
     p = ok; p.dtype = FA_F16;
-    expect_status(&p, 1, 1, 1, 1, FA_ERR_UNSUPPORTED, "fp16 on CPU", F32_WHY);
+    expect_status(&p, 1, 1, 1, 1, FA_OK, "fp16 on CPU", NULL);
     p = ok; p.dtype = FA_BF16;
-    expect_status(&p, 1, 1, 1, 1, FA_ERR_UNSUPPORTED, "bf16 on CPU", F32_WHY);
+    expect_status(&p, 1, 1, 1, 1, FA_OK, "bf16 on CPU", NULL);
     /* validation before pointers are needed: an invalid size with NULL pointers is INVALID_ARG */
     p = ok; p.batch = 0;
     expect_status(&p, 0, 0, 0, 0, FA_ERR_INVALID_ARG, "batch 0, NULL tensors", "batch must be at least 1");
@@ -2326,6 +2325,9 @@ static void test_describe(void **state)
     assert_non_null(strstr(line, "fa_naive: materialised [1][8][1024][1024] scores"));
     p.dtype = FA_F16;
     fa_describe(&p, FA_CALL_TILED, line, sizeof line);
+    assert_non_null(strstr(line, "; fp16 storage: each K/V block and Q row converted once per tile by "));
+    p.dtype = (fa_dtype)5;
+    fa_describe(&p, FA_CALL_TILED, line, sizeof line);
     assert_non_null(strstr(line, "refused: "));
 }
 
@@ -2393,6 +2395,261 @@ static void test_version_and_build_info(void **state)
     assert_string_equal(buf, full);                      /* stateless: the same line every time */
 }
 
+/* ---- half-precision storage (issue 16) ---------------------------------------------------------
+   fp16 and bf16 q, k, v, o on both paths: against the float64 reference on the rounded inputs by
+   API.md's relative error (fp16 <= 1e-3, bf16 <= 5e-3); fa_tiled bitwise equal to the fp32 call on
+   the rounded inputs, rounded (the conversion is the only difference), and to itself at threads
+   1, 2, 3; lse equal to the fp32 call's; peak allocation == workspace bytes; nothing past o's end
+   or in its gaps written. */
+
+static int half_bits_equal(uint16_t a, uint16_t b, int f16)
+{
+    int an = f16 ? (a & 0x7C00u) == 0x7C00u && (a & 0x3FFu) : (a & 0x7F80u) == 0x7F80u && (a & 0x7Fu);
+    int bn = f16 ? (b & 0x7C00u) == 0x7C00u && (b & 0x3FFu) : (b & 0x7F80u) == 0x7F80u && (b & 0x7Fu);
+    return an || bn ? an == bn : a == b;
+}
+
+/* The conversions: every fp16 and bf16 value to fp32 (the portable functions, this ISA's table
+   and every table below it, against ref.h's), and a million fp32 patterns plus the edges to
+   fp16 and bf16, rounding to nearest even, NaN kept NaN. */
+static void test_half_conversions(void **state)
+{
+    static const float edge[] = { 0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e30f, INFINITY, -INFINITY,
+                                  5.9604644775390625e-8f, 2.98023223876953125e-8f, 2.9802325e-8f, 8.940697e-8f,
+                                  6.103515625e-5f, 6.1035156e-5f, 6.0975552e-5f, 1e-40f, -1e-45f, 3.3895314e38f,
+                                  3.4028235e38f, 1.0f + 1.0f / 256.0f, 1.0f + 3.0f / 512.0f, 1.0f + 1.0f / 2048.0f };
+    ref_rng r;
+    uint32_t u;
+    int isa, dt, n, i;
+    float *f = (float *)malloc(65536 * sizeof(float)), *g = (float *)malloc(65536 * sizeof(float));
+    uint16_t *h = (uint16_t *)malloc(65536 * 2), *h2 = (uint16_t *)malloc(65536 * 2);
+    (void)state;
+    assert_true(f && g && h && h2);
+    for (isa = 0; isa <= fa__isa(); isa++) {
+        const fa__kernels *K = fa__kernels_for(isa);
+        for (dt = FA_F16; dt <= FA_BF16; dt++) {
+            for (u = 0; u < 65536; u++) h[u] = (uint16_t)u;
+            K->h2f((fa_dtype)dt, h, f, 65536);
+            for (u = 0; u < 65536; u++) {
+                float want = dt == FA_F16 ? ref_f16_to_f32((uint16_t)u) : ref_bf16_to_f32((uint16_t)u);
+                float got1 = dt == FA_F16 ? fa__f16_to_f32((uint16_t)u) : fa__bf16_to_f32((uint16_t)u);
+                if (want != want) { assert_true(f[u] != f[u] && got1 != got1); continue; }
+                assert_memory_equal(&f[u], &want, 4);
+                assert_memory_equal(&got1, &want, 4);
+            }
+            ref_seed(&r, 16u + (uint64_t)dt);
+            for (n = 0; n < 16; n++) {
+                for (i = 0; i < 65536; i++) {
+                    uint32_t x = (uint32_t)ref_next(&r);
+                    if (i < (int)(sizeof edge / sizeof edge[0])) memcpy(&x, &edge[i], 4);
+                    else if (n & 1) x = (x & 0x80000000u) | (0x33000000u + (x & 0x0FFFFFFFu) % 0x14800000u);  /* fp16's range */
+                    memcpy(&g[i], &x, 4);
+                }
+                K->f2h((fa_dtype)dt, g, h2, 65536);
+                for (i = 0; i < 65536; i++) {
+                    uint16_t want = dt == FA_F16 ? ref_f32_to_f16(g[i]) : ref_f32_to_bf16(g[i]);
+                    uint16_t got1 = dt == FA_F16 ? fa__f32_to_f16(g[i]) : fa__f32_to_bf16(g[i]);
+                    if (!half_bits_equal(h2[i], want, dt == FA_F16) || !half_bits_equal(got1, want, dt == FA_F16)) {
+                        memcpy(&u, &g[i], 4);
+                        print_error("%s %s: 0x%08x -> 0x%04x (table) 0x%04x (C), want 0x%04x\n", fa__isa_name(isa),
+                                    dt == FA_F16 ? "fp16" : "bf16", (unsigned)u, h2[i], got1, want);
+                        fail();
+                    }
+                }
+            }
+        }
+        print_message("half conversions: %s table (%s) agrees with ref.h on every fp16/bf16 value and 2M fp32 patterns\n",
+                      fa__isa_name(isa), K->cvt_name);
+    }
+    free(f); free(g); free(h); free(h2);
+}
+
+static uint16_t *half_of(fa_dtype dt, const float *x, size_t n)
+{
+    uint16_t *h = (uint16_t *)malloc((n + GUARD) * 2);
+    size_t i;
+    assert_non_null(h);
+    for (i = 0; i < n; i++) h[i] = dt == FA_F16 ? ref_f32_to_f16(x[i]) : ref_f32_to_bf16(x[i]);
+    memset(h + n, 0xFF, GUARD * 2);
+    return h;
+}
+
+static float half_to_f(fa_dtype dt, uint16_t h) { return dt == FA_F16 ? ref_f16_to_f32(h) : ref_bf16_to_f32(h); }
+
+/* One half-precision case: p an fp32 request (shape, strides, modifiers). */
+static void half_case(const fa_params *p0, const char *name)
+{
+    int dti, path, th;
+    for (dti = 0; dti < 2; dti++) {
+        fa_dtype dt = dti ? FA_BF16 : FA_F16;
+        double tol = dt == FA_F16 ? 1e-3 : 5e-3, err;
+        tcase c;
+        uint16_t *hq, *hk, *hv, *ho, *first = NULL;
+        float *o32, *lse32, *lse, *packed, *packed32;
+        fa_params p, ph;
+        size_t i, r;
+        char line[700];
+        int dp;
+        tc_init(&c, p0, "half %s %s", dt == FA_F16 ? "fp16" : "bf16", name);
+        ph = c.p; ph.dtype = dt;
+        fa_describe(&ph, FA_CALL_TILED, line, sizeof line);
+        dp = strstr(line, "vdpbf16ps") != NULL;    /* P rounded to bf16: not the fp32 call's bits */
+        ref_round_to(dt, c.t.q, c.t.nq); ref_round_to(dt, c.t.k, c.t.nk); ref_round_to(dt, c.t.v, c.t.nv);
+        tc_ref(&c);
+        hq = half_of(dt, c.t.q, c.t.nq); hk = half_of(dt, c.t.k, c.t.nk); hv = half_of(dt, c.t.v, c.t.nv);
+        ho = (uint16_t *)malloc((c.t.no + GUARD) * 2); first = (uint16_t *)malloc((c.t.no + 1) * 2);
+        o32 = ref_alloc(c.t.no + 1); lse32 = ref_alloc(c.rows + 1); lse = ref_alloc(c.rows + 1);
+        packed = ref_alloc(c.n_o + 1); packed32 = ref_alloc(c.n_o + 1);
+        assert_true(ho && first && o32 && lse32 && lse && packed && packed32);
+        for (path = NAIVE; path <= TILED; path++) {
+            p = c.p; p.lse = lse32; p.threads = 1;
+            if (c.rows) assert_int_equal(call_path(path, &p, c.t.q, c.t.k, c.t.v, o32, NULL), FA_OK);
+            for (th = 1; th <= 3; th++) {
+                size_t ws, base, peak, live;
+                fa_status st;
+                ph = c.p; ph.dtype = dt; ph.lse = lse; ph.threads = th;
+                memset(ho, 0xFF, (c.t.no + GUARD) * 2);
+                ref_poison(lse, (c.rows + 1) * sizeof(float));
+                ws = ws_path(path, &ph);
+                base = ta_reset(-1);
+                st = call_path(path, &ph, hq, hk, hv, ho, NULL);
+                peak = ta_peak - base; live = ta_live - base;
+                if (st != FA_OK || peak != ws || live != 0) {
+                    print_error("%s [seed %llu] %s threads=%d: status %d, peak %zu, workspace %zu, live %zu\n", c.name,
+                                (unsigned long long)c.seed, path_name[path], th, (int)st, peak, ws, live);
+                    fail();
+                }
+                for (i = c.t.no; i < c.t.no + GUARD; i++) assert_int_equal(ho[i], 0xFFFF);   /* nothing past o */
+                {   /* o's rows out of half storage, packed; gaps of a strided o untouched */
+                    fa_params pg = c.p;
+                    float *of = ref_alloc(c.t.no + 1);
+                    assert_non_null(of);
+                    for (i = 0; i < c.t.no; i++) {
+                        if (ho[i] == 0xFFFF) ref_poison(&of[i], sizeof(float));
+                        else of[i] = half_to_f(dt, ho[i]);
+                    }
+                    assert_true(ref_o_gaps_untouched(&pg, of, c.t.no));
+                    ref_gather_o(&pg, of, packed);
+                    if (path == TILED && c.rows && !dp) {   /* == the fp32 call on the rounded inputs, rounded */
+                        ref_gather_o(&pg, o32, packed32);
+                        ref_round_to(dt, packed32, c.n_o);
+                        for (i = 0; i < c.n_o; i++)
+                            if (memcmp(&packed[i], &packed32[i], 4) != 0) {
+                                print_error("%s [seed %llu] fa_tiled threads=%d: o[%zu] = %.9g, the fp32 call's rounded %.9g\n",
+                                            c.name, (unsigned long long)c.seed, th, i, (double)packed[i], (double)packed32[i]);
+                                fail();
+                            }
+                    }
+                    free(of);
+                }
+                err = ref_rel_error(packed, c.ref_o, c.n_o);
+                if (th == 1)
+                    print_message("%s %s: relative error %.2e (limit %.0e)%s\n", c.name, path_name[path], err, tol,
+                                  path == TILED && dp ? " on vdpbf16ps" : "");
+                if (!(err <= tol)) {
+                    print_error("%s [seed %llu] %s threads=%d: relative error %.3g > %.0e\n", c.name,
+                                (unsigned long long)c.seed, path_name[path], th, err, tol);
+                    fail();
+                }
+                for (r = 0; r < c.rows; r++)   /* lse: fp32 arithmetic on the same values */
+                    if (memcmp(&lse[r], &lse32[r], 4) != 0 && !((path == NAIVE || dp) && fabsf(lse[r] - lse32[r]) <= 1e-5f * (1.0f + fabsf(lse32[r])))) {
+                        print_error("%s %s threads=%d: lse[%zu] %.9g, fp32 call %.9g\n", c.name, path_name[path], th, r,
+                                    (double)lse[r], (double)lse32[r]);
+                        fail();
+                    }
+                if (path == TILED) {
+                    if (th == 1) memcpy(first, ho, c.t.no * 2);
+                    else assert_memory_equal(first, ho, c.t.no * 2);   /* bitwise across threads */
+                }
+            }
+        }
+        {
+            ph = c.p; ph.dtype = dt; ph.threads = 2;
+            fa_describe(&ph, FA_CALL_TILED, line, sizeof line);
+            assert_non_null(strstr(line, dt == FA_F16 ? "fp16 storage: " : "bf16 storage: "));
+            if (strstr(name, "decode") || g_case_counter % 8 == 0) print_message("%s: %s\n", c.name, line);
+        }
+        free(hq); free(hk); free(hv); free(ho); free(first); free(o32); free(lse32); free(lse); free(packed); free(packed32);
+        tc_free(&c);
+    }
+}
+
+static void test_half_storage(void **state)
+{
+    fa_params p;
+    (void)state;
+    p = shape(2, 4, 2, 70, 90, 64, 64, 1);
+    half_case(&p, "B2 H4/2 Sq70 Sk90 D64 causal");
+    p = shape(1, 8, 2, 1, 1500, 128, 128, 0);
+    half_case(&p, "decode Sq1 Sk1500 H8/2 D128 (GQA, split keys)");
+    p = shape(1, 2, 2, 4, 2000, 72, 40, 0);
+    half_case(&p, "decode Sq4 Sk2000 D72 Dv40 (split keys)");
+    p = shape(2, 3, 3, 33, 47, 40, 24, 0);   /* [B][S][H][D] */
+    p.q_stride[0] = 33 * 3 * 40; p.q_stride[1] = 40; p.q_stride[2] = 3 * 40;
+    p.k_stride[0] = 47 * 3 * 40; p.k_stride[1] = 40; p.k_stride[2] = 3 * 40;
+    p.v_stride[0] = 47 * 3 * 24; p.v_stride[1] = 24; p.v_stride[2] = 3 * 24;
+    p.o_stride[0] = 33 * 3 * 30; p.o_stride[1] = 30; p.o_stride[2] = 3 * 30;   /* gaps in o */
+    p.softcap = 5.0f; p.window_left = 9; p.window_right = 3;
+    half_case(&p, "[B][S][H][D] D40 Dv24 softcap window, o with gaps");
+    p = shape(1, 2, 1, 20, 130, 16, 16, 1);
+    p.block_q = 7; p.block_k = 33;
+    half_case(&p, "Sq20 Sk130 D16 causal bq7 bk33");
+    p = shape(1, 2, 2, 5, 0, 32, 32, 0);
+    half_case(&p, "Sk0 (empty rows)");
+    p = shape(1, 1, 1, 300, 300, 128, 128, 1);
+    half_case(&p, "Sq300 Sk300 D128 causal");
+}
+
+/* A NaN in a hidden key's V (bf16 and fp16): the rows that do not see the key are right (the
+   vdpbf16ps path sends such a block through the fp32 kernels), the row that sees it is NaN. */
+static void test_half_nan_v(void **state)
+{
+    fa_params p = shape(1, 1, 1, 64, 64, 32, 32, 1);
+    int dt, i, t;
+    (void)state;
+    for (dt = FA_F16; dt <= FA_BF16; dt++) {
+        tcase c;
+        uint16_t *hq, *hk, *hv, *ho;
+        tc_init(&c, &p, "half NaN in V dtype %d", dt);
+        ref_round_to((fa_dtype)dt, c.t.q, c.t.nq); ref_round_to((fa_dtype)dt, c.t.k, c.t.nk); ref_round_to((fa_dtype)dt, c.t.v, c.t.nv);
+        tc_ref(&c);
+        hq = half_of((fa_dtype)dt, c.t.q, c.t.nq); hk = half_of((fa_dtype)dt, c.t.k, c.t.nk); hv = half_of((fa_dtype)dt, c.t.v, c.t.nv);
+        ho = (uint16_t *)malloc(c.t.no * 2);
+        assert_non_null(ho);
+        for (t = 0; t < 32; t++) hv[63 * 32 + t] = dt == FA_F16 ? 0x7E00u : 0x7FC0u;    /* key 63: only row 63 sees it */
+        c.p.dtype = (fa_dtype)dt;
+        assert_int_equal(fa_tiled(&c.p, hq, hk, hv, ho), FA_OK);
+        for (i = 0; i < 64; i++)
+            for (t = 0; t < 32; t++) {
+                float x = half_to_f((fa_dtype)dt, ho[i * 32 + t]), want = c.ref_o[i * 32 + t];
+                if (i == 63) assert_true(x != x);
+                else if (!(fabsf(x - want) <= 2e-2f * (1.0f + fabsf(want)))) fail_msg("row %d col %d: %g, want %g", i, t, (double)x, (double)want);
+            }
+        free(hq); free(hk); free(hv); free(ho);
+        tc_free(&c);
+    }
+}
+
+/* Half storage's byte ranges: q, k, v of 2-byte elements side by side in one buffer are apart
+   (4-byte ranges would overlap them), and o inside k is refused. */
+static void test_half_alias(void **state)
+{
+    fa_params p = shape(1, 1, 1, 8, 8, 16, 16, 0);
+    uint16_t *buf = (uint16_t *)calloc(4 * 128 + 8, 2);
+    int dt;
+    (void)state;
+    assert_non_null(buf);
+    for (dt = FA_F16; dt <= FA_BF16; dt++) {
+        p.dtype = (fa_dtype)dt;
+        assert_null(fa_explain(&p, buf, buf + 128, buf + 256, buf + 384, NULL));
+        assert_int_equal(fa_tiled(&p, buf, buf + 128, buf + 256, buf + 384), FA_OK);
+        assert_int_equal(fa_naive(&p, buf, buf + 128, buf + 256, buf + 384, NULL), FA_OK);
+        assert_int_equal(fa_tiled(&p, buf, buf + 128, buf + 256, buf + 200), FA_ERR_INVALID_ARG);
+        assert_non_null(strstr(fa_explain(&p, buf, buf + 128, buf + 256, buf + 200, NULL), "o overlaps an input"));
+    }
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2434,9 +2691,14 @@ int main(void)
         cmocka_unit_test(test_merge_bad_args),
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_version_and_build_info),
+        cmocka_unit_test(test_half_conversions),
+        cmocka_unit_test(test_half_storage),
+        cmocka_unit_test(test_half_alias),
+        cmocka_unit_test(test_half_nan_v),
     };
     const char *seed = getenv("FA_TEST_SEED");
     if (seed && *seed) g_seed_base = (uint64_t)strtoull(seed, NULL, 10);
+    if (getenv("FA_TEST_FILTER")) cmocka_set_test_filter(getenv("FA_TEST_FILTER"));   /* e.g. "test_half*" */
     print_message("flashattn.h CPU suite, seed base %llu%s\n", (unsigned long long)g_seed_base,
 #ifdef FLASHATTN_NO_BLAS
                   " (FLASHATTN_NO_BLAS)"
