@@ -20,9 +20,9 @@
        >>merge      6. merging partial results by log-sum-exp (fa_merge; the tiled path's chunks)
        >>tiled      7. CPU: the tiled online-softmax path (tile plan, key split, merge of chunks)
        >>backward   7b. CPU: the backward, naive and tiled; fa_describe
-       >>cuda       8. CUDA: 8a kernels and tile traits, 8b device pieces and the modifier rule,
-                       8c generic kernel, 8d tensor-core kernel, 8e naive and merge kernels,
-                       8f the kernel picker, 8g entry points
+       >>cuda       8. CUDA: 8a kernels and tile traits, 8b device pieces, the modifier and merge rules,
+                       8c generic kernel, 8d tensor-core kernel, 8d2 split-key decode kernels,
+                       8e naive and merge kernels, 8f the kernel picker, 8g entry points
        >>license    the MIT licence
 
    USAGE
@@ -174,6 +174,18 @@
    16-byte aligned rows, on an exact-fp32 FFMA kernel otherwise; fp32 is FFMA only (no TF32). One
    function picks the kernel of each fa_cuda_tiled call from the request (dtype, head dims,
    alignment, strides, block_q/block_k, modifiers), before anything is launched.
+   DECODE: with few query rows per (batch, kv head) (Sq <= 16 and (heads / kv_heads) * Sq <= 64,
+   seq_k >= 1, batch and kv_heads <= 65535) fa_cuda_tiled takes the split-key decode path
+   (flash-decoding): the query heads of a GQA group packed in one block so K/V are read once per
+   group (tensor cores for fp16/bf16 at D = Dv in {64, 128} with 16-byte aligned q/k/v rows, exact
+   FFMA otherwise), the keys cut into chunks of max(512, Sk/64 rounded up to 256) keys, a function of
+   seq_k alone, so a sequence's o and lse are bitwise the same decoded alone or in any batch; each
+   chunk's partial o and lse (fp32) go to a workspace of batch * heads * seq_q * chunks * (Dv + 1)
+   floats, merged by the log-sum-exp rule of fa_cuda_merge. That workspace is allocated
+   stream-ordered on p->stream (cudaMallocAsync; cudaMalloc where the device has no memory pools)
+   and freed behind the merge on the same stream: no host synchronisation, FA_ERR_NO_MEMORY with
+   nothing written when it cannot be had; fa_cuda_describe names the decode kernel and says the
+   workspace's bytes. Every other fa_cuda_tiled call allocates nothing.
    head_dim or head_dim_v above 256: FA_ERR_UNSUPPORTED. alibi_slopes, bias and lse are device
    pointers. fa_cuda_naive returns with its work done (its per-call cuBLAS handle is destroyed, which
    synchronises); fa_cuda_tiled only queues on `stream`. fa_cuda_merge takes host arrays of device
@@ -3954,10 +3966,12 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
 /* ============================================================================================== */
 /* 8. CUDA backend (FLASHATTN_CUDA, compiled by nvcc)                                      >>cuda */
 /* ============================================================================================== */
-/* 8a the kernels and their tile configurations, named; 8b common device pieces and the score-
-   modifier rule; 8c the generic kernel (FFMA, any dtype and head_dim); 8d the tensor-core kernel
-   (fp16/bf16, cut into the steps a backward and a Hopper kernel reuse); 8e the naive path's and
-   merge's kernels; 8f the kernel picker and the launches; 8g the entry points. */
+/* 8a the kernels and their tile configurations, named; 8b common device pieces, the score-modifier
+   rule and the log-sum-exp merge rule on the device; 8c the generic kernel (FFMA, any dtype and
+   head_dim); 8d the tensor-core kernel (fp16/bf16, cut into the steps a backward and a Hopper
+   kernel reuse); 8d2 the split-key decode kernels (few query rows: GQA group packed, keys cut in
+   chunks fixed by Sk, partials merged by 8b's rule); 8e the naive path's and merge's kernels;
+   8f the kernel picker and the launches; 8g the entry points. */
 
 #if defined(FLASHATTN_CUDA) && defined(__CUDACC__)
 #include <cuda_runtime.h>
