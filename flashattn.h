@@ -4225,15 +4225,22 @@ static __device__ __forceinline__ float fa__cu_modify(const fa__cu_mods &m, floa
 /* The log-sum-exp merge of one row on the device (section 1's rule: fa__lse_max, fa__lse_weight,
    fa__lse_of), written once for fa_cuda_merge's kernel and the decode path's (8d2: its blocks'
    warps, then its chunks). V views the row's parts: V::l(p) part p's lse, V::o(p, t) element t
-   of its o. fa__cu_merge_scan gives the row's max and sum, fa__cu_merge_elem one merged element
-   (0 for a row with no part); the merged lse is fa__lse_of(mx, sum). A NaN lse sticks in mx. */
+   of its o. fa__cu_merge_scan, called by a whole warp for one row, gives every lane the row's max
+   and sum (lanes over the parts, p = lane + 32 k, then butterflies: the same bits on every lane and
+   in every run); fa__cu_merge_elem one merged element (parts in order; 0 for a row with no part);
+   the merged lse is fa__lse_of(mx, sum). A NaN lse sticks in mx. */
 template <class V>
 static __device__ __forceinline__ void fa__cu_merge_scan(const V &v, int parts, float *mx, float *sum)
 {
+    const int lane = threadIdx.x & 31;
     float m = -INFINITY, s = 0.0f;
-    for (int p = 0; p < parts; p++) m = fa__lse_max(m, v.l(p));
+    for (int p = lane; p < parts; p += 32) m = fa__lse_max(m, v.l(p));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) m = fa__lse_max(m, __shfl_xor_sync(0xffffffffu, m, off));
     if (m != -INFINITY)
-        for (int p = 0; p < parts; p++) s += fa__lse_weight(v.l(p), m, 1.0f);
+        for (int p = lane; p < parts; p += 32) s += fa__lse_weight(v.l(p), m, 1.0f);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
     *mx = m;
     *sum = s;
 }
@@ -4243,6 +4250,7 @@ static __device__ __forceinline__ float fa__cu_merge_elem(const V &v, int parts,
 {
     float a = 0.0f;
     if (mx == -INFINITY) return 0.0f;
+#pragma unroll 16
     for (int p = 0; p < parts; p++) {
         const float x = v.l(p);
         if (x != -INFINITY) a += fa__lse_weight(x, mx, 1.0f) * v.o(p, t);
@@ -5354,8 +5362,9 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__dec_ffma(const fa__dec
     }
 }
 
-/* The decode merge: block (32, 8), 8 output rows, 32 threads over each row's columns; row r's
-   chunks by 8b's merge rule into o (storage type, o's strides) and lse. */
+/* The decode merge: a block of FA__CU_DEC_THREADS per output row r, its chunks merged by 8b's rule
+   into o (storage type, o's strides) and lse: the chunks' lse staged in shared memory (at most
+   FA__CU_DEC_PARTS), every warp scans them (the same bits), each thread merges columns t, t + 128. */
 struct fa__dec_ws_row {
     const float *wl, *wo;
     int dv;
@@ -5364,16 +5373,19 @@ struct fa__dec_ws_row {
 };
 
 template <typename T>
-__global__ void fa__cu_dec_merge(const fa__dims d, const float *wo, const float *wl, int chunks, T *o)
+__global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa__dims d, const float *wo, const float *wl,
+                                                                       int chunks, T *o)
 {
-    const int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.y, rows = (int64_t)d.B * d.Hq * d.Sq;
-    if (r >= rows) return;
-    const fa__dec_ws_row v = { wl + r * chunks, wo + r * chunks * d.Dv, d.Dv };
+    __shared__ float sl[FA__CU_DEC_PARTS];
+    const int64_t r = blockIdx.x;
     const int64_t bh = r / d.Sq, i = r - bh * d.Sq, b = bh / d.Hq, h = bh - b * d.Hq;
+    if (threadIdx.x < (unsigned)chunks) sl[threadIdx.x] = wl[r * chunks + threadIdx.x];
+    __syncthreads();
+    const fa__dec_ws_row v = { sl, wo + r * chunks * d.Dv, d.Dv };
     T *orow = o + b * d.os[0] + h * d.os[1] + i * d.os[2];
     float mx, sum;
     fa__cu_merge_scan(v, chunks, &mx, &sum);
-    for (int t = threadIdx.x; t < d.Dv; t += 32) fa__st(orow + t, fa__cu_merge_elem(v, chunks, t, mx, sum));
+    for (int t = threadIdx.x; t < d.Dv; t += FA__CU_DEC_THREADS) fa__st(orow + t, fa__cu_merge_elem(v, chunks, t, mx, sum));
     if (d.lse && threadIdx.x == 0) d.lse[r] = fa__lse_of(mx, sum);
 }
 
@@ -5486,7 +5498,7 @@ typedef struct fa__cu_parts {
     const float *l[FA__CU_MERGE];
 } fa__cu_parts;
 
-/* Block (32, 8): 8 rows, 32 threads over each row's columns, by 8b's merge rule. Every lse part
+/* Block (32, 8): 8 rows, a warp (32 threads over the columns) a row, by 8b's merge rule. Every lse part
    of a row is read before the barrier and lse written after it, so lse may be lse_parts[0]; each
    o element is read and written by the same thread, so o may be o_parts[0]. */
 struct fa__cu_parts_row {
@@ -5620,7 +5632,7 @@ static int fa__cu_dec_pick(const fa__dims *d, const void *q, const void *k, cons
     const int dc = d->D > d->Dv ? d->D : d->Dv;
     int dev = 0, major = 0, optin = 0;
     if (d->Sk < 1 || d->Sq > FA__CU_DEC_MAX_SQ || (int64_t)d->group * d->Sq > FA__CU_DEC_MAX_ROWS ||
-        d->B > 65535 || d->Hkv > 65535 || ((int64_t)d->B * d->Hq * d->Sq + 7) / 8 > INT_MAX)
+        d->B > 65535 || d->Hkv > 65535 || (int64_t)d->B * d->Hq * d->Sq > INT_MAX)
         return 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -5798,7 +5810,7 @@ static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const voi
     kern<<<dim3((unsigned)(a.rblocks * a.chunks), (unsigned)d->Hkv, (unsigned)d->B), threads, smem, st>>>(a);
     s = fa__cu(cudaGetLastError());
     if (s == FA_OK) {
-        fa__cu_dec_merge<T><<<(unsigned)((rows + 7) / 8), dim3(32, 8), 0, st>>>(*d, a.wo, a.wl, a.chunks, (T *)o);
+        fa__cu_dec_merge<T><<<(unsigned)rows, FA__CU_DEC_THREADS, 0, st>>>(*d, a.wo, a.wl, a.chunks, (T *)o);
         s = fa__cu(cudaGetLastError());
     }
     s2 = fa__cu_free(ws, st, pooled);
