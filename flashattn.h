@@ -934,6 +934,24 @@ static FA__HD inline int fa__block_unmasked(const fa__dims *d, int64_t i0, int64
     return fa__keys_full(&r, k0, k1);
 }
 
+/* ---- The score modifiers, the online step's frame and the log-sum-exp merge, host and device ---
+   SEMANTICS steps 2-4 on one score, and the two places where softmax meets -INFINITY, written
+   once for every kernel: the CPU's row form (section 2) and lane passes (section 3, the same
+   operations in the same order on 16 lanes), the CUDA kernels (8b's fa__cu_modify, the generic and
+   tensor-core online steps, fa__cu_merge) and the backwards. A kernel may carry its scores in a
+   unit u (log2 e) and fold the scale into the constants it hands in; the formulas stay these. */
+
+/* softcap: cap * tanh(s / cap), from th = tanh(s / cap) (each side has its own tanh: fa__tanhf on
+   the CPU, tanhf or tanh.approx on the device). Its derivative is 1 - th^2 (the backward). */
+static FA__HD inline float fa__softcap_of(float th, float cap) { return cap * th; }
+
+/* ALiBi: s - slope |i + Sk - Sq - j|; adist is that distance, |d - j| as a float. */
+static FA__HD inline float fa__alibi1(float s, float slope, float adist) { return s - slope * adist; }
+static FA__HD inline float fa__adist(int64_t dist) { return (float)(dist < 0 ? -dist : dist); }
+
+/* bias: s + x, where x = -INFINITY hides the key, even a NaN score. */
+static FA__HD inline float fa__bias1(float s, float x) { return x == -INFINITY ? x : s + x; }
+
 /* The online step's frame: a row's exps are taken against its running max m, or against 0 while
    m is -INFINITY (no visible key yet), so that a hidden row's exps and its alpha = exp(m_old -
    m_new) are exactly 0 and never NaN. */
@@ -974,14 +992,13 @@ static const float *fa__bias_row(const fa__dims *d, int b, int h, int64_t i)
     return d->bias + (int64_t)b * d->bs[0] + (int64_t)h * d->bs[1] + i * d->bs[2];
 }
 
-/* Steps 2-4 on one score: the definitions. The lane passes of section 3 compute these with the same
-   operations in the same order on 16 lanes (ALiBi and the bias then agree bitwise with the row
-   form, unless a compiler contracts ALiBi's multiply and subtract into an FMA); softcap's tanh is
-   fa__tanhf, or fa__tanh16 on lanes (one method, one set of constants). */
+/* Steps 2-4 on one score: section 1's formulas (fa__softcap_of, fa__alibi1, fa__bias1) with the
+   CPU's tanh. The lane passes of section 3 compute these with the same operations in the same
+   order on 16 lanes (ALiBi and the bias then agree bitwise with the row form, unless a compiler
+   contracts ALiBi's multiply and subtract into an FMA); softcap's tanh is fa__tanhf, or
+   fa__tanh16 on lanes (one method, one set of constants). */
 static float fa__tanhf(float x);
-static float fa__softcap1(float s, float cap, float inv_cap) { return cap * fa__tanhf(s * inv_cap); }
-static float fa__alibi1(float s, float slope, int64_t dist) { return s - slope * (float)(dist < 0 ? -dist : dist); }
-static float fa__bias1(float s, float x) { return x == -INFINITY ? x : s + x; }  /* -INFINITY hides, even a NaN score */
+static float fa__softcap1(float s, float cap, float inv_cap) { return fa__softcap_of(fa__tanhf(s * inv_cap), cap); }
 
 /* Step 5 on the scores of keys j0..j0+n at s[t * stride]: -INFINITY outside the row's visible keys
    [lo, hi) (fa__key_range), which is one run, so only the block's two ends are touched. */
@@ -1013,7 +1030,7 @@ static void fa__modify_row(const fa__dims *d, int b, int h, int64_t i, int64_t j
     if (d->alibi) {
         float slope = fa__alibi_slope(d, b, h);
         int64_t diag = fa__diag(d, i);
-        for (t = 0; t < n; t++) s[t * stride] = fa__alibi1(s[t * stride], slope, j0 + t - diag);
+        for (t = 0; t < n; t++) s[t * stride] = fa__alibi1(s[t * stride], slope, fa__adist(j0 + t - diag));
     }
     if (d->bias) {
         const float *br = fa__bias_row(d, b, h, i);
@@ -2055,7 +2072,7 @@ static void fa__online_c(float *S, int64_t lds, int nk, int nv, float *m, float 
             al = m[r] == -INFINITY ? 0.0f : fa__expf(m[r] - mr);
             for (t = 0; t < Dv; t++) O[t * ldo + r] *= al;
         }
-        ms = mr == -INFINITY ? 0.0f : mr;
+        ms = fa__online_ref(mr);
         for (j = 0; j < nk; j++) {
             float *sj = S + j * lds + r;
             *sj = *sj == -INFINITY ? 0.0f : fa__expf(*sj - ms);
@@ -2072,7 +2089,7 @@ static void fa__alibi_lanes_c(float *S, int64_t ld, int nvec, int nk, int64_t k0
 {
     int r, jj;
     for (r = 0; r < 16 * nvec; r++)
-        for (jj = 0; jj < nk; jj++) S[jj * ld + r] = fa__alibi1(S[jj * ld + r], slope[r], k0 + jj - diag[r]);
+        for (jj = 0; jj < nk; jj++) S[jj * ld + r] = fa__alibi1(S[jj * ld + r], slope[r], fa__adist(k0 + jj - diag[r]));
 }
 
 static void fa__bias_lanes_c(float *S, int64_t ld, int nvec, int nk, int64_t k0, const float *const *rows, int64_t ks)
@@ -2832,23 +2849,20 @@ static void fa__merge_row(int dv, int parts, const float *const *op, const float
 {
     float mx = -INFINITY, sum = 0.0f, w[64], a[64];
     int p, p0, pn, t, t0, tn, u;
-    for (p = 0; p < parts; p++) {
-        float x = mp[p][r];
-        if (x > mx || x != x) mx = x;          /* once NaN, mx stays NaN */
-    }
+    for (p = 0; p < parts; p++) mx = fa__lse_max(mx, mp[p][r]);   /* once NaN, mx stays NaN */
     if (mx == -INFINITY) {
         for (t = 0; t < dv; t++) orow[t] = 0.0f;
         if (lse) lse[r] = -INFINITY;
         return;
     }
     for (p = 0; p < parts; p++)
-        sum += mp[p][r] == -INFINITY ? 0.0f : expf(mp[p][r] - mx) * (lp ? lp[p][r] : 1.0f);
+        sum += fa__lse_weight(mp[p][r], mx, lp ? lp[p][r] : 1.0f);
     /* each element sums its parts in part order: the weights 64 parts at a time (each computed
        once), the elements 64 at a time in a local accumulator, written back after their reads */
     for (p0 = 0; p0 < parts; p0 += 64) {
         pn = parts - p0 < 64 ? parts - p0 : 64;
         for (p = 0; p < pn; p++)
-            w[p] = mp[p0 + p][r] == -INFINITY ? 0.0f : expf(mp[p0 + p][r] - mx) * (lp ? lp[p0 + p][r] : 1.0f);
+            w[p] = fa__lse_weight(mp[p0 + p][r], mx, lp ? lp[p0 + p][r] : 1.0f);
         for (t0 = 0; t0 < dv; t0 += 64) {
             tn = dv - t0 < 64 ? dv - t0 : 64;
             for (u = 0; u < tn; u++) a[u] = p0 ? orow[t0 + u] : 0.0f;
@@ -2861,7 +2875,7 @@ static void fa__merge_row(int dv, int parts, const float *const *op, const float
         }
     }
     for (t = 0; t < dv; t++) orow[t] /= sum;
-    if (lse) lse[r] = mx + logf(sum);
+    if (lse) lse[r] = fa__lse_of(mx, sum);
 }
 
 FLASHATTN__CPU_DEF const char *fa_explain_merge(int rows, int dv, int parts, const float *const *o_parts,
@@ -4213,12 +4227,12 @@ static __device__ __forceinline__ float fa__cu_modify(const fa__cu_mods &m, floa
     if (sc) {
         const float th = TANH::f(x * m.pre);
         if (t) *t = th;
-        x = m.post * th;
+        x = fa__softcap_of(th, m.post);
     } else if (PRE) {
         x *= m.pre;
     }
-    if (al) x -= m.slope * fabsf(dist);
-    if (bi) x += m.bias[m.bh + i * m.bq + j * m.bk] * m.unit;
+    if (al) x = fa__alibi1(x, m.slope, fabsf(dist));
+    if (bi) x = fa__bias1(x, m.bias[m.bh + i * m.bq + j * m.bk] * m.unit);
     return x;
 }
 
@@ -4465,7 +4479,7 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
 #pragma unroll
             for (int off = 8; off > 0; off >>= 1) mx = fa__nmax(mx, __shfl_xor_sync(0xffffffffu, mx, off));
             mnew = fa__nmax(m[r], mx);
-            ref = (mnew == -INFINITY ? 0.0f : mnew) * FA__CU_LOG2E;   /* the frame of this tile */
+            ref = fa__online_ref(mnew) * FA__CU_LOG2E;               /* the frame of this tile */
             alpha = exp2f(ml[r] - ref);                              /* from the last frame; -inf: 0 */
 #pragma unroll
             for (int c = 0; c < CN; c++) {               /* exp(s - m) = 2^(s log2e - m log2e) */
@@ -4831,7 +4845,7 @@ static __device__ __forceinline__ void fa__tc_softmax(const float (&s)[C::MT][C:
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
             const float mx = fa__tc_quad_max(fmaxf(m[mt][hf], fa__tc_row_max<C>(s, mt, hf)));
-            const float ref = mx == -INFINITY ? 0.0f : mx * f;   /* a row hidden so far stays at 0 */
+            const float ref = fa__online_ref(mx) * f;   /* a row hidden so far stays at 0 */
             alpha[mt][hf] = fa__tc_ex2(fmaf(m[mt][hf], f, -ref));
             moved |= mx != m[mt][hf];
             m[mt][hf] = mx;

@@ -919,8 +919,109 @@ static void test_merge(void **state)
         for (i = 0; i < rows; i++) assert_true(gotl[i] == -INFINITY);
         for (i = 0; i < 2; i++) { cudaFree(dpo[i]); cudaFree(dpl[i]); }
     }
+    /* a NaN lse in the first part of row 1 (finite parts after it): that row is NaN, never a NaN
+       dropped by a later part's max; the other rows are the finite merge */
+    {
+        float l0[B * H * SQ], l1[B * H * SQ];
+        for (i = 0; i < rows; i++) { l0[i] = 0.25f * (float)(i % 7) - 1.0f; l1[i] = 0.5f - 0.125f * (float)(i % 5); }
+        l0[1] = NAN;
+        dpo[0] = (float *)upload(who, (size_t)rows * DV, FA_F32);
+        dpo[1] = (float *)upload(who + DV, (size_t)(rows - 1) * DV, FA_F32);
+        dpl[0] = (float *)upload(l0, (size_t)rows, FA_F32);
+        dpl[1] = (float *)upload(l1, (size_t)rows, FA_F32);
+        assert_int_equal(fa_cuda_merge(rows - 1, DV, 2, (const float *const *)dpo, (const float *const *)dpl, mo, ml), FA_OK);
+        download(gotl, ml, (size_t)(rows - 1), FA_F32, NULL);
+        download(got, mo, (size_t)(rows - 1) * DV, FA_F32, NULL);
+        assert_true(gotl[1] != gotl[1]);
+        for (i = 0; i < DV; i++) assert_true(got[DV + i] != got[DV + i]);
+        for (i = 0; i < rows - 1; i++) if (i != 1) assert_true(isfinite(gotl[i]));
+        for (i = 0; i < 2; i++) { cudaFree(dpo[i]); cudaFree(dpl[i]); }
+    }
     cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dwo); cudaFree(dwl); cudaFree(mo); cudaFree(ml);
     ref_tensors_free(&t);
+}
+
+/* ---- bitwise reproducible: run to run, and one sequence alone or inside a batch ----------------
+   fa_cuda_tiled's kernels give a query tile to one block that walks its keys in a fixed order, so
+   a row's o and lse must not depend on the run or on the batch around it. Each shape runs twice
+   at B = 1 (same bits) and once at B = 5 whose batch 3 holds the B = 1 inputs (same bits there);
+   every dtype, so every kernel family (tensor-core, aligned fp32, generic) is covered. */
+static void test_reproducible(void **state)
+{
+    static const struct { int Hq, Hkv, Sq, Sk, D, causal, wl; float cap; int alibi; } sh[] = {
+        { 4, 2, 200, 333, 64, 1, 0, 0.0f, 0 },
+        { 2, 1, 130, 257, 128, 0, 0, 0.0f, 0 },
+        { 2, 2, 77, 150, 80, 1, 40, 5.0f, 1 },
+        { 8, 2, 1, 3000, 128, 1, 0, 0.0f, 0 },
+        { 4, 1, 3, 1031, 64, 1, 100, 10.0f, 1 },
+    };
+    static const fa_dtype dts[] = { FA_F32, FA_F16, FA_BF16 };
+    static const float slopes[4] = { 0.5f, 0.25f, 0.125f, 0.0625f };
+    (void)state;
+    for (size_t c = 0; c < COUNT(sh); c++)
+        for (size_t u = 0; u < COUNT(dts); u++) {
+            const fa_dtype dt = dts[u];
+            const int NB = 5, AT = 3, Hq = sh[c].Hq, Hkv = sh[c].Hkv, Sq = sh[c].Sq, Sk = sh[c].Sk, D = sh[c].D;
+            const size_t es = esize(dt), nq = (size_t)Hq * Sq * D, nk = (size_t)Hkv * Sk * D, nl = (size_t)Hq * Sq;
+            float *hq = (float *)malloc(NB * nq * 4), *hk = (float *)malloc(NB * nk * 4), *hv = (float *)malloc(NB * nk * 4);
+            unsigned char *o1 = (unsigned char *)malloc(nq * es), *o2 = (unsigned char *)malloc(nq * es);
+            unsigned char *ob = (unsigned char *)malloc(NB * nq * es);
+            float *l1 = (float *)malloc(nl * 4), *l2 = (float *)malloc(nl * 4), *lb = (float *)malloc(NB * nl * 4);
+            float *dslopes = NULL;
+            ref_rng r;
+            fa_params p;
+            void *q1, *k1, *v1, *qb, *kb, *vb, *do1, *dob;
+            float *dl1, *dlb;
+            assert_true(hq && hk && hv && o1 && o2 && ob && l1 && l2 && lb);
+            ref_seed(&r, 77 + c);
+            ref_fill_normal(&r, hq, NB * nq);
+            ref_fill_normal(&r, hk, NB * nk);
+            ref_fill_normal(&r, hv, NB * nk);
+            memset(&p, 0, sizeof p);
+            p.batch = 1; p.heads = Hq; p.kv_heads = Hkv; p.seq_q = Sq; p.seq_k = Sk; p.head_dim = D;
+            p.causal = sh[c].causal; p.window_left = sh[c].wl; p.softcap = sh[c].cap; p.dtype = dt;
+            if (sh[c].alibi) {
+                CU(cudaMalloc((void **)&dslopes, sizeof slopes));
+                CU(cudaMemcpy(dslopes, slopes, sizeof slopes, cudaMemcpyHostToDevice));
+                p.alibi_slopes = dslopes;
+            }
+            q1 = upload(hq + AT * nq, nq, dt); k1 = upload(hk + AT * nk, nk, dt); v1 = upload(hv + AT * nk, nk, dt);
+            qb = upload(hq, NB * nq, dt); kb = upload(hk, NB * nk, dt); vb = upload(hv, NB * nk, dt);
+            do1 = dalloc(nq * es); dob = dalloc(NB * nq * es);
+            dl1 = (float *)dalloc(nl * 4); dlb = (float *)dalloc(NB * nl * 4);
+            p.lse = dl1;
+            assert_int_equal(fa_cuda_tiled(&p, q1, k1, v1, do1), FA_OK);
+            CU(cudaDeviceSynchronize());
+            CU(cudaMemcpy(o1, do1, nq * es, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(l1, dl1, nl * 4, cudaMemcpyDeviceToHost));
+            CU(cudaMemset(do1, 0xFF, nq * es));
+            assert_int_equal(fa_cuda_tiled(&p, q1, k1, v1, do1), FA_OK);
+            CU(cudaDeviceSynchronize());
+            CU(cudaMemcpy(o2, do1, nq * es, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(l2, dl1, nl * 4, cudaMemcpyDeviceToHost));
+            p.batch = NB; p.lse = dlb;
+            assert_int_equal(fa_cuda_tiled(&p, qb, kb, vb, dob), FA_OK);
+            CU(cudaDeviceSynchronize());
+            CU(cudaMemcpy(ob, dob, NB * nq * es, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(lb, dlb, NB * nl * 4, cudaMemcpyDeviceToHost));
+            if (memcmp(o1, o2, nq * es) || memcmp(l1, l2, nl * 4) || memcmp(o1, ob + AT * nq * es, nq * es) ||
+                memcmp(l1, lb + AT * nl, nl * 4)) {
+                print_error("reproducible: shape %zu %s: run 2 o %s lse %s; in batch o %s lse %s\n", c, dt_name(dt),
+                            memcmp(o1, o2, nq * es) ? "differs" : "same", memcmp(l1, l2, nl * 4) ? "differs" : "same",
+                            memcmp(o1, ob + AT * nq * es, nq * es) ? "differs" : "same",
+                            memcmp(l1, lb + AT * nl, nl * 4) ? "differs" : "same");
+                fail();
+            }
+            { /* not a test of zeros: the output is finite and not all equal */
+                float x0, x1;
+                download(&x0, do1, 1, dt, NULL);
+                download(&x1, (const char *)do1 + (nq - 1) * es, 1, dt, NULL);
+                assert_true(isfinite(x0) && isfinite(x1) && x0 != x1);
+            }
+            cudaFree(q1); cudaFree(k1); cudaFree(v1); cudaFree(qb); cudaFree(kb); cudaFree(vb);
+            cudaFree(do1); cudaFree(dob); cudaFree(dl1); cudaFree(dlb); cudaFree(dslopes);
+            free(hq); free(hk); free(hv); free(o1); free(o2); free(ob); free(l1); free(l2); free(lb);
+        }
 }
 
 /* ---- every kernel of the picker served some run of the grid (full grid, all tests run) ---------- */
@@ -1034,6 +1135,7 @@ int main(void)
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_decode_batch_invariance),
         cmocka_unit_test(test_decode_nan),
+        cmocka_unit_test(test_reproducible),
         cmocka_unit_test(test_kernels_served),
         cmocka_unit_test(test_timing),
     };
