@@ -4259,15 +4259,27 @@ static __device__ __forceinline__ void fa__cu_merge_scan(const V &v, int parts, 
     *sum = s;
 }
 
+/* The parts are read 16 at a time before any is added (an index past the last reads the last
+   part again, and is not added), so that the loads of a batch are in flight together: the sum
+   itself goes in part order, a part with lse -INFINITY adding nothing (its o is never used). */
 template <class V>
 static __device__ __forceinline__ float fa__cu_merge_elem(const V &v, int parts, int t, float mx, float sum)
 {
     float a = 0.0f;
     if (mx == -INFINITY) return 0.0f;
-#pragma unroll 16
-    for (int p = 0; p < parts; p++) {
-        const float x = v.l(p);
-        if (x != -INFINITY) a += fa__lse_weight(x, mx, 1.0f) * v.o(p, t);
+    for (int p0 = 0; p0 < parts; p0 += 16) {
+        float x[16], y[16];
+#pragma unroll
+        for (int u = 0; u < 16; u++) {
+            const int p = min(p0 + u, parts - 1);
+            x[u] = v.l(p);
+            y[u] = v.o(p, t);
+        }
+#pragma unroll
+        for (int u = 0; u < 16; u++) {
+            const float w = fa__lse_weight(x[u], mx, 1.0f);
+            a = p0 + u < parts && x[u] != -INFINITY ? a + w * y[u] : a;
+        }
     }
     return a / sum;
 }
