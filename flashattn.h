@@ -20,9 +20,9 @@
        >>merge      6. merging partial results by log-sum-exp (fa_merge; the tiled path's chunks)
        >>tiled      7. CPU: the tiled online-softmax path (tile plan, key split, merge of chunks)
        >>backward   7b. CPU: the backward, naive and tiled; fa_describe
-       >>cuda       8. CUDA: 8a kernels and tile traits, 8b device pieces and the modifier rule,
-                       8c generic kernel, 8d tensor-core kernel, 8e naive and merge kernels,
-                       8f the kernel picker, 8g entry points
+       >>cuda       8. CUDA: 8a kernels and tile traits, 8b device pieces, the modifier and merge rules,
+                       8c generic kernel, 8d tensor-core kernel, 8d2 split-key decode kernels,
+                       8e naive and merge kernels, 8f the kernel picker, 8g entry points
        >>license    the MIT licence
 
    USAGE
@@ -206,6 +206,18 @@
    16-byte aligned rows, on an exact-fp32 FFMA kernel otherwise; fp32 is FFMA only (no TF32). One
    function picks the kernel of each fa_cuda_tiled call from the request (dtype, head dims,
    alignment, strides, block_q/block_k, modifiers), before anything is launched.
+   DECODE: with few query rows per (batch, kv head) (Sq <= 16 and (heads / kv_heads) * Sq <= 64,
+   seq_k >= 1, batch and kv_heads <= 65535) fa_cuda_tiled takes the split-key decode path
+   (flash-decoding): the query heads of a GQA group packed in one block so K/V are read once per
+   group (tensor cores for fp16/bf16 at D = Dv in {64, 128} with 16-byte aligned q/k/v rows, exact
+   FFMA otherwise), the keys cut into chunks of max(512, Sk/64 rounded up to 256) keys, a function of
+   seq_k alone, so a sequence's o and lse are bitwise the same decoded alone or in any batch; each
+   chunk's partial o and lse (fp32) go to a workspace of batch * heads * seq_q * chunks * (Dv + 1)
+   floats, merged by the log-sum-exp rule of fa_cuda_merge. That workspace is allocated
+   stream-ordered on p->stream (cudaMallocAsync; cudaMalloc where the device has no memory pools)
+   and freed behind the merge on the same stream: no host synchronisation, FA_ERR_NO_MEMORY with
+   nothing written when it cannot be had; fa_cuda_describe names the decode kernel and says the
+   workspace's bytes. Every other fa_cuda_tiled call allocates nothing.
    head_dim or head_dim_v above 256: FA_ERR_UNSUPPORTED. alibi_slopes, bias and lse are device
    pointers. fa_cuda_naive returns with its work done (its per-call cuBLAS handle is destroyed, which
    synchronises); fa_cuda_tiled only queues on `stream`. fa_cuda_merge takes host arrays of device
@@ -4931,10 +4943,12 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
 /* ============================================================================================== */
 /* 8. CUDA backend (FLASHATTN_CUDA, compiled by nvcc)                                      >>cuda */
 /* ============================================================================================== */
-/* 8a the kernels and their tile configurations, named; 8b common device pieces and the score-
-   modifier rule; 8c the generic kernel (FFMA, any dtype and head_dim); 8d the tensor-core kernel
-   (fp16/bf16, cut into the steps a backward and a Hopper kernel reuse); 8e the naive path's and
-   merge's kernels; 8f the kernel picker and the launches; 8g the entry points. */
+/* 8a the kernels and their tile configurations, named; 8b common device pieces, the score-modifier
+   rule and the log-sum-exp merge rule on the device; 8c the generic kernel (FFMA, any dtype and
+   head_dim); 8d the tensor-core kernel (fp16/bf16, cut into the steps a backward and a Hopper
+   kernel reuse); 8d2 the split-key decode kernels (few query rows: GQA group packed, keys cut in
+   chunks fixed by Sk, partials merged by 8b's rule); 8e the naive path's and merge's kernels;
+   8f the kernel picker and the launches; 8g the entry points. */
 
 #if defined(FLASHATTN_CUDA) && defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -4960,6 +4974,11 @@ typedef enum fa__cu_kernel {
     FA__CU_GENERIC_D64,     /* any dtype and layout, D, Dv <= 64 (and aligned fp32 not listed above) */
     FA__CU_GENERIC_D128,    /*   D, Dv <= 128 */
     FA__CU_GENERIC_D256,    /*   D, Dv <= 256 */
+    FA__CU_DEC_TC_D64,      /* split-key decode (8d2), few query rows: tensor cores, fp16/bf16, D = Dv = 64, aligned */
+    FA__CU_DEC_TC_D128,     /*   the same at D = Dv = 128 */
+    FA__CU_DEC_D64,         /*   FFMA, any dtype and layout, D, Dv <= 64 */
+    FA__CU_DEC_D128,        /*   D, Dv <= 128 */
+    FA__CU_DEC_D256,        /*   D, Dv <= 256 */
     FA__CU_KERNELS
 } fa__cu_kernel;
 
@@ -4993,6 +5012,24 @@ struct fa__cu_generic_d256 { enum { DC = 256, RM = 4, CN = 2, PIPE = 0, MINB = 1
    at D = 128 spill or add barriers; PF removed D = 128's spills and is neutral at D = 64). */
 struct fa__tc_d64 { enum { D = 64, NW = 4, MT = 2, BK = 64, QREG = 1, PF = 0, MINB = 2 }; };
 struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, MINB = 1 }; };
+
+/* The split-key decode kernels' configurations (8d2). The tensor-core one is an fa__tc_* trait
+   (one m16 tile of packed query rows, MT = 1, shared by NW warps that each walk their own key
+   tiles of BK through a private ring of ST cp.async stages) plus ST; BK x D is 2 KB a row of the
+   ring at both head dims, so that 2 blocks fit an SM (MINB). The FFMA one walks tiles of
+   FA__CU_DEC_BK keys with FA__CU_DEC_THREADS threads over FA__CU_DEC_ROWS packed rows. Chunks:
+   a row's keys are cut at multiples of fa__cu_dec_chunk's size (8f), a function of Sk alone:
+   at least FA__CU_DEC_CHUNK_MIN keys, a multiple of 256, and at most FA__CU_DEC_PARTS chunks. The
+   picker takes the decode path for Sq <= FA__CU_DEC_MAX_SQ and group * Sq <= FA__CU_DEC_MAX_ROWS. */
+struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3 }; };
+struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3 }; };
+#define FA__CU_DEC_ROWS 16
+#define FA__CU_DEC_BK 32
+#define FA__CU_DEC_THREADS 128
+#define FA__CU_DEC_CHUNK_MIN 512
+#define FA__CU_DEC_PARTS 64
+#define FA__CU_DEC_MAX_SQ 16
+#define FA__CU_DEC_MAX_ROWS 64
 
 /* The other constants of the CUDA path. FA__CU_THREADS is the generic kernel's block, a 16 x 16
    thread grid its tiles are laid out on (not a free knob). FA__CU_MERGE bounds the parts of one
@@ -5160,6 +5197,54 @@ static __device__ __forceinline__ float fa__cu_modify(const fa__cu_mods &m, floa
     if (al) x = fa__alibi1(x, m.slope, fabsf(dist));
     if (bi) x = fa__bias1(x, m.bias[m.bh + i * m.bq + j * m.bk] * m.unit);
     return x;
+}
+
+/* The log-sum-exp merge of one row on the device (section 1's rule: fa__lse_max, fa__lse_weight,
+   fa__lse_of), written once for fa_cuda_merge's kernel and the decode path's (8d2: its blocks'
+   warps, then its chunks). V views the row's parts: V::l(p) part p's lse, V::o(p, t) element t
+   of its o. fa__cu_merge_scan, called by a whole warp for one row, gives every lane the row's max
+   and sum (lanes over the parts, p = lane + 32 k, then butterflies: the same bits on every lane and
+   in every run); fa__cu_merge_elem one merged element (parts in order; 0 for a row with no part);
+   the merged lse is fa__lse_of(mx, sum). A NaN lse sticks in mx. */
+template <class V>
+static __device__ __forceinline__ void fa__cu_merge_scan(const V &v, int parts, float *mx, float *sum)
+{
+    const int lane = threadIdx.x & 31;
+    float m = -INFINITY, s = 0.0f;
+    for (int p = lane; p < parts; p += 32) m = fa__lse_max(m, v.l(p));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) m = fa__lse_max(m, __shfl_xor_sync(0xffffffffu, m, off));
+    if (m != -INFINITY)
+        for (int p = lane; p < parts; p += 32) s += fa__lse_weight(v.l(p), m, 1.0f);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    *mx = m;
+    *sum = s;
+}
+
+/* The parts are read 16 at a time before any is added (an index past the last reads the last
+   part again, and is not added), so that the loads of a batch are in flight together: the sum
+   itself goes in part order, a part with lse -INFINITY adding nothing (its o is never used). */
+template <class V>
+static __device__ __forceinline__ float fa__cu_merge_elem(const V &v, int parts, int t, float mx, float sum)
+{
+    float a = 0.0f;
+    if (mx == -INFINITY) return 0.0f;
+    for (int p0 = 0; p0 < parts; p0 += 16) {
+        float x[16], y[16];
+#pragma unroll
+        for (int u = 0; u < 16; u++) {
+            const int p = min(p0 + u, parts - 1);
+            x[u] = v.l(p);
+            y[u] = v.o(p, t);
+        }
+#pragma unroll
+        for (int u = 0; u < 16; u++) {
+            const float w = fa__lse_weight(x[u], mx, 1.0f);
+            a = p0 + u < parts && x[u] != -INFINITY ? a + w * y[u] : a;
+        }
+    }
+    return a / sum;
 }
 
 /* ---- 8c. CUDA: the generic tiled kernel (FFMA, any storage type, head_dim <= 256) --------------
@@ -5916,6 +6001,383 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tc_fwd(const fa__tc_a
     fa__tc_write<T, C>(a, o, m, l, f, sQ, b, h, i0, warp, lane);
 }
 
+/* ---- 8d2. CUDA: the split-key decode kernels (flash-decoding) -------------------------------------
+   For few query rows per (batch, kv head): decoding, speculative or chunked decode (fa__cu_pick
+   takes this path for Sq <= FA__CU_DEC_MAX_SQ and group * Sq <= FA__CU_DEC_MAX_ROWS). The query rows
+   of one kv head's GQA group are packed, packed row r being query head g * group + r / Sq and
+   query row r % Sq, so that a block reads each K/V tile once for all the heads that share it. The
+   key axis is cut into chunks of fa__cu_dec_chunk(Sk) keys (8f; a function of Sk alone, never of
+   B, Hq or the device: a sequence's o and lse are bitwise the same decoded alone or in a batch).
+   One block per (row block of FA__CU_DEC_ROWS packed rows, chunk, kv head, batch) walks the
+   chunk's keys that some row sees (the chunk clipped to fa__cu_tile_keys of rows 0 .. Sq-1; the
+   per-row mask is fa__cu_row_keys, the modifiers fa__cu_modify) and writes its rows' partial o
+   (normalised, fp32) and lse into the workspace: o [rows][chunks][Dv], then lse [rows][chunks],
+   rows in [B][Hq][Sq] order. A chunk that no row sees writes lse = -INFINITY and o = 0.
+   fa__cu_dec_merge then merges each row's chunks into o (storage type, o's strides) and lse, by
+   8b's merge rule (the one fa_cuda_merge runs).
+   Two kernels: fa__dec_tc (fp16/bf16, D = Dv in {64, 128}, 16-byte aligned q/k/v rows, sm_80+),
+   8d's steps on one m16 tile of packed rows: each of the NW warps walks its own key tiles (tile
+   t0 + warp + NW u of the chunk) through a private ring of ST cp.async stages (no block barrier in
+   the loop), with 16-byte loads, mma.sync and fp32 accumulators; at the end the warps' results
+   (normalised o and lse, through shared memory) are merged by the same rule, in warp order.
+   fa__dec_ffma (any dtype, layout, D, Dv <= 256): FFMA in exact fp32 like 8c, the tile's K and V
+   in shared memory as fp32, each warp owning 4 of the 16 packed rows (keys on its lanes for
+   S = Q K^T and the online softmax, columns on its lanes for P V). */
+
+/* What the decode kernels receive: the request, the tensors, the workspace and the cut. */
+struct fa__dec_args {
+    const void *q, *k, *v;
+    float *wo, *wl;            /* partial o [rows][chunks][Dv] and lse [rows][chunks] */
+    int chunk, chunks, rblocks; /* keys a chunk, chunks a row, row blocks a kv head */
+    fa__dims d;
+};
+
+/* Packed row r of kv head g: its query head h and query row i (a padding row, r >= group * Sq,
+   takes the last row's, so that its loads stay in bounds; it is never written). */
+static __device__ __forceinline__ void fa__dec_row(const fa__dims &d, int g, int r, int *h, int *i)
+{
+    const int rr = min(r, d.group * d.Sq - 1), hh = rr / d.Sq;
+    *h = g * d.group + hh;
+    *i = rr - hh * d.Sq;
+}
+
+/* The keys [*k0, *k1) chunk c walks: the chunk clipped to the keys some query row sees (rows
+   0 .. Sq-1: every packed row is one of them); empty when *k1 <= *k0. Returns those rows' key
+   ranges (for fa__keys_full). */
+static __device__ __forceinline__ fa__keys fa__dec_keys(const fa__dims &d, int c, int chunk, int *k0, int *k1)
+{
+    const fa__keys kr = fa__cu_tile_keys(d, 0, d.Sq);
+    const int64_t c0 = (int64_t)c * chunk, c1 = c0 + chunk < d.Sk ? c0 + chunk : d.Sk;
+    *k0 = (int)(kr.lo > c0 ? kr.lo : c0);
+    *k1 = (int)(kr.hi < c1 ? kr.hi : c1);
+    return kr;
+}
+
+/* The index of a packed row's output row in [B][Hq][Sq]. */
+static __device__ __forceinline__ int64_t fa__dec_out_row(const fa__dims &d, int b, int h, int i)
+{
+    return ((int64_t)b * d.Hq + h) * d.Sq + i;
+}
+
+/* The tensor-core kernel's shared memory: the Q tile (16 rows x D, 16-bit), then per warp a K
+   ring and a V ring of ST stages of BK x D 16-bit elements (after the loop the K ring holds the
+   warp's normalised o as fp32 rows of D + 4 floats, the V ring its 16 lse). */
+template <class C> struct fa__dec_geom {
+    enum { QB = 16 * C::D * 2, RING = C::ST * C::BK * C::D * 2, SMEM = QB + C::NW * 2 * RING, LDO = C::D + 4 };
+};
+
+/* Step: the K and V tiles of keys [k0, k0 + BK) into stage `stage` of this warp's rings (rows past
+   Sk zero-filled), issued by the warp's 32 lanes; the caller commits. */
+template <class C, typename T>
+static __device__ __forceinline__ void fa__dec_load(unsigned sK, unsigned sV, int stage, const T *gk, const T *gv,
+                                                    const fa__dims &d, int k0, int lane)
+{
+    const int n = min((int)C::BK, d.Sk - k0);
+    const unsigned st = (unsigned)stage * C::BK * C::D * 2;
+    fa__tc_load<C::D, C::BK, 32>(sK + st, gk + (int64_t)k0 * d.ks[2], d.ks[2], n, lane);
+    fa__tc_load<C::D, C::BK, 32>(sV + st, gv + (int64_t)k0 * d.vs[2], d.vs[2], n, lane);
+}
+
+/* Step: the modifiers (MOD 4: 8b's rule in the log2 domain, as fa__tc_scores) and the mask on one
+   tile's scores of this thread's two packed rows (hf = 0, 1: query row qi[hf], its visible keys
+   [lo, hi), its head's constants md[hf]); its columns are j0 + 8n + e. */
+template <class C, int MOD>
+static __device__ __forceinline__ void fa__dec_scores(float (&s)[1][C::BK / 8][4], const fa__dims &d,
+                                                      const fa__cu_mods (&md)[2], bool sc, bool al, bool bi,
+                                                      const int (&qi)[2], const bool (&rok)[2], const int (&lo)[2],
+                                                      const int (&hi)[2], int j0, bool full)
+{
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+        for (int n = 0; n < C::BK / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int j = j0 + n * 8 + e;
+                float x = s[0][n][2 * hf + e];
+                if (MOD)
+                    x = fa__cu_modify<fa__cu_tanh_approx, true>(md[hf], x, sc, al, bi && rok[hf] && j < d.Sk,
+                                                                (float)((int64_t)qi[hf] + d.Sk - d.Sq - j), qi[hf], j);
+                if (!full && (j < lo[hf] || j >= hi[hf])) x = -INFINITY;
+                s[0][n][2 * hf + e] = x;
+            }
+}
+
+/* The warps' results in shared memory as parts of 8b's merge rule (part p = warp p). */
+template <class C> struct fa__dec_warp_parts {
+    const unsigned char *base;
+    int rr;
+    __device__ __forceinline__ float l(int p) const
+    {
+        typedef fa__dec_geom<C> G;
+        return ((const float *)(base + G::QB + p * 2 * G::RING + G::RING))[rr];
+    }
+    __device__ __forceinline__ float o(int p, int t) const
+    {
+        typedef fa__dec_geom<C> G;
+        return ((const float *)(base + G::QB + p * 2 * G::RING))[rr * G::LDO + t];
+    }
+};
+
+/* T: __half or __nv_bfloat16. C: fa__dec_d64 or fa__dec_d128 (8a). MOD: 0 plain (scale > 0, no
+   modifier: raw dot products, the scale folded into the exp), 4 the modifiers decided at run
+   time (fa__tc_fwd's variant 4). */
+template <typename T, class C, int MOD>
+__global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_args a)
+{
+    typedef fa__tc_geom<C> G;
+    typedef fa__dec_geom<C> E;
+    enum { D = C::D, BK = C::BK, NW = C::NW, ST = C::ST };
+    extern __shared__ __align__(128) unsigned char fa__dec_smem[];
+    const fa__dims &d = a.d;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int rb = (int)(blockIdx.x % (unsigned)a.rblocks), c = (int)(blockIdx.x / (unsigned)a.rblocks);
+    const int g = blockIdx.y, b = blockIdx.z, R = d.group * d.Sq, r0 = rb * 16;
+    const unsigned sQ = fa__cu_sa(fa__dec_smem), sK = sQ + E::QB + (unsigned)warp * 2 * E::RING, sV = sK + E::RING;
+    const T *gk = (const T *)a.k + b * d.ks[0] + g * d.ks[1];
+    const T *gv = (const T *)a.v + b * d.vs[0] + g * d.vs[1];
+
+    /* the packed Q tile (rows past the pack zero-filled), one cp.async group */
+    for (int idx = tid; idx < 16 * G::CH; idx += NW * 32) {
+        const int r = idx / G::CH, cc = idx % G::CH;
+        int h, i;
+        fa__dec_row(d, g, r0 + r, &h, &i);
+        fa__cu_cp16(sQ + (unsigned)(r * D + ((cc ^ (r & 7)) << 3)) * 2u,
+                    (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i * d.qs[2] + cc * 8, r0 + r < R ? 16 : 0);
+    }
+    fa__cu_commit();
+
+    /* this warp's key tiles: t0 + warp + NW u, u < nt */
+    int k0, k1;
+    const fa__keys kr = fa__dec_keys(d, c, a.chunk, &k0, &k1);
+    const int t0 = k0 < k1 ? k0 / BK : 0, ntall = k0 < k1 ? (k1 + BK - 1) / BK - t0 : 0;
+    const int nt = ntall > warp ? (ntall - warp + NW - 1) / NW : 0;
+#pragma unroll
+    for (int u = 0; u < ST - 1; u++) {
+        if (u < nt) fa__dec_load<C>(sK, sV, u, gk, gv, d, (t0 + warp + NW * u) * BK, lane);
+        fa__cu_commit();
+    }
+
+    /* this thread's packed rows r0 + (lane >> 2) + 8 hf: query row, visible keys, head constants */
+    const float f = MOD == 0 ? d.scale * FA__CU_LOG2E : 1.0f;
+    const bool sc = MOD && d.softcap > 0.0f, al = MOD && d.alibi != 0, bi = MOD && d.bias != 0;
+    const int cq = 2 * (lane & 3);
+    int qi[2], lo[2], hi[2];
+    bool rok[2];
+    fa__cu_mods md[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int pr = r0 + (lane >> 2) + 8 * hf;
+        int h;
+        fa__dec_row(d, g, pr, &h, &qi[hf]);
+        rok[hf] = pr < R;
+        md[hf] = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
+        fa__cu_row_keys(d, qi[hf], &lo[hf], &hi[hf]);
+    }
+
+    float o[1][G::CH][4], m[1][2], l[1][2];
+#pragma unroll
+    for (int n = 0; n < G::CH; n++) o[0][n][0] = o[0][n][1] = o[0][n][2] = o[0][n][3] = 0.0f;
+    m[0][0] = m[0][1] = -INFINITY;
+    l[0][0] = l[0][1] = 0.0f;
+    unsigned qf[1][G::KD][4], aq[4], ak[4], av[4];
+    fa__tc_bases<C>(sQ, sK, sV, 0, lane, aq, ak, av);
+    fa__cu_wait<ST - 1>();   /* the Q group, the oldest */
+    __syncthreads();
+    fa__tc_q_frags<C>(qf, aq);
+
+    for (int u = 0; u < nt; u++) {
+        fa__cu_wait<ST - 2>();   /* tile u landed (every lane's part: the warp barrier) */
+        __syncwarp();
+        if (u + ST - 1 < nt) fa__dec_load<C>(sK, sV, (u + ST - 1) % ST, gk, gv, d, (t0 + warp + NW * (u + ST - 1)) * BK, lane);
+        fa__cu_commit();
+        const int kt = (t0 + warp + NW * u) * BK;
+        const unsigned st = (unsigned)(u % ST) * BK * D * 2;
+        float s[1][G::NN][4];
+        unsigned pa[1][G::KB][4];
+        fa__tc_qk<T, C>(s, qf, aq, ak, st);
+        fa__dec_scores<C, MOD>(s, d, md, sc, al, bi, qi, rok, lo, hi, kt + cq, fa__keys_full(&kr, kt, kt + BK));
+        fa__tc_softmax<T, C>(s, m, l, o, pa, f);
+        fa__tc_pv<T, C>(o, pa, av, st);
+    }
+    fa__cu_wait<0>();
+    __syncwarp();
+
+    /* this warp's normalised o and lse (NaN kept) into its rings, as fp32 */
+    {
+        float *so = (float *)(fa__dec_smem + E::QB + warp * 2 * E::RING), *sl = so + E::RING / 4;
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float sum = l[0][hf];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const bool some = sum > 0.0f || sum != sum;
+            const float inv = some ? 1.0f / sum : 0.0f;
+            const int rr = (lane >> 2) + 8 * hf;
+#pragma unroll
+            for (int n = 0; n < G::CH; n++) {
+                so[rr * E::LDO + 8 * n + cq] = o[0][n][2 * hf] * inv;
+                so[rr * E::LDO + 8 * n + cq + 1] = o[0][n][2 * hf + 1] * inv;
+            }
+            if ((lane & 3) == 0) sl[rr] = some ? (m[0][hf] * f + log2f(sum)) * FA__CU_LN2 : -INFINITY;
+        }
+    }
+    __syncthreads();
+    /* the warps merged, in warp order, into this chunk's partial of each packed row */
+    for (int e = tid; e < 16 * D; e += NW * 32) {
+        const int rr = e / D, t = e % D, pr = r0 + rr;
+        if (pr >= R) break;   /* rows go up with e */
+        const fa__dec_warp_parts<C> v = { fa__dec_smem, rr };
+        float mx, sum;
+        int h, i;
+        fa__cu_merge_scan(v, NW, &mx, &sum);
+        fa__dec_row(d, g, pr, &h, &i);
+        const int64_t row = fa__dec_out_row(d, b, h, i) * a.chunks + c;
+        a.wo[row * d.Dv + t] = fa__cu_merge_elem(v, NW, t, mx, sum);
+        if (t == 0) a.wl[row] = fa__lse_of(mx, sum);
+    }
+}
+
+/* The FFMA decode kernel's shared memory: Q (pre-scaled), a K and a V tile as fp32 rows of DC + 1
+   floats (odd: a warp's lanes on 32 keys hit 32 banks), P [16][33]. */
+template <int DC> struct fa__dec_ffma_geom {
+    enum { LD = DC + 1, SMEM = (FA__CU_DEC_ROWS * LD + 2 * FA__CU_DEC_BK * LD + FA__CU_DEC_ROWS * 33) * 4 };
+};
+
+template <typename T, int DC>
+__global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__dec_ffma(const fa__dec_args a)
+{
+    enum { LD = DC + 1, NC = DC / 32, BKF = FA__CU_DEC_BK, RW = FA__CU_DEC_ROWS / (FA__CU_DEC_THREADS / 32) };
+    extern __shared__ float4 fa__cu_smem[];
+    float *sQ = (float *)fa__cu_smem, *sK = sQ + FA__CU_DEC_ROWS * LD, *sV = sK + BKF * LD, *sP = sV + BKF * LD;
+    const fa__dims &d = a.d;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int rb = (int)(blockIdx.x % (unsigned)a.rblocks), c = (int)(blockIdx.x / (unsigned)a.rblocks);
+    const int g = blockIdx.y, b = blockIdx.z, R = d.group * d.Sq, r0 = rb * FA__CU_DEC_ROWS;
+    const T *q = (const T *)a.q, *gk = (const T *)a.k + b * d.ks[0] + g * d.ks[1];
+    const T *gv = (const T *)a.v + b * d.vs[0] + g * d.vs[1];
+    const bool sc = d.softcap > 0.0f, al = d.alibi != NULL, bi = d.bias != NULL, mods = sc || al || bi;
+
+    for (int e = tid; e < FA__CU_DEC_ROWS * DC; e += FA__CU_DEC_THREADS) {   /* Q, times the scale */
+        const int rr = e / DC, t = e % DC;
+        int h, i;
+        float x = 0.0f;
+        fa__dec_row(d, g, r0 + rr, &h, &i);
+        if (r0 + rr < R && t < d.D) x = fa__ld(q + b * d.qs[0] + h * d.qs[1] + (int64_t)i * d.qs[2] + t) * d.scale;
+        sQ[rr * LD + t] = x;
+    }
+    /* this warp's packed rows r0 + warp + 4 r */
+    int qi[RW], lo[RW], hi[RW];
+    bool rok[RW];
+    fa__cu_mods md[RW];
+    float acc[RW][NC], m[RW], ml[RW], l[RW];
+#pragma unroll
+    for (int r = 0; r < RW; r++) {
+        const int pr = r0 + warp + 4 * r;
+        int h;
+        fa__dec_row(d, g, pr, &h, &qi[r]);
+        rok[r] = pr < R;
+        md[r] = fa__cu_mods_of(d, b, h, 1.0f, 1.0f, sc, al, false);
+        fa__cu_row_keys(d, qi[r], &lo[r], &hi[r]);
+        m[r] = -INFINITY; ml[r] = -INFINITY; l[r] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < NC; n++) acc[r][n] = 0.0f;
+    }
+    int k0, k1;
+    const fa__keys kr = fa__dec_keys(d, c, a.chunk, &k0, &k1);
+    for (int kt = k0 < k1 ? k0 / BKF * BKF : k1; kt < k1; kt += BKF) {
+        const int nk = min(BKF, d.Sk - kt), j = kt + lane;
+        const bool full = fa__keys_full(&kr, kt, kt + BKF);
+        __syncthreads();                                    /* the last tile is consumed; Q stored */
+        for (int e = tid; e < BKF * DC; e += FA__CU_DEC_THREADS) {
+            const int r = e / DC, t = e % DC;
+            sK[r * LD + t] = r < nk && t < d.D ? fa__ld(gk + (int64_t)(kt + r) * d.ks[2] + t) : 0.0f;
+            sV[r * LD + t] = r < nk && t < d.Dv ? fa__ld(gv + (int64_t)(kt + r) * d.vs[2] + t) : 0.0f;
+        }
+        __syncthreads();
+        float s[RW];
+#pragma unroll
+        for (int r = 0; r < RW; r++) s[r] = 0.0f;
+        for (int t = 0; t < d.D; t++) {                     /* S = Q K^T: key j on this lane */
+            const float kk = sK[lane * LD + t];
+#pragma unroll
+            for (int r = 0; r < RW; r++) s[r] = fmaf(sQ[(warp + 4 * r) * LD + t], kk, s[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < RW; r++) {                      /* modifiers, mask, online softmax (8c's) */
+            float x = s[r], mx, mnew, ref, alpha, e, sum;
+            if (mods && rok[r] && j < d.Sk)
+                x = fa__cu_modify<fa__cu_tanh, false>(md[r], x, sc, al, bi, (float)((int64_t)qi[r] + d.Sk - d.Sq - j), qi[r], j);
+            if (!full && (j < lo[r] || j >= hi[r])) x = -INFINITY;
+            mx = x;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) mx = fa__nmax(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            mnew = fa__nmax(m[r], mx);
+            ref = fa__online_ref(mnew) * FA__CU_LOG2E;
+            alpha = exp2f(ml[r] - ref);
+            e = exp2f(fmaf(x, FA__CU_LOG2E, -ref));
+            sum = e;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            l[r] = l[r] * alpha + sum;
+            m[r] = mnew;
+            ml[r] = mnew == -INFINITY ? -INFINITY : ref;
+#pragma unroll
+            for (int n = 0; n < NC; n++) acc[r][n] *= alpha;
+            sP[(warp + 4 * r) * 33 + lane] = e;
+        }
+        __syncwarp();
+        for (int jj = 0; jj < BKF; jj++) {                  /* acc += P V: columns lane + 32 n */
+#pragma unroll
+            for (int n = 0; n < NC; n++) {
+                const float vv = sV[jj * LD + lane + 32 * n];
+#pragma unroll
+                for (int r = 0; r < RW; r++) acc[r][n] = fmaf(sP[(warp + 4 * r) * 33 + jj], vv, acc[r][n]);
+            }
+        }
+    }
+    /* this chunk's partial: o = acc / l (0 for a row with no visible key, NaN kept), lse */
+#pragma unroll
+    for (int r = 0; r < RW; r++) {
+        if (!rok[r]) continue;
+        int h, i;
+        fa__dec_row(d, g, r0 + warp + 4 * r, &h, &i);
+        const int64_t row = fa__dec_out_row(d, b, h, i) * a.chunks + c;
+        const float inv = (l[r] > 0.0f || l[r] != l[r]) ? 1.0f / l[r] : 0.0f;
+#pragma unroll
+        for (int n = 0; n < NC; n++)
+            if (lane + 32 * n < d.Dv) a.wo[row * d.Dv + lane + 32 * n] = acc[r][n] * inv;
+        if (lane == 0) a.wl[row] = l[r] > 0.0f ? fmaf(ml[r], FA__CU_LN2, logf(l[r])) : (l[r] != l[r] ? l[r] : -INFINITY);
+    }
+}
+
+/* The decode merge: a block of FA__CU_DEC_THREADS per output row r, its chunks merged by 8b's rule
+   into o (storage type, o's strides) and lse: the chunks' lse staged in shared memory (at most
+   FA__CU_DEC_PARTS), every warp scans them (the same bits), each thread merges columns t, t + 128. */
+struct fa__dec_ws_row {
+    const float *wl, *wo;
+    int dv;
+    __device__ __forceinline__ float l(int p) const { return wl[p]; }
+    __device__ __forceinline__ float o(int p, int t) const { return wo[(int64_t)p * dv + t]; }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa__dims d, const float *wo, const float *wl,
+                                                                       int chunks, T *o)
+{
+    __shared__ float sl[FA__CU_DEC_PARTS];
+    const int64_t r = blockIdx.x;
+    const int64_t bh = r / d.Sq, i = r - bh * d.Sq, b = bh / d.Hq, h = bh - b * d.Hq;
+    if (threadIdx.x < (unsigned)chunks) sl[threadIdx.x] = wl[r * chunks + threadIdx.x];
+    __syncthreads();
+    const fa__dec_ws_row v = { sl, wo + r * chunks * d.Dv, d.Dv };
+    T *orow = o + b * d.os[0] + h * d.os[1] + i * d.os[2];
+    float mx, sum;
+    fa__cu_merge_scan(v, chunks, &mx, &sum);
+    for (int t = threadIdx.x; t < d.Dv; t += FA__CU_DEC_THREADS) fa__st(orow + t, fa__cu_merge_elem(v, chunks, t, mx, sum));
+    if (d.lse && threadIdx.x == 0) d.lse[r] = fa__lse_of(mx, sum);
+}
+
 /* ---- 8e. CUDA: the naive path's kernels and merge's ------------------------------------------ */
 
 /* Block-wide reductions for up to 1024 threads (red holds 32 floats). */
@@ -6025,31 +6487,26 @@ typedef struct fa__cu_parts {
     const float *l[FA__CU_MERGE];
 } fa__cu_parts;
 
-/* Block (32, 8): 8 rows, 32 threads over each row's columns. Every lse part of a row is read
-   before the barrier and lse written after it, so lse may be lse_parts[0]; each o element is
-   read and written by the same thread, so o may be o_parts[0]. */
+/* Block (32, 8): 8 rows, a warp (32 threads over the columns) a row, by 8b's merge rule. Every lse part
+   of a row is read before the barrier and lse written after it, so lse may be lse_parts[0]; each
+   o element is read and written by the same thread, so o may be o_parts[0]. */
+struct fa__cu_parts_row {
+    const fa__cu_parts *pp;
+    int64_t r;
+    int dv;
+    __device__ __forceinline__ float l(int p) const { return pp->l[p][r]; }
+    __device__ __forceinline__ float o(int p, int t) const { return pp->o[p][r * dv + t]; }
+};
+
 __global__ void fa__cu_merge(int rows, int dv, int parts, fa__cu_parts pp, float *o, float *lse)
 {
     const int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.y;
+    const fa__cu_parts_row v = { &pp, r, dv };
     float mx = -INFINITY, sum = 0.0f;
-    if (r < rows) {
-        for (int p = 0; p < parts; p++) mx = fa__lse_max(mx, pp.l[p][r]);   /* section 1's merge rule */
-        if (mx != -INFINITY)
-            for (int p = 0; p < parts; p++) sum += fa__lse_weight(pp.l[p][r], mx, 1.0f);
-    }
+    if (r < rows) fa__cu_merge_scan(v, parts, &mx, &sum);
     __syncthreads();
     if (r >= rows) return;
-    for (int t = threadIdx.x; t < dv; t += 32) {
-        float a = 0.0f;
-        if (mx != -INFINITY) {
-            for (int p = 0; p < parts; p++) {
-                const float x = pp.l[p][r];
-                if (x != -INFINITY) a += fa__lse_weight(x, mx, 1.0f) * pp.o[p][r * dv + t];
-            }
-            a /= sum;
-        }
-        o[r * dv + t] = a;
-    }
+    for (int t = threadIdx.x; t < dv; t += 32) o[r * dv + t] = fa__cu_merge_elem(v, parts, t, mx, sum);
     if (lse && threadIdx.x == 0) lse[r] = fa__lse_of(mx, sum);
 }
 /* ---- 8f. CUDA: the kernel picker and the launches --------------------------------------------- */
@@ -6074,6 +6531,7 @@ static int fa__tc_aligned(const void *p, const int64_t s[3])
 typedef struct fa__cu_plan {
     fa__cu_kernel kernel;
     int mods, bq, bk;
+    int chunk, chunks;   /* the decode kernels (8d2): keys a chunk, chunks a row (bk = chunk) */
 } fa__cu_plan;
 
 static const char *fa__cu_kernel_name(fa__cu_kernel k)
@@ -6092,6 +6550,11 @@ static const char *fa__cu_kernel_name(fa__cu_kernel k)
     case FA__CU_GENERIC_D64: return "generic_d64";
     case FA__CU_GENERIC_D128: return "generic_d128";
     case FA__CU_GENERIC_D256: return "generic_d256";
+    case FA__CU_DEC_TC_D64: return "dec_tc_d64";
+    case FA__CU_DEC_TC_D128: return "dec_tc_d128";
+    case FA__CU_DEC_D64: return "dec_d64";
+    case FA__CU_DEC_D128: return "dec_d128";
+    case FA__CU_DEC_D256: return "dec_d256";
     case FA__CU_KERNELS: break;
     }
     return "none";
@@ -6127,8 +6590,72 @@ static int fa__cu_fits_kernel(fa__cu_kernel k, const fa__dims *d, int optin, fa_
     }
 }
 
+/* The decode path's cut of the key axis (8d2): keys a chunk, from Sk alone (never B, Hq or the
+   device, so that a row's arithmetic is the same in any batch): Sk / FA__CU_DEC_PARTS rounded up
+   to a multiple of 256, at least FA__CU_DEC_CHUNK_MIN; so at most FA__CU_DEC_PARTS chunks a row. */
+static int fa__cu_dec_chunk(int Sk)
+{
+    const int64_t c = (((int64_t)Sk + FA__CU_DEC_PARTS - 1) / FA__CU_DEC_PARTS + 255) / 256 * 256;
+    return c < FA__CU_DEC_CHUNK_MIN ? FA__CU_DEC_CHUNK_MIN : (int)c;
+}
+
+/* The decode path's workspace: partial o and lse of every output row and chunk, fp32,
+   B * Hq * Sq * chunks * (Dv + 1) floats (SIZE_MAX when that overflows). */
+static size_t fa__cu_dec_bytes(const fa__dims *d, int chunks)
+{
+    const size_t rows = fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq);
+    return fa__mul_size(fa__mul_size(rows, (size_t)chunks), ((size_t)d->Dv + 1) * sizeof(float));
+}
+
+/* Step 0 of fa__cu_pick, the decode path (8d2): Sk >= 1, Sq <= FA__CU_DEC_MAX_SQ and group * Sq <=
+   FA__CU_DEC_MAX_ROWS (few query rows per (batch, kv head)), B and Hkv within the grid's y and z
+   limits. fp16/bf16 with D = Dv in {64, 128} and q, k, v rows 16-byte aligned on an sm_80+ device
+   whose blocks can take its shared memory: the tensor-core kernel (variant 0 plain, 4 when a
+   modifier, a bias or a non-positive scale needs the scores rebuilt); else the FFMA kernel of the
+   head-dim class. None of this depends on B (batch invariance). Returns 1 when the request is
+   the decode path's (*pl set, *st FA_OK, or *st FA_ERR_DEVICE when the device cannot be queried),
+   0 to leave it to the steps below. */
+static int fa__cu_dec_pick(const fa__dims *d, const void *q, const void *k, const void *v, fa__cu_plan *pl,
+                           fa_status *st)
+{
+    const int dc = d->D > d->Dv ? d->D : d->Dv;
+    int dev = 0, major = 0, optin = 0;
+    if (d->Sk < 1 || d->Sq > FA__CU_DEC_MAX_SQ || (int64_t)d->group * d->Sq > FA__CU_DEC_MAX_ROWS ||
+        d->B > 65535 || d->Hkv > 65535 || (int64_t)d->B * d->Hq * d->Sq > INT_MAX)
+        return 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *st = FA_ERR_DEVICE;
+        return 1;
+    }
+    pl->chunk = fa__cu_dec_chunk(d->Sk);
+    pl->chunks = (int)(((int64_t)d->Sk + pl->chunk - 1) / pl->chunk);
+    pl->bq = FA__CU_DEC_ROWS;
+    pl->bk = pl->chunk;
+    pl->mods = 0;
+    *st = FA_OK;
+    if ((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) && major >= 8 &&
+        fa__tc_aligned(q, d->qs) && fa__tc_aligned(k, d->ks) && fa__tc_aligned(v, d->vs) &&
+        optin >= (d->D == 64 ? (int)fa__dec_geom<fa__dec_d64>::SMEM : (int)fa__dec_geom<fa__dec_d128>::SMEM)) {
+        pl->kernel = d->D == 64 ? FA__CU_DEC_TC_D64 : FA__CU_DEC_TC_D128;
+        pl->mods = d->bias || !(d->scale > 0.0f) || d->softcap > 0.0f || d->alibi ? 4 : 0;
+        return 1;
+    }
+    pl->kernel = dc <= 64 ? FA__CU_DEC_D64 : dc <= 128 ? FA__CU_DEC_D128 : FA__CU_DEC_D256;
+    if (optin < (dc <= 64 ? (int)fa__dec_ffma_geom<64>::SMEM : dc <= 128 ? (int)fa__dec_ffma_geom<128>::SMEM
+                                                                        : (int)fa__dec_ffma_geom<256>::SMEM)) {
+        memset(pl, 0, sizeof *pl);
+        pl->kernel = FA__CU_KERNELS;
+        return 0;
+    }
+    return 1;
+}
+
 /* Picks the kernel for a request that fa__resolve and fa__cu_check accepted, with Sq > 0; the one
    place that decides, and it launches nothing. In order:
+   0. Few query rows per (batch, kv head), Sk >= 1: the split-key decode kernels (fa__cu_dec_pick).
    1. fp16/bf16 with D = Dv in {64, 128}, q, o (and k, v when Sk > 0) rows 16-byte aligned, B*Hq
       and the query tiles inside the grid's limits, on an sm_80+ device: the tensor-core kernel,
       with the modifier variant the request needs.
@@ -6148,8 +6675,10 @@ static fa_status fa__cu_pick(const fa__dims *d, const void *q, const void *k, co
     const int dc = d->D > d->Dv ? d->D : d->Dv;
     int dev = 0, major = 0, optin = 0, aligned;
     fa__cu_kernel kern = FA__CU_KERNELS;
+    fa_status dst = FA_OK;
     memset(pl, 0, sizeof *pl);
     pl->kernel = FA__CU_KERNELS;
+    if (fa__cu_dec_pick(d, q, k, v, pl, &dst)) return dst;
     if ((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) &&
         fa__tc_aligned(q, d->qs) && fa__tc_aligned(o, d->os) &&
         (d->Sk == 0 || (fa__tc_aligned(k, d->ks) && fa__tc_aligned(v, d->vs))) &&
@@ -6242,6 +6771,61 @@ static fa_status fa__tc_launch(const fa__dims *d, int mods, const void *q, const
     return cudaGetLastError() == cudaSuccess ? FA_OK : FA_ERR_DEVICE;
 }
 
+/* Runs the decode path fa__cu_pick chose (8d2) on storage type T, its split kernel `kern` (smem
+   bytes of shared memory, `threads` a block): the workspace allocated stream-ordered (fa__cu_alloc:
+   cudaMallocAsync on the stream where the device has memory pools), the split kernel, the merge,
+   the workspace freed behind them on the same stream. */
+template <typename T>
+static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k, const void *v,
+                             void *o, cudaStream_t st, void (*kern)(const fa__dec_args), int smem, int threads)
+{
+    const size_t bytes = fa__cu_dec_bytes(d, pl->chunks);
+    const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
+    fa__dec_args a;
+    int pooled = 0;
+    fa_status s, s2;
+    void *ws = NULL;
+    memset(&a, 0, sizeof a);
+    a.d = *d;
+    a.q = q; a.k = k; a.v = v;
+    a.chunk = pl->chunk;
+    a.chunks = pl->chunks;
+    a.rblocks = (d->group * d->Sq + FA__CU_DEC_ROWS - 1) / FA__CU_DEC_ROWS;
+    if ((s = fa__cu(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem))) != FA_OK)
+        return s;
+    if ((s = fa__cu_alloc(&ws, bytes, st, &pooled)) != FA_OK) return s;
+    a.wo = (float *)ws;
+    a.wl = a.wo + (size_t)rows * pl->chunks * d->Dv;
+    kern<<<dim3((unsigned)(a.rblocks * a.chunks), (unsigned)d->Hkv, (unsigned)d->B), threads, smem, st>>>(a);
+    s = fa__cu(cudaGetLastError());
+    if (s == FA_OK) {
+        fa__cu_dec_merge<T><<<(unsigned)rows, FA__CU_DEC_THREADS, 0, st>>>(*d, a.wo, a.wl, a.chunks, (T *)o);
+        s = fa__cu(cudaGetLastError());
+    }
+    s2 = fa__cu_free(ws, st, pooled);
+    return s != FA_OK ? s : s2;
+}
+
+template <typename T, class C>
+static fa_status fa__dec_tc_launch(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k,
+                                   const void *v, void *o, cudaStream_t st)
+{
+    return fa__dec_run<T>(pl, d, q, k, v, o, st, pl->mods ? fa__dec_tc<T, C, 4> : fa__dec_tc<T, C, 0>,
+                          (int)fa__dec_geom<C>::SMEM, C::NW * 32);
+}
+
+template <typename T>
+static fa_status fa__dec_ffma_launch(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k,
+                                     const void *v, void *o, cudaStream_t st)
+{
+    switch (pl->kernel) {
+    case FA__CU_DEC_D64: return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 64>, fa__dec_ffma_geom<64>::SMEM, FA__CU_DEC_THREADS);
+    case FA__CU_DEC_D128: return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 128>, fa__dec_ffma_geom<128>::SMEM, FA__CU_DEC_THREADS);
+    case FA__CU_DEC_D256: return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 256>, fa__dec_ffma_geom<256>::SMEM, FA__CU_DEC_THREADS);
+    default: return FA_ERR_UNSUPPORTED;
+    }
+}
+
 /* Runs what fa__cu_pick chose: the generic kernels on T by dtype (the aligned-fp32 ones on float),
    the tensor-core kernels on fp16 or bf16. */
 template <typename T>
@@ -6260,6 +6844,18 @@ static fa_status fa__cu_launch(const fa__cu_plan *pl, const fa__dims *d, const v
                                const void *v, void *o, cudaStream_t st)
 {
     switch (pl->kernel) {
+    case FA__CU_DEC_TC_D64:
+        return d->dtype == FA_BF16 ? fa__dec_tc_launch<__nv_bfloat16, fa__dec_d64>(pl, d, q, k, v, o, st)
+                                   : fa__dec_tc_launch<__half, fa__dec_d64>(pl, d, q, k, v, o, st);
+    case FA__CU_DEC_TC_D128:
+        return d->dtype == FA_BF16 ? fa__dec_tc_launch<__nv_bfloat16, fa__dec_d128>(pl, d, q, k, v, o, st)
+                                   : fa__dec_tc_launch<__half, fa__dec_d128>(pl, d, q, k, v, o, st);
+    case FA__CU_DEC_D64:
+    case FA__CU_DEC_D128:
+    case FA__CU_DEC_D256:
+        return d->dtype == FA_BF16 ? fa__dec_ffma_launch<__nv_bfloat16>(pl, d, q, k, v, o, st)
+             : d->dtype == FA_F16 ? fa__dec_ffma_launch<__half>(pl, d, q, k, v, o, st)
+                                  : fa__dec_ffma_launch<float>(pl, d, q, k, v, o, st);
     case FA__CU_TC_D64:
         return d->dtype == FA_BF16 ? fa__tc_launch<__nv_bfloat16, fa__tc_d64>(d, pl->mods, q, k, v, o, st)
                                    : fa__tc_launch<__half, fa__tc_d64>(d, pl->mods, q, k, v, o, st);
@@ -6296,19 +6892,27 @@ FLASHATTN_DEF size_t fa_cuda_describe(const fa_params *p, const void *q, const v
     fa__dims d;
     fa__cu_plan plan;
     const char *why = NULL;
-    char line[256];
+    char line[320];
     int len;
     fa_status st = fa__resolve(p, q, k, v, o, &d, &why);
     if (st == FA_OK) st = fa__cu_check(&d);
     if (st == FA_OK && d.Sq > 0) st = fa__cu_pick(&d, q, k, v, o, &plan);
     if (st != FA_OK) len = snprintf(line, sizeof line, "refused: %s", why ? why : fa_status_string(st));
     else if (d.Sq == 0) len = snprintf(line, sizeof line, "fa_cuda_tiled: seq_q = 0, nothing launched");
+    else if (plan.chunks > 0)
+        len = snprintf(line, sizeof line, "fa_cuda_tiled: kernel %s (split-key decode), blocks of %d packed query rows, "
+                       "%d chunk(s) of %d keys, modifier variant %d; workspace %zu bytes, cudaMallocAsync on the stream",
+                       fa__cu_kernel_name(plan.kernel), plan.bq, plan.chunks, plan.chunk, plan.mods,
+                       fa__cu_dec_bytes(&d, plan.chunks));
     else len = snprintf(line, sizeof line, "fa_cuda_tiled: kernel %s, tiles of %d query rows x %d keys, modifier variant %d",
                         fa__cu_kernel_name(plan.kernel), plan.bq, plan.bk, plan.mods);
     return fa__line_out(buf, n, line, len);
 }
 
-/* fa_cuda_tiled: the kernel fa__cu_pick chooses, queued on p->stream (nothing allocated). */
+/* fa_cuda_tiled: the kernel fa__cu_pick chooses, queued on p->stream. Nothing is allocated, except
+   on the decode path (8d2): its workspace (fa__cu_dec_bytes; fa_cuda_describe says how many bytes)
+   is allocated stream-ordered on p->stream and freed behind the merge on the same stream
+   (FA_ERR_NO_MEMORY, nothing written, when that fails). */
 FLASHATTN_DEF fa_status fa_cuda_tiled(const fa_params *p, const void *q, const void *k, const void *v, void *o)
 {
     fa__dims d;

@@ -15,6 +15,14 @@
    A correctness section first runs ragged shapes (Sq != Sk, tails, GQA, token strides, causal,
    windows, softcap, ALiBi, bias, lse, empty rows) against a full float64 reference.
 
+   --decode: the split-key decode rows alone (issue 14): bf16, D = 128, Hq = 32, Hkv = 8 (and 1, MQA),
+   non-causal, (B, Sq, Sk) as DEC_ROWS below; K/V GB/s (the K and V bytes of the cache, Hkv heads,
+   per second) and its fraction of a device-to-device cudaMemcpy measured in the same run (bytes read
+   plus written per second). Rows whose K/V is under 256 MB rotate over enough copies of K/V that
+   the L2 (60 MB) cannot serve them; N calls between two events, median of 7.
+   Row format (shared with bench/torch_sdpa.py --decode):
+   DEC impl B Sq Sk Hq Hkv ms kvGB/s frac relerr status
+
    Options: --quick (fewer shapes), --no-api (time the tensor-core kernel only, through
    fa__cu_pick and fa__cu_launch), --no-tune, --no-naive, --no-check, --budget SEC (per timed row, default 0.08),
    --prof (one launch per profiled shape, for ncu).
@@ -47,7 +55,8 @@
 
 static int opt_quick = 0, opt_api = 1, opt_tune = 1, opt_naive = 1, opt_check = 1;
 static double opt_budget = 0.08;
-static int opt_prof = 0;   /* one launch of each profiled shape, nothing else (for ncu) */
+static int opt_prof = 0;
+static int opt_decode = 0;   /* the decode rows alone */   /* one launch of each profiled shape, nothing else (for ncu) */
 static int n_fail = 0;
 
 /* ---- random inputs on the device ----------------------------------------------------------- */
@@ -466,6 +475,98 @@ static void correctness(const std::vector<Impl> &impls)
         }
 }
 
+/* ---- decode (issue 14): K/V bandwidth of fa_cuda_tiled's split-key path ------------------------ */
+/* A device-to-device copy: bytes read plus written per second (GB/s), median of 7 copies of 2 GiB. */
+static double copy_gbs(void)
+{
+    const size_t n = (size_t)2 << 30;
+    void *a, *b;
+    cudaEvent_t e0, e1;
+    std::vector<float> t(7);
+    CK(cudaMalloc(&a, n)); CK(cudaMalloc(&b, n));
+    CK(cudaMemset(a, 1, n));
+    CK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    for (size_t r = 0; r < t.size(); r++) {
+        CK(cudaEventRecord(e0));
+        CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice));
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&t[r], e0, e1));
+    }
+    std::sort(t.begin(), t.end());
+    CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
+    cudaFree(a); cudaFree(b);
+    return 2.0 * n / (t[t.size() / 2] * 1e-3) / 1e9;
+}
+
+struct DecRow { int B, Sq, Sk, Hkv; };
+static const DecRow DEC_ROWS[] = {
+    { 1, 1, 4096, 8 }, { 1, 1, 32768, 8 }, { 1, 1, 131072, 8 }, { 1, 1, 1048576, 8 }, { 8, 1, 32768, 8 },
+    { 32, 1, 8192, 8 }, { 8, 4, 32768, 8 }, { 1, 1, 131072, 1 }, { 8, 1, 32768, 1 },
+};
+
+static void decode_rows(double cgbs)
+{
+    for (const DecRow &r : DEC_ROWS) {
+        Case c = { r.B, 32, r.Hkv, r.Sq, r.Sk, 128, 0, 0, 0, 0, FA_BF16, 0.0f, 0, 0 };
+        const double kvb = 2.0 * r.B * r.Hkv * (double)r.Sk * 128 * 2;
+        const int copies = kvb >= 256e6 ? 1 : (int)ceil(256e6 / kvb);
+        Bufs b;
+        alloc_bufs(c, b, 4000 + r.Sk + r.B + r.Hkv);
+        std::vector<void *> ks(copies), vs(copies);
+        ks[0] = b.k; vs[0] = b.v;
+        for (int i = 1; i < copies; i++) {
+            CK(cudaMalloc(&ks[i], b.nk * 2)); CK(cudaMalloc(&vs[i], b.nk * 2));
+            randn(ks[i], b.nk, c.dt, 77 + 2 * i); randn(vs[i], b.nk, c.dt, 78 + 2 * i);
+        }
+        fa_params p;
+        make_params(c, b, &p);
+        char line[400];
+        fa_cuda_describe(&p, b.q, b.k, b.v, b.o, line, sizeof line);
+        printf("# decode B=%d Sq=%d Sk=%d Hkv=%d (%d K/V copies): %s\n", r.B, r.Sq, r.Sk, r.Hkv, copies, line);
+        fa_status st = fa_cuda_tiled(&p, b.q, b.k, b.v, b.o);
+        CK(cudaDeviceSynchronize());
+        if (st != FA_OK) {
+            printf("DEC %-14s %3d %2d %8d %3d %2d %9s %8s %6s %9s %s\n", "fa_cuda_tiled", r.B, r.Sq, r.Sk, 32, r.Hkv, "-", "-",
+                   "-", "-", fa_status_string(st));
+            n_fail++;
+        } else {
+            cudaEvent_t e0, e1;
+            CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+            float ms1 = 0;
+            CK(cudaEventRecord(e0));
+            for (int i = 0; i < copies; i++) fa_cuda_tiled(&p, b.q, ks[i], vs[i], b.o);
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaEventElapsedTime(&ms1, e0, e1));
+            int n = (int)std::min(400.0, std::max((double)copies, 20.0 / std::max(ms1 / copies, 1e-3f)));
+            std::vector<float> t(7);
+            for (size_t rep = 0; rep < t.size(); rep++) {
+                CK(cudaEventRecord(e0));
+                for (int i = 0; i < n; i++) fa_cuda_tiled(&p, b.q, ks[i % copies], vs[i % copies], b.o);
+                CK(cudaEventRecord(e1));
+                CK(cudaEventSynchronize(e1));
+                CK(cudaEventElapsedTime(&t[rep], e0, e1));
+            }
+            std::sort(t.begin(), t.end());
+            const double ms = t[t.size() / 2] / n, gbs = kvb / (ms * 1e-3) / 1e9;
+            k_fill_u8<<<256, 256>>>((unsigned char *)b.o, b.no * 2, 0xff);
+            fa_cuda_tiled(&p, b.q, b.k, b.v, b.o);
+            CK(cudaDeviceSynchronize());
+            Err e = check(c, b, 2, r.Sq, 11 + r.Sk);
+            bool ok = pass(e, c.dt);
+            if (!ok) n_fail++;
+            printf("DEC %-14s %3d %2d %8d %3d %2d %9.4f %8.1f %6.3f %9.2e %s\n", "fa_cuda_tiled", r.B, r.Sq, r.Sk, 32, r.Hkv, ms,
+                   gbs, gbs / cgbs, e.rel, ok ? "OK" : "FAIL");
+            CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
+        }
+        fflush(stdout);
+        for (int i = 1; i < copies; i++) { cudaFree(ks[i]); cudaFree(vs[i]); }
+        free_bufs(b);
+    }
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -476,7 +577,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-check")) opt_check = 0;
         else if (!strcmp(argv[i], "--budget") && i + 1 < argc) opt_budget = atof(argv[++i]);
         else if (!strcmp(argv[i], "--prof")) opt_prof = 1;
-        else { fprintf(stderr, "usage: %s [--quick] [--no-api] [--no-tune] [--no-naive] [--no-check] [--budget s]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--decode")) opt_decode = 1;
+        else { fprintf(stderr, "usage: %s [--quick] [--no-api] [--no-tune] [--no-naive] [--no-check] [--budget s] [--decode]\n", argv[0]); return 2; }
     }
 #ifdef FA_BENCH_TC_ONLY
     opt_api = 0;
@@ -490,6 +592,16 @@ int main(int argc, char **argv)
            pr.l2CacheSize >> 20, pr.major, pr.minor, drv);
 
     const Impl tc = { "tc_tiled", 2, tc_default, 0 };
+#ifndef FA_BENCH_TC_ONLY
+    if (opt_decode) {
+        const double cg = copy_gbs();
+        printf("# device-to-device cudaMemcpy: %.1f GB/s (bytes read + written)\n", cg);
+        printf("COPY %.1f\n", cg);
+        decode_rows(cg);
+        printf("# %s: %d failure(s)\n", n_fail ? "FAILED" : "all checks passed", n_fail);
+        return n_fail ? 1 : 0;
+    }
+#endif
     if (opt_prof) {   /* bf16, S = 16384: D=64 and D=128, non-causal then causal */
         for (int D : { 64, 128 })
             for (int causal = 0; causal < 2; causal++) {

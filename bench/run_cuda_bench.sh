@@ -2,6 +2,9 @@
 # run_cuda_bench.sh - bench_cuda (ours) and torch_sdpa.py (PyTorch) in one call, then one combined
 # table: TFLOP/s per row and ours / torch flash. Run from the repository root on the GPU machine:
 #     bench/run_cuda_bench.sh [--quick] [bench_cuda options...]
+#     bench/run_cuda_bench.sh --decode    (issue 14: the split-key decode rows alone, K/V GB/s, their
+#                                          fraction of a device-to-device copy, beside PyTorch's flash
+#                                          and cuDNN backends; one combined decode table)
 # Uses build/bench_cuda when present (built here by `make bench-cuda-build`), else builds it.
 # Logs go to $OUT (the device tool's folder) when set, else to build/.
 set -u
@@ -22,7 +25,47 @@ if [ $? -ne 2 ]; then   # built elsewhere and cannot start here (its usage exits
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv 2>&1 | tee "$LOG/nvidia_smi.txt"
 QUICK=""
-for a in "$@"; do [ "$a" = "--quick" ] && QUICK="--quick"; done
+DECODE=""
+for a in "$@"; do [ "$a" = "--quick" ] && QUICK="--quick"; [ "$a" = "--decode" ] && DECODE="--decode"; done
+if [ -n "$DECODE" ]; then
+  timeout ${BENCH_TIMEOUT:-110} build/bench_cuda --decode 2>&1 | tee "$LOG/bench_cuda_decode.log"
+  echo "# bench_cuda --decode exit ${PIPESTATUS[0]} after $(( $(date +%s) - T0 )) s"
+  PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-90} python3 bench/torch_sdpa.py --decode 2>&1 | tee "$LOG/torch_sdpa_decode.log"
+  echo "# torch_sdpa --decode exit ${PIPESTATUS[0]} after $(( $(date +%s) - T0 )) s"
+  python3 - "$LOG/bench_cuda_decode.log" "$LOG/torch_sdpa_decode.log" <<'EOF2' | tee "$LOG/combined_decode.txt"
+import sys
+rows, order = {}, []
+for fn in sys.argv[1:]:
+    try:
+        lines = open(fn).read().splitlines()
+    except OSError:
+        continue
+    for ln in lines:
+        f = ln.split()
+        if len(f) < 12 or f[0] != "DEC":
+            continue
+        key = tuple(int(x) for x in f[2:7])
+        if key not in rows:
+            rows[key] = {}
+            order.append(key)
+        rows[key][f[1]] = (f[8], f[9], f[11] + ("" if len(f) < 13 else " " + " ".join(f[12:])))
+print("\nDecode, bf16, D = 128 (K/V GB/s, fraction of the same run's device-to-device copy; ratio = ours / best torch)")
+print("%3s %2s %8s %3s %3s | %16s | %18s | %18s | %6s" % ("B", "Sq", "Sk", "Hq", "Hkv", "fa_cuda_tiled", "torch_flash", "torch_cudnn", "ratio"))
+for k in order:
+    r = rows[k]
+    def cell(n):
+        if n not in r or r[n][0] == "-":
+            return "-"
+        gb, fr, st = r[n]
+        return "%s (%s)%s" % (gb, fr, "" if st == "OK" else " " + st)
+    ours = float(r["fa_cuda_tiled"][0]) if "fa_cuda_tiled" in r and r["fa_cuda_tiled"][0] != "-" else None
+    best = max([float(r[n][0]) for n in ("torch_flash", "torch_cudnn") if n in r and r[n][0] != "-"] or [0])
+    ratio = "%.2f" % (ours / best) if ours and best else "-"
+    print("%3d %2d %8d %3d %3d | %16s | %18s | %18s | %6s" % (k + (cell("fa_cuda_tiled"), cell("torch_flash"), cell("torch_cudnn"), ratio)))
+EOF2
+  echo "# total $(( $(date +%s) - T0 )) s"
+  exit 0
+fi
 timeout ${BENCH_TIMEOUT:-110} build/bench_cuda "$@" 2>&1 | tee "$LOG/bench_cuda.log"
 echo "# bench_cuda exit ${PIPESTATUS[0]} after $(( $(date +%s) - T0 )) s"
 PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-90} python3 bench/torch_sdpa.py $QUICK 2>&1 | tee "$LOG/torch_sdpa.log"

@@ -8,6 +8,13 @@ halved for causal. Each timed row is checked against float64 on sampled rows (sa
 Note: PyTorch's is_causal is top-left aligned, ours bottom-right; they agree for Sq == Sk (all rows here).
 
 Row format: ROW impl dtype D causal S B H extra ms TFLOP/s relerr status
+
+--decode: bench_cuda --decode's rows alone (issue 14): bf16, D = 128, Hq = 32, Hkv = 8 or 1, non-causal,
+flash and cuDNN backends with enable_gqa=True; a backend that refuses GQA gets K/V expanded to Hq
+heads beforehand (outside the timing; "expanded" in the status). K/V GB/s counts the Hkv-head cache's
+bytes either way. Same timing as bench_cuda --decode (N calls between events, median of 7, K/V copies
+rotated below 256 MB). Row format: DEC impl B Sq Sk Hq Hkv ms kvGB/s frac relerr status
+(frac against this script's own device-to-device copy, bytes read plus written).
 """
 import math
 import sys
@@ -94,8 +101,113 @@ def row(name, q, k, v, causal, fn, g):
     torch.cuda.empty_cache()
 
 
+DEC_ROWS = [(1, 1, 4096, 8), (1, 1, 32768, 8), (1, 1, 131072, 8), (1, 1, 1048576, 8), (8, 1, 32768, 8),
+            (32, 1, 8192, 8), (8, 4, 32768, 8), (1, 1, 131072, 1), (8, 1, 32768, 1)]
+
+
+def copy_gbs():
+    n = 2 << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(1)
+    b = torch.empty_like(a)
+    b.copy_(a)
+    ts = []
+    for _ in range(7):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record(); b.copy_(a); e1.record(); e1.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    ts.sort()
+    del a, b
+    torch.cuda.empty_cache()
+    return 2.0 * n / (ts[3] * 1e-3) / 1e9
+
+
+def decode_check(q, k, v, o, g):
+    B, H, Sq, D = q.shape
+    grp = H // k.shape[1]
+    num = den = 0.0
+    for bh in torch.randint(0, B * H, (2,), generator=g).tolist():
+        b, h = divmod(bh, H)
+        s = (q[b, h].double() @ k[b, h // grp].double().T) / math.sqrt(D)
+        ref = torch.softmax(s, -1) @ v[b, h // grp].double()
+        got = o[b, h].double()
+        num += ((got - ref) ** 2).sum().item()
+        den += (ref ** 2).sum().item()
+    return math.sqrt(num / den)
+
+
+def decode(cgbs):
+    g = torch.Generator().manual_seed(1)
+    for B, Sq, Sk, Hkv in DEC_ROWS:
+        H, D = 32, 128
+        kvb = 2.0 * B * Hkv * Sk * D * 2
+        copies = 1 if kvb >= 256e6 else math.ceil(256e6 / kvb)
+        q = torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16)
+        kv = [(torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16),
+               torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16)) for _ in range(copies)]
+        for name, backend in (("torch_flash", SDPBackend.FLASH_ATTENTION), ("torch_cudnn", SDPBackend.CUDNN_ATTENTION)):
+            note = ""
+            use = kv
+
+            def f(k, v, gqa):
+                with sdpa_kernel([backend]):
+                    return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
+            gqa = Hkv != H
+            try:
+                f(*kv[0], gqa)
+                torch.cuda.synchronize()
+            except Exception as e:  # GQA refused: expand K/V (outside the timing)
+                msg = str(e).split("\n")[0][:50]
+                try:
+                    use = [(k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)) for k, v in kv]
+                    gqa = False
+                    f(*use[0], gqa)
+                    torch.cuda.synchronize()
+                    note = " expanded"
+                except Exception as e2:
+                    msg2 = str(e2).split("\n")[0][:50]
+                    print(f"DEC {name:<14} {B:3d} {Sq:2d} {Sk:8d} {H:3d} {Hkv:2d} {'-':>9} {'-':>8} {'-':>6} {'-':>9} n/a: {msg} / {msg2}", flush=True)
+                    use = None
+                    torch.cuda.empty_cache()
+            if use is None:
+                continue
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for i in range(copies):
+                f(*use[i], gqa)
+            e1.record(); e1.synchronize()
+            ms1 = e0.elapsed_time(e1) / copies
+            n = int(min(400, max(copies, 20.0 / max(ms1, 1e-3))))
+            ts = []
+            for _ in range(7):
+                e0.record()
+                for i in range(n):
+                    f(*use[i % copies], gqa)
+                e1.record(); e1.synchronize()
+                ts.append(e0.elapsed_time(e1) / n)
+            ts.sort()
+            ms = ts[3]
+            o = f(*use[0], gqa)
+            rel = decode_check(q, kv[0][0], kv[0][1], o, g)
+            gbs = kvb / (ms * 1e-3) / 1e9
+            ok = rel <= TOL[torch.bfloat16] and not math.isnan(rel)
+            print(f"DEC {name:<14} {B:3d} {Sq:2d} {Sk:8d} {H:3d} {Hkv:2d} {ms:9.4f} {gbs:8.1f} {gbs / cgbs:6.3f} {rel:9.2e} {'OK' if ok else 'FAIL'}{note}",
+                  flush=True)
+            del o
+            if use is not kv:
+                del use
+            torch.cuda.empty_cache()
+        del q, kv
+        torch.cuda.empty_cache()
+
+
 def main():
     torch.backends.cuda.matmul.allow_tf32 = False
+    if "--decode" in sys.argv:
+        print(f"# torch {torch.__version__}, {torch.cuda.get_device_name(0)}, cuDNN {torch.backends.cudnn.version()}", flush=True)
+        cg = copy_gbs()
+        print(f"# device-to-device copy: {cg:.1f} GB/s (bytes read + written)", flush=True)
+        decode(cg)
+        return
     dev = torch.cuda.get_device_name(0)
     print(f"# torch {torch.__version__}, {dev}", flush=True)
     g = torch.Generator().manual_seed(0)

@@ -210,7 +210,10 @@ static int close_or_report(const char *what, const char *name, const float *a, c
 static const char *dt_name(fa_dtype dt) { return dt == FA_F32 ? "f32" : dt == FA_F16 ? "f16" : "bf16"; }
 
 /* The kernel fa_cuda_tiled must run for a case (fa__cu_pick's rules, as the header documents them),
-   so that a silent fall back to another kernel fails: fp16/bf16 at D = Dv in {64, 128} with rows
+   so that a silent fall back to another kernel fails. First the split-key decode path (8d2): Sk >= 1,
+   Sq <= 16 and group * Sq <= 64 take the decode kernels, the tensor-core one for fp16/bf16 at D = Dv in
+   {64, 128} with rows that are multiples of 8 elements (variant 4 with any modifier, a bias or a
+   negative scale), else the FFMA one of the head-dim class. Then: fp16/bf16 at D = Dv in {64, 128} with rows
    that are multiples of 8 elements (packed and [B][S][H][D] here; the padded layout is not) run on
    tensor cores; fp32 with every q/k/v row a multiple of 4 floats on the aligned-fp32 kernels that
    (block_q, block_k) name, where their shared memory fits; the rest on the generic kernel of the
@@ -223,6 +226,13 @@ static fa__cu_kernel want_kernel(const tcase *c, fa_dtype dt, int *mods)
     const fa__cu_kernel generic = dc <= 64 ? FA__CU_GENERIC_D64 : dc <= 128 ? FA__CU_GENERIC_D128 : FA__CU_GENERIC_D256;
     int optin = 0, dev = 0;
     *mods = 0;
+    if (c->Sk >= 1 && c->Sq <= 16 && (c->Hq / (c->Hkv ? c->Hkv : c->Hq)) * c->Sq <= 64) {
+        if (dt != FA_F32 && c->D == Dv && (c->D == 64 || c->D == 128) && c->layout != L_PADDED) {
+            *mods = c->bias != BIAS_NONE || c->scale < 0.0f || c->softcap > 0.0f || c->alibi != ALIBI_NONE ? 4 : 0;
+            return c->D == 64 ? FA__CU_DEC_TC_D64 : FA__CU_DEC_TC_D128;
+        }
+        return dc <= 64 ? FA__CU_DEC_D64 : dc <= 128 ? FA__CU_DEC_D128 : FA__CU_DEC_D256;
+    }
     if (dt != FA_F32) {
         if (c->D == Dv && (c->D == 64 || c->D == 128) && c->layout != L_PADDED) {
             const int sc = c->softcap > 0.0f, al = c->alibi != ALIBI_NONE;
@@ -323,10 +333,16 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
         }
         g_served[plan.kernel][plan.mods]++;
         {   /* the public query says the same kernel */
-            char line[256];
+            char line[400], kname[64];
+            const int dec = want >= FA__CU_DEC_TC_D64 && want <= FA__CU_DEC_D256;
             fa_cuda_describe(&pd, dq, dk, dv, dout, line, sizeof line);
-            if (!strstr(line, fa__cu_kernel_name(want))) {
+            snprintf(kname, sizeof kname, dec ? "kernel %s (" : "kernel %s,", fa__cu_kernel_name(want));
+            if (!strstr(line, kname)) {
                 print_error("  FAIL %s: fa_cuda_describe says \"%s\", want kernel %s\n", name, line, fa__cu_kernel_name(want));
+                ok = 0;
+            }
+            if (dec != (strstr(line, "split-key decode") != NULL) || (dec && !strstr(line, "workspace"))) {
+                print_error("  FAIL %s: fa_cuda_describe says \"%s\" (decode path: %d)\n", name, line, dec);
                 ok = 0;
             }
         }
@@ -441,6 +457,36 @@ static const tcase g_mods[] = {
     { "alibi d128 causal", 1, 4, 2, 200, 333, 128, 0, 1, L_PACKED, 0, 0, 0, 0, ALIBI_HEAD, 0, 0 },
 };
 
+/* The split-key decode path (8d2): few query rows per (batch, kv head), Sk from 1 to 131072 (chunks
+   of 512 .. 2048 keys, ragged ends), GQA and MQA, Sq 1..16 with causal (bottom-right; Sq > Sk gives
+   empty rows), windows that leave most chunks empty, every modifier, strides, Dv != D, odd dims. */
+static const tcase g_decode[] = {
+    { "dec mqa sk=1", 1, 4, 1, 1, 1, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "dec sk=7 d128", 2, 8, 2, 1, 7, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "dec gqa 32/8 sk=1000", 2, 32, 8, 1, 1000, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "dec sq=4 causal sk=3001", 2, 8, 2, 4, 3001, 128, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "dec sq=8 causal mqa 4 blocks", 1, 8, 1, 8, 2049, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "dec sq=16 mha causal", 1, 2, 2, 16, 777, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "dec sk=131072 gqa", 1, 8, 2, 1, 131072, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "dec sk=40001 sq=2 causal mqa", 1, 4, 1, 2, 40001, 128, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "dec sk=65536 mqa group 16", 1, 16, 1, 1, 65536, 64, 0, 0, L_BSHD, 0, 0, 0, 0, 0, 0, 0 },
+    { "dec mqa group 32", 1, 32, 1, 1, 4100, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "dec causal sq>sk (empty rows)", 1, 4, 2, 8, 5, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "dec window 37 causal", 1, 8, 2, 1, 5000, 128, 0, 1, L_PACKED, 0, 37, 0, 0, 0, 0, 1 },
+    { "dec window 100/50 sq=4", 1, 4, 2, 4, 3000, 64, 0, 0, L_PACKED, 0, 100, 50, 0, 0, 0, 0 },
+    { "dec softcap 30", 1, 8, 2, 1, 2000, 128, 0, 0, L_PACKED, 4.0f, 0, 0, 30.0f, 0, 0, 1 },
+    { "dec alibi per batch causal", 2, 8, 2, 2, 1500, 64, 0, 1, L_PACKED, 0, 0, 0, 0, ALIBI_BATCH, 0, 0 },
+    { "dec bias full", 2, 4, 2, 3, 1100, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, BIAS_FULL, 1 },
+    { "dec bias key padding", 3, 4, 1, 1, 1100, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, BIAS_KEYPAD, 0 },
+    { "dec bias hides rows", 2, 4, 2, 5, 600, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, BIAS_HIDE_ROWS, 1 },
+    { "dec all together bshd", 2, 8, 2, 4, 2500, 128, 0, 1, L_BSHD, 0, 700, 0, 10.0f, ALIBI_HEAD, BIAS_PER_HEAD, 1 },
+    { "dec padded d80 dv48 causal", 2, 4, 2, 3, 1500, 80, 48, 1, L_PADDED, 0, 0, 0, 0, 0, 0, 1 },
+    { "dec d256", 1, 2, 1, 2, 1300, 256, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "dec d64 dv128", 1, 4, 2, 1, 900, 64, 128, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "dec negative scale", 1, 4, 2, 1, 700, 64, 0, 0, L_PACKED, -0.2f, 0, 0, 0, 0, 0, 1 },
+    { "dec d3 dv5", 2, 3, 1, 2, 333, 3, 5, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+};
+
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 static void run_list(const tcase *cs, size_t n, const fa_dtype *dts, int ndt, int block_k)
@@ -500,6 +546,142 @@ static void test_fp32_multiblock_kernels(void **state)
     g_tiled_only = 0;
 }
 static void test_modifiers_half(void **state) { (void)state; run_list(g_mods, COUNT(g_mods), k_half, 2, 0); }
+
+/* ---- the split-key decode path (8d2) -------------------------------------------------------------- */
+
+static const fa_dtype k_all[] = { FA_F32, FA_F16, FA_BF16 };
+
+static void test_decode(void **state)
+{
+    (void)state;
+    g_tiled_only = 1;   /* the decode path is fa_cuda_tiled's */
+    run_list(g_decode, COUNT(g_decode), k_all, 3, 0);
+    g_tiled_only = 0;
+}
+
+/* Batch invariance: one sequence decoded alone (B = 1) and as batch element 37 of B = 64 gives
+   bitwise the same o and lse (memcmp), per dtype, for Sq = 1 and Sq = 4 causal. */
+static void test_decode_batch_invariance(void **state)
+{
+    enum { BB = 64, PICK = 37 };
+    const int H = 8, HKV = 2, D = g_small ? 64 : 128, SK = g_small ? 700 : 3001;
+    int k, sq;
+    (void)state;
+    for (k = 0; k < 3; k++)
+        for (sq = 1; sq <= 4; sq += 3) {
+            const fa_dtype dt = k_all[k];
+            const size_t es = esize(dt), nq = (size_t)BB * H * sq * D, nk = (size_t)BB * HKV * SK * D;
+            const size_t q1 = (size_t)H * sq * D, k1 = (size_t)HKV * SK * D, rows1 = (size_t)H * sq;
+            fa_params p, p1;
+            fa__dims dd;
+            fa__cu_plan plan;
+            ref_rng r;
+            float *hq = ref_alloc(nq), *hk = ref_alloc(nk), *hv = ref_alloc(nk);
+            unsigned char *oa, *ob, *la, *lb;
+            void *dq, *dk, *dv, *dout, *dout1;
+            float *dlse, *dlse1;
+            assert_true(hq && hk && hv);
+            ref_seed(&r, 4242 + 17 * (uint64_t)k + (uint64_t)sq);
+            ref_fill_normal(&r, hq, nq); ref_fill_normal(&r, hk, nk); ref_fill_normal(&r, hv, nk);
+            dq = upload(hq, nq, dt); dk = upload(hk, nk, dt); dv = upload(hv, nk, dt);
+            dout = dalloc(nq * es); dout1 = dalloc(q1 * es);
+            dlse = (float *)dalloc((size_t)BB * rows1 * 4); dlse1 = (float *)dalloc(rows1 * 4);
+            memset(&p, 0, sizeof p);
+            p.batch = BB; p.heads = H; p.kv_heads = HKV; p.seq_q = sq; p.seq_k = SK; p.head_dim = D;
+            p.dtype = dt; p.causal = sq > 1; p.lse = dlse;
+            p1 = p; p1.batch = 1; p1.lse = dlse1;
+            assert_int_equal(fa__resolve(&p, dq, dk, dv, dout, &dd, NULL), FA_OK);
+            assert_int_equal(fa__cu_pick(&dd, dq, dk, dv, dout, &plan), FA_OK);
+            assert_true(plan.kernel == (dt == FA_F32 ? (D == 64 ? FA__CU_DEC_D64 : FA__CU_DEC_D128)
+                                                    : (D == 64 ? FA__CU_DEC_TC_D64 : FA__CU_DEC_TC_D128)));
+            assert_true(plan.chunks > 1);
+            assert_int_equal(fa_cuda_tiled(&p, dq, dk, dv, dout), FA_OK);
+            assert_int_equal(fa_cuda_tiled(&p1, (char *)dq + PICK * q1 * es, (char *)dk + PICK * k1 * es,
+                                           (char *)dv + PICK * k1 * es, dout1), FA_OK);
+            CU(cudaDeviceSynchronize());
+            oa = (unsigned char *)malloc(q1 * es); ob = (unsigned char *)malloc(q1 * es);
+            la = (unsigned char *)malloc(rows1 * 4); lb = (unsigned char *)malloc(rows1 * 4);
+            assert_true(oa && ob && la && lb);
+            CU(cudaMemcpy(oa, (char *)dout + PICK * q1 * es, q1 * es, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(ob, dout1, q1 * es, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(la, dlse + PICK * rows1, rows1 * 4, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(lb, dlse1, rows1 * 4, cudaMemcpyDeviceToHost));
+            if (memcmp(oa, ob, q1 * es) || memcmp(la, lb, rows1 * 4))
+                print_error("  FAIL batch invariance %s sq=%d: o or lse differs alone and in a batch of %d\n", dt_name(dt), sq, BB);
+            assert_true(memcmp(oa, ob, q1 * es) == 0);
+            assert_true(memcmp(la, lb, rows1 * 4) == 0);
+            assert_false(ref_is_poison(ob, q1 * es));
+            free(oa); free(ob); free(la); free(lb);
+            cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout); cudaFree(dout1); cudaFree(dlse); cudaFree(dlse1);
+            free(hq); free(hk); free(hv);
+        }
+}
+
+/* A NaN reaches only the rows it reaches and is never lost in the merges: a NaN in one query row
+   makes that row's o and lse NaN; a NaN in one V element (kv head 0, one key in the middle of the
+   keys) makes that column of the rows of kv head 0's query heads NaN, and nothing else. Then a
+   workspace that cannot be allocated: FA_ERR_NO_MEMORY, nothing written. */
+static void test_decode_nan(void **state)
+{
+    enum { H = 8, HKV = 2, D = 128, SK = 2000, SQ = 2, NANH = 3, NANKEY = 1234, NANCOL = 7 };
+    int k;
+    (void)state;
+    for (k = 0; k < 3; k++) {
+        const fa_dtype dt = k_all[k];
+        const size_t es = esize(dt), nq = (size_t)H * SQ * D, nk = (size_t)HKV * SK * D, rows = (size_t)H * SQ;
+        fa_params p;
+        ref_rng r;
+        float *hq = ref_alloc(nq), *hk = ref_alloc(nk), *hv = ref_alloc(nk), *ho = ref_alloc(nq), *hl = ref_alloc(rows);
+        void *dq, *dk, *dv, *dout;
+        float *dlse;
+        size_t i, t;
+        assert_true(hq && hk && hv && ho && hl);
+        ref_seed(&r, 99 + (uint64_t)k);
+        ref_fill_normal(&r, hq, nq); ref_fill_normal(&r, hk, nk); ref_fill_normal(&r, hv, nk);
+        hq[((size_t)NANH * SQ + 1) * D + 5] = NAN;            /* head 3, query row 1 */
+        hv[(size_t)NANKEY * D + NANCOL] = NAN;               /* kv head 0 */
+        dq = upload(hq, nq, dt); dk = upload(hk, nk, dt); dv = upload(hv, nk, dt);
+        dout = dalloc(nq * es); dlse = (float *)dalloc(rows * 4);
+        memset(&p, 0, sizeof p);
+        p.batch = 1; p.heads = H; p.kv_heads = HKV; p.seq_q = SQ; p.seq_k = SK; p.head_dim = D; p.dtype = dt;
+        p.causal = 1; p.lse = dlse;
+        assert_int_equal(fa_cuda_tiled(&p, dq, dk, dv, dout), FA_OK);
+        CU(cudaDeviceSynchronize());
+        download(ho, dout, nq, dt, NULL);
+        download(hl, dlse, rows, FA_F32, NULL);
+        for (i = 0; i < rows; i++) {
+            const int h = (int)(i / SQ), nanrow = h == NANH && i % SQ == 1, kv0 = h / (H / HKV) == 0;
+            if (nanrow) assert_true(hl[i] != hl[i]);
+            else assert_true(hl[i] == hl[i] && hl[i] > -INFINITY);
+            for (t = 0; t < D; t++) {
+                const float x = ho[i * D + t];
+                const int want_nan = nanrow || (kv0 && t == NANCOL);
+                if (want_nan != (x != x))
+                    print_error("  FAIL nan %s: row %zu col %zu = %g (want %s)\n", dt_name(dt), i, t, (double)x,
+                                want_nan ? "NaN" : "a number");
+                assert_int_equal(want_nan, x != x);
+            }
+        }
+        cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout); cudaFree(dlse);
+        free(hq); free(hk); free(hv); free(ho); free(hl);
+    }
+    if (!g_small) {   /* ~2 TB of partials: the stream-ordered allocation fails (not under the sanitizers) */
+        fa_params p;
+        void *buf = dalloc(4096), *o = dalloc(4096);
+        float *lse = (float *)dalloc(4096);
+        char line[400];
+        memset(&p, 0, sizeof p);
+        p.batch = 60000; p.heads = 64; p.seq_q = 16; p.seq_k = 1 << 20; p.head_dim = 128; p.dtype = FA_BF16;
+        p.lse = lse;
+        fa_cuda_describe(&p, buf, buf, buf, o, line, sizeof line);
+        assert_non_null(strstr(line, "kernel dec_tc_d128 ("));
+        assert_int_equal(fa_cuda_tiled(&p, buf, buf, buf, o), FA_ERR_NO_MEMORY);
+        CU(cudaDeviceSynchronize());
+        assert_true(all_poison(o, 4096));
+        assert_true(all_poison(lse, 4096));
+        cudaFree(buf); cudaFree(o); cudaFree(lse);
+    }
+}
 
 /* ---- errors: statuses, and o, lse, scores untouched ------------------------------------------- */
 
@@ -594,7 +776,7 @@ __global__ void spin_kernel(long long cycles)
     while (clock64() - t0 < cycles) { }
 }
 
-static void stream_case(int tiled)
+static void stream_case(int tiled, int dec)
 {
     enum { B = 2, H = 4, S = 200, D = 64 };
     fa_params p;
@@ -607,6 +789,7 @@ static void stream_case(int tiled)
     fa_status st;
     memset(&p, 0, sizeof p);
     p.batch = B; p.heads = H; p.seq_q = S; p.seq_k = S; p.head_dim = D; p.causal = 1;
+    if (dec) { p.seq_q = 2; p.seq_k = 5000; p.kv_heads = 2; }   /* the decode path: its workspace on s too */
     ref_seed(&r, 99);
     assert_true(ref_tensors_make(&p, &r, &t));
     oref = ref_alloc(t.no); og = ref_alloc(t.no);
@@ -641,8 +824,9 @@ static void stream_case(int tiled)
 static void test_stream(void **state)
 {
     (void)state;
-    stream_case(1);
-    stream_case(0);
+    stream_case(1, 0);
+    stream_case(0, 0);
+    stream_case(1, 1);
 }
 
 /* ---- merge: split keys, attend each part with lse, merge, compare with the whole --------------- */
@@ -855,6 +1039,10 @@ static void test_kernels_served(void **state)
             printf(" (variants 0/1/2/4: %d/%d/%d/%d)", g_served[k][0], g_served[k][1], g_served[k][2], g_served[k][4]);
         printf("\n");
         if (runs == 0) { print_error("  no run was served by %s\n", fa__cu_kernel_name((fa__cu_kernel)k)); n++; }
+        if ((k == FA__CU_DEC_TC_D64 || k == FA__CU_DEC_TC_D128) && (!g_served[k][0] || !g_served[k][4])) {
+            print_error("  %s: a modifier variant served no run\n", fa__cu_kernel_name((fa__cu_kernel)k));
+            n++;
+        }
         if ((k == FA__CU_TC_D64 || k == FA__CU_TC_D128) &&
             (!g_served[k][0] || !g_served[k][1] || !g_served[k][2] || !g_served[k][4])) {
             print_error("  %s: a modifier variant served no run\n", fa__cu_kernel_name((fa__cu_kernel)k));
@@ -944,6 +1132,9 @@ int main(void)
         cmocka_unit_test(test_modifiers_half),
         cmocka_unit_test(test_stream),
         cmocka_unit_test(test_merge),
+        cmocka_unit_test(test_decode),
+        cmocka_unit_test(test_decode_batch_invariance),
+        cmocka_unit_test(test_decode_nan),
         cmocka_unit_test(test_reproducible),
         cmocka_unit_test(test_kernels_served),
         cmocka_unit_test(test_timing),
