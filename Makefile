@@ -354,10 +354,16 @@ NVCC_ARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=
               -gencode arch=compute_90,code=compute_90
 NVCC_FLAGS := -O3 -std=c++14 -t 0 $(NVCC_ARCH) -Xcompiler -Wall,-Wextra,-Werror
 CUDA_LIBS  := -lcublas
-CUDA_TUS   := $(BUILD)/test_cuda.o $(BUILD)/cuda_quickstart.o $(if $(wildcard bench/bench_cuda.cu),$(BUILD)/bench_cuda.o)
+CUDA_TUS   := $(BUILD)/test_cuda.o $(BUILD)/test_cuda_backward.o $(BUILD)/cuda_quickstart.o $(if $(wildcard bench/bench_cuda.cu),$(BUILD)/bench_cuda.o)
 
 $(BUILD)/test_cuda.o: tests/test_cuda.cu tests/ref.h flashattn.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@
+
+$(BUILD)/test_cuda_backward.o: tests/test_cuda_backward.cu tests/ref.h flashattn.h | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@
+
+$(BUILD)/test_cuda_backward: $(BUILD)/test_cuda_backward.o
+	$(NVCC) $(NVCC_ARCH) $< -o $@ $(CUDA_LIBS) -lcmocka -lm -lpthread
 
 $(BUILD)/cuda_quickstart.o: examples/cuda_quickstart.cu flashattn.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@
@@ -392,7 +398,7 @@ bench-cuda: $(BUILD)/bench_cuda
 	bench/run_cuda_bench.sh
 
 # On a GPU machine: the suite, then compute-sanitizer memcheck and racecheck on a reduced grid.
-test-cuda: $(BUILD)/test_cuda $(BUILD)/cuda_quickstart
+test-cuda: $(BUILD)/test_cuda $(BUILD)/test_cuda_backward $(BUILD)/cuda_quickstart
 	tests/run_cuda.sh
 
 # ---- install: the header, pkg-config files and a CMake package -------------------------------
