@@ -22,7 +22,7 @@
        >>backward   7b. CPU: the backward, naive and tiled; fa_describe
        >>cuda       8. CUDA: 8a kernels and tile traits, 8b device pieces and the modifier rule,
                        8c generic kernel, 8d tensor-core kernel, 8e naive and merge kernels,
-                       8f the kernel picker, 8g entry points
+                       8e2 the backward, 8f the kernel pickers, 8g entry points
        >>license    the MIT licence
 
    USAGE
@@ -179,9 +179,13 @@
    synchronises); fa_cuda_tiled only queues on `stream`. fa_cuda_merge takes host arrays of device
    pointers and runs on the default stream. fa_cuda_tiled forms exp(s - m) as 2^(s log2 e - m log2 e),
    so a scaled logit beyond FLT_MAX / log2(e) (about 2.4e38) in magnitude is outside its range (the
-   CPU paths subtract first and take any finite logit). The CUDA backward is not implemented yet
-   (issue 13): fa_cuda_naive_backward and fa_cuda_tiled_backward check the request as the forward
-   does and then return FA_ERR_UNSUPPORTED, writing nothing.
+   CPU paths subtract first and take any finite logit). The CUDA backward: fa_cuda_naive_backward
+   (cuBLAS GEMMs in exact fp32 over packed fp32 copies and materialised S, dP; it returns with its
+   work done and needs no lse) and fa_cuda_tiled_backward (an FFMA kernel for every dtype and
+   head_dim <= 256, every feature; the forward's lse required; O(Sq D) workspace allocated
+   stream-ordered, only queued on `stream`; dq accumulated by fp32 atomics, or with
+   p->deterministic by a second pass in a fixed order: bitwise the same gradients every run, about
+   1.4x the time). fp16/bf16 gradients run on the same FFMA kernel (no tensor-core backward yet).
 */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
@@ -3961,7 +3965,9 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
 /* 8a the kernels and their tile configurations, named; 8b common device pieces and the score-
    modifier rule; 8c the generic kernel (FFMA, any dtype and head_dim); 8d the tensor-core kernel
    (fp16/bf16, cut into the steps a backward and a Hopper kernel reuse); 8e the naive path's and
-   merge's kernels; 8f the kernel picker and the launches; 8g the entry points. */
+   merge's kernels; 8e2 the backward (the naive path's kernels, the FFMA tiled backward and its
+   deterministic dq pass); 8f the kernel pickers (forward and backward) and the launches; 8g the
+   entry points. */
 
 #if defined(FLASHATTN_CUDA) && defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -4023,10 +4029,12 @@ struct fa__cu_generic_d256 { enum { DC = 256, RM = 4, CN = 2, PIPE = 0, MINB = 1
 
 /* The FFMA backward's tile configurations (8e2), one per FA__CU_BWD_* kernel. DC: the head-dim
    class. RM: query rows a thread (BQ = 16 RM rows a query block), CN: keys a thread (BK = 16 CN
-   keys a key block). D = 256 halves both so that K, V, Q, dO and dS fit in shared memory. */
-struct fa__cu_bwd_d64 { enum { DC = 64, RM = 4, CN = 4 }; };
-struct fa__cu_bwd_d128 { enum { DC = 128, RM = 4, CN = 4 }; };
-struct fa__cu_bwd_d256 { enum { DC = 256, RM = 2, CN = 2 }; };
+   keys a key block). D = 256 halves both so that K, V, Q, dO and dS fit in shared memory. MINB:
+   blocks per SM of the dK/dV kernel (D = 64: two of 103 KB, 128 registers a thread, spilling up to
+   48 bytes; the deterministic dq kernel stays at one, where two spilled 260 bytes). */
+struct fa__cu_bwd_d64 { enum { DC = 64, RM = 4, CN = 4, MINB = 2 }; };
+struct fa__cu_bwd_d128 { enum { DC = 128, RM = 4, CN = 4, MINB = 1 }; };
+struct fa__cu_bwd_d256 { enum { DC = 256, RM = 2, CN = 2, MINB = 1 }; };
 
 /* The tensor-core kernel's tile configurations (8d), one per FA__CU_TC_* kernel. D: the head dim.
    NW: warps a block. MT: m16 tiles a warp (BQ = 16 MT NW query rows a block). BK: keys a tile.
@@ -5298,18 +5306,50 @@ static __device__ __forceinline__ void fa__cu_bwd_tile(const fa__dims &d, const 
     }
 }
 
-/* Q, dO, lse and delta of query rows [i0, i0 + nq) of (b, h) into shared memory (lse -inf past nq). */
+/* fa__cu_tile's result by 16-byte loads (16 / sizeof(T) elements each), for tensors whose rows
+   start 16-byte aligned and whose width is a multiple of that (fa__cu_bwd_vec); all loads of the
+   tile are in flight before the first store. vec false: fa__cu_tile itself. */
+template <typename T, int NROW, int DC, int LD>
+static __device__ __forceinline__ void fa__cu_bwd_in_tile(float *dst, const T *src, int64_t ts, int nvalid, int D,
+                                                          float mul, bool vec)
+{
+    enum { EPV = 16 / sizeof(T), NV = NROW * DC / EPV, U = (NV + FA__CU_THREADS - 1) / FA__CU_THREADS };
+    if (!vec) {
+        fa__cu_tile<T, NROW, DC, LD>(dst, src, ts, nvalid, D, mul);
+        return;
+    }
+    uint4 x[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int e = (int)threadIdx.x + u * FA__CU_THREADS, r = e / (DC / EPV), c = (e % (DC / EPV)) * EPV;
+        x[u] = make_uint4(0u, 0u, 0u, 0u);
+        if (e < NV && r < nvalid && c < D) x[u] = *(const uint4 *)(src + (int64_t)r * ts + c);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int e = (int)threadIdx.x + u * FA__CU_THREADS, r = e / (DC / EPV), c = (e % (DC / EPV)) * EPV;
+        if (e < NV) {
+            const T *h = (const T *)&x[u];
+            float *o = dst + r * LD + c;
+#pragma unroll
+            for (int i = 0; i < EPV; i++) o[i] = fa__ld(h + i) * mul;
+        }
+    }
+}
+
+/* Q, dO, lse and delta of query rows [i0, i0 + nq) of (b, h) into shared memory (lse -inf past nq);
+   vec: q and d_o take fa__cu_bwd_in_tile's 16-byte loads. */
 template <typename T, class CFG>
 static __device__ __forceinline__ void fa__cu_bwd_load_q(const fa__dims &d, const T *q, const T *dO,
                                                          const float *delta, int b, int h, int i0, int nq, float *sQ,
-                                                         float *sO, float *sL, float *sDl)
+                                                         float *sO, float *sL, float *sDl, bool vec)
 {
     typedef fa__cu_bgeom<CFG> G;
     const int64_t bh = (int64_t)b * d.Hq + h;
-    fa__cu_tile<T, G::BQ, G::DC, G::LD>(sQ, q + (int64_t)b * d.qs[0] + (int64_t)h * d.qs[1] + (int64_t)i0 * d.qs[2],
-                                        d.qs[2], nq, d.D, 1.0f);
-    fa__cu_tile<T, G::BQ, G::DC, G::LD>(sO, dO + (int64_t)b * d.os[0] + (int64_t)h * d.os[1] + (int64_t)i0 * d.os[2],
-                                        d.os[2], nq, d.Dv, 1.0f);
+    fa__cu_bwd_in_tile<T, G::BQ, G::DC, G::LD>(sQ, q + (int64_t)b * d.qs[0] + (int64_t)h * d.qs[1] + (int64_t)i0 * d.qs[2],
+                                               d.qs[2], nq, d.D, 1.0f, vec);
+    fa__cu_bwd_in_tile<T, G::BQ, G::DC, G::LD>(sO, dO + (int64_t)b * d.os[0] + (int64_t)h * d.os[1] + (int64_t)i0 * d.os[2],
+                                               d.os[2], nq, d.Dv, 1.0f, vec);
     for (int x = threadIdx.x; x < G::BQ; x += blockDim.x) {
         sL[x] = x < nq ? d.lse[bh * d.Sq + i0 + x] : -INFINITY;
         sDl[x] = x < nq ? delta[bh * d.Sq + i0 + x] : 0.0f;
@@ -5321,9 +5361,9 @@ static __device__ __forceinline__ void fa__cu_bwd_load_q(const fa__dims &d, cons
    packed [B][Hq][Sq][D]). Key blocks in increasing order: under causal the first ones see the
    most rows, so they start first. */
 template <typename T, class CFG, bool DQ>
-__global__ void __launch_bounds__(FA__CU_THREADS, 1)
+__global__ void __launch_bounds__(FA__CU_THREADS, CFG::MINB)
 fa__cu_bwd_dkv(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
-               const T *__restrict__ dO, const float *__restrict__ delta, float *dqacc, T *dk, T *dv)
+               const T *__restrict__ dO, const float *__restrict__ delta, float *dqacc, T *dk, T *dv, int vec)
 {
     typedef fa__cu_bgeom<CFG> G;
     enum { RM = G::RM, CN = G::CN, NC = G::NC, BQ = G::BQ, BK = G::BK, LD = G::LD, LDT = G::LDT };
@@ -5341,10 +5381,10 @@ fa__cu_bwd_dkv(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
     for (int r = 0; r < CN; r++)
 #pragma unroll
         for (int c = 0; c < 4 * NC; c++) adk[r][c] = adv[r][c] = 0.0f;
-    fa__cu_tile<T, BK, G::DC, LD>(sK, k + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1] + (int64_t)k0 * d.ks[2], d.ks[2],
-                                  nk, d.D, d.scale);
-    fa__cu_tile<T, BK, G::DC, LD>(sV, v + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1] + (int64_t)k0 * d.vs[2], d.vs[2],
-                                  nk, d.Dv, 1.0f);
+    fa__cu_bwd_in_tile<T, BK, G::DC, LD>(sK, k + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1] + (int64_t)k0 * d.ks[2],
+                                         d.ks[2], nk, d.D, d.scale, (vec & 2) != 0);
+    fa__cu_bwd_in_tile<T, BK, G::DC, LD>(sV, v + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1] + (int64_t)k0 * d.vs[2],
+                                         d.vs[2], nk, d.Dv, 1.0f, (vec & 2) != 0);
     fa__key_rows(&d, k0, k0 + nk, &r0, &r1);
     for (int hh = 0; hh < d.group && r0 < r1; hh++) {
         const int h = g * d.group + hh;
@@ -5354,7 +5394,7 @@ fa__cu_bwd_dkv(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
             const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
             float p[RM][CN], ds[RM][CN];
             __syncthreads();                              /* the last block's Q, dO, P^T, dS^T are consumed */
-            fa__cu_bwd_load_q<T, CFG>(d, q, dO, delta, b, h, i0, nq, sQ, sO, sL, sDl);
+            fa__cu_bwd_load_q<T, CFG>(d, q, dO, delta, b, h, i0, nq, sQ, sO, sL, sDl, (vec & 1) != 0);
             __syncthreads();
             fa__cu_bwd_tile<CFG>(d, md, sc, al, bi, sQ, sO, sK, sV, sL, sDl, i0, k0,
                                  fa__keys_full(&kr, k0, k0 + BK) != 0, p, ds);
@@ -5457,7 +5497,7 @@ fa__cu_bwd_dkv(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
 template <typename T, class CFG>
 __global__ void __launch_bounds__(FA__CU_THREADS, 1)
 fa__cu_bwd_dq(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
-              const T *__restrict__ dO, const float *__restrict__ delta, T *dq, int qblocks)
+              const T *__restrict__ dO, const float *__restrict__ delta, T *dq, int qblocks, int vec)
 {
     typedef fa__cu_bgeom<CFG> G;
     enum { RM = G::RM, CN = G::CN, NC = G::NC, BQ = G::BQ, BK = G::BK, LD = G::LD, LDT = G::LDT };
@@ -5477,13 +5517,13 @@ fa__cu_bwd_dq(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, cons
     for (int r = 0; r < RM; r++)
 #pragma unroll
         for (int c = 0; c < 4 * NC; c++) aq[r][c] = 0.0f;
-    fa__cu_bwd_load_q<T, CFG>(d, q, dO, delta, b, h, i0, nq, sQ, sO, sL, sDl);
+    fa__cu_bwd_load_q<T, CFG>(d, q, dO, delta, b, h, i0, nq, sQ, sO, sL, sDl, (vec & 1) != 0);
     for (int k0 = (int)kr.lo; k0 < kr.hi; k0 += BK) {
         const int nk = min((int)BK, d.Sk - k0);
         float p[RM][CN], ds[RM][CN];
         __syncthreads();                                  /* the last block's K, V and dS^T are consumed */
-        fa__cu_tile<T, BK, G::DC, LD>(sK, kb + (int64_t)k0 * d.ks[2], d.ks[2], nk, d.D, d.scale);
-        fa__cu_tile<T, BK, G::DC, LD>(sV, vb + (int64_t)k0 * d.vs[2], d.vs[2], nk, d.Dv, 1.0f);
+        fa__cu_bwd_in_tile<T, BK, G::DC, LD>(sK, kb + (int64_t)k0 * d.ks[2], d.ks[2], nk, d.D, d.scale, (vec & 2) != 0);
+        fa__cu_bwd_in_tile<T, BK, G::DC, LD>(sV, vb + (int64_t)k0 * d.vs[2], d.vs[2], nk, d.Dv, 1.0f, (vec & 2) != 0);
         __syncthreads();
         fa__cu_bwd_tile<CFG>(d, md, sc, al, bi, sQ, sO, sK, sV, sL, sDl, i0, k0, fa__keys_full(&kr, k0, k0 + BK) != 0,
                              p, ds);
@@ -5725,6 +5765,14 @@ static fa_status fa__cu_pick_backward(const fa__dims *d, fa__cu_bwd_plan *pl)
     return FA_OK;
 }
 
+/* 1 when every row of a tensor of es-byte elements starts 16-byte aligned and its width is whole
+   16-byte vectors (fa__cu_bwd_in_tile's loads) */
+static int fa__cu_bwd_vec(const void *x, const int64_t s[3], int width, size_t es)
+{
+    const int64_t n = (int64_t)(16 / es);
+    return ((uintptr_t)x & 15) == 0 && width % n == 0 && s[0] % n == 0 && s[1] % n == 0 && s[2] % n == 0;
+}
+
 /* Launches the tiled backward's kernels in configuration CFG (fa__cu_pick_backward has checked
    that they fit): fa__cu_bwd_dkv with dq by atomics into dqacc, or (det) without, then fa__cu_bwd_dq. */
 template <typename T, class CFG>
@@ -5734,6 +5782,8 @@ static fa_status fa__cu_bwd_launch(const fa__dims *d, const fa__cu_bwd_plan *pl,
 {
     typedef fa__cu_bgeom<CFG> G;
     const unsigned kgrid = (unsigned)(pl->kblocks * d->B * d->Hkv), qgrid = (unsigned)(pl->qblocks * d->B * d->Hq);
+    const int vec = (fa__cu_bwd_vec(q, d->qs, d->D, sizeof(T)) && fa__cu_bwd_vec(d_o, d->os, d->Dv, sizeof(T))) |
+                    (fa__cu_bwd_vec(k, d->ks, d->D, sizeof(T)) && fa__cu_bwd_vec(v, d->vs, d->Dv, sizeof(T))) << 1;
     fa_status s;
     if (det) {
         if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dkv<T, CFG, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -5741,18 +5791,26 @@ static fa_status fa__cu_bwd_launch(const fa__dims *d, const fa__cu_bwd_plan *pl,
             (s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dq<T, CFG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)G::SMEM))) != FA_OK)
             return s;
+        if (CFG::MINB > 1 &&
+            (s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dkv<T, CFG, false>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             100))) != FA_OK)
+            return s;
         fa__cu_bwd_dkv<T, CFG, false><<<kgrid, FA__CU_THREADS, G::SMEM, st>>>(
-            *d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, dqacc, (T *)dk, (T *)dv);
+            *d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, dqacc, (T *)dk, (T *)dv, vec);
         if ((s = fa__cu(cudaGetLastError())) != FA_OK) return s;
         fa__cu_bwd_dq<T, CFG><<<qgrid, FA__CU_THREADS, G::SMEM, st>>>(
-            *d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, (T *)dq, (int)pl->qblocks);
+            *d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, (T *)dq, (int)pl->qblocks, vec);
         return fa__cu(cudaGetLastError());
     }
     if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dkv<T, CFG, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)G::SMEM))) != FA_OK)
         return s;
+    if (CFG::MINB > 1 &&
+        (s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dkv<T, CFG, true>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         100))) != FA_OK)
+        return s;
     fa__cu_bwd_dkv<T, CFG, true><<<kgrid, FA__CU_THREADS, G::SMEM, st>>>(
-        *d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, dqacc, (T *)dk, (T *)dv);
+        *d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, dqacc, (T *)dk, (T *)dv, vec);
     return fa__cu(cudaGetLastError());
 }
 
@@ -6179,7 +6237,8 @@ static fa_status fa__cu_nbwd_run(const fa__dims *d, const fa__cu_nbwd_plan *pl, 
 }
 
 /* fa_cuda_naive_backward: section 8e2's naive path. Like fa_cuda_naive: one stream-ordered
-   allocation (FA_ERR_NO_MEMORY when its size overflows or the device refuses it, nothing written),
+   allocation (FA_ERR_NO_MEMORY, nothing written, when its size overflows, exceeds the device's
+   memory (cudaMemGetInfo's total: refused without trying) or the device refuses it),
    a per-call cuBLAS handle whose cublasDestroy synchronises: it returns with its work done. */
 FLASHATTN_DEF fa_status fa_cuda_naive_backward(const fa_params *p, const void *q, const void *k, const void *v,
                                                const void *o, const void *d_o, void *dq, void *dk, void *dv)
@@ -6197,6 +6256,12 @@ FLASHATTN_DEF fa_status fa_cuda_naive_backward(const fa_params *p, const void *q
     fa__cu_nbwd_plan_make(&d, &pl);
     if (pl.total == SIZE_MAX) return FA_ERR_NO_MEMORY;
     (void)cudaGetLastError();
+    {   /* more than the device holds: refused before any allocation is tried */
+        size_t fr = 0, tot = 0;
+        const cudaError_t e = cudaMemGetInfo(&fr, &tot);
+        if (e != cudaSuccess) return fa__cu(e);
+        if (pl.total > tot) return FA_ERR_NO_MEMORY;
+    }
     if ((st = fa__cu_alloc((void **)&mem, pl.total, s, &pooled)) != FA_OK) return st;
     if (d.dtype == FA_F16) st = fa__cu_nbwd_run<__half>(&d, &pl, mem, q, k, v, o, d_o, dq, dk, dv, s);
     else if (d.dtype == FA_BF16) st = fa__cu_nbwd_run<__nv_bfloat16>(&d, &pl, mem, q, k, v, o, d_o, dq, dk, dv, s);
