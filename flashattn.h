@@ -184,8 +184,8 @@
    work done and needs no lse) and fa_cuda_tiled_backward (an FFMA kernel for every dtype and
    head_dim <= 256, every feature; the forward's lse required; O(Sq D) workspace allocated
    stream-ordered, only queued on `stream`; dq accumulated by fp32 atomics, or with
-   p->deterministic by a second pass in a fixed order: bitwise the same gradients every run, about
-   1.4x the time). fp16/bf16 gradients run on the same FFMA kernel (no tensor-core backward yet).
+   p->deterministic by a second pass in a fixed order: bitwise the same gradients every run,
+   1.25-1.6x the time). fp16/bf16 gradients run on the same FFMA kernel (no tensor-core backward yet).
 */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
