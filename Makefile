@@ -11,7 +11,7 @@ SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 
 EXAMPLES := quickstart naive_vs_tiled split_keys train_step
 
-.PHONY: all deps run test bench test-cuda bench-cuda bench-cuda-build clean
+.PHONY: all deps run test bench test-cuda bench-cuda bench-cuda-build bench-cuda-backward clean
 .PHONY: mpi-example test-mpi test-mpi-steps bench-mpi
 
 all: deps $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/bench $(BUILD)/bench_backward
@@ -361,10 +361,17 @@ NVCC_ARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=
               -gencode arch=compute_90,code=compute_90
 NVCC_FLAGS := -O3 -std=c++14 -t 0 $(NVCC_ARCH) -Xcompiler -Wall,-Wextra,-Werror
 CUDA_LIBS  := -lcublas
-CUDA_TUS   := $(BUILD)/test_cuda.o $(BUILD)/cuda_quickstart.o $(if $(wildcard bench/bench_cuda.cu),$(BUILD)/bench_cuda.o)
+CUDA_TUS   := $(BUILD)/test_cuda.o $(BUILD)/test_cuda_backward.o $(BUILD)/cuda_quickstart.o $(if $(wildcard bench/bench_cuda.cu),$(BUILD)/bench_cuda.o) \
+              $(BUILD)/bench_cuda_backward.o
 
 $(BUILD)/test_cuda.o: tests/test_cuda.cu tests/ref.h flashattn.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@
+
+$(BUILD)/test_cuda_backward.o: tests/test_cuda_backward.cu tests/ref.h flashattn.h | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@
+
+$(BUILD)/test_cuda_backward: $(BUILD)/test_cuda_backward.o
+	$(NVCC) $(NVCC_ARCH) $< -o $@ $(CUDA_LIBS) -lcmocka -lm -lpthread
 
 $(BUILD)/cuda_quickstart.o: examples/cuda_quickstart.cu flashattn.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@
@@ -393,13 +400,24 @@ $(BUILD)/bench_cuda: bench/bench_cuda.cu flashattn.h | $(BUILD)
 	  -DFA_BENCH_TUNE -I. $< -o $@ $(CUDA_LIBS) -lm -lpthread 2> $(BUILD)/bench_cuda.ptxas.txt \
 	  || { cat $(BUILD)/bench_cuda.ptxas.txt; exit 1; }
 
+$(BUILD)/bench_cuda_backward.o: bench/bench_cuda_backward.cu flashattn.h | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -I. -c $< -o $@
+
+# the CUDA backward beside PyTorch's (GPU machine): bench_cuda_backward, then torch_sdpa.py --backward
+$(BUILD)/bench_cuda_backward: bench/bench_cuda_backward.cu flashattn.h | $(BUILD)
+	$(NVCC) -O3 -std=c++14 -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wextra,-Werror -I. $< -o $@ $(CUDA_LIBS) -lm -lpthread
+
+bench-cuda-backward: $(BUILD)/bench_cuda_backward
+	$(BUILD)/bench_cuda_backward
+	python3 bench/torch_sdpa.py --backward
+
 bench-cuda-build: $(BUILD)/bench_cuda
 
 bench-cuda: $(BUILD)/bench_cuda
 	bench/run_cuda_bench.sh
 
 # On a GPU machine: the suite, then compute-sanitizer memcheck and racecheck on a reduced grid.
-test-cuda: $(BUILD)/test_cuda $(BUILD)/cuda_quickstart
+test-cuda: $(BUILD)/test_cuda $(BUILD)/test_cuda_backward $(BUILD)/cuda_quickstart
 	tests/run_cuda.sh
 
 # ---- install: the header, pkg-config files and a CMake package -------------------------------

@@ -22,7 +22,8 @@
        >>backward   7b. CPU: the backward, naive and tiled; fa_describe
        >>cuda       8. CUDA: 8a kernels and tile traits, 8b device pieces, the modifier and merge rules,
                        8c generic kernel, 8d tensor-core kernel, 8d2 split-key decode kernels,
-                       8e naive and merge kernels, 8f the kernel picker, 8g entry points
+                       8e naive and merge kernels, 8e2 the backward, 8f the kernel pickers,
+                       8g entry points
        >>license    the MIT licence
 
    USAGE
@@ -223,9 +224,13 @@
    synchronises); fa_cuda_tiled only queues on `stream`. fa_cuda_merge takes host arrays of device
    pointers and runs on the default stream. fa_cuda_tiled forms exp(s - m) as 2^(s log2 e - m log2 e),
    so a scaled logit beyond FLT_MAX / log2(e) (about 2.4e38) in magnitude is outside its range (the
-   CPU paths subtract first and take any finite logit). The CUDA backward is not implemented yet
-   (issue 13): fa_cuda_naive_backward and fa_cuda_tiled_backward check the request as the forward
-   does and then return FA_ERR_UNSUPPORTED, writing nothing.
+   CPU paths subtract first and take any finite logit). The CUDA backward: fa_cuda_naive_backward
+   (cuBLAS GEMMs in exact fp32 over packed fp32 copies and materialised S, dP; it returns with its
+   work done and needs no lse) and fa_cuda_tiled_backward (an FFMA kernel for every dtype and
+   head_dim <= 256, every feature; the forward's lse required; O(Sq D) workspace allocated
+   stream-ordered, only queued on `stream`; dq accumulated by fp32 atomics, or with
+   p->deterministic by a second pass in a fixed order: bitwise the same gradients every run,
+   1.25-1.6x the time). fp16/bf16 gradients run on the same FFMA kernel (no tensor-core backward yet).
 */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
@@ -4275,10 +4280,11 @@ static void fa__bwd_softcap(int isa, float *s, float *g, int n, float cap)
    CPU's, the pointers (d_o and dq with query rows, dk and dv with keys, lse for the tiled path), and
    the gradient buffers, which are outputs laid out as q, k, v: their rows disjoint
    (fa__rows_disjoint, so a broadcast input has no gradient buffer of its own), and sharing memory
-   with no input (q, k, v, o, d_o, lse, bias, slopes) and with no other gradient. */
-static fa_status fa__bwd_resolve(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
-                                 const void *d_o, const void *dq, const void *dk, const void *dv,
-                                 int need_lse, fa__dims *d, const char **why)
+   with no input (q, k, v, o, d_o, lse, bias, slopes) and with no other gradient. cuda: the CUDA
+   backward's request (no CPU check; q, k, v, o, d_o and the gradients in p->dtype's bytes). */
+static fa_status fa__bwd_resolve_on(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
+                                    const void *d_o, const void *dq, const void *dk, const void *dv,
+                                    int need_lse, int cuda, fa__dims *d, const char **why)
 {
     const fa_status bad = FA_ERR_INVALID_ARG;
     int64_t n3q[3], n3k[3], nb[4], nB, lo, hi, rows;
@@ -4288,7 +4294,7 @@ static fa_status fa__bwd_resolve(const fa_params *p, const void *q, const void *
     fa_status st = fa__resolve(p, q, k, v, o, d, why);
     if (st != FA_OK) return st;
     es = fa__esize(d->dtype);     /* q, k, v, o, d_o, dq, dk, dv in the storage dtype */
-    if ((st = fa__cpu_check_why(d, why)) != FA_OK) return st;
+    if (!cuda && (st = fa__cpu_check_why(d, why)) != FA_OK) return st;
     if (d->Sq > 0 && !d_o) return fa__why(why, bad, "d_o is NULL (the upstream gradient, laid out as o)");
     if (d->Sq > 0 && !dq) return fa__why(why, bad, "dq is NULL");
     if (d->Sq > 0 && need_lse && !d->lse)
@@ -4338,6 +4344,13 @@ static fa_status fa__bwd_resolve(const fa_params *p, const void *q, const void *
         fa__overlap(out[1][0], out[1][1], out[2][0], out[2][1]))
         return fa__why(why, bad, "dq, dk and dv overlap each other");
     return FA_OK;
+}
+
+static fa_status fa__bwd_resolve(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
+                                 const void *d_o, const void *dq, const void *dk, const void *dv,
+                                 int need_lse, fa__dims *d, const char **why)
+{
+    return fa__bwd_resolve_on(p, q, k, v, o, d_o, dq, dk, dv, need_lse, 0, d, why);
 }
 
 FLASHATTN__CPU_DEF const char *fa_explain_backward(const fa_params *p, const void *q, const void *k, const void *v,
@@ -4948,7 +4961,8 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
    head_dim); 8d the tensor-core kernel (fp16/bf16, cut into the steps a backward and a Hopper
    kernel reuse); 8d2 the split-key decode kernels (few query rows: GQA group packed, keys cut in
    chunks fixed by Sk, partials merged by 8b's rule); 8e the naive path's and merge's kernels;
-   8f the kernel picker and the launches; 8g the entry points. */
+   8e2 the backward (the naive path's kernels, the FFMA tiled backward and its deterministic dq
+   pass); 8f the kernel pickers (forward and backward) and the launches; 8g the entry points. */
 
 #if defined(FLASHATTN_CUDA) && defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -4982,6 +4996,16 @@ typedef enum fa__cu_kernel {
     FA__CU_KERNELS
 } fa__cu_kernel;
 
+/* Every kernel fa_cuda_tiled_backward can run (8e2), picked by fa__cu_pick_backward (8f): the FFMA
+   backward of each head-dim class (D and Dv padded up to it), any storage type and layout. A
+   separate enum from the forward's, so that the forward's "every kernel served" count stays its own. */
+typedef enum fa__cu_bwd_kernel {
+    FA__CU_BWD_D64 = 0,     /* D, Dv <= 64 */
+    FA__CU_BWD_D128,        /* D, Dv <= 128 */
+    FA__CU_BWD_D256,        /* D, Dv <= 256 */
+    FA__CU_BWD_KERNELS
+} fa__cu_bwd_kernel;
+
 /* The generic kernel's tile configurations (8c), one per FA__CU_F32_* and FA__CU_GENERIC_* kernel.
    DC: the head-dim class (D and Dv padded up to it). RM x CN: a thread's register block (BQ = 16 RM
    query rows a block, BK = 16 CN keys a tile). PIPE: 0 one K/V buffer, P written over K; 1 K and V
@@ -5002,6 +5026,15 @@ struct fa__cu_f32_d128_k32 { enum { DC = 128, RM = 8, CN = 2, PIPE = 1, MINB = 1
 struct fa__cu_generic_d64 { enum { DC = 64, RM = 8, CN = 4, PIPE = 0, MINB = 1 }; };
 struct fa__cu_generic_d128 { enum { DC = 128, RM = 8, CN = 4, PIPE = 0, MINB = 1 }; };
 struct fa__cu_generic_d256 { enum { DC = 256, RM = 4, CN = 2, PIPE = 0, MINB = 1 }; };
+
+/* The FFMA backward's tile configurations (8e2), one per FA__CU_BWD_* kernel. DC: the head-dim
+   class. RM: query rows a thread (BQ = 16 RM rows a query block), CN: keys a thread (BK = 16 CN
+   keys a key block). D = 256 halves both so that K, V, Q, dO and dS fit in shared memory. MINB:
+   blocks per SM of the dK/dV kernel (D = 64: two of 103 KB, 128 registers a thread, spilling up to
+   48 bytes; the deterministic dq kernel stays at one, where two spilled 260 bytes). */
+struct fa__cu_bwd_d64 { enum { DC = 64, RM = 4, CN = 4, MINB = 2 }; };
+struct fa__cu_bwd_d128 { enum { DC = 128, RM = 4, CN = 4, MINB = 1 }; };
+struct fa__cu_bwd_d256 { enum { DC = 256, RM = 2, CN = 2, MINB = 1 }; };
 
 /* The tensor-core kernel's tile configurations (8d), one per FA__CU_TC_* kernel. D: the head dim.
    NW: warps a block. MT: m16 tiles a warp (BQ = 16 MT NW query rows a block). BK: keys a tile.
@@ -6509,6 +6542,464 @@ __global__ void fa__cu_merge(int rows, int dv, int parts, fa__cu_parts pp, float
     for (int t = threadIdx.x; t < dv; t += 32) o[r * dv + t] = fa__cu_merge_elem(v, parts, t, mx, sum);
     if (lse && threadIdx.x == 0) lse[r] = fa__lse_of(mx, sum);
 }
+/* ---- 8e2. CUDA: the backward (naive path's kernels, the FFMA tiled backward) ------------------
+   Both compute section 7b's rule, per (batch, query head, row i, visible key j), P_ij =
+   exp(s_ij - L_i) with s the modified score:
+       delta_i = dot(d_o_i, o_i),  dP_ij = dot(d_o_i, v_j),  dS_ij = P_ij (dP_ij - delta_i) g_ij
+       dv_j += P_ij d_o_i,  dq_i += scale dS_ij k_j,  dk_j += scale dS_ij q_i
+   with g_ij = 1 - t^2 for t the tanh that fa__cu_modify keeps (softcap), else 1, and dS = 0 where
+   P = 0. The naive path (fa_cuda_naive_backward, 8g) gathers q (times scale), k, v and d_o into
+   packed fp32 copies per query head, runs five cuBLAS GEMMs in exact fp32 over materialised S, dP
+   (dS in place) and, with softcap, G, with fa__cu_bwd_rows in between (modifiers, mask, softmax
+   from the scores themselves: it needs no lse), and scatters the fp32 gradients into p->dtype,
+   dk and dv summed over the group in head order. The tiled path (fa_cuda_tiled_backward) never
+   holds an Sq x Sk matrix: fa__cu_bwd_delta first; then fa__cu_bwd_dkv, one block of 256 threads
+   per (key block, batch, kv head) with K (times scale) and V in shared memory, walking the query
+   heads of the group and, for each, the query rows that see the block (fa__key_rows) in blocks of
+   BQ: Q, d_o, lse and delta into shared memory, S and dP by FFMA (thread (ty, tx) owns rows
+   ty + 16r, keys tx + 16c), P from the forward's lse and dS (fa__cu_bwd_tile), P^T and dS^T
+   through shared memory, dV += P^T dO and dK += dS^T Q held in registers across the whole walk,
+   and dS K, the block's contribution to dq, added into an fp32 buffer by atomicAdd; the final
+   fa__cu_bwd_out converts that buffer into dq. With p->deterministic, fa__cu_bwd_dkv skips dq and
+   fa__cu_bwd_dq, one block per (batch, head, query block), walks its key blocks in order and
+   sums dq in registers (S, dP and dS computed a second time: 7 GEMM-sized products instead of 5),
+   so that every gradient is summed in an order fixed by the shape. */
+
+/* The FFMA backward's sizes for configuration CFG (8a): shared memory is K, V [BK][LD], Q, dO
+   [BQ][LD], P^T and dS^T [BK][LDT], lse and delta [BQ] (the dq kernel leaves P^T unused). */
+template <class CFG> struct fa__cu_bgeom {
+    enum { DC = CFG::DC, RM = CFG::RM, CN = CFG::CN, BQ = 16 * RM, BK = 16 * CN, LD = DC + 4, LDT = BQ + 4,
+           NC = DC / 64 };
+    enum { SMEM = (2 * BK * LD + 2 * BQ * LD + 2 * BK * LDT + 2 * BQ) * 4 };
+};
+
+/* Rows of a strided [B][H][S][W] tensor of T set to 0 (a gradient no row or key reaches). */
+template <typename T>
+__global__ void fa__cu_bwd_zero(T *x, int H, int S, int W, int64_t s0, int64_t s1, int64_t s2, int64_t rows)
+{
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t bh = r / S, i = r % S;
+        T *row = x + (bh / H) * s0 + (bh % H) * s1 + i * s2;
+        for (int t = threadIdx.x; t < W; t += blockDim.x) fa__st(row + t, 0.0f);
+    }
+}
+
+/* A strided [B][H/group][S][W] tensor of T into packed fp32 [B][H][S][W], times mul: query head
+   h's row takes kv head h / group's (group 1: a copy). */
+template <typename T>
+__global__ void fa__cu_bwd_in(const T *src, float *dst, int H, int group, int S, int W, int64_t s0, int64_t s1,
+                              int64_t s2, int64_t rows, float mul)
+{
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t bh = r / S, i = r % S;
+        const T *a = src + (bh / H) * s0 + (bh % H / group) * s1 + i * s2;
+        for (int t = threadIdx.x; t < W; t += blockDim.x) dst[r * W + t] = fa__ld(a + t) * mul;
+    }
+}
+
+/* Packed fp32 [B][H group][S][W] into a strided [B][H][S][W] tensor of T: row (b, h, i) is mul
+   times the sum over the group's rows (b, h group + u, i), u in order. */
+template <typename T>
+__global__ void fa__cu_bwd_out(const float *src, T *dst, int H, int group, int S, int W, int64_t s0, int64_t s1,
+                               int64_t s2, int64_t rows, float mul)
+{
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t bh = r / S, i = r % S, b = bh / H, h = bh % H;
+        T *o = dst + b * s0 + h * s1 + i * s2;
+        for (int t = threadIdx.x; t < W; t += blockDim.x) {
+            float x = 0.0f;
+            for (int u = 0; u < group; u++) x += src[(((b * H + h) * group + u) * S + i) * W + t];
+            fa__st(o + t, x * mul);
+        }
+    }
+}
+
+/* The naive backward's row step, one (batch, head, row) a block: S (scale Q K^T) and dP (dO V^T)
+   from cuBLAS; modifiers and mask on S (G = softcap's derivative), the softmax into S (P), delta
+   from d_o (packed fp32) and o (strided T), dS into dP. A row with no visible key gets P = dS = 0. */
+template <typename T>
+__global__ void fa__cu_bwd_rows(fa__dims d, float *S, float *dP, float *G, const float *dO, const T *o, int64_t rows)
+{
+    __shared__ float red[32];
+    const bool sc = d.softcap > 0.0f, al = d.alibi != NULL, bi = d.bias != NULL, mods = sc || al || bi;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t bh = r / d.Sq, i = r % d.Sq, Sk = d.Sk;
+        const int b = (int)(bh / d.Hq), h = (int)(bh % d.Hq);
+        const fa__cu_mods md = fa__cu_mods_of(d, b, h, 1.0f, 1.0f, sc, al, false);
+        const T *orow = o + (int64_t)b * d.os[0] + (int64_t)h * d.os[1] + i * d.os[2];
+        float *s = S + r * Sk, *dp = dP + r * Sk, *g = G ? G + r * Sk : NULL, mx = -INFINITY, sum = 0.0f, delta = 0.0f;
+        int64_t lo, hi;
+        fa__key_range(&d, i, &lo, &hi);
+        for (int64_t j = threadIdx.x; j < Sk; j += blockDim.x) {
+            float x = s[j], t = 0.0f;
+            if (mods) x = fa__cu_modify<fa__cu_tanh, false>(md, x, sc, al, bi, (float)(i + d.Sk - d.Sq - j), i, j, &t);
+            if (j < lo || j >= hi) x = -INFINITY;
+            s[j] = x;
+            if (g) g[j] = 1.0f - t * t;
+            mx = fa__nmax(mx, x);
+        }
+        for (int t = threadIdx.x; t < d.Dv; t += blockDim.x) delta += dO[r * d.Dv + t] * fa__ld(orow + t);
+        mx = fa__cu_bmax(mx, red);
+        delta = fa__cu_bsum(delta, red);
+        if (mx == -INFINITY) {
+            for (int64_t j = threadIdx.x; j < Sk; j += blockDim.x) s[j] = dp[j] = 0.0f;
+            continue;
+        }
+        for (int64_t j = threadIdx.x; j < Sk; j += blockDim.x) sum += expf(s[j] - mx);
+        sum = fa__cu_bsum(sum, red);
+        for (int64_t j = threadIdx.x; j < Sk; j += blockDim.x) {
+            const float pj = expf(s[j] - mx) / sum;
+            s[j] = pj;
+            dp[j] = pj == 0.0f ? 0.0f : pj * (dp[j] - delta) * (g ? g[j] : 1.0f);
+        }
+    }
+}
+
+/* delta_i = dot(d_o_i, o_i) of every row, [B][Hq][Sq] fp32; a warp a row. */
+template <typename T>
+__global__ void fa__cu_bwd_delta(fa__dims d, const T *o, const T *dO, float *delta, int64_t rows)
+{
+    const int lane = threadIdx.x & 31;
+    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
+         r += (int64_t)gridDim.x * (blockDim.x >> 5)) {
+        const int64_t bh = r / d.Sq, i = r % d.Sq;
+        const int64_t off = (bh / d.Hq) * d.os[0] + (bh % d.Hq) * d.os[1] + i * d.os[2];
+        float x = 0.0f;
+        for (int t = lane; t < d.Dv; t += 32) x += fa__ld(dO + off + t) * fa__ld(o + off + t);
+        for (int w = 16; w > 0; w >>= 1) x += __shfl_xor_sync(0xffffffffu, x, w);
+        if (lane == 0) delta[r] = x;
+    }
+}
+
+/* One query block x key block of the tiled backward, from shared memory: sQ, sO (dO) [BQ][LD],
+   sK (k times scale), sV [BK][LD], sL (lse, -inf past the block's rows) and sDl (delta) [BQ].
+   Out: p and ds of rows i0 + ty + 16r, keys k0 + tx + 16c, 0 where hidden. full: every row sees
+   keys [k0, k0 + BK) (fa__keys_full), so no mask. */
+template <class CFG>
+static __device__ __forceinline__ void fa__cu_bwd_tile(const fa__dims &d, const fa__cu_mods &md, bool sc, bool al,
+                                                       bool bi, const float *sQ, const float *sO, const float *sK,
+                                                       const float *sV, const float *sL, const float *sDl, int i0,
+                                                       int k0, bool full, float (&p)[CFG::RM][CFG::CN],
+                                                       float (&ds)[CFG::RM][CFG::CN])
+{
+    typedef fa__cu_bgeom<CFG> G;
+    enum { RM = G::RM, CN = G::CN, LD = G::LD };
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4, Dp = (d.D + 3) & ~3, Dvp = (d.Dv + 3) & ~3;
+    const bool mods = sc || al || bi;
+#pragma unroll
+    for (int r = 0; r < RM; r++)
+#pragma unroll
+        for (int c = 0; c < CN; c++) p[r][c] = ds[r][c] = 0.0f;
+    for (int t = 0; t < Dp; t += 4) {                     /* S = Q K^T (K carries the scale) */
+        float4 kk[CN];
+#pragma unroll
+        for (int c = 0; c < CN; c++) kk[c] = *(const float4 *)(sK + (tx + 16 * c) * LD + t);
+#pragma unroll
+        for (int r = 0; r < RM; r++) {
+            const float4 qq = *(const float4 *)(sQ + (ty + 16 * r) * LD + t);
+#pragma unroll
+            for (int c = 0; c < CN; c++) {
+                p[r][c] = fmaf(qq.x, kk[c].x, p[r][c]);
+                p[r][c] = fmaf(qq.y, kk[c].y, p[r][c]);
+                p[r][c] = fmaf(qq.z, kk[c].z, p[r][c]);
+                p[r][c] = fmaf(qq.w, kk[c].w, p[r][c]);
+            }
+        }
+    }
+    for (int t = 0; t < Dvp; t += 4) {                    /* dP = dO V^T */
+        float4 vv[CN];
+#pragma unroll
+        for (int c = 0; c < CN; c++) vv[c] = *(const float4 *)(sV + (tx + 16 * c) * LD + t);
+#pragma unroll
+        for (int r = 0; r < RM; r++) {
+            const float4 oo = *(const float4 *)(sO + (ty + 16 * r) * LD + t);
+#pragma unroll
+            for (int c = 0; c < CN; c++) {
+                ds[r][c] = fmaf(oo.x, vv[c].x, ds[r][c]);
+                ds[r][c] = fmaf(oo.y, vv[c].y, ds[r][c]);
+                ds[r][c] = fmaf(oo.z, vv[c].z, ds[r][c]);
+                ds[r][c] = fmaf(oo.w, vv[c].w, ds[r][c]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        const int64_t i = (int64_t)i0 + ty + 16 * r;
+        const float L = sL[ty + 16 * r], dl = sDl[ty + 16 * r];
+        int lo = 0, hi = d.Sk;
+        if (!full) fa__cu_row_keys(d, (int)(i < d.Sq ? i : d.Sq - 1), &lo, &hi);
+#pragma unroll
+        for (int c = 0; c < CN; c++) {
+            const int j = k0 + tx + 16 * c;
+            float x = p[r][c], t = 0.0f, pj;
+            const bool in = i < d.Sq && j < d.Sk;
+            if (mods && in) x = fa__cu_modify<fa__cu_tanh, false>(md, x, sc, al, bi, (float)(i + d.Sk - d.Sq - j), i, j, &t);
+            pj = !in || j < lo || j >= hi || L == -INFINITY || x == -INFINITY ? 0.0f : expf(x - L);
+            p[r][c] = pj;
+            ds[r][c] = pj == 0.0f ? 0.0f : pj * (ds[r][c] - dl) * (sc ? 1.0f - t * t : 1.0f);
+        }
+    }
+}
+
+/* fa__cu_tile's result by 16-byte loads (16 / sizeof(T) elements each), for tensors whose rows
+   start 16-byte aligned and whose width is a multiple of that (fa__cu_bwd_vec); all loads of the
+   tile are in flight before the first store. vec false: fa__cu_tile itself. */
+template <typename T, int NROW, int DC, int LD>
+static __device__ __forceinline__ void fa__cu_bwd_in_tile(float *dst, const T *src, int64_t ts, int nvalid, int D,
+                                                          float mul, bool vec)
+{
+    enum { EPV = 16 / sizeof(T), NV = NROW * DC / EPV, U = (NV + FA__CU_THREADS - 1) / FA__CU_THREADS };
+    if (!vec) {
+        fa__cu_tile<T, NROW, DC, LD>(dst, src, ts, nvalid, D, mul);
+        return;
+    }
+    uint4 x[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int e = (int)threadIdx.x + u * FA__CU_THREADS, r = e / (DC / EPV), c = (e % (DC / EPV)) * EPV;
+        x[u] = make_uint4(0u, 0u, 0u, 0u);
+        if (e < NV && r < nvalid && c < D) x[u] = *(const uint4 *)(src + (int64_t)r * ts + c);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int e = (int)threadIdx.x + u * FA__CU_THREADS, r = e / (DC / EPV), c = (e % (DC / EPV)) * EPV;
+        if (e < NV) {
+            const T *h = (const T *)&x[u];
+            float *o = dst + r * LD + c;
+#pragma unroll
+            for (int i = 0; i < EPV; i++) o[i] = fa__ld(h + i) * mul;
+        }
+    }
+}
+
+/* Q, dO, lse and delta of query rows [i0, i0 + nq) of (b, h) into shared memory (lse -inf past nq);
+   vec: q and d_o take fa__cu_bwd_in_tile's 16-byte loads. */
+template <typename T, class CFG>
+static __device__ __forceinline__ void fa__cu_bwd_load_q(const fa__dims &d, const T *q, const T *dO,
+                                                         const float *delta, int b, int h, int i0, int nq, float *sQ,
+                                                         float *sO, float *sL, float *sDl, bool vec)
+{
+    typedef fa__cu_bgeom<CFG> G;
+    const int64_t bh = (int64_t)b * d.Hq + h;
+    fa__cu_bwd_in_tile<T, G::BQ, G::DC, G::LD>(sQ, q + (int64_t)b * d.qs[0] + (int64_t)h * d.qs[1] + (int64_t)i0 * d.qs[2],
+                                               d.qs[2], nq, d.D, 1.0f, vec);
+    fa__cu_bwd_in_tile<T, G::BQ, G::DC, G::LD>(sO, dO + (int64_t)b * d.os[0] + (int64_t)h * d.os[1] + (int64_t)i0 * d.os[2],
+                                               d.os[2], nq, d.Dv, 1.0f, vec);
+    for (int x = threadIdx.x; x < G::BQ; x += blockDim.x) {
+        sL[x] = x < nq ? d.lse[bh * d.Sq + i0 + x] : -INFINITY;
+        sDl[x] = x < nq ? delta[bh * d.Sq + i0 + x] : 0.0f;
+    }
+}
+
+/* One (key block, batch, kv head): dK and dV of the block over every query head of the group and
+   every query row that sees the block; DQ: each query block's dS K added into dqacc (fp32,
+   packed [B][Hq][Sq][D]). Key blocks in increasing order: under causal the first ones see the
+   most rows, so they start first. */
+template <typename T, class CFG, bool DQ>
+__global__ void __launch_bounds__(FA__CU_THREADS, CFG::MINB)
+fa__cu_bwd_dkv(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+               const T *__restrict__ dO, const float *__restrict__ delta, float *dqacc, T *dk, T *dv, int vec)
+{
+    typedef fa__cu_bgeom<CFG> G;
+    enum { RM = G::RM, CN = G::CN, NC = G::NC, BQ = G::BQ, BK = G::BK, LD = G::LD, LDT = G::LDT };
+    extern __shared__ float4 fa__cu_smem[];
+    float *sK = (float *)fa__cu_smem, *sV = sK + BK * LD, *sQ = sV + BK * LD, *sO = sQ + BQ * LD;
+    float *sPT = sO + BQ * LD, *sST = sPT + BK * LDT, *sL = sST + BK * LDT, *sDl = sL + BQ;
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int64_t nbg = (int64_t)d.B * d.Hkv;
+    const int kb = (int)(blockIdx.x / nbg), bg = (int)(blockIdx.x % nbg), b = bg / d.Hkv, g = bg % d.Hkv;
+    const int k0 = kb * BK, nk = min((int)BK, d.Sk - k0);
+    const bool sc = d.softcap > 0.0f, al = d.alibi != NULL, bi = d.bias != NULL;
+    float adk[CN][4 * NC], adv[CN][4 * NC];
+    int64_t r0, r1;
+#pragma unroll
+    for (int r = 0; r < CN; r++)
+#pragma unroll
+        for (int c = 0; c < 4 * NC; c++) adk[r][c] = adv[r][c] = 0.0f;
+    fa__cu_bwd_in_tile<T, BK, G::DC, LD>(sK, k + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1] + (int64_t)k0 * d.ks[2],
+                                         d.ks[2], nk, d.D, d.scale, (vec & 2) != 0);
+    fa__cu_bwd_in_tile<T, BK, G::DC, LD>(sV, v + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1] + (int64_t)k0 * d.vs[2],
+                                         d.vs[2], nk, d.Dv, 1.0f, (vec & 2) != 0);
+    fa__key_rows(&d, k0, k0 + nk, &r0, &r1);
+    for (int hh = 0; hh < d.group && r0 < r1; hh++) {
+        const int h = g * d.group + hh;
+        const fa__cu_mods md = fa__cu_mods_of(d, b, h, 1.0f, 1.0f, sc, al, false);
+        for (int i0 = (int)r0; i0 < r1; i0 += BQ) {
+            const int nq = min((int)BQ, d.Sq - i0);
+            const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
+            float p[RM][CN], ds[RM][CN];
+            __syncthreads();                              /* the last block's Q, dO, P^T, dS^T are consumed */
+            fa__cu_bwd_load_q<T, CFG>(d, q, dO, delta, b, h, i0, nq, sQ, sO, sL, sDl, (vec & 1) != 0);
+            __syncthreads();
+            fa__cu_bwd_tile<CFG>(d, md, sc, al, bi, sQ, sO, sK, sV, sL, sDl, i0, k0,
+                                 fa__keys_full(&kr, k0, k0 + BK) != 0, p, ds);
+#pragma unroll
+            for (int r = 0; r < RM; r++)
+#pragma unroll
+                for (int c = 0; c < CN; c++) {
+                    sPT[(tx + 16 * c) * LDT + ty + 16 * r] = p[r][c];
+                    sST[(tx + 16 * c) * LDT + ty + 16 * r] = ds[r][c];
+                }
+            __syncthreads();
+            /* dV += P^T dO, dK += dS^T Q: this thread's keys ty + 16r, columns 64n + 4tx .. +3 */
+            for (int i = 0; i < BQ; i += 4) {
+                float4 pt[CN], st[CN];
+#pragma unroll
+                for (int r = 0; r < CN; r++) {
+                    pt[r] = *(const float4 *)(sPT + (ty + 16 * r) * LDT + i);
+                    st[r] = *(const float4 *)(sST + (ty + 16 * r) * LDT + i);
+                }
+#pragma unroll
+                for (int ii = 0; ii < 4; ii++)
+#pragma unroll
+                    for (int n = 0; n < NC; n++) {
+                        const float4 oo = *(const float4 *)(sO + (i + ii) * LD + 64 * n + 4 * tx);
+                        const float4 qq = *(const float4 *)(sQ + (i + ii) * LD + 64 * n + 4 * tx);
+#pragma unroll
+                        for (int r = 0; r < CN; r++) {
+                            const float a = ii == 0 ? pt[r].x : ii == 1 ? pt[r].y : ii == 2 ? pt[r].z : pt[r].w;
+                            const float e = ii == 0 ? st[r].x : ii == 1 ? st[r].y : ii == 2 ? st[r].z : st[r].w;
+                            adv[r][4 * n + 0] = fmaf(a, oo.x, adv[r][4 * n + 0]);
+                            adv[r][4 * n + 1] = fmaf(a, oo.y, adv[r][4 * n + 1]);
+                            adv[r][4 * n + 2] = fmaf(a, oo.z, adv[r][4 * n + 2]);
+                            adv[r][4 * n + 3] = fmaf(a, oo.w, adv[r][4 * n + 3]);
+                            adk[r][4 * n + 0] = fmaf(e, qq.x, adk[r][4 * n + 0]);
+                            adk[r][4 * n + 1] = fmaf(e, qq.y, adk[r][4 * n + 1]);
+                            adk[r][4 * n + 2] = fmaf(e, qq.z, adk[r][4 * n + 2]);
+                            adk[r][4 * n + 3] = fmaf(e, qq.w, adk[r][4 * n + 3]);
+                        }
+                    }
+            }
+            if (DQ) {   /* dq rows RM ty + r of the block += dS K (K carries the scale), by atomics */
+                float aq[RM][4 * NC];
+#pragma unroll
+                for (int r = 0; r < RM; r++)
+#pragma unroll
+                    for (int c = 0; c < 4 * NC; c++) aq[r][c] = 0.0f;
+                for (int j = 0; j < BK; j++) {
+                    float sv[RM];
+#pragma unroll
+                    for (int r = 0; r < RM; r++) sv[r] = sST[j * LDT + RM * ty + r];
+#pragma unroll
+                    for (int n = 0; n < NC; n++) {
+                        const float4 kk = *(const float4 *)(sK + j * LD + 64 * n + 4 * tx);
+#pragma unroll
+                        for (int r = 0; r < RM; r++) {
+                            aq[r][4 * n + 0] = fmaf(sv[r], kk.x, aq[r][4 * n + 0]);
+                            aq[r][4 * n + 1] = fmaf(sv[r], kk.y, aq[r][4 * n + 1]);
+                            aq[r][4 * n + 2] = fmaf(sv[r], kk.z, aq[r][4 * n + 2]);
+                            aq[r][4 * n + 3] = fmaf(sv[r], kk.w, aq[r][4 * n + 3]);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < RM; r++) {
+                    const int x = RM * ty + r;
+                    if (x >= nq) continue;
+                    float *dst = dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i0 + x) * d.D;
+#pragma unroll
+                    for (int n = 0; n < NC; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int col = 64 * n + 4 * tx + e;
+                            if (col < d.D) atomicAdd(dst + col, aq[r][4 * n + e]);
+                        }
+                }
+            }
+        }
+    }
+    /* dk = scale dK, dv = dV of the block's keys (0 for a key no row sees) */
+#pragma unroll
+    for (int r = 0; r < CN; r++) {
+        const int j = ty + 16 * r;
+        if (j >= nk) continue;
+        T *kr_ = dk + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1] + (int64_t)(k0 + j) * d.ks[2];
+        T *vr_ = dv + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1] + (int64_t)(k0 + j) * d.vs[2];
+#pragma unroll
+        for (int n = 0; n < NC; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = 64 * n + 4 * tx + e;
+                if (col < d.D) fa__st(kr_ + col, adk[r][4 * n + e] * d.scale);
+                if (col < d.Dv) fa__st(vr_ + col, adv[r][4 * n + e]);
+            }
+    }
+}
+
+/* Deterministic dq: one (batch, head, query block), its key blocks walked in order from the first
+   visible key, dq = sum dS K in registers, written once (0 for a row that sees no key). The last
+   query blocks (the longest under causal) first. */
+template <typename T, class CFG>
+__global__ void __launch_bounds__(FA__CU_THREADS, 1)
+fa__cu_bwd_dq(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+              const T *__restrict__ dO, const float *__restrict__ delta, T *dq, int qblocks, int vec)
+{
+    typedef fa__cu_bgeom<CFG> G;
+    enum { RM = G::RM, CN = G::CN, NC = G::NC, BQ = G::BQ, BK = G::BK, LD = G::LD, LDT = G::LDT };
+    extern __shared__ float4 fa__cu_smem[];
+    float *sK = (float *)fa__cu_smem, *sV = sK + BK * LD, *sQ = sV + BK * LD, *sO = sQ + BQ * LD;
+    float *sST = sO + BQ * LD + BK * LDT, *sL = sST + BK * LDT, *sDl = sL + BQ;
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int64_t nbh = (int64_t)d.B * d.Hq;
+    const int qb = qblocks - 1 - (int)(blockIdx.x / nbh), bh = (int)(blockIdx.x % nbh), b = bh / d.Hq, h = bh % d.Hq;
+    const int g = h / d.group, i0 = qb * BQ, nq = min((int)BQ, d.Sq - i0);
+    const bool sc = d.softcap > 0.0f, al = d.alibi != NULL, bi = d.bias != NULL;
+    const fa__cu_mods md = fa__cu_mods_of(d, b, h, 1.0f, 1.0f, sc, al, false);
+    const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
+    const T *kb = k + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1], *vb = v + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1];
+    float aq[RM][4 * NC];
+#pragma unroll
+    for (int r = 0; r < RM; r++)
+#pragma unroll
+        for (int c = 0; c < 4 * NC; c++) aq[r][c] = 0.0f;
+    fa__cu_bwd_load_q<T, CFG>(d, q, dO, delta, b, h, i0, nq, sQ, sO, sL, sDl, (vec & 1) != 0);
+    for (int k0 = (int)kr.lo; k0 < kr.hi; k0 += BK) {
+        const int nk = min((int)BK, d.Sk - k0);
+        float p[RM][CN], ds[RM][CN];
+        __syncthreads();                                  /* the last block's K, V and dS^T are consumed */
+        fa__cu_bwd_in_tile<T, BK, G::DC, LD>(sK, kb + (int64_t)k0 * d.ks[2], d.ks[2], nk, d.D, d.scale, (vec & 2) != 0);
+        fa__cu_bwd_in_tile<T, BK, G::DC, LD>(sV, vb + (int64_t)k0 * d.vs[2], d.vs[2], nk, d.Dv, 1.0f, (vec & 2) != 0);
+        __syncthreads();
+        fa__cu_bwd_tile<CFG>(d, md, sc, al, bi, sQ, sO, sK, sV, sL, sDl, i0, k0, fa__keys_full(&kr, k0, k0 + BK) != 0,
+                             p, ds);
+        (void)p;
+#pragma unroll
+        for (int r = 0; r < RM; r++)
+#pragma unroll
+            for (int c = 0; c < CN; c++) sST[(tx + 16 * c) * LDT + ty + 16 * r] = ds[r][c];
+        __syncthreads();
+        for (int j = 0; j < BK; j++) {
+            float sv[RM];
+#pragma unroll
+            for (int r = 0; r < RM; r++) sv[r] = sST[j * LDT + RM * ty + r];
+#pragma unroll
+            for (int n = 0; n < NC; n++) {
+                const float4 kk = *(const float4 *)(sK + j * LD + 64 * n + 4 * tx);
+#pragma unroll
+                for (int r = 0; r < RM; r++) {
+                    aq[r][4 * n + 0] = fmaf(sv[r], kk.x, aq[r][4 * n + 0]);
+                    aq[r][4 * n + 1] = fmaf(sv[r], kk.y, aq[r][4 * n + 1]);
+                    aq[r][4 * n + 2] = fmaf(sv[r], kk.z, aq[r][4 * n + 2]);
+                    aq[r][4 * n + 3] = fmaf(sv[r], kk.w, aq[r][4 * n + 3]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        const int x = RM * ty + r;
+        if (x >= nq) continue;
+        T *dst = dq + (int64_t)b * d.qs[0] + (int64_t)h * d.qs[1] + (int64_t)(i0 + x) * d.qs[2];
+#pragma unroll
+        for (int n = 0; n < NC; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = 64 * n + 4 * tx + e;
+                if (col < d.D) fa__st(dst + col, aq[r][4 * n + e]);
+            }
+    }
+}
+
 /* ---- 8f. CUDA: the kernel picker and the launches --------------------------------------------- */
 
 /* 1 when every row of an fp32 tensor starts 16-byte aligned and holds whole float4s */
@@ -6725,6 +7216,109 @@ static fa_status fa__cu_pick(const fa__dims *d, const void *q, const void *k, co
     if (!fa__cu_fits_kernel(kern, d, optin, pl)) return FA_ERR_UNSUPPORTED;
     pl->kernel = kern;
     return FA_OK;
+}
+
+/* What fa_cuda_tiled_backward runs for a request: the kernel, its tile (bq query rows a query
+   block, bk keys a key block), the key blocks and query blocks of the grids, the shared memory. */
+typedef struct fa__cu_bwd_plan {
+    fa__cu_bwd_kernel kernel;
+    int bq, bk, smem;
+    int64_t kblocks, qblocks;
+} fa__cu_bwd_plan;
+
+static const char *fa__cu_bwd_kernel_name(fa__cu_bwd_kernel k)
+{
+    switch (k) {
+    case FA__CU_BWD_D64: return "bwd_ffma_d64";
+    case FA__CU_BWD_D128: return "bwd_ffma_d128";
+    case FA__CU_BWD_D256: return "bwd_ffma_d256";
+    case FA__CU_BWD_KERNELS: break;
+    }
+    return "none";
+}
+
+template <class CFG> static void fa__cu_bwd_plan_of(const fa__dims *d, fa__cu_bwd_plan *pl)
+{
+    typedef fa__cu_bgeom<CFG> G;
+    pl->bq = G::BQ;
+    pl->bk = G::BK;
+    pl->smem = G::SMEM;
+    pl->kblocks = ((int64_t)d->Sk + G::BK - 1) / G::BK;
+    pl->qblocks = ((int64_t)d->Sq + G::BQ - 1) / G::BQ;
+}
+
+/* Picks the backward kernel for a request that fa__cu_bwd_resolve accepted, with Sq, Sk > 0: the
+   FFMA backward of the head-dim class of max(D, Dv) (<= 64, <= 128, <= 256), any dtype and layout.
+   FA_ERR_UNSUPPORTED when its shared memory does not fit this device or a grid would pass 2^31 - 1
+   blocks; FA_ERR_DEVICE when the device cannot be queried. It launches nothing. */
+static fa_status fa__cu_pick_backward(const fa__dims *d, fa__cu_bwd_plan *pl)
+{
+    const int dc = d->D > d->Dv ? d->D : d->Dv;
+    int dev = 0, optin = 0;
+    int64_t a, b;
+    memset(pl, 0, sizeof *pl);
+    pl->kernel = dc <= 64 ? FA__CU_BWD_D64 : dc <= 128 ? FA__CU_BWD_D128 : FA__CU_BWD_D256;
+    if (pl->kernel == FA__CU_BWD_D64) fa__cu_bwd_plan_of<fa__cu_bwd_d64>(d, pl);
+    else if (pl->kernel == FA__CU_BWD_D128) fa__cu_bwd_plan_of<fa__cu_bwd_d128>(d, pl);
+    else fa__cu_bwd_plan_of<fa__cu_bwd_d256>(d, pl);
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return FA_ERR_DEVICE;
+    }
+    if (pl->smem > optin || !fa__mul64(pl->kblocks, (int64_t)d->B * d->Hkv, &a) || a > INT_MAX ||
+        !fa__mul64(pl->qblocks, (int64_t)d->B * d->Hq, &b) || b > INT_MAX)
+        return FA_ERR_UNSUPPORTED;
+    return FA_OK;
+}
+
+/* 1 when every row of a tensor of es-byte elements starts 16-byte aligned and its width is whole
+   16-byte vectors (fa__cu_bwd_in_tile's loads) */
+static int fa__cu_bwd_vec(const void *x, const int64_t s[3], int width, size_t es)
+{
+    const int64_t n = (int64_t)(16 / es);
+    return ((uintptr_t)x & 15) == 0 && width % n == 0 && s[0] % n == 0 && s[1] % n == 0 && s[2] % n == 0;
+}
+
+/* Launches the tiled backward's kernels in configuration CFG (fa__cu_pick_backward has checked
+   that they fit): fa__cu_bwd_dkv with dq by atomics into dqacc, or (det) without, then fa__cu_bwd_dq. */
+template <typename T, class CFG>
+static fa_status fa__cu_bwd_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q,
+                                   const void *k, const void *v, const void *d_o, const float *delta, float *dqacc,
+                                   void *dq, void *dk, void *dv, cudaStream_t st)
+{
+    typedef fa__cu_bgeom<CFG> G;
+    const unsigned kgrid = (unsigned)(pl->kblocks * d->B * d->Hkv), qgrid = (unsigned)(pl->qblocks * d->B * d->Hq);
+    const int vec = (fa__cu_bwd_vec(q, d->qs, d->D, sizeof(T)) && fa__cu_bwd_vec(d_o, d->os, d->Dv, sizeof(T))) |
+                    (fa__cu_bwd_vec(k, d->ks, d->D, sizeof(T)) && fa__cu_bwd_vec(v, d->vs, d->Dv, sizeof(T))) << 1;
+    fa_status s;
+    if (det) {
+        if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dkv<T, CFG, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)G::SMEM))) != FA_OK ||
+            (s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dq<T, CFG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)G::SMEM))) != FA_OK)
+            return s;
+        if (CFG::MINB > 1 &&
+            (s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dkv<T, CFG, false>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             100))) != FA_OK)
+            return s;
+        fa__cu_bwd_dkv<T, CFG, false><<<kgrid, FA__CU_THREADS, G::SMEM, st>>>(
+            *d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, dqacc, (T *)dk, (T *)dv, vec);
+        if ((s = fa__cu(cudaGetLastError())) != FA_OK) return s;
+        fa__cu_bwd_dq<T, CFG><<<qgrid, FA__CU_THREADS, G::SMEM, st>>>(
+            *d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, (T *)dq, (int)pl->qblocks, vec);
+        return fa__cu(cudaGetLastError());
+    }
+    if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dkv<T, CFG, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)G::SMEM))) != FA_OK)
+        return s;
+    if (CFG::MINB > 1 &&
+        (s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dkv<T, CFG, true>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         100))) != FA_OK)
+        return s;
+    fa__cu_bwd_dkv<T, CFG, true><<<kgrid, FA__CU_THREADS, G::SMEM, st>>>(
+        *d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, dqacc, (T *)dk, (T *)dv, vec);
+    return fa__cu(cudaGetLastError());
 }
 
 /* Launches the generic kernel in configuration CFG (fa__cu_pick has checked that it fits). */
@@ -7093,31 +7687,231 @@ FLASHATTN_DEF fa_status fa_cuda_merge(int rows, int dv, int parts, const float *
     return st;
 }
 
-/* The CUDA backward is not implemented yet (issue 13): both entry points check the request as
-   the forward does (fa__resolve, then the CUDA limits) and then return FA_ERR_UNSUPPORTED, with
-   nothing written. The checks of the backward's own arguments (d_o, dq, dk, dv, the lse the tiled
-   backward requires) come with the kernels. */
-static fa_status fa__cu_backward_stub(const fa_params *p, const void *q, const void *k, const void *v, const void *o)
+/* The backward's request: section 7b's checks (fa__bwd_resolve_on: d_o, the gradients laid out as
+   q, k, v, disjoint and sharing memory with no input; lse when the tiled path needs it), then the
+   CUDA limits. Nothing is launched before it passes. */
+static fa_status fa__cu_bwd_resolve(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
+                                    const void *d_o, const void *dq, const void *dk, const void *dv, int need_lse,
+                                    fa__dims *d)
 {
-    fa__dims d;
-    fa_status st = fa__resolve(p, q, k, v, o, &d, NULL);
+    fa_status st = fa__bwd_resolve_on(p, q, k, v, o, d_o, dq, dk, dv, need_lse, 1, d, NULL);
     if (st != FA_OK) return st;
-    if ((st = fa__cu_check(&d)) != FA_OK) return st;
-    return FA_ERR_UNSUPPORTED;
+    return fa__cu_check(d);
 }
 
+/* blocks for a grid-stride loop over `rows` */
+static unsigned fa__cu_rows_grid(int64_t rows) { return (unsigned)(rows < 65536 ? (rows > 0 ? rows : 1) : 65536); }
+
+/* The gradients of empty calls: Sq == 0, dk = dv = 0; Sk == 0, dq = 0. */
+template <typename T>
+static fa_status fa__cu_bwd_empty_t(const fa__dims *d, void *dq, void *dk, void *dv, cudaStream_t s)
+{
+    if (d->Sq == 0) {
+        const int64_t rows = (int64_t)d->B * d->Hkv * d->Sk;
+        if (rows == 0) return FA_OK;
+        fa__cu_bwd_zero<T><<<fa__cu_rows_grid(rows), 128, 0, s>>>((T *)dk, d->Hkv, d->Sk, d->D, d->ks[0], d->ks[1], d->ks[2], rows);
+        fa__cu_bwd_zero<T><<<fa__cu_rows_grid(rows), 128, 0, s>>>((T *)dv, d->Hkv, d->Sk, d->Dv, d->vs[0], d->vs[1], d->vs[2], rows);
+    } else {
+        const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
+        fa__cu_bwd_zero<T><<<fa__cu_rows_grid(rows), 128, 0, s>>>((T *)dq, d->Hq, d->Sq, d->D, d->qs[0], d->qs[1], d->qs[2], rows);
+    }
+    return fa__cu(cudaGetLastError());
+}
+
+static fa_status fa__cu_bwd_empty(const fa__dims *d, void *dq, void *dk, void *dv, cudaStream_t s)
+{
+    (void)cudaGetLastError();
+    if (d->dtype == FA_F16) return fa__cu_bwd_empty_t<__half>(d, dq, dk, dv, s);
+    if (d->dtype == FA_BF16) return fa__cu_bwd_empty_t<__nv_bfloat16>(d, dq, dk, dv, s);
+    return fa__cu_bwd_empty_t<float>(d, dq, dk, dv, s);
+}
+
+/* The naive backward's workspace, packed fp32 (offsets in bytes, each 256-byte aligned): S, dP, G
+   (softcap only) [B*Hq][Sq][Sk]; scale*Q, dO, dQ [B*Hq][Sq][D or Dv]; K, V, dK, dV per query head
+   [B*Hq][Sk][D or Dv]; cuBLAS's workspace last. SIZE_MAX when a count overflows. */
+typedef struct fa__cu_nbwd_plan {
+    size_t s, dp, g, q, o, dq, k, v, dk, dv, ws, total;
+} fa__cu_nbwd_plan;
+
+static void fa__cu_nbwd_plan_make(const fa__dims *d, fa__cu_nbwd_plan *pl)
+{
+    const size_t nbh = (size_t)d->B * (size_t)d->Hq, n = fa__mul_size(fa__mul_size(nbh, (size_t)d->Sq), (size_t)d->Sk);
+    const size_t nq = fa__mul_size(nbh, (size_t)d->Sq), nk = fa__mul_size(nbh, (size_t)d->Sk);
+    size_t at = 0;
+#define FA__CU_NBWD_AT(f, floats) (pl->f = at, at = fa__add_size(at, fa__cu_round(fa__mul_size((floats), sizeof(float)))))
+    FA__CU_NBWD_AT(s, n);
+    FA__CU_NBWD_AT(dp, n);
+    FA__CU_NBWD_AT(g, d->softcap > 0.0f ? n : 0);
+    FA__CU_NBWD_AT(q, fa__mul_size(nq, (size_t)d->D));
+    FA__CU_NBWD_AT(o, fa__mul_size(nq, (size_t)d->Dv));
+    FA__CU_NBWD_AT(dq, fa__mul_size(nq, (size_t)d->D));
+    FA__CU_NBWD_AT(k, fa__mul_size(nk, (size_t)d->D));
+    FA__CU_NBWD_AT(v, fa__mul_size(nk, (size_t)d->Dv));
+    FA__CU_NBWD_AT(dk, fa__mul_size(nk, (size_t)d->D));
+    FA__CU_NBWD_AT(dv, fa__mul_size(nk, (size_t)d->Dv));
+#undef FA__CU_NBWD_AT
+    pl->ws = at;
+    pl->total = fa__add_size(at, FA__CU_CUBLAS_WS);
+}
+
+/* The naive backward's launches on T, into the workspace `mem` laid out by pl. */
+template <typename T>
+static fa_status fa__cu_nbwd_run(const fa__dims *d, const fa__cu_nbwd_plan *pl, char *mem, const void *q,
+                                 const void *k, const void *v, const void *o, const void *d_o, void *dq, void *dk,
+                                 void *dv, cudaStream_t s)
+{
+    const int64_t nbh = (int64_t)d->B * d->Hq, rq = nbh * d->Sq, rk = nbh * d->Sk, rkv = (int64_t)d->B * d->Hkv * d->Sk;
+    const int Sq = d->Sq, Sk = d->Sk, D = d->D, Dv = d->Dv;
+    const long long sS = (long long)Sq * Sk, sQ = (long long)Sq * D, sO = (long long)Sq * Dv;
+    const long long sK = (long long)Sk * D, sV = (long long)Sk * Dv;
+    float *S = (float *)(mem + pl->s), *dP = (float *)(mem + pl->dp), *G = d->softcap > 0.0f ? (float *)(mem + pl->g) : NULL;
+    float *Q = (float *)(mem + pl->q), *O = (float *)(mem + pl->o), *dQ = (float *)(mem + pl->dq);
+    float *K = (float *)(mem + pl->k), *V = (float *)(mem + pl->v), *dK = (float *)(mem + pl->dk), *dV = (float *)(mem + pl->dv);
+    const float one = 1.0f, zero = 0.0f;
+    cublasHandle_t hd = NULL;
+    fa_status st, st2;
+    fa__cu_bwd_in<T><<<fa__cu_rows_grid(rq), 128, 0, s>>>((const T *)q, Q, d->Hq, 1, Sq, D, d->qs[0], d->qs[1], d->qs[2], rq, d->scale);
+    fa__cu_bwd_in<T><<<fa__cu_rows_grid(rq), 128, 0, s>>>((const T *)d_o, O, d->Hq, 1, Sq, Dv, d->os[0], d->os[1], d->os[2], rq, 1.0f);
+    fa__cu_bwd_in<T><<<fa__cu_rows_grid(rk), 128, 0, s>>>((const T *)k, K, d->Hq, d->group, Sk, D, d->ks[0], d->ks[1], d->ks[2], rk, 1.0f);
+    fa__cu_bwd_in<T><<<fa__cu_rows_grid(rk), 128, 0, s>>>((const T *)v, V, d->Hq, d->group, Sk, Dv, d->vs[0], d->vs[1], d->vs[2], rk, 1.0f);
+    st = fa__cu(cudaGetLastError());
+    if (st == FA_OK) st = fa__cublas(cublasCreate(&hd));
+    if (st == FA_OK) st = fa__cublas(cublasSetStream(hd, s));
+    if (st == FA_OK) st = fa__cublas(cublasSetWorkspace(hd, mem + pl->ws, FA__CU_CUBLAS_WS));
+    /* row-major X [m][n] is column-major n x m: S^T = K (scale Q)^T, dP^T = V dO^T */
+    if (st == FA_OK)
+        st = fa__cublas(cublasGemmStridedBatchedEx(hd, CUBLAS_OP_T, CUBLAS_OP_N, Sk, Sq, D, &one, K, CUDA_R_32F, D, sK, Q,
+                                                   CUDA_R_32F, D, sQ, &zero, S, CUDA_R_32F, Sk, sS, (int)nbh,
+                                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (st == FA_OK)
+        st = fa__cublas(cublasGemmStridedBatchedEx(hd, CUBLAS_OP_T, CUBLAS_OP_N, Sk, Sq, Dv, &one, V, CUDA_R_32F, Dv, sV, O,
+                                                   CUDA_R_32F, Dv, sO, &zero, dP, CUDA_R_32F, Sk, sS, (int)nbh,
+                                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (st == FA_OK) {
+        const int threads = Sk >= FA__CU_NAIVE_THREADS ? FA__CU_NAIVE_THREADS : ((Sk + 31) / 32) * 32;
+        fa__cu_bwd_rows<T><<<fa__cu_rows_grid(rq), threads, 0, s>>>(*d, S, dP, G, O, (const T *)o, rq);
+        st = fa__cu(cudaGetLastError());
+    }
+    /* dQ^T = scale K^T dS^T, dK^T = (scale Q)^T dS, dV^T = dO^T P */
+    if (st == FA_OK)
+        st = fa__cublas(cublasGemmStridedBatchedEx(hd, CUBLAS_OP_N, CUBLAS_OP_N, D, Sq, Sk, &d->scale, K, CUDA_R_32F, D, sK,
+                                                   dP, CUDA_R_32F, Sk, sS, &zero, dQ, CUDA_R_32F, D, sQ, (int)nbh,
+                                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (st == FA_OK)
+        st = fa__cublas(cublasGemmStridedBatchedEx(hd, CUBLAS_OP_N, CUBLAS_OP_T, D, Sk, Sq, &one, Q, CUDA_R_32F, D, sQ, dP,
+                                                   CUDA_R_32F, Sk, sS, &zero, dK, CUDA_R_32F, D, sK, (int)nbh,
+                                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (st == FA_OK)
+        st = fa__cublas(cublasGemmStridedBatchedEx(hd, CUBLAS_OP_N, CUBLAS_OP_T, Dv, Sk, Sq, &one, O, CUDA_R_32F, Dv, sO, S,
+                                                   CUDA_R_32F, Sk, sS, &zero, dV, CUDA_R_32F, Dv, sV, (int)nbh,
+                                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (st == FA_OK) {
+        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rq), 128, 0, s>>>(dQ, (T *)dq, d->Hq, 1, Sq, D, d->qs[0], d->qs[1], d->qs[2], rq, 1.0f);
+        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rkv), 128, 0, s>>>(dK, (T *)dk, d->Hkv, d->group, Sk, D, d->ks[0], d->ks[1], d->ks[2], rkv, 1.0f);
+        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rkv), 128, 0, s>>>(dV, (T *)dv, d->Hkv, d->group, Sk, Dv, d->vs[0], d->vs[1], d->vs[2], rkv, 1.0f);
+        st = fa__cu(cudaGetLastError());
+    }
+    if (hd) {
+        st2 = fa__cublas(cublasDestroy(hd));
+        if (st == FA_OK) st = st2;
+    }
+    return st;
+}
+
+/* fa_cuda_naive_backward: section 8e2's naive path. Like fa_cuda_naive: one stream-ordered
+   allocation (FA_ERR_NO_MEMORY, nothing written, when its size overflows, exceeds the device's
+   memory (cudaMemGetInfo's total: refused without trying) or the device refuses it),
+   a per-call cuBLAS handle whose cublasDestroy synchronises: it returns with its work done. */
 FLASHATTN_DEF fa_status fa_cuda_naive_backward(const fa_params *p, const void *q, const void *k, const void *v,
                                                const void *o, const void *d_o, void *dq, void *dk, void *dv)
 {
-    (void)d_o; (void)dq; (void)dk; (void)dv;
-    return fa__cu_backward_stub(p, q, k, v, o);
+    fa__dims d;
+    fa__cu_nbwd_plan pl;
+    cudaStream_t s;
+    char *mem = NULL;
+    int pooled = 0;
+    fa_status st = fa__cu_bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 0, &d), st2;
+    if (st != FA_OK) return st;
+    s = (cudaStream_t)d.stream;
+    if (d.Sq == 0 || d.Sk == 0) return fa__cu_bwd_empty(&d, dq, dk, dv, s);
+    if ((int64_t)d.B * d.Hq > INT_MAX) return FA_ERR_UNSUPPORTED;   /* cuBLAS's batch count */
+    fa__cu_nbwd_plan_make(&d, &pl);
+    if (pl.total == SIZE_MAX) return FA_ERR_NO_MEMORY;
+    (void)cudaGetLastError();
+    {   /* more than the device holds: refused before any allocation is tried */
+        size_t fr = 0, tot = 0;
+        const cudaError_t e = cudaMemGetInfo(&fr, &tot);
+        if (e != cudaSuccess) return fa__cu(e);
+        if (pl.total > tot) return FA_ERR_NO_MEMORY;
+    }
+    if ((st = fa__cu_alloc((void **)&mem, pl.total, s, &pooled)) != FA_OK) return st;
+    if (d.dtype == FA_F16) st = fa__cu_nbwd_run<__half>(&d, &pl, mem, q, k, v, o, d_o, dq, dk, dv, s);
+    else if (d.dtype == FA_BF16) st = fa__cu_nbwd_run<__nv_bfloat16>(&d, &pl, mem, q, k, v, o, d_o, dq, dk, dv, s);
+    else st = fa__cu_nbwd_run<float>(&d, &pl, mem, q, k, v, o, d_o, dq, dk, dv, s);
+    st2 = fa__cu_free(mem, s, pooled);
+    return st != FA_OK ? st : st2;
 }
 
+/* The tiled backward's workspace: delta [B][Hq][Sq] fp32, and (unless deterministic) dq's fp32
+   accumulator [B][Hq][Sq][D]; O(Sq D), never O(Sq x Sk). */
+static size_t fa__cu_tbwd_bytes(const fa__dims *d, int det, size_t *off_dq)
+{
+    const size_t rows = fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq);
+    *off_dq = fa__cu_round(fa__mul_size(rows, sizeof(float)));
+    if (d->Sq == 0 || d->Sk == 0) return 0;
+    return det ? *off_dq : fa__add_size(*off_dq, fa__mul_size(fa__mul_size(rows, (size_t)d->D), sizeof(float)));
+}
+
+template <typename T>
+static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, char *mem, size_t off_dq,
+                                 const void *q, const void *k, const void *v, const void *o, const void *d_o, void *dq,
+                                 void *dk, void *dv, cudaStream_t s)
+{
+    const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
+    float *delta = (float *)mem, *dqacc = det ? NULL : (float *)(mem + off_dq);
+    fa_status st;
+    fa__cu_bwd_delta<T><<<(unsigned)(rows < 8 * 65536 ? (rows + 7) / 8 : 65536), 256, 0, s>>>(*d, (const T *)o, (const T *)d_o,
+                                                                                            delta, rows);
+    if ((st = fa__cu(cudaGetLastError())) != FA_OK) return st;
+    if (!det && (st = fa__cu(cudaMemsetAsync(dqacc, 0, (size_t)rows * d->D * sizeof(float), s))) != FA_OK) return st;
+    switch (pl->kernel) {
+    case FA__CU_BWD_D64: st = fa__cu_bwd_launch<T, fa__cu_bwd_d64>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, s); break;
+    case FA__CU_BWD_D128: st = fa__cu_bwd_launch<T, fa__cu_bwd_d128>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, s); break;
+    default: st = fa__cu_bwd_launch<T, fa__cu_bwd_d256>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, s); break;
+    }
+    if (st != FA_OK || det) return st;
+    fa__cu_bwd_out<T><<<fa__cu_rows_grid(rows), 128, 0, s>>>(dqacc, (T *)dq, d->Hq, 1, d->Sq, d->D, d->qs[0], d->qs[1],
+                                                           d->qs[2], rows, 1.0f);
+    return fa__cu(cudaGetLastError());
+}
+
+/* fa_cuda_tiled_backward: section 8e2's tiled path, the kernel fa__cu_pick_backward chooses,
+   queued on p->stream with its workspace allocated and freed stream-ordered (no host
+   synchronisation). p->deterministic: dq by fa__cu_bwd_dq instead of atomics. */
 FLASHATTN_DEF fa_status fa_cuda_tiled_backward(const fa_params *p, const void *q, const void *k, const void *v,
                                                const void *o, const void *d_o, void *dq, void *dk, void *dv)
 {
-    (void)d_o; (void)dq; (void)dk; (void)dv;
-    return fa__cu_backward_stub(p, q, k, v, o);
+    fa__dims d;
+    fa__cu_bwd_plan pl;
+    cudaStream_t s;
+    char *mem = NULL;
+    size_t bytes, off_dq;
+    int pooled = 0, det;
+    fa_status st = fa__cu_bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d), st2;
+    if (st != FA_OK) return st;
+    s = (cudaStream_t)d.stream;
+    det = p->deterministic != 0;
+    if (d.Sq == 0 || d.Sk == 0) return fa__cu_bwd_empty(&d, dq, dk, dv, s);
+    if ((st = fa__cu_pick_backward(&d, &pl)) != FA_OK) return st;
+    bytes = fa__cu_tbwd_bytes(&d, det, &off_dq);
+    if (bytes == SIZE_MAX) return FA_ERR_NO_MEMORY;
+    (void)cudaGetLastError();
+    if ((st = fa__cu_alloc((void **)&mem, bytes, s, &pooled)) != FA_OK) return st;
+    if (d.dtype == FA_F16) st = fa__cu_tbwd_run<__half>(&d, &pl, det, mem, off_dq, q, k, v, o, d_o, dq, dk, dv, s);
+    else if (d.dtype == FA_BF16) st = fa__cu_tbwd_run<__nv_bfloat16>(&d, &pl, det, mem, off_dq, q, k, v, o, d_o, dq, dk, dv, s);
+    else st = fa__cu_tbwd_run<float>(&d, &pl, det, mem, off_dq, q, k, v, o, d_o, dq, dk, dv, s);
+    st2 = fa__cu_free(mem, s, pooled);
+    return st != FA_OK ? st : st2;
 }
 #endif
 

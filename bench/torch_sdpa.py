@@ -7,6 +7,12 @@ events around each call, warm-up, median of repeats (~0.08 s of repeats, 3..50).
 halved for causal. Each timed row is checked against float64 on sampled rows (same tolerances).
 Note: PyTorch's is_causal is top-left aligned, ours bottom-right; they agree for Sq == Sk (all rows here).
 
+--backward: the backward instead, as forward+backward minus forward (torch.autograd.grad of the
+output against q, k, v for an N(0,1) upstream gradient), for flash, efficient and cuDNN at
+S = 1024..16384 (bench/bench_cuda_backward.cu's shapes); FLOPs 2.5 x the forward's, halved for causal;
+TF32 off (matmul and cuDNN); relerr not computed ("-"; the library's gradients are checked by
+tests/test_cuda_backward.cu).
+
 Row format: ROW impl dtype D causal S B H extra ms TFLOP/s relerr status
 
 --decode: bench_cuda --decode's rows alone (issue 14): bf16, D = 128, Hq = 32, Hkv = 8 or 1, non-causal,
@@ -200,7 +206,63 @@ def decode(cgbs):
         torch.cuda.empty_cache()
 
 
+def median_ms(fn, budget=BUDGET):
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record(); fn(); e1.record(); torch.cuda.synchronize()
+    reps = int(min(30, max(3, budget * 1e3 / max(e0.elapsed_time(e1), 1e-3))))
+    ts = []
+    for _ in range(reps):
+        e0.record(); fn(); e1.record(); e1.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def row_bwd(name, q, k, v, do, causal, fn):
+    B, H, S, D = q.shape
+    dt = q.dtype
+    try:
+        fwd = lambda: fn(q, k, v, causal)
+        fb = lambda: torch.autograd.grad(fn(q, k, v, causal), (q, k, v), do)
+        fb()
+        torch.cuda.synchronize()
+        ms = median_ms(fb) - median_ms(fwd)
+    except Exception as e:  # unsupported backend/dtype, out of memory
+        msg = str(e).split("\n")[0][:60]
+        print(f"ROW {name + '_bwd':<16} {DN[dt]:<5} {D:4d} {causal:2d} {S:6d} {B:4d} {H:3d} {'-':<10} {'-':>9} {'-':>8} {'-':>9} n/a: {msg}")
+        torch.cuda.empty_cache()
+        return
+    fl = 2.5 * 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
+    print(f"ROW {name + '_bwd':<16} {DN[dt]:<5} {D:4d} {causal:2d} {S:6d} {B:4d} {H:3d} {'fb-f':<10} {ms:9.3f} {fl / ms / 1e9:8.1f} {'-':>9} OK",
+          flush=True)
+    torch.cuda.empty_cache()
+
+
+def main_backward():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    print(f"# torch {torch.__version__}, {torch.cuda.get_device_name(0)}, backward (fwd+bwd minus fwd)", flush=True)
+    Ss = [1024, 4096, 16384] if QUICK else [1024, 2048, 4096, 8192, 16384]
+    for D in (64, 128):
+        H = 2048 // D
+        for S in Ss:
+            B = 16384 // S
+            for causal in (0, 1):
+                for dt in (torch.bfloat16, torch.float16, torch.float32):
+                    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=dt, requires_grad=True) for _ in range(3))
+                    do = torch.randn(B, H, S, D, device="cuda", dtype=dt)
+                    for name, fn in IMPLS[:3]:
+                        if dt == torch.float32 and name != "torch_efficient":
+                            continue
+                        row_bwd(name, q, k, v, do, causal, fn)
+                    del q, k, v, do
+                    torch.cuda.empty_cache()
+
+
 def main():
+    if "--backward" in sys.argv:
+        main_backward()
+        return
     torch.backends.cuda.matmul.allow_tf32 = False
     if "--decode" in sys.argv:
         print(f"# torch {torch.__version__}, {torch.cuda.get_device_name(0)}, cuDNN {torch.backends.cudnn.version()}", flush=True)

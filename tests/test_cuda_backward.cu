@@ -1,0 +1,693 @@
+/* tests/test_cuda_backward.cu - the CUDA backward against the float64 reference (cmocka, nvcc).
+
+   fa_cuda_naive_backward, fa_cuda_tiled_backward and fa_cuda_tiled_backward with
+   p.deterministic = 1 on the CPU backward suite's grid (tests/test_backward.c: sequence lengths,
+   head dims, block sizes, GQA, causal and windows, every modifier, strides, empty calls), each case
+   in fp32, fp16 and bf16, against ref_attention_backward() of tests/ref.h fed the same rounded
+   inputs, at API.md's tolerances (fp32 fa_allclose(dx, ref, 1e-4, 1e-5) for each of dq, dk, dv;
+   fp16 ||dx-ref||/||ref|| <= 2e-3, bf16 <= 1e-2; where ||ref|| = 0, the RMS of dx). The forward's o and lse come from fa_cuda_tiled
+   with the same p, as in training. Gradient buffers are poisoned (0xFF bytes) before each call and
+   checked written in every row and nowhere else. Every tiled run asserts which kernel served it
+   (fa__cu_pick_backward against want_kernel), and test_kernels_served that each kernel served.
+   Also: deterministic mode gives the same bits in ten runs on a non-default stream; refused
+   requests leave every gradient untouched; an impossible naive size is FA_ERR_NO_MEMORY.
+
+   Environment: SMALL=1 runs a reduced grid (for compute-sanitizer); FA_DTYPES=n the grid's dtypes
+   only (bits 1 f32, 2 f16, 4 bf16: racecheck on the reduced grid takes minutes per dtype);
+   FA_FILTER a cmocka test-name filter. Build: the Makefile's
+   build/test_cuda_backward rule; run by tests/run_cuda.sh. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+extern "C" {
+#include <cmocka.h>
+}
+
+#define FLASHATTN_IMPLEMENTATION
+#define FLASHATTN_CUDA
+#ifndef FLASHATTN_NO_BLAS
+#define FLASHATTN_NO_BLAS
+#endif
+#include "flashattn.h"
+#include "ref.h"
+
+static int g_small = 0;
+static int g_dtypes = 7;   /* FA_DTYPES: the dtypes run_case runs, bits 1 f32, 2 f16, 4 bf16 */
+static int g_served[FA__CU_BWD_KERNELS];
+static int g_failed = 0;
+
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            print_error("%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
+            fail();                                                                                \
+        }                                                                                          \
+    } while (0)
+
+static size_t esize(fa_dtype dt) { return dt == FA_F32 ? 4 : 2; }
+static const char *dt_name(fa_dtype dt) { return dt == FA_F32 ? "f32" : dt == FA_F16 ? "f16" : "bf16"; }
+
+static void *dalloc(size_t bytes)
+{
+    void *p = NULL;
+    CU(cudaMalloc(&p, bytes ? bytes : 1));
+    CU(cudaMemset(p, 0xFF, bytes ? bytes : 1));
+    return p;
+}
+
+static void *upload(const float *x, size_t n, fa_dtype dt)
+{
+    size_t i;
+    void *d = dalloc(n * esize(dt));
+    if (dt == FA_F32) {
+        CU(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
+    } else {
+        uint16_t *h = (uint16_t *)malloc((n ? n : 1) * 2);
+        assert_non_null(h);
+        for (i = 0; i < n; i++) h[i] = dt == FA_F16 ? ref_f32_to_f16(x[i]) : ref_f32_to_bf16(x[i]);
+        CU(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+        free(h);
+    }
+    return d;
+}
+
+/* device storage of dt -> host fp32, and the raw bytes into raw */
+static void download(float *x, const void *d, size_t n, fa_dtype dt, unsigned char *raw)
+{
+    size_t es = esize(dt), i;
+    CU(cudaMemcpy(raw, d, n * es, cudaMemcpyDeviceToHost));
+    for (i = 0; i < n; i++) {
+        if (dt == FA_F32) memcpy(x + i, raw + 4 * i, 4);
+        else {
+            uint16_t u;
+            memcpy(&u, raw + 2 * i, 2);
+            x[i] = dt == FA_F16 ? ref_f16_to_f32(u) : ref_bf16_to_f32(u);
+        }
+    }
+}
+
+static int all_poison_dev(const void *d, size_t bytes)
+{
+    unsigned char *h = (unsigned char *)malloc(bytes ? bytes : 1);
+    int ok;
+    if (!h) return 0;
+    if (cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) { free(h); return 0; }
+    ok = ref_is_poison(h, bytes);
+    free(h);
+    return ok;
+}
+
+/* ---- a case ------------------------------------------------------------------------------------ */
+
+enum { P_NAIVE = 0, P_TILED = 1, P_DET = 2 };
+static const char *const path_name[3] = { "naive", "tiled", "tiled deterministic" };
+
+/* bias: strides (all zero with on: packed) and which keys it hides */
+enum { HIDE_NONE = 0, HIDE_KEYPAD, HIDE_ROWS_TILE };
+typedef struct bspec { int on; int64_t st[4]; int hide; } bspec;
+static const bspec NOBIAS = { 0, { 0, 0, 0, 0 }, 0 };
+
+static fa_params shape(int B, int Hq, int Hkv, int Sq, int Sk, int D, int Dv)
+{
+    fa_params p;
+    memset(&p, 0, sizeof p);
+    p.batch = B; p.heads = Hq; p.kv_heads = Hkv; p.seq_q = Sq; p.seq_k = Sk; p.head_dim = D; p.head_dim_v = Dv;
+    return p;
+}
+
+static void bshd(fa_params *p, int pad)
+{
+    int Dv = p->head_dim_v ? p->head_dim_v : p->head_dim, Hkv = p->kv_heads ? p->kv_heads : p->heads;
+    int64_t rq = (int64_t)p->heads * p->head_dim + pad, rk = (int64_t)Hkv * p->head_dim + pad;
+    int64_t rv = (int64_t)Hkv * Dv + pad, ro = (int64_t)p->heads * Dv + pad;
+    p->q_stride[0] = rq * p->seq_q; p->q_stride[1] = p->head_dim; p->q_stride[2] = rq;
+    p->k_stride[0] = rk * p->seq_k; p->k_stride[1] = p->head_dim; p->k_stride[2] = rk;
+    p->v_stride[0] = rv * p->seq_k; p->v_stride[1] = Dv; p->v_stride[2] = rv;
+    p->o_stride[0] = ro * p->seq_q; p->o_stride[1] = Dv; p->o_stride[2] = ro;
+}
+
+static uint64_t name_seed(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    return h;
+}
+
+/* The kernel fa_cuda_tiled_backward must run: the FFMA backward of max(D, Dv)'s class. */
+static fa__cu_bwd_kernel want_kernel(const fa_params *p)
+{
+    const int Dv = p->head_dim_v ? p->head_dim_v : p->head_dim, dc = p->head_dim > Dv ? p->head_dim : Dv;
+    return dc <= 64 ? FA__CU_BWD_D64 : dc <= 128 ? FA__CU_BWD_D128 : FA__CU_BWD_D256;
+}
+
+/* The gradient x (device, strided like its input, n_elems elements) against the packed reference:
+   every byte outside its rows still poisoned, and the rows within the dtype's tolerance. */
+static int check_grad(const char *name, const char *what, fa_dtype dt, const void *x, size_t n_elems, int64_t n0,
+                      int64_t n1, int64_t n2, int width, const int64_t st[3], const float *ref, size_t n)
+{
+    const size_t es = esize(dt);
+    unsigned char *raw = (unsigned char *)malloc(n_elems * es + 1), *in_row = (unsigned char *)calloc(n_elems + 1, 1);
+    float *h = ref_alloc(n_elems), *packed = ref_alloc(n);
+    int64_t a, b, c;
+    size_t e;
+    int ok = 1;
+    assert_true(raw && in_row && h && packed);
+    download(h, x, n_elems, dt, raw);
+    for (a = 0; a < n0; a++)
+        for (b = 0; b < n1; b++)
+            for (c = 0; c < n2; c++) memset(in_row + a * st[0] + b * st[1] + c * st[2], 1, (size_t)width);
+    for (e = 0; e < n_elems; e++)
+        if (!in_row[e] && !ref_is_poison(raw + e * es, es)) {
+            print_error("  FAIL %s: %s element %zu outside its rows was written\n", name, what, e);
+            ok = 0;
+            break;
+        }
+    ref_gather(h, n0, n1, n2, width, st, packed);
+    if (n > 0) {
+        if (dt == FA_F32) {
+            if (!fa_allclose(packed, ref, n, 1e-4f, 1e-5f)) {
+                size_t w = ref_worst(packed, ref, n, 1e-4, 1e-5);
+                print_error("  FAIL %s: %s not allclose(1e-4, 1e-5): max |diff| %g; worst [%zu] got %.9g want %.9g\n",
+                            name, what, fa_max_abs_diff(packed, ref, n), w, w == (size_t)-1 ? 0.0 : (double)packed[w],
+                            w == (size_t)-1 ? 0.0 : (double)ref[w]);
+                ok = 0;
+            }
+        } else {
+            /* ||ref|| = 0 (one visible key: dS = P (dP - delta) is 0 exactly, while delta comes from
+               the 16-bit o): no relative measure exists, so the RMS of dx stands in for it */
+            double den = 0.0, rel, tol = dt == FA_F16 ? 2e-3 : 1e-2;
+            for (e = 0; e < n; e++) den += (double)ref[e] * ref[e];
+            if (den > 0.0) {
+                rel = ref_rel_error(packed, ref, n);
+            } else {
+                rel = 0.0;
+                for (e = 0; e < n; e++) rel += (double)packed[e] * packed[e];
+                rel = packed[0] != packed[0] ? NAN : sqrt(rel / (double)n);
+            }
+            if (!(rel <= tol)) {
+                print_error("  FAIL %s: %s relative error %g > %g%s\n", name, what, rel, tol, den > 0.0 ? "" : " (RMS: reference 0)");
+                ok = 0;
+            }
+        }
+    }
+    free(raw); free(in_row); free(h); free(packed);
+    return ok;
+}
+
+/* One case on every dtype of dts (bits 1 f32, 2 f16, 4 bf16) and every path of paths (bits 1 naive,
+   2 tiled, 4 deterministic). Failures are printed and counted; the test fails at its end. */
+static void run_case(const char *name0, fa_params p0, bspec bs, int alibi, int dts, int paths)
+{
+    static const fa_dtype dtl[3] = { FA_F32, FA_F16, FA_BF16 };
+    int di;
+    for (di = 0; di < 3; di++) {
+        fa_params p = p0, pd;
+        ref_rng r;
+        ref_tensors t;
+        ref_dims rd;
+        char name[256];
+        float *d_o, *bias = NULL, *slopes = NULL, *rdq, *rdk, *rdv;
+        void *gq, *gk, *gv, *gdo, *go, *xq, *xk, *xv, *dbias = NULL, *dslopes = NULL;
+        float *dlse;
+        size_t nbias = 0, nslopes = 0, rows, ndq, ndk, ndv, e;
+        const fa_dtype dt = dtl[di];
+        const size_t es = esize(dt);
+        int path, ok = 1;
+        fa_status st;
+        if (!(dts & g_dtypes & (1 << di))) continue;
+        p.dtype = dt;
+        snprintf(name, sizeof name, "%s [%s]", name0, dt_name(dt));
+        ref_seed(&r, name_seed(name));
+        assert_true(ref_tensors_make(&p, &r, &t));
+        d_o = ref_alloc(t.no);
+        assert_non_null(d_o);
+        ref_fill_normal(&r, d_o, t.no);
+        ref_round_to(dt, t.q, t.nq); ref_round_to(dt, t.k, t.nk); ref_round_to(dt, t.v, t.nv); ref_round_to(dt, d_o, t.no);
+        if (bs.on) {
+            memcpy(p.bias_stride, bs.st, sizeof bs.st);
+            nbias = ref_bias_elems(&p);
+            bias = ref_alloc(nbias);
+            assert_non_null(bias);
+            ref_fill_normal(&r, bias, nbias);
+            if (bs.hide == HIDE_KEYPAD) {          /* [B][Sk]: batch 0 hides keys from 70, batch 1 every key */
+                int j;
+                for (j = 70; j < p.seq_k; j++) bias[j] = -INFINITY;
+                for (j = 0; j < p.seq_k && p.batch > 1; j++) bias[p.seq_k + j] = -INFINITY;
+            } else if (bs.hide == HIDE_ROWS_TILE) { /* [Sq][Sk]: row 5 sees nothing, keys 0-39 hidden from rows < 70 */
+                int i, j;
+                for (j = 0; j < p.seq_k; j++) bias[5 * p.seq_k + j] = -INFINITY;
+                for (i = 0; i < 70 && i < p.seq_q; i++) for (j = 0; j < 40 && j < p.seq_k; j++) bias[i * p.seq_k + j] = -INFINITY;
+            }
+            p.bias = bias;
+        }
+        if (alibi) {
+            int B = alibi == 2 ? p.batch : 1, b, h;
+            nslopes = (size_t)B * p.heads;
+            slopes = ref_alloc(nslopes);
+            assert_non_null(slopes);
+            for (b = 0; b < B; b++)
+                for (h = 0; h < p.heads; h++)
+                    slopes[(size_t)b * p.heads + h] = (float)(pow(2.0, -8.0 * (h + 1) / p.heads) * (1.0 + 0.25 * b));
+            p.alibi_slopes = slopes;
+            p.alibi_stride = alibi == 2 ? p.heads : 0;
+        }
+        ref_dims_of(&p, &rd);
+        rows = (size_t)rd.B * rd.Hq * rd.Sq;
+        ndq = rows * rd.D; ndk = (size_t)rd.B * rd.Hkv * rd.Sk * rd.D; ndv = (size_t)rd.B * rd.Hkv * rd.Sk * rd.Dv;
+        rdq = ref_alloc(ndq); rdk = ref_alloc(ndk); rdv = ref_alloc(ndv);
+        assert_true(rdq && rdk && rdv);
+        assert_true(ref_attention_backward(&p, t.q, t.k, t.v, d_o, rdq, rdk, rdv));
+
+        xq = upload(t.q, t.nq, dt); xk = upload(t.k, t.nk, dt); xv = upload(t.v, t.nv, dt); gdo = upload(d_o, t.no, dt);
+        go = dalloc(t.no * es);
+        dlse = (float *)dalloc((rows + 1) * 4);
+        if (bias) dbias = upload(bias, nbias, FA_F32);
+        if (slopes) dslopes = upload(slopes, nslopes, FA_F32);
+        gq = dalloc(t.nq * es); gk = dalloc(t.nk * es); gv = dalloc(t.nv * es);
+        pd = p;
+        pd.bias = (const float *)dbias; pd.alibi_slopes = (const float *)dslopes; pd.lse = dlse;
+        st = fa_cuda_tiled(&pd, xq, xk, xv, go);
+        CU(cudaDeviceSynchronize());
+        if (st != FA_OK) fail_msg("%s: forward: %s", name, fa_status_string(st));
+        for (path = 0; path < 3; path++) {
+            char pname[300];
+            if (!(paths & (1 << path))) continue;
+            snprintf(pname, sizeof pname, "%s %s", name, path_name[path]);
+            pd.deterministic = path == P_DET;
+            CU(cudaMemset(gq, 0xFF, t.nq * es)); CU(cudaMemset(gk, 0xFF, t.nk * es)); CU(cudaMemset(gv, 0xFF, t.nv * es));
+            if (path != P_NAIVE && rd.Sq > 0 && rd.Sk > 0) {   /* the kernel the rules name serves it */
+                fa__dims dd;
+                fa__cu_bwd_plan plan;
+                assert_int_equal(fa__cu_bwd_resolve(&pd, xq, xk, xv, go, gdo, gq, gk, gv, 1, &dd), FA_OK);
+                assert_int_equal(fa__cu_pick_backward(&dd, &plan), FA_OK);
+                if (plan.kernel != want_kernel(&p)) {
+                    print_error("  FAIL %s: served by %s, want %s\n", pname, fa__cu_bwd_kernel_name(plan.kernel),
+                                fa__cu_bwd_kernel_name(want_kernel(&p)));
+                    ok = 0;
+                }
+                g_served[plan.kernel]++;
+            }
+            st = path == P_NAIVE ? fa_cuda_naive_backward(&pd, xq, xk, xv, go, gdo, gq, gk, gv)
+                                 : fa_cuda_tiled_backward(&pd, xq, xk, xv, go, gdo, gq, gk, gv);
+            CU(cudaDeviceSynchronize());
+            if (st != FA_OK) {
+                print_error("  FAIL %s: status %s\n", pname, fa_status_string(st));
+                ok = 0;
+                continue;
+            }
+            ok &= check_grad(pname, "dq", dt, gq, t.nq, rd.B, rd.Hq, rd.Sq, rd.D, rd.qs, rdq, ndq);
+            ok &= check_grad(pname, "dk", dt, gk, t.nk, rd.B, rd.Hkv, rd.Sk, rd.D, rd.ks, rdk, ndk);
+            ok &= check_grad(pname, "dv", dt, gv, t.nv, rd.B, rd.Hkv, rd.Sk, rd.Dv, rd.vs, rdv, ndv);
+        }
+        (void)e;
+        cudaFree(xq); cudaFree(xk); cudaFree(xv); cudaFree(gdo); cudaFree(go); cudaFree(dlse);
+        cudaFree(gq); cudaFree(gk); cudaFree(gv);
+        if (dbias) cudaFree(dbias);
+        if (dslopes) cudaFree(dslopes);
+        free(d_o); free(bias); free(slopes); free(rdq); free(rdk); free(rdv);
+        ref_tensors_free(&t);
+        if (!ok) g_failed++;
+        else if (getenv("VERBOSE")) printf("  ok %s\n", name);
+    }
+}
+
+#define ALL_DT 7
+#define ALL_PATHS 7
+
+static void end_test(void)
+{
+    int n = g_failed;
+    g_failed = 0;
+    if (n) fail_msg("%d case(s) failed", n);
+}
+
+/* ---- the grid (tests/test_backward.c's cases) --------------------------------------------------- */
+
+static void test_seq_lengths(void **state)
+{
+    static const int S[] = { 1, 2, 15, 16, 17, 63, 64, 65, 95, 96, 97, 130, 200, 257, 1031 };
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof S / sizeof S[0]; i++) {
+        char name[64];
+        fa_params p = shape(1, 2, 2, S[i], S[i], 64, 64);
+        if (g_small && S[i] > 97) continue;
+        snprintf(name, sizeof name, "S=%d", S[i]);
+        run_case(name, p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+        p.causal = 1;
+        snprintf(name, sizeof name, "S=%d causal", S[i]);
+        run_case(name, p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    }
+    end_test();
+}
+
+static void test_head_dims(void **state)
+{
+    static const int D[] = { 1, 3, 64, 80, 128, 256 };
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof D / sizeof D[0]; i++) {
+        char name[64];
+        fa_params p = shape(2, 2, 1, 70, 83, D[i], D[i]);
+        if (g_small && (D[i] == 80 || D[i] == 128)) continue;
+        snprintf(name, sizeof name, "D=%d", D[i]);
+        run_case(name, p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+        p = shape(1, 2, 2, 33, 130, D[i], D[i] == 1 ? 5 : D[i] / 2 + 1);
+        p.causal = 1;
+        snprintf(name, sizeof name, "D=%d Dv=%d causal", D[i], p.head_dim_v);
+        run_case(name, p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    }
+    end_test();
+}
+
+static void test_block_sizes(void **state)
+{
+    static const int bq[] = { 1, 7, 16, 33, 500 }, bk[] = { 1, 5, 64, 101, 500 };
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof bq / sizeof bq[0]; i++) {
+        char name[64];
+        fa_params p = shape(1, 2, 1, 77, 150, 32, 32);
+        if (g_small && i > 1) continue;
+        p.block_q = bq[i]; p.block_k = bk[i]; p.causal = (int)(i & 1);
+        snprintf(name, sizeof name, "block_q=%d block_k=%d causal=%d", bq[i], bk[i], p.causal);
+        run_case(name, p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    }
+    end_test();
+}
+
+static void test_gqa_causal_windows(void **state)
+{
+    fa_params p;
+    (void)state;
+    p = shape(2, 8, 2, 100, 100, 64, 64);
+    run_case("GQA 8/2", p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    p = shape(1, 6, 1, 90, 150, 32, 48);
+    p.causal = 1;
+    run_case("MQA causal Sq < Sk", p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    p = shape(1, 2, 2, 150, 60, 32, 32);
+    p.causal = 1;
+    run_case("causal Sq > Sk (hidden rows)", p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    p = shape(1, 2, 2, 300, 300, 64, 64);
+    p.causal = 1; p.window_left = 40;
+    run_case("causal sliding window 40 (skipped blocks)", p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    p = shape(2, 2, 1, 120, 200, 32, 32);
+    p.window_left = 17; p.window_right = 9;
+    run_case("window 17/9 Sq < Sk", p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    p = shape(1, 1, 1, 1, 500, 64, 64);
+    p.window_left = 30; p.causal = 1;
+    run_case("decode row window (keys no row sees)", p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    if (g_small) { end_test(); return; }
+    p = shape(1, 4, 2, 90, 2100, 32, 40);
+    p.causal = 1;
+    run_case("Sk = 2100, causal Sq < Sk, GQA", p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    p.causal = 0; p.window_left = 300; p.window_right = 100;
+    run_case("Sk = 2100, window 300/100", p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    end_test();
+}
+
+static void test_modifiers(void **state)
+{
+    fa_params p;
+    bspec b;
+    (void)state;
+    p = shape(1, 2, 2, 130, 130, 64, 64);
+    p.softcap = 1.5f;
+    run_case("softcap 1.5", p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    p.softcap = 30.0f; p.causal = 1;
+    run_case("softcap 30 causal", p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    p = shape(2, 4, 2, 97, 140, 32, 32);
+    p.causal = 1;
+    run_case("alibi per head", p, NOBIAS, 1, ALL_DT, ALL_PATHS);
+    run_case("alibi per batch", p, NOBIAS, 2, ALL_DT, ALL_PATHS);
+    p = shape(2, 2, 1, 70, 90, 32, 32);
+    p.scale = 0.37f;
+    b = NOBIAS; b.on = 1;
+    run_case("bias packed, explicit scale", p, b, 0, ALL_DT, ALL_PATHS);
+    b.st[0] = 90; b.st[3] = 1; b.hide = HIDE_KEYPAD;
+    run_case("bias [B][Sk] key padding, a batch with every key hidden", p, b, 0, ALL_DT, ALL_PATHS);
+    b = NOBIAS; b.on = 1; b.st[2] = 90; b.st[3] = 1; b.hide = HIDE_ROWS_TILE;
+    run_case("bias [Sq][Sk] broadcast, hidden rows and a hidden tile", p, b, 0, ALL_DT, ALL_PATHS);
+    b = NOBIAS; b.on = 1; b.st[1] = 90; b.st[3] = 1;
+    run_case("bias per head [Hq][Sk]", p, b, 0, ALL_DT, ALL_PATHS);
+    end_test();
+}
+
+static void test_strides_and_everything(void **state)
+{
+    fa_params p;
+    bspec b = NOBIAS;
+    (void)state;
+    p = shape(2, 4, 2, 81, 101, 32, 48);
+    bshd(&p, 0);
+    run_case("[B][S][H][D]", p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    p = shape(2, 4, 2, 81, 101, 32, 48);
+    bshd(&p, 7);
+    p.causal = 1;
+    run_case("[B][S][H][D] with gaps, causal", p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+    p = shape(2, 4, 2, 150, 190, 64, 32);
+    bshd(&p, 3);
+    p.causal = 1; p.window_left = 50; p.softcap = 20.0f; p.scale = 0.2f; p.block_q = 37; p.block_k = 29;
+    b.on = 1; b.st[2] = 190; b.st[3] = 1;
+    run_case("every feature at once", p, b, 2, ALL_DT, ALL_PATHS);
+    if (!g_small) {
+        p = shape(2, 4, 2, 600, 700, 128, 128);
+        bshd(&p, 8);
+        p.causal = 1;
+        run_case("d128 bshd causal 600x700 GQA", p, NOBIAS, 0, ALL_DT, ALL_PATHS);
+        p = shape(1, 2, 1, 300, 257, 256, 200);
+        p.window_left = 64; p.window_right = 32; p.softcap = 10.0f;
+        run_case("d256 Dv 200 window softcap", p, NOBIAS, 1, ALL_DT, ALL_PATHS);
+    }
+    end_test();
+}
+
+static void test_empty(void **state)
+{
+    (void)state;
+    run_case("seq_q = 0", shape(2, 2, 1, 0, 40, 16, 8), NOBIAS, 0, ALL_DT, ALL_PATHS);
+    run_case("seq_k = 0", shape(2, 2, 1, 30, 0, 16, 8), NOBIAS, 0, ALL_DT, ALL_PATHS);
+    end_test();
+}
+
+/* ---- determinism, errors, memory --------------------------------------------------------------- */
+
+/* p.deterministic = 1: ten runs on a stream of our own give the same bytes in dq, dk and dv. The
+   default (atomic dq) mode is reported, not asserted. */
+static void test_determinism(void **state)
+{
+    fa_params ps[3];
+    int s;
+    (void)state;
+    ps[0] = shape(2, 4, 2, 333, 333, 64, 64);
+    ps[0].causal = 1; ps[0].window_left = 100;
+    ps[1] = shape(1, 8, 2, 70, 2500, 128, 128);
+    ps[2] = shape(3, 2, 1, 200, 150, 48, 40);
+    ps[2].softcap = 5.0f;
+    for (s = 0; s < (g_small ? 1 : 3); s++) {
+        const fa_dtype dt = s == 1 ? FA_BF16 : FA_F32;
+        fa_params p = ps[s];
+        ref_rng r;
+        ref_tensors t;
+        float *d_o;
+        void *xq, *xk, *xv, *go, *gdo, *g[3];
+        float *dlse;
+        unsigned char *first[3], *cur[3];
+        size_t n[3], es = esize(dt), rows;
+        cudaStream_t st;
+        int run, u, atomic_same = 1;
+        p.dtype = dt;
+        ref_seed(&r, 77 + s);
+        assert_true(ref_tensors_make(&p, &r, &t));
+        d_o = ref_alloc(t.no);
+        ref_fill_normal(&r, d_o, t.no);
+        rows = (size_t)p.batch * p.heads * p.seq_q;
+        xq = upload(t.q, t.nq, dt); xk = upload(t.k, t.nk, dt); xv = upload(t.v, t.nv, dt); gdo = upload(d_o, t.no, dt);
+        go = dalloc(t.no * es);
+        dlse = (float *)dalloc(rows * 4);
+        n[0] = t.nq * es; n[1] = t.nk * es; n[2] = t.nv * es;
+        for (u = 0; u < 3; u++) {
+            g[u] = dalloc(n[u]);
+            first[u] = (unsigned char *)malloc(n[u]);
+            cur[u] = (unsigned char *)malloc(n[u]);
+            assert_true(first[u] && cur[u]);
+        }
+        CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        p.lse = dlse;
+        p.stream = st;
+        assert_int_equal(fa_cuda_tiled(&p, xq, xk, xv, go), FA_OK);
+        for (run = 0; run < 20; run++) {
+            p.deterministic = run < 10;
+            for (u = 0; u < 3; u++) CU(cudaMemsetAsync(g[u], 0xFF, n[u], st));
+            assert_int_equal(fa_cuda_tiled_backward(&p, xq, xk, xv, go, gdo, g[0], g[1], g[2]), FA_OK);
+            CU(cudaStreamSynchronize(st));
+            for (u = 0; u < 3; u++) {
+                CU(cudaMemcpy(run == 0 ? first[u] : cur[u], g[u], n[u], cudaMemcpyDeviceToHost));
+                if (run > 0 && memcmp(first[u], cur[u], n[u]) != 0) {
+                    if (p.deterministic) fail_msg("shape %d: deterministic run %d: d%c differs from run 0", s, run, "qkv"[u]);
+                    else atomic_same = 0;
+                }
+            }
+        }
+        printf("  shape %d (%s): 10 deterministic runs bitwise equal; default (atomic dq) mode %s\n", s, dt_name(dt),
+               atomic_same ? "also matched them" : "differed from them in some bits (expected: atomics)");
+        CU(cudaStreamDestroy(st));
+        for (u = 0; u < 3; u++) { cudaFree(g[u]); free(first[u]); free(cur[u]); }
+        cudaFree(xq); cudaFree(xk); cudaFree(xv); cudaFree(go); cudaFree(gdo); cudaFree(dlse);
+        free(d_o);
+        ref_tensors_free(&t);
+    }
+}
+
+/* Refused requests: the status, and every gradient buffer untouched. */
+static void test_errors(void **state)
+{
+    fa_params p = shape(1, 2, 2, 20, 30, 16, 16), bad;
+    void *q = dalloc(20 * 2 * 16 * 4), *k = dalloc(30 * 2 * 16 * 4), *v = dalloc(30 * 2 * 16 * 4);
+    void *o = dalloc(20 * 2 * 16 * 4), *d_o = dalloc(20 * 2 * 16 * 4);
+    void *dq = dalloc(20 * 2 * 16 * 4), *dk = dalloc(30 * 2 * 16 * 4), *dv = dalloc(30 * 2 * 16 * 4);
+    float *lse = (float *)dalloc(40 * 4);
+    int path;
+    (void)state;
+    p.lse = lse;
+    for (path = 0; path < 2; path++) {
+#define EXPECT(p_, o_, do_, dq_, dk_, dv_, st_)                                                                    \
+    do {                                                                                                           \
+        fa_status s_ = path ? fa_cuda_tiled_backward(p_, q, k, v, o_, do_, dq_, dk_, dv_)                          \
+                            : fa_cuda_naive_backward(p_, q, k, v, o_, do_, dq_, dk_, dv_);                         \
+        CU(cudaDeviceSynchronize());                                                                               \
+        if (s_ != (st_)) fail_msg("line %d [%s]: status %d, want %d", __LINE__, path_name[path], (int)s_, (int)(st_)); \
+        if (!all_poison_dev(dq, 20 * 2 * 16 * 4) || !all_poison_dev(dk, 30 * 2 * 16 * 4) ||                       \
+            !all_poison_dev(dv, 30 * 2 * 16 * 4))                                                                  \
+            fail_msg("line %d [%s]: a refused call wrote a gradient", __LINE__, path_name[path]);                  \
+    } while (0)
+        EXPECT(NULL, o, d_o, dq, dk, dv, FA_ERR_INVALID_ARG);
+        EXPECT(&p, o, NULL, dq, dk, dv, FA_ERR_INVALID_ARG);
+        EXPECT(&p, o, d_o, NULL, dk, dv, FA_ERR_INVALID_ARG);
+        EXPECT(&p, o, d_o, dq, NULL, dv, FA_ERR_INVALID_ARG);
+        EXPECT(&p, o, d_o, dq, dk, NULL, FA_ERR_INVALID_ARG);
+        EXPECT(&p, NULL, d_o, dq, dk, dv, FA_ERR_INVALID_ARG);
+        bad = p; bad.heads = 3;
+        EXPECT(&bad, o, d_o, dq, dk, dv, FA_ERR_INVALID_ARG);
+        bad = p; bad.head_dim = 300; bad.seq_q = 1; bad.seq_k = 1;
+        EXPECT(&bad, o, d_o, dq, dk, dv, FA_ERR_UNSUPPORTED);
+        bad = p; bad.k_stride[0] = 960; bad.k_stride[1] = 480; bad.k_stride[2] = 0;
+        EXPECT(&bad, o, d_o, dq, dk, dv, FA_ERR_INVALID_ARG);
+        EXPECT(&p, o, d_o, dq, dk, v, FA_ERR_INVALID_ARG);       /* dv is v */
+        EXPECT(&p, o, d_o, q, dk, dv, FA_ERR_INVALID_ARG);       /* dq is q */
+        EXPECT(&p, o, d_o, dq, dk, dk, FA_ERR_INVALID_ARG);      /* dk and dv overlap */
+        bad = p; bad.dtype = FA_F16;                              /* 2-byte elements: dq right after q overlaps nothing */
+        {
+            char *two = (char *)dalloc(2 * 20 * 2 * 16 * 2);
+            fa__dims dd;
+            assert_int_equal(fa__cu_bwd_resolve(&bad, two, k, v, o, d_o, two + 20 * 2 * 16 * 2, dk, dv, 1, &dd), FA_OK);
+            assert_int_equal(fa__cu_bwd_resolve(&bad, two, k, v, o, d_o, two + 20 * 2 * 16 * 2 - 2, dk, dv, 1, &dd),
+                             FA_ERR_INVALID_ARG);
+            cudaFree(two);
+        }
+        if (path) {                                               /* the tiled backward needs the forward's lse */
+            bad = p; bad.lse = NULL;
+            EXPECT(&bad, o, d_o, dq, dk, dv, FA_ERR_INVALID_ARG);
+        }
+#undef EXPECT
+    }
+    cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(d_o); cudaFree(dq); cudaFree(dk); cudaFree(dv);
+    cudaFree(lse);
+}
+
+/* The naive backward without lse (it needs none), against the reference. */
+static void test_naive_without_lse(void **state)
+{
+    fa_params p = shape(2, 4, 2, 70, 90, 64, 64);
+    (void)state;
+    p.causal = 1;
+    (void)p;
+    /* run_case gives the naive path the forward's lse; here the same inputs without it */
+    {
+        ref_rng r;
+        ref_tensors t;
+        float *d_o, *rdq, *rdk, *rdv;
+        void *xq, *xk, *xv, *go, *gdo, *gq, *gk, *gv;
+        ref_dims rd;
+        size_t ndq, ndk, ndv;
+        int ok = 1;
+        ref_seed(&r, 99);
+        assert_true(ref_tensors_make(&p, &r, &t));
+        d_o = ref_alloc(t.no);
+        ref_fill_normal(&r, d_o, t.no);
+        ref_dims_of(&p, &rd);
+        ndq = (size_t)rd.B * rd.Hq * rd.Sq * rd.D; ndk = (size_t)rd.B * rd.Hkv * rd.Sk * rd.D; ndv = ndk;
+        rdq = ref_alloc(ndq); rdk = ref_alloc(ndk); rdv = ref_alloc(ndv);
+        assert_true(ref_attention_backward(&p, t.q, t.k, t.v, d_o, rdq, rdk, rdv));
+        xq = upload(t.q, t.nq, FA_F32); xk = upload(t.k, t.nk, FA_F32); xv = upload(t.v, t.nv, FA_F32);
+        gdo = upload(d_o, t.no, FA_F32); go = dalloc(t.no * 4);
+        gq = dalloc(t.nq * 4); gk = dalloc(t.nk * 4); gv = dalloc(t.nv * 4);
+        assert_int_equal(fa_cuda_tiled(&p, xq, xk, xv, go), FA_OK);
+        assert_int_equal(fa_cuda_naive_backward(&p, xq, xk, xv, go, gdo, gq, gk, gv), FA_OK);
+        CU(cudaDeviceSynchronize());
+        ok &= check_grad("naive, lse NULL", "dq", FA_F32, gq, t.nq, rd.B, rd.Hq, rd.Sq, rd.D, rd.qs, rdq, ndq);
+        ok &= check_grad("naive, lse NULL", "dk", FA_F32, gk, t.nk, rd.B, rd.Hkv, rd.Sk, rd.D, rd.ks, rdk, ndk);
+        ok &= check_grad("naive, lse NULL", "dv", FA_F32, gv, t.nv, rd.B, rd.Hkv, rd.Sk, rd.Dv, rd.vs, rdv, ndv);
+        cudaFree(xq); cudaFree(xk); cudaFree(xv); cudaFree(gdo); cudaFree(go); cudaFree(gq); cudaFree(gk); cudaFree(gv);
+        free(d_o); free(rdq); free(rdk); free(rdv);
+        ref_tensors_free(&t);
+        assert_true(ok);
+    }
+}
+
+/* S = 2^21: the naive path's S and dP are 16 TiB each: FA_ERR_NO_MEMORY, nothing written (the
+   tensors, 8 MiB each, hold a sentinel). The tiled path needs O(S D) and would run. */
+static void test_no_memory(void **state)
+{
+    fa_params huge = shape(1, 1, 1, 1 << 21, 1 << 21, 1, 1);
+    float *t[9], seven = 7.0f, got[3];
+    int u;
+    (void)state;
+    for (u = 0; u < 9; u++) {
+        t[u] = (float *)dalloc((size_t)4 << 21);
+        CU(cudaMemcpy(t[u], &seven, 4, cudaMemcpyHostToDevice));
+    }
+    huge.lse = t[8];
+    assert_int_equal(fa_cuda_naive_backward(&huge, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]), FA_ERR_NO_MEMORY);
+    CU(cudaDeviceSynchronize());
+    for (u = 0; u < 3; u++) CU(cudaMemcpy(got + u, t[5 + u], 4, cudaMemcpyDeviceToHost));
+    assert_true(got[0] == 7.0f && got[1] == 7.0f && got[2] == 7.0f);
+    for (u = 0; u < 9; u++) cudaFree(t[u]);
+}
+
+static void test_kernels_served(void **state)
+{
+    int k, n = 0;
+    (void)state;
+    if (g_small || g_dtypes != 7 || getenv("FA_FILTER")) skip();   /* a reduced run does not reach every kernel */
+    for (k = 0; k < FA__CU_BWD_KERNELS; k++) {
+        printf("  %-16s %4d tiled backward runs\n", fa__cu_bwd_kernel_name((fa__cu_bwd_kernel)k), g_served[k]);
+        if (g_served[k] == 0) n++;
+    }
+    if (n) fail_msg("%d backward kernel(s) served no run", n);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_seq_lengths),
+        cmocka_unit_test(test_head_dims),
+        cmocka_unit_test(test_block_sizes),
+        cmocka_unit_test(test_gqa_causal_windows),
+        cmocka_unit_test(test_modifiers),
+        cmocka_unit_test(test_strides_and_everything),
+        cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_naive_without_lse),
+        cmocka_unit_test(test_no_memory),
+        cmocka_unit_test(test_kernels_served),
+    };
+    g_small = getenv("SMALL") && atoi(getenv("SMALL")) != 0;
+    if (getenv("FA_DTYPES")) g_dtypes = atoi(getenv("FA_DTYPES"));
+    if (getenv("FA_FILTER")) cmocka_set_test_filter(getenv("FA_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
