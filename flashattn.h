@@ -1263,10 +1263,9 @@ static int fa__cpu_f16c(void)
 static inline int fa__cpu_avx512bf16(void)
 {
     unsigned a, b, c, d;
-    if (__get_cpuid_max(0, NULL) < 7) return 0;
-    __cpuid_count(7, 0, a, b, c, d);
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     if (!(b >> 30 & 1u) || !(b >> 31 & 1u) || a < 1) return 0;
-    __cpuid_count(7, 1, a, b, c, d);
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
     return (int)(a >> 5 & 1u);
 }
 #endif
@@ -2614,8 +2613,7 @@ static int fa__cpu_amx(void)
     if (!(d >> 24 & 1u) || !(d >> 22 & 1u)) return 0;
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1u)) return 0;      /* OSXSAVE */
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    (void)hi;
-    return (lo & 0x60000u) == 0x60000u;
+    return ((((uint64_t)hi << 32) | lo) & 0x60000u) == 0x60000u;
 }
 
 /* The process's permission to use the tile data (granted once, kept by the kernel): 1 if granted. */
