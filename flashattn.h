@@ -6793,6 +6793,33 @@ static __device__ __forceinline__ void fa__cu_bwd_load_q(const fa__dims &d, cons
    every query row that sees the block; DQ: each query block's dS K added into dqacc (fp32,
    packed [B][Hq][Sq][D]). Key blocks in increasing order: under causal the first ones see the
    most rows, so they start first. */
+/* dq's share of one key block, for both dq paths (the atomic one in fa__cu_bwd_dkv, the ordered
+   one in fa__cu_bwd_dq): aq[r][64n + 4tx + e] += sum_j dS^T[j][RM ty + r] K[j][64n + 4tx + e], K
+   carrying the scale, dS^T in sST (LDT floats a key), K in sK (LD floats a key). */
+template <class CFG>
+static __device__ __forceinline__ void fa__cu_bwd_dsk(float (&aq)[fa__cu_bgeom<CFG>::RM][4 * fa__cu_bgeom<CFG>::NC],
+                                                      const float *sST, const float *sK, int tx, int ty)
+{
+    typedef fa__cu_bgeom<CFG> G;
+    enum { RM = G::RM, NC = G::NC, BK = G::BK, LD = G::LD, LDT = G::LDT };
+    for (int j = 0; j < BK; j++) {
+        float sv[RM];
+#pragma unroll
+        for (int r = 0; r < RM; r++) sv[r] = sST[j * LDT + RM * ty + r];
+#pragma unroll
+        for (int n = 0; n < NC; n++) {
+            const float4 kk = *(const float4 *)(sK + j * LD + 64 * n + 4 * tx);
+#pragma unroll
+            for (int r = 0; r < RM; r++) {
+                aq[r][4 * n + 0] = fmaf(sv[r], kk.x, aq[r][4 * n + 0]);
+                aq[r][4 * n + 1] = fmaf(sv[r], kk.y, aq[r][4 * n + 1]);
+                aq[r][4 * n + 2] = fmaf(sv[r], kk.z, aq[r][4 * n + 2]);
+                aq[r][4 * n + 3] = fmaf(sv[r], kk.w, aq[r][4 * n + 3]);
+            }
+        }
+    }
+}
+
 template <typename T, class CFG, bool DQ>
 __global__ void __launch_bounds__(FA__CU_THREADS, CFG::MINB)
 fa__cu_bwd_dkv(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
@@ -6874,22 +6901,7 @@ fa__cu_bwd_dkv(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
                 for (int r = 0; r < RM; r++)
 #pragma unroll
                     for (int c = 0; c < 4 * NC; c++) aq[r][c] = 0.0f;
-                for (int j = 0; j < BK; j++) {
-                    float sv[RM];
-#pragma unroll
-                    for (int r = 0; r < RM; r++) sv[r] = sST[j * LDT + RM * ty + r];
-#pragma unroll
-                    for (int n = 0; n < NC; n++) {
-                        const float4 kk = *(const float4 *)(sK + j * LD + 64 * n + 4 * tx);
-#pragma unroll
-                        for (int r = 0; r < RM; r++) {
-                            aq[r][4 * n + 0] = fmaf(sv[r], kk.x, aq[r][4 * n + 0]);
-                            aq[r][4 * n + 1] = fmaf(sv[r], kk.y, aq[r][4 * n + 1]);
-                            aq[r][4 * n + 2] = fmaf(sv[r], kk.z, aq[r][4 * n + 2]);
-                            aq[r][4 * n + 3] = fmaf(sv[r], kk.w, aq[r][4 * n + 3]);
-                        }
-                    }
-                }
+                fa__cu_bwd_dsk<CFG>(aq, sST, sK, tx, ty);
 #pragma unroll
                 for (int r = 0; r < RM; r++) {
                     const int x = RM * ty + r;
@@ -6966,22 +6978,7 @@ fa__cu_bwd_dq(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, cons
 #pragma unroll
             for (int c = 0; c < CN; c++) sST[(tx + 16 * c) * LDT + ty + 16 * r] = ds[r][c];
         __syncthreads();
-        for (int j = 0; j < BK; j++) {
-            float sv[RM];
-#pragma unroll
-            for (int r = 0; r < RM; r++) sv[r] = sST[j * LDT + RM * ty + r];
-#pragma unroll
-            for (int n = 0; n < NC; n++) {
-                const float4 kk = *(const float4 *)(sK + j * LD + 64 * n + 4 * tx);
-#pragma unroll
-                for (int r = 0; r < RM; r++) {
-                    aq[r][4 * n + 0] = fmaf(sv[r], kk.x, aq[r][4 * n + 0]);
-                    aq[r][4 * n + 1] = fmaf(sv[r], kk.y, aq[r][4 * n + 1]);
-                    aq[r][4 * n + 2] = fmaf(sv[r], kk.z, aq[r][4 * n + 2]);
-                    aq[r][4 * n + 3] = fmaf(sv[r], kk.w, aq[r][4 * n + 3]);
-                }
-            }
-        }
+        fa__cu_bwd_dsk<CFG>(aq, sST, sK, tx, ty);
     }
 #pragma unroll
     for (int r = 0; r < RM; r++) {
