@@ -145,8 +145,8 @@ $(BUILD)/test_backward_avx2: $(BWD_DEPS) | $(BUILD)
 # Steps: the compile checks, the README's C snippets and the header's CONTENTS, the examples built
 # and run, the benches built, the forward and backward suites in four builds each, the install of
 # a consumer through pkg-config and CMake, the CUDA compile, the fuzzer and the MPI ring. About
-# 5 min on 2 cores with nvcc present (280-329 s measured on fresh clones, 79 s of it the CUDA
-# compile); `make test CUDA=0` skips the CUDA compile (so does NVCC=/nonexistent).
+# 8 min on 2 cores with nvcc present (495 s measured on a fresh clone, 213 s of it the CUDA
+# compile of five translation units); `make test CUDA=0` skips the CUDA compile (so does NVCC=/nonexistent).
 CUDA       ?= 1
 SUMMARY    := $(BUILD)/summary.txt
 STEP       := tests/run_step.sh $(SUMMARY)
@@ -339,7 +339,7 @@ bench-mpi: deps mpi-example
 	MPIRUN=$(MPIRUN) MPI_RUN_FLAGS="$(MPI_BENCH_FLAGS)" sh bench/ring_mpi.sh
 
 # ---- CUDA (the GPU machine; CI compiles only) -------------------------------------------------
-# make test compiles the CUDA translation units when nvcc is found (about 2 min on 2 cores) and
+# make test compiles the CUDA translation units when nvcc is found (about 4 min on 2 cores) and
 # CUDA is not 0; it never runs them (make test-cuda does, on a GPU machine).
 test-cuda-compile:
 	-@if [ "$(CUDA)" = 0 ]; then \
@@ -347,7 +347,7 @@ test-cuda-compile:
 	elif ! command -v $(NVCC) >/dev/null 2>&1; then \
 	  $(SKIP_STEP) "CUDA: compile of the .cu translation units" "nvcc not found as $(NVCC)"; \
 	else \
-	  echo; echo "CUDA: compiling the .cu translation units for sm_80, sm_90 and PTX, compile only: about 2 min"; \
+	  echo; echo "CUDA: compiling the .cu translation units for sm_80, sm_90 and PTX, compile only: about 4 min"; \
 	  echo "on 2 cores, with nothing printed meanwhile (make test CUDA=0 skips this step)"; \
 	  $(STEP) "CUDA: compile of the .cu translation units (sm_80, sm_90, PTX; not run)" '$(SUBMAKE) cuda-objs'; \
 	fi
