@@ -364,10 +364,10 @@ CUDA_LIBS  := -lcublas
 CUDA_TUS   := $(BUILD)/test_cuda.o $(BUILD)/test_cuda_backward.o $(BUILD)/cuda_quickstart.o $(if $(wildcard bench/bench_cuda.cu),$(BUILD)/bench_cuda.o) \
               $(BUILD)/bench_cuda_backward.o
 
-$(BUILD)/test_cuda.o: tests/test_cuda.cu tests/ref.h flashattn.h | $(BUILD)
+$(BUILD)/test_cuda.o: tests/test_cuda.cu tests/ref.h tests/cuda_util.h flashattn.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@
 
-$(BUILD)/test_cuda_backward.o: tests/test_cuda_backward.cu tests/ref.h flashattn.h | $(BUILD)
+$(BUILD)/test_cuda_backward.o: tests/test_cuda_backward.cu tests/ref.h tests/cuda_util.h flashattn.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@
 
 $(BUILD)/test_cuda_backward: $(BUILD)/test_cuda_backward.o

@@ -38,67 +38,7 @@ static int g_dtypes = 7;   /* FA_DTYPES: the dtypes run_case runs, bits 1 f32, 2
 static int g_served[FA__CU_BWD_KERNELS];
 static int g_failed = 0;
 
-#define CU(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            print_error("%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
-            fail();                                                                                \
-        }                                                                                          \
-    } while (0)
-
-static size_t esize(fa_dtype dt) { return dt == FA_F32 ? 4 : 2; }
-static const char *dt_name(fa_dtype dt) { return dt == FA_F32 ? "f32" : dt == FA_F16 ? "f16" : "bf16"; }
-
-static void *dalloc(size_t bytes)
-{
-    void *p = NULL;
-    CU(cudaMalloc(&p, bytes ? bytes : 1));
-    CU(cudaMemset(p, 0xFF, bytes ? bytes : 1));
-    return p;
-}
-
-static void *upload(const float *x, size_t n, fa_dtype dt)
-{
-    size_t i;
-    void *d = dalloc(n * esize(dt));
-    if (dt == FA_F32) {
-        CU(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
-    } else {
-        uint16_t *h = (uint16_t *)malloc((n ? n : 1) * 2);
-        assert_non_null(h);
-        for (i = 0; i < n; i++) h[i] = dt == FA_F16 ? ref_f32_to_f16(x[i]) : ref_f32_to_bf16(x[i]);
-        CU(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
-        free(h);
-    }
-    return d;
-}
-
-/* device storage of dt -> host fp32, and the raw bytes into raw */
-static void download(float *x, const void *d, size_t n, fa_dtype dt, unsigned char *raw)
-{
-    size_t es = esize(dt), i;
-    CU(cudaMemcpy(raw, d, n * es, cudaMemcpyDeviceToHost));
-    for (i = 0; i < n; i++) {
-        if (dt == FA_F32) memcpy(x + i, raw + 4 * i, 4);
-        else {
-            uint16_t u;
-            memcpy(&u, raw + 2 * i, 2);
-            x[i] = dt == FA_F16 ? ref_f16_to_f32(u) : ref_bf16_to_f32(u);
-        }
-    }
-}
-
-static int all_poison_dev(const void *d, size_t bytes)
-{
-    unsigned char *h = (unsigned char *)malloc(bytes ? bytes : 1);
-    int ok;
-    if (!h) return 0;
-    if (cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) { free(h); return 0; }
-    ok = ref_is_poison(h, bytes);
-    free(h);
-    return ok;
-}
+#include "cuda_util.h"
 
 /* ---- a case ------------------------------------------------------------------------------------ */
 
@@ -560,8 +500,8 @@ static void test_errors(void **state)
                             : fa_cuda_naive_backward(p_, q, k, v, o_, do_, dq_, dk_, dv_);                         \
         CU(cudaDeviceSynchronize());                                                                               \
         if (s_ != (st_)) fail_msg("line %d [%s]: status %d, want %d", __LINE__, path_name[path], (int)s_, (int)(st_)); \
-        if (!all_poison_dev(dq, 20 * 2 * 16 * 4) || !all_poison_dev(dk, 30 * 2 * 16 * 4) ||                       \
-            !all_poison_dev(dv, 30 * 2 * 16 * 4))                                                                  \
+        if (!all_poison(dq, 20 * 2 * 16 * 4) || !all_poison(dk, 30 * 2 * 16 * 4) ||                       \
+            !all_poison(dv, 30 * 2 * 16 * 4))                                                                  \
             fail_msg("line %d [%s]: a refused call wrote a gradient", __LINE__, path_name[path]);                  \
     } while (0)
         EXPECT(NULL, o, d_o, dq, dk, dv, FA_ERR_INVALID_ARG);
