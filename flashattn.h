@@ -5201,6 +5201,16 @@ static __device__ __forceinline__ fa__cu_mods fa__cu_mods_of(const fa__dims &d, 
 /* softcap's tanh: tanhf (the generic kernel and the naive path, exact fp32), or tanh.approx (one
    MUFU op, relative error <= 2^-11; the tensor-core kernel's fp16/bf16 outputs stay inside
    API.md's bounds with it: bench/RESULTS.md, CUDA, "Versions" v3) */
+/* The end of an FFMA kernel's online softmax for one row (the generic kernel, the FFMA decode
+   kernel), from its reference ml (log2 units, section 1's frame) and its sum l: o's factor 1 / l
+   (0 for a row with no visible key, l = 0; a NaN l stays NaN) and lse = ml ln 2 + log l
+   (-INFINITY for no visible key; NaN kept). */
+static __device__ __forceinline__ float fa__cu_row_inv(float l) { return (l > 0.0f || l != l) ? 1.0f / l : 0.0f; }
+static __device__ __forceinline__ float fa__cu_row_lse(float ml, float l)
+{
+    return l > 0.0f ? fmaf(ml, FA__CU_LN2, logf(l)) : (l != l ? l : -INFINITY);
+}
+
 struct fa__cu_tanh {
     static __device__ __forceinline__ float f(float x) { return tanhf(x); }
 };
@@ -5539,7 +5549,7 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
     for (int r = 0; r < RM; r++) {
         const int i = i0 + ty + 16 * r;
         if (i >= d.Sq) continue;
-        const float inv = (l[r] > 0.0f || l[r] != l[r]) ? 1.0f / l[r] : 0.0f;
+        const float inv = fa__cu_row_inv(l[r]);
         T *orow = o + (int64_t)b * d.os[0] + (int64_t)h * d.os[1] + (int64_t)i * d.os[2];
 #pragma unroll
         for (int n = 0; n < C::NC; n++)
@@ -5549,8 +5559,7 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
                 if (col < d.Dv) fa__st(orow + col, acc[r][4 * n + e] * inv);
             }
         if (d.lse && tx == 0)
-            d.lse[(int64_t)bh * d.Sq + i] = l[r] > 0.0f ? fmaf(ml[r], FA__CU_LN2, logf(l[r]))
-                                                       : (l[r] != l[r] ? l[r] : -INFINITY);
+            d.lse[(int64_t)bh * d.Sq + i] = fa__cu_row_lse(ml[r], l[r]);
     }
 }
 
@@ -6378,11 +6387,11 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__dec_ffma(const fa__dec
         int h, i;
         fa__dec_row(d, g, r0 + warp + 4 * r, &h, &i);
         const int64_t row = fa__dec_out_row(d, b, h, i) * a.chunks + c;
-        const float inv = (l[r] > 0.0f || l[r] != l[r]) ? 1.0f / l[r] : 0.0f;
+        const float inv = fa__cu_row_inv(l[r]);
 #pragma unroll
         for (int n = 0; n < NC; n++)
             if (lane + 32 * n < d.Dv) a.wo[row * d.Dv + lane + 32 * n] = acc[r][n] * inv;
-        if (lane == 0) a.wl[row] = l[r] > 0.0f ? fmaf(ml[r], FA__CU_LN2, logf(l[r])) : (l[r] != l[r] ? l[r] : -INFINITY);
+        if (lane == 0) a.wl[row] = fa__cu_row_lse(ml[r], l[r]);
     }
 }
 
