@@ -5921,6 +5921,18 @@ static __device__ __forceinline__ void fa__tc_pv(float (&o)[C::MT][C::D / 8][4],
     }
 }
 
+/* The end of a row of the tensor-core kernels (the forward and the decode kernel): the quad's sum
+   of this thread's shares l, then 8b's end of row on it: returns o's factor 1 / l and sets lse,
+   from the row's running max m (its unit turned into log2 units by f) as the exps' reference.
+   A NaN sum stays NaN in both. */
+static __device__ __forceinline__ float fa__tc_row_end(float l, float m, float f, float *lse)
+{
+    float sum = l + __shfl_xor_sync(0xffffffffu, l, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    *lse = fa__cu_row_lse(fa__online_ref(m) * f, sum);
+    return fa__cu_row_inv(sum);
+}
+
 /* Step: o = O / l (0 for a row with no visible key) and lse, staged through this warp's own
    slice of the Q tile (sQ) and written as 16-byte rows. */
 template <typename T, class C>
@@ -5937,10 +5949,8 @@ static __device__ __forceinline__ void fa__tc_write(const fa__tc_args &a, const 
     for (int mt = 0; mt < G::MT; mt++)
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
-            float sum = l[mt][hf];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            float lse;
+            const float inv = fa__tc_row_end(l[mt][hf], m[mt][hf], f, &lse);
             const int rr = wr0 + 16 * mt + 8 * hf;
 #pragma unroll
             for (int n = 0; n < G::CH; n++) {
@@ -5949,8 +5959,7 @@ static __device__ __forceinline__ void fa__tc_write(const fa__tc_args &a, const 
                 asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(u) : "memory");
             }
             if (d.lse && (lane & 3) == 0 && i0 + rr < d.Sq)
-                d.lse[((int64_t)b * d.Hq + h) * d.Sq + i0 + rr] =
-                    sum > 0.0f ? (m[mt][hf] * f + log2f(sum)) * FA__CU_LN2 : -INFINITY;
+                d.lse[((int64_t)b * d.Hq + h) * d.Sq + i0 + rr] = lse;
         }
     __syncwarp();
     {
@@ -6252,18 +6261,15 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
         float *so = (float *)(fa__dec_smem + E::QB + warp * 2 * E::RING), *sl = so + E::RING / 4;
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
-            float sum = l[0][hf];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            const bool some = sum > 0.0f || sum != sum;
-            const float inv = some ? 1.0f / sum : 0.0f;
+            float lse;
+            const float inv = fa__tc_row_end(l[0][hf], m[0][hf], f, &lse);
             const int rr = (lane >> 2) + 8 * hf;
 #pragma unroll
             for (int n = 0; n < G::CH; n++) {
                 so[rr * E::LDO + 8 * n + cq] = o[0][n][2 * hf] * inv;
                 so[rr * E::LDO + 8 * n + cq + 1] = o[0][n][2 * hf + 1] * inv;
             }
-            if ((lane & 3) == 0) sl[rr] = some ? (m[0][hf] * f + log2f(sum)) * FA__CU_LN2 : -INFINITY;
+            if ((lane & 3) == 0) sl[rr] = lse;
         }
     }
     __syncthreads();

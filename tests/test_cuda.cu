@@ -551,17 +551,19 @@ static void test_decode_batch_invariance(void **state)
         }
 }
 
-/* A NaN reaches only the rows it reaches and is never lost in the merges: a NaN in one query row
+/* A NaN reaches only the rows it reaches and is never lost in the merges or at the end of a row,
+   in the decode kernels and in the forward kernels: a NaN in one query row
    makes that row's o and lse NaN; a NaN in one V element (kv head 0, one key in the middle of the
    keys) makes that column of the rows of kv head 0's query heads NaN, and nothing else. Then a
    workspace that cannot be allocated: FA_ERR_NO_MEMORY, nothing written. */
 static void test_decode_nan(void **state)
 {
-    enum { H = 8, HKV = 2, D = 128, SK = 2000, SQ = 2, NANH = 3, NANKEY = 1234, NANCOL = 7 };
+    enum { H = 8, HKV = 2, D = 128, SK = 2000, NANH = 3, NANKEY = 1234, NANCOL = 7 };
     int k;
     (void)state;
-    for (k = 0; k < 3; k++) {
-        const fa_dtype dt = k_all[k];
+    for (k = 0; k < 6; k++) {   /* Sq = 2: the decode kernels; Sq = 300: the forward kernels (tc, FFMA) */
+        const fa_dtype dt = k_all[k % 3];
+        const int SQ = k < 3 ? 2 : 300;
         const size_t es = esize(dt), nq = (size_t)H * SQ * D, nk = (size_t)HKV * SK * D, rows = (size_t)H * SQ;
         fa_params p;
         ref_rng r;
