@@ -211,7 +211,7 @@
    seq_k >= 1, batch and kv_heads <= 65535) fa_cuda_tiled takes the split-key decode path
    (flash-decoding): the query heads of a GQA group packed in one block so K/V are read once per
    group (tensor cores for fp16/bf16 at D = Dv in {64, 128} with 16-byte aligned q/k/v rows, exact
-   FFMA otherwise), the keys cut into chunks of max(512, Sk/64 rounded up to 256) keys, a function of
+   FFMA otherwise), the keys cut into chunks of max(1024, Sk/64 rounded up to 256) keys, a function of
    seq_k alone, so a sequence's o and lse are bitwise the same decoded alone or in any batch; each
    chunk's partial o and lse (fp32) go to a workspace of batch * heads * seq_q * chunks * (Dv + 1)
    floats, merged by the log-sum-exp rule of fa_cuda_merge. That workspace is allocated
@@ -5061,7 +5061,7 @@ struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1,
 #define FA__CU_DEC_ROWS 16
 #define FA__CU_DEC_BK 32
 #define FA__CU_DEC_THREADS 128
-#define FA__CU_DEC_CHUNK_MIN 512
+#define FA__CU_DEC_CHUNK_MIN 1024
 #define FA__CU_DEC_PARTS 64
 #define FA__CU_DEC_MAX_SQ 16
 #define FA__CU_DEC_MAX_ROWS 64
