@@ -405,6 +405,8 @@ static const tcase g_decode[] = {
     { "dec sk=40001 sq=2 causal mqa", 1, 4, 1, 2, 40001, 128, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
     { "dec sk=65536 mqa group 16", 1, 16, 1, 1, 65536, 64, 0, 0, L_BSHD, 0, 0, 0, 0, 0, 0, 0 },
     { "dec mqa group 32", 1, 32, 1, 1, 4100, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "dec mqa group 24 softcap alibi causal", 2, 24, 1, 1, 3000, 128, 0, 1, L_PACKED, 0, 0, 0, 20.0f, ALIBI_HEAD, 0, 1 },
+    { "dec gqa 8 sq=3 bias window d64 bshd", 1, 16, 2, 3, 2500, 64, 0, 1, L_BSHD, 0, 300, 0, 0, 0, BIAS_PER_HEAD, 1 },
     { "dec causal sq>sk (empty rows)", 1, 4, 2, 8, 5, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
     { "dec window 37 causal", 1, 8, 2, 1, 5000, 128, 0, 1, L_PACKED, 0, 37, 0, 0, 0, 0, 1 },
     { "dec window 100/50 sq=4", 1, 4, 2, 4, 3000, 64, 0, 0, L_PACKED, 0, 100, 50, 0, 0, 0, 0 },
