@@ -5267,27 +5267,24 @@ static __device__ __forceinline__ void fa__cu_merge_scan(const V &v, int parts, 
     *sum = s;
 }
 
-/* The parts are read NB at a time before any is added (an index past the last reads the last
+/* The parts are read 16 at a time before any is added (an index past the last reads the last
    part again, and is not added), so that the loads of a batch are in flight together: the sum
-   itself goes in part order, a part with lse -INFINITY adding nothing (its o is never used). NB
-   changes no bit of the result, only how many loads wait together: the decode merge takes 32
-   (its at most 64 chunks in one or two waits), the decode kernel's warp merge its NW warps,
-   fa_cuda_merge 16. */
-template <int NB, class V>
+   itself goes in part order, a part with lse -INFINITY adding nothing (its o is never used). */
+template <class V>
 static __device__ __forceinline__ float fa__cu_merge_elem(const V &v, int parts, int t, float mx, float sum)
 {
     float a = 0.0f;
     if (mx == -INFINITY) return 0.0f;
-    for (int p0 = 0; p0 < parts; p0 += NB) {
-        float x[NB], y[NB];
+    for (int p0 = 0; p0 < parts; p0 += 16) {
+        float x[16], y[16];
 #pragma unroll
-        for (int u = 0; u < NB; u++) {
+        for (int u = 0; u < 16; u++) {
             const int p = min(p0 + u, parts - 1);
             x[u] = v.l(p);
             y[u] = v.o(p, t);
         }
 #pragma unroll
-        for (int u = 0; u < NB; u++) {
+        for (int u = 0; u < 16; u++) {
             const float w = fa__lse_weight(x[u], mx, 1.0f);
             a = p0 + u < parts && x[u] != -INFINITY ? a + w * y[u] : a;
         }
@@ -6286,7 +6283,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
         fa__cu_merge_scan(v, NW, &mx, &sum);
         fa__dec_row(d, g, pr, &h, &i);
         const int64_t row = fa__dec_out_row(d, b, h, i) * a.chunks + c;
-        a.wo[row * d.Dv + t] = fa__cu_merge_elem<NW>(v, NW, t, mx, sum);
+        a.wo[row * d.Dv + t] = fa__cu_merge_elem(v, NW, t, mx, sum);
         if (t == 0) a.wl[row] = fa__lse_of(mx, sum);
     }
 }
@@ -6427,7 +6424,7 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
     T *orow = o + b * d.os[0] + h * d.os[1] + i * d.os[2];
     float mx, sum;
     fa__cu_merge_scan(v, chunks, &mx, &sum);
-    for (int t = threadIdx.x; t < d.Dv; t += FA__CU_DEC_THREADS) fa__st(orow + t, fa__cu_merge_elem<32>(v, chunks, t, mx, sum));
+    for (int t = threadIdx.x; t < d.Dv; t += FA__CU_DEC_THREADS) fa__st(orow + t, fa__cu_merge_elem(v, chunks, t, mx, sum));
     if (d.lse && threadIdx.x == 0) d.lse[r] = fa__lse_of(mx, sum);
 }
 
@@ -6559,7 +6556,7 @@ __global__ void fa__cu_merge(int rows, int dv, int parts, fa__cu_parts pp, float
     if (r < rows) fa__cu_merge_scan(v, parts, &mx, &sum);
     __syncthreads();
     if (r >= rows) return;
-    for (int t = threadIdx.x; t < dv; t += 32) o[r * dv + t] = fa__cu_merge_elem<16>(v, parts, t, mx, sum);
+    for (int t = threadIdx.x; t < dv; t += 32) o[r * dv + t] = fa__cu_merge_elem(v, parts, t, mx, sum);
     if (lse && threadIdx.x == 0) lse[r] = fa__lse_of(mx, sum);
 }
 /* ---- 8e2. CUDA: the backward (naive path's kernels, the FFMA tiled backward) ------------------
