@@ -309,24 +309,27 @@ static void free_bufs(Bufs &b)
 typedef fa_status (*tc_fn)(const fa__dims *, const void *, const void *, const void *, void *, cudaStream_t);
 struct Impl { const char *name; int kind; tc_fn fn; int D; };   /* kind 0 API tiled, 1 API naive, 2 tc */
 
-/* The tensor-core kernel alone: what fa__cu_pick chooses, when that is a tensor-core kernel. */
+/* The tensor-core kernel alone: what fa__cu_pick chooses, when that is a tensor-core kernel (the
+   mma.sync one, or on a Hopper the wgmma one at D = 128). */
+static int tc_kernel(fa__cu_kernel k) { return k == FA__CU_TC_D64 || k == FA__CU_TC_D128 || k == FA__CU_WG_D128; }
 static fa_status tc_default(const fa__dims *d, const void *q, const void *k, const void *v, void *o, cudaStream_t s)
 {
     fa__cu_plan pl;
     fa_status st = fa__cu_pick(d, q, k, v, o, &pl);
     if (st != FA_OK) return st;
-    if (pl.kernel != FA__CU_TC_D64 && pl.kernel != FA__CU_TC_D128) return FA_ERR_UNSUPPORTED;
+    if (!tc_kernel(pl.kernel)) return FA_ERR_UNSUPPORTED;
     return fa__cu_launch(&pl, d, q, k, v, o, s);
 }
-/* A tile configuration C of the tensor-core kernel (fields as the header's fa__tc_d64), on the
-   requests the picker gives the tensor-core kernel with C's head dim. */
+/* A tile configuration C of the mma.sync tensor-core kernel (fields as the header's fa__tc_d64), on
+   the requests the picker gives a tensor-core kernel with C's head dim (on a Hopper at D = 128 the
+   wgmma one: this then times the mma.sync kernel it replaced). */
 template <class C>
 static fa_status tc_config(const fa__dims *d, const void *q, const void *k, const void *v, void *o, cudaStream_t s)
 {
     fa__cu_plan pl;
     fa_status st = fa__cu_pick(d, q, k, v, o, &pl);
     if (st != FA_OK) return st;
-    if ((pl.kernel != FA__CU_TC_D64 && pl.kernel != FA__CU_TC_D128) || d->D != C::D) return FA_ERR_UNSUPPORTED;
+    if (!tc_kernel(pl.kernel) || d->D != C::D) return FA_ERR_UNSUPPORTED;
     return d->dtype == FA_BF16 ? fa__tc_launch<__nv_bfloat16, C>(d, pl.mods, q, k, v, o, s)
                                : fa__tc_launch<__half, C>(d, pl.mods, q, k, v, o, s);
 }
