@@ -206,7 +206,7 @@
 
    fp16/bf16 run on tensor cores (mma.sync, sm_80+) at head_dim = head_dim_v = 64 or 128 with
    16-byte aligned rows, on an exact-fp32 FFMA kernel otherwise; on a compute capability 9.0 GPU
-   (H100, H200) at head_dim = head_dim_v = 128 with seq_k >= 1 and q/k/v strides that TMA takes
+   (H100, H200) at head_dim = head_dim_v = 64 or 128 with seq_k >= 1 and q/k/v strides that TMA takes
    (positive multiples of 8 elements, 16-byte aligned bases) on a Hopper kernel (wgmma, TMA,
    warp-specialised; every mask and modifier), which needs the sm_90a code above in the build
    (without it, mma.sync serves); fp32 is FFMA only (no TF32). One
@@ -5003,6 +5003,7 @@ typedef enum fa__cu_kernel {
     FA__CU_DEC_D128,        /*   D, Dv <= 128 */
     FA__CU_DEC_D256,        /*   D, Dv <= 256 */
     FA__CU_WG_D128,         /* Hopper (8d3, sm_90a): wgmma, TMA, warp-specialised; fp16/bf16, D = Dv = 128, TMA-able strides */
+    FA__CU_WG_D64,          /*   the same at D = Dv = 64 */
     FA__CU_KERNELS
 } fa__cu_kernel;
 
@@ -5061,9 +5062,14 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    wgmma accumulator is, warp by warp, 8d's m16 accumulator), BQ = 128 rows a block, BK = 128 keys
    a tile, ST stages of K/V in the TMA ring, one producer warpgroup besides (WG threads in all).
    REG_P / REG_C: the registers a producer / consumer thread keeps after setmaxnreg (the launch
-   caps at 65536 / WG; REG_P * 128 + REG_C * 256 <= 65536). */
+   caps at 65536 / WG; REG_P * 128 + REG_C * 256 <= 65536). ST: as many stages as fit beside the
+   Q tile in 227 KB (3 at D = 128: 224 KB; 4 at D = 64: 144 KB). PP: the consumers take turns at
+   their GEMMs (ping-pong; 0 only for the bench's ablation). */
 struct fa__wg_d128 {
-    enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232 };
+    enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1 };
+};
+struct fa__wg_d64 {
+    enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 384, REG_P = 40, REG_C = 232, PP = 1 };
 };
 
 /* The split-key decode kernels' configurations (8d2). The tensor-core one is an fa__tc_* trait
@@ -6466,7 +6472,7 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
 }
 
 /* ---- 8d3. CUDA: the Hopper forward kernel (sm_90a: wgmma, TMA, an mbarrier ring) ---------------
-   FlashAttention-3 style forward for fp16/bf16 at D = Dv = 128 on compute capability 9.0. A block
+   FlashAttention-3 style forward for fp16/bf16 at D = Dv in {64, 128} on compute capability 9.0. A block
    of three warpgroups owns BQ = 128 query rows of one (batch, head):
    - warpgroup 0, the producer, lowers its registers (setmaxnreg) and one thread issues every copy:
      the Q tile once, then the K and V tiles of BK keys into a ring of ST stages, each a pair of
@@ -6475,9 +6481,9 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
      transaction count is the stage's bytes). It reuses a stage once every consumer warp has
      arrived on its "empty" mbarrier.
    - warpgroups 1 and 2, the consumers, raise their registers and own 64 query rows each. Per key
-     tile j one "GEMM step" issues O += P_{j-1} V_{j-1} (wgmma m64n128k16, P from registers as the
-     A operand, V N-major from shared memory) and S_j = Q K_j^T (wgmma, Q and K K-major from shared
-     memory), commits them as one group and waits; then 8d's steps run on the accumulators as they
+     tile j one "GEMM step" issues O += P_{j-1} V_{j-1} (wgmma m64nDk16, P from registers as the
+     A operand, V N-major from shared memory) and S_j = Q K_j^T (wgmma m64n128k16, Q and K K-major
+     from shared memory), commits them as one group and waits; then 8d's steps run on the accumulators as they
      are (a warp's 16 rows of an m64 accumulator are the m16 layout of 8d with MT = 1): fa__tc_scores
      (modifiers, mask), fa__tc_softmax (online softmax, O rescaled, P packed), and at the end
      fa__tc_write (fa__tc_row_end, lse, o staged through the dead Q tile). The two consumers take
@@ -6485,7 +6491,7 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
      other's wgmma.
    The key tiles are 8d's: fa__cu_tile_keys of the block's rows, fa__keys_full for the tiles that
    need no mask, the longest (causal) blocks first. Served (fa__cu_pick, fa__wg_pick): fp16/bf16,
-   D = Dv = 128, Sk >= 1, q, k, v in layouts TMA takes (fa__wg_tma_ok), o rows 16-byte aligned, a
+   D = Dv in {64, 128}, Sk >= 1, q, k, v in layouts TMA takes (fa__wg_tma_ok), o rows 16-byte aligned, a
    device of compute capability 9.0 running this build's sm_90a code (fa__wg_built); the modifier
    variants are fa__tc_fwd's. Elsewhere (and under a CUDA older than 12.0) fa__tc_fwd serves.
    The body is compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); any other target gets a stub
@@ -6590,9 +6596,10 @@ template <int N> static __device__ __forceinline__ void fa__wg_keep(float (&c)[1
         for (int e = 0; e < 4; e++) asm volatile("" : "+f"(c[0][n][e])::"memory");
 }
 
-/* The m64n128k16 wgmma of each 16-bit type, accumulating into the 64 fp32 registers c (8d's
-   [1][16][4] accumulator, flattened): ss with A and B from shared memory (acc 0: D = A B, else
-   D += A B), rs with A from four registers (8d's A fragment) and B N-major (transposed). */
+/* The m64nNk16 wgmmas of each 16-bit type, accumulating into the N / 2 fp32 registers c (8d's
+   [1][N / 8][4] accumulator, flattened): ss, N = 128, with A and B from shared memory (acc 0:
+   D = A B, else D += A B); rs128 and rs64, N = 128 and 64, with A from four registers (8d's A
+   fragment) and B N-major (transposed). */
 #define FA__WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
                    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "       \
                    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "       \
@@ -6601,6 +6608,9 @@ template <int N> static __device__ __forceinline__ void fa__wg_keep(float (&c)[1
                         "+f"(c[i + 6]), "+f"(c[i + 7])
 #define FA__WG_C64(c) FA__WG_C8(c, 0), FA__WG_C8(c, 8), FA__WG_C8(c, 16), FA__WG_C8(c, 24), FA__WG_C8(c, 32), \
                       FA__WG_C8(c, 40), FA__WG_C8(c, 48), FA__WG_C8(c, 56)
+#define FA__WG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
+                   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA__WG_C32(c) FA__WG_C8(c, 0), FA__WG_C8(c, 8), FA__WG_C8(c, 16), FA__WG_C8(c, 24)
 template <typename T> struct fa__wg_mma;
 #define FA__WG_MMA(T, PTX)                                                                                         \
     template <> struct fa__wg_mma<T> {                                                                             \
@@ -6611,19 +6621,26 @@ template <typename T> struct fa__wg_mma;
                          ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                         \
                          : FA__WG_C64(c) : "l"(da), "l"(db), "r"(acc));                                            \
         }                                                                                                          \
-        static __device__ __forceinline__ void rs(float *c, const unsigned (&a)[4], unsigned long long db)         \
+        static __device__ __forceinline__ void rs128(float *c, const unsigned (&a)[4], unsigned long long db)      \
         {                                                                                                          \
             asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                              \
                          "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " FA__WG_D64                \
                          ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                           \
                          : FA__WG_C64(c) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));          \
         }                                                                                                          \
+        static __device__ __forceinline__ void rs64(float *c, const unsigned (&a)[4], unsigned long long db)       \
+        {                                                                                                          \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                              \
+                         "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FA__WG_D32                 \
+                         ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                           \
+                         : FA__WG_C32(c) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));          \
+        }                                                                                                          \
     };
 FA__WG_MMA(__nv_bfloat16, "bf16")
 FA__WG_MMA(__half, "f16")
 #undef FA__WG_MMA
 
-/* T: __half or __nv_bfloat16. C: fa__wg_d128 (8a). MOD: fa__tc_fwd's modifier variants. */
+/* T: __half or __nv_bfloat16. C: fa__wg_d128 or fa__wg_d64 (8a). MOD: fa__tc_fwd's modifier variants. */
 template <typename T, class C, int MOD>
 __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ fa__wg_args w)
 {
@@ -6631,6 +6648,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     typedef fa__wg_geom<C> G;
     typedef fa__wg_mma<T> X;
     enum { BQ = G::BQ, BK = G::BK, D = G::D, ST = G::ST };
+    static_assert(D == 64 || D == 128, "the Hopper kernel's head dims");
     extern __shared__ __align__(1024) unsigned char fa__wg_smem[];
     const fa__dims &d = w.a.d;
     const int tid = threadIdx.x, wg = tid >> 7;
@@ -6685,19 +6703,22 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
         m[0][0] = m[0][1] = -INFINITY;
         l[0][0] = l[0][1] = 0.0f;
         if (nt > 0) fa__mb_wait(qbar, 0);
-        if (cw == 1) fa__wg_bar_arrive(FA__WG_BAR_TURN);   /* consumer 0 takes the first turn */
+        if (C::PP && cw == 1) fa__wg_bar_arrive(FA__WG_BAR_TURN);   /* consumer 0 takes the first turn */
         for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
             const bool qk = j < nt, pv = j > 0;
             const int sq = j % ST, sp = (j + ST - 1) % ST;
             if (qk) fa__mb_wait(full + 8 * sq, (unsigned)(j / ST) & 1u);
-            fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
+            if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
             fa__wg_keep(o);
             fa__wg_keep(s);
             fa__wg_fence();
             if (pv) {
 #pragma unroll
-                for (int kk = 0; kk < BK / 16; kk++)
-                    X::rs(&o[0][0][0], pa[0][kk], fa__wg_desc(sV + sp * G::KB + kk * 2048, BK * 128, 1024));
+                for (int kk = 0; kk < BK / 16; kk++) {
+                    const unsigned long long dv = fa__wg_desc(sV + sp * G::KB + kk * 2048, BK * 128, 1024);
+                    if (D == 128) X::rs128(&o[0][0][0], pa[0][kk], dv);
+                    else X::rs64(&o[0][0][0], pa[0][kk], dv);
+                }
             }
             if (qk) {
 #pragma unroll
@@ -6706,7 +6727,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                           fa__wg_desc(sK + sq * G::KB + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024), kk);
             }
             fa__wg_commit();
-            fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw ^ 1));   /* the other consumer's turn */
+            if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw ^ 1));   /* the other consumer's turn */
             fa__wg_wait<0>();
             fa__wg_keep(o);
             fa__wg_keep(s);
@@ -6720,7 +6741,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                 fa__tc_softmax<T, C>(s, m, l, o, pa, mv.f);
             }
         }
-        if (cw == 0) fa__wg_bar_sync(FA__WG_BAR_TURN);   /* consumer 1's last arrival */
+        if (C::PP && cw == 0) fa__wg_bar_sync(FA__WG_BAR_TURN);   /* consumer 1's last arrival */
         fa__wg_bar_sync(FA__WG_BAR_END);   /* every wgmma reading the Q tile has retired */
         fa__tc_write<T, C>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);
     }
@@ -7367,6 +7388,7 @@ static const char *fa__cu_kernel_name(fa__cu_kernel k)
     case FA__CU_DEC_D128: return "dec_d128";
     case FA__CU_DEC_D256: return "dec_d256";
     case FA__CU_WG_D128: return "wg_d128";
+    case FA__CU_WG_D64: return "wg_d64";
     case FA__CU_KERNELS: break;
     }
     return "none";
@@ -7524,15 +7546,15 @@ static int fa__wg_built(void)
 /* The tensor map of q, k or v (fa__wg_tma_ok has passed): dims {D, S, H, B} innermost first, boxes
    of 64 elements x `rows` tokens, 128-byte swizzle, out-of-bounds elements read as zeros. An axis
    of one takes the packed stride (its stride is never used). */
-static int fa__wg_map(fa__wg_encode_fn enc, CUtensorMap *m, const void *p, fa_dtype dt, int64_t S, int64_t H, int64_t B,
-                      const int64_t s[3], int rows)
+static int fa__wg_map(fa__wg_encode_fn enc, CUtensorMap *m, const void *p, fa_dtype dt, int D, int64_t S, int64_t H,
+                      int64_t B, const int64_t s[3], int rows)
 {
     const int64_t ext[3] = { S, H, B }, str[3] = { s[2], s[1], s[0] };
     cuuint64_t dim[4], stride[3];
     cuuint32_t box[4] = { 64, (cuuint32_t)rows, 1, 1 }, es[4] = { 1, 1, 1, 1 };
-    int64_t inner = 128;
+    int64_t inner = D;
     int i;
-    dim[0] = 128;
+    dim[0] = (cuuint64_t)D;
     for (i = 0; i < 3; i++) {
         const int64_t st = ext[i] > 1 ? str[i] : (inner < ((int64_t)1 << 39) ? inner : 8);
         dim[i + 1] = (cuuint64_t)ext[i];
@@ -7544,7 +7566,7 @@ static int fa__wg_map(fa__wg_encode_fn enc, CUtensorMap *m, const void *p, fa_dt
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* Step 1 of fa__cu_pick, the Hopper kernel (8d3): fp16/bf16, D = Dv = 128, Sk >= 1, q, k and v as
+/* Step 1 of fa__cu_pick, the Hopper kernel (8d3): fp16/bf16, D = Dv in {64, 128}, Sk >= 1, q, k and v as
    TMA takes them (fa__wg_tma_ok), o rows 16-byte aligned, B*Hq and the query tiles inside the
    grid's limits, on a device of compute capability 9.0 with the shared memory, whose loaded code
    holds the sm_90a body (fa__wg_built) and whose driver encodes tensor maps. 1 when it serves
@@ -7553,8 +7575,9 @@ static int fa__wg_map(fa__wg_encode_fn enc, CUtensorMap *m, const void *p, fa_dt
 static int fa__wg_pick(const fa__dims *d, const void *q, const void *k, const void *v, const void *o, fa__cu_plan *pl)
 {
     typedef fa__wg_geom<fa__wg_d128> G;
+    typedef fa__wg_geom<fa__wg_d64> G64;
     int dev = 0, major = 0, minor = 0, optin = 0;
-    if (!((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == 128 && d->Dv == 128 && d->Sk >= 1 &&
+    if (!((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) && d->Sk >= 1 &&
           fa__tc_aligned(o, d->os) && (int64_t)d->B * d->Hq <= INT_MAX && d->Sq / G::BQ < 65535 &&
           fa__wg_tma_ok(q, d->qs, d->Sq, d->Hq, d->B) && fa__wg_tma_ok(k, d->ks, d->Sk, d->Hkv, d->B) &&
           fa__wg_tma_ok(v, d->vs, d->Sk, d->Hkv, d->B)))
@@ -7566,11 +7589,13 @@ static int fa__wg_pick(const fa__dims *d, const void *q, const void *k, const vo
         (void)cudaGetLastError();
         return 0;
     }
-    if (major != 9 || minor != 0 || optin < (int)G::SMEM || !fa__wg_built() || !fa__wg_encoder()) return 0;
-    pl->kernel = FA__CU_WG_D128;
+    if (major != 9 || minor != 0 || optin < (d->D == 128 ? (int)G::SMEM : (int)G64::SMEM) || !fa__wg_built() ||
+        !fa__wg_encoder())
+        return 0;
+    pl->kernel = d->D == 128 ? FA__CU_WG_D128 : FA__CU_WG_D64;
     pl->mods = fa__tc_mods(d);
-    pl->bq = G::BQ;
-    pl->bk = G::BK;
+    pl->bq = d->D == 128 ? (int)G::BQ : (int)G64::BQ;
+    pl->bk = d->D == 128 ? (int)G::BK : (int)G64::BK;
     return 1;
 }
 #endif
@@ -7578,7 +7603,7 @@ static int fa__wg_pick(const fa__dims *d, const void *q, const void *k, const vo
 /* Picks the kernel for a request that fa__resolve and fa__cu_check accepted, with Sq > 0; the one
    place that decides, and it launches nothing. In order:
    0. Few query rows per (batch, kv head), Sk >= 1: the split-key decode kernels (fa__cu_dec_pick).
-   1. On a compute capability 9.0 device, fp16/bf16 at D = Dv = 128, Sk >= 1, q, k, v in layouts
+   1. On a compute capability 9.0 device, fp16/bf16 at D = Dv in {64, 128}, Sk >= 1, q, k, v in layouts
       TMA takes: the Hopper kernel (fa__wg_pick, 8d3), with the modifier variant the request needs.
    1b. fp16/bf16 with D = Dv in {64, 128}, q, o (and k, v when Sk > 0) rows 16-byte aligned, B*Hq
       and the query tiles inside the grid's limits, on an sm_80+ device: the tensor-core kernel,
@@ -7801,27 +7826,23 @@ static fa_status fa__tc_launch(const fa__dims *d, int mods, const void *q, const
 }
 
 #if FA__WG
-/* Launches the Hopper kernel (8d3) in modifier variant mods (fa__wg_pick's): its three tensor maps
-   encoded on the host (FA_ERR_DEVICE if the driver refuses one), a grid of B*Hq x query tiles. */
-template <typename T>
-static fa_status fa__wg_launch(const fa__dims *d, int mods, const void *q, const void *k, const void *v, void *o,
-                               cudaStream_t stream)
+/* Launches the Hopper kernel (8d3) in configuration C, modifier variant mods (fa__wg_pick's; one
+   instance kern in fa__wg_run): its three tensor maps encoded on the host (FA_ERR_DEVICE if the
+   driver refuses one), a grid of B*Hq x query tiles. */
+template <class C>
+static fa_status fa__wg_run(const fa__dims *d, void (*kern)(const fa__wg_args), const void *q, const void *k,
+                            const void *v, void *o, cudaStream_t stream)
 {
-    typedef fa__wg_d128 C;
     typedef fa__wg_geom<C> G;
-    void (*kern)(const fa__wg_args) = mods == 4 ? fa__wg_fwd<T, C, 4>
-                                    : mods == 1 ? fa__wg_fwd<T, C, 1>
-                                    : mods == 2 ? fa__wg_fwd<T, C, 2>
-                                                : fa__wg_fwd<T, C, 0>;
     const fa__wg_encode_fn enc = fa__wg_encoder();
     fa__wg_args w;
     if (!enc) return FA_ERR_DEVICE;
     memset(&w, 0, sizeof w);
     w.a.d = *d;
     w.a.q = q; w.a.k = k; w.a.v = v; w.a.o = o;
-    if (!fa__wg_map(enc, &w.tq, q, d->dtype, d->Sq, d->Hq, d->B, d->qs, G::BQ) ||
-        !fa__wg_map(enc, &w.tk, k, d->dtype, d->Sk, d->Hkv, d->B, d->ks, G::BK) ||
-        !fa__wg_map(enc, &w.tv, v, d->dtype, d->Sk, d->Hkv, d->B, d->vs, G::BK))
+    if (!fa__wg_map(enc, &w.tq, q, d->dtype, C::D, d->Sq, d->Hq, d->B, d->qs, G::BQ) ||
+        !fa__wg_map(enc, &w.tk, k, d->dtype, C::D, d->Sk, d->Hkv, d->B, d->ks, G::BK) ||
+        !fa__wg_map(enc, &w.tv, v, d->dtype, C::D, d->Sk, d->Hkv, d->B, d->vs, G::BK))
         return FA_ERR_DEVICE;
     if (cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -7829,6 +7850,14 @@ static fa_status fa__wg_launch(const fa__dims *d, int mods, const void *q, const
     }
     kern<<<dim3((unsigned)(d->B * d->Hq), (unsigned)((d->Sq + G::BQ - 1) / G::BQ), 1), C::WG, G::SMEM, stream>>>(w);
     return fa__cu(cudaGetLastError());
+}
+
+template <typename T, class C>
+static fa_status fa__wg_launch(const fa__dims *d, int mods, const void *q, const void *k, const void *v, void *o,
+                               cudaStream_t stream)
+{
+    return fa__wg_run<C>(d, mods == 4 ? fa__wg_fwd<T, C, 4> : mods == 1 ? fa__wg_fwd<T, C, 1>
+                            : mods == 2 ? fa__wg_fwd<T, C, 2> : fa__wg_fwd<T, C, 0>, q, k, v, o, stream);
 }
 #endif
 
@@ -7919,8 +7948,11 @@ static fa_status fa__cu_launch(const fa__cu_plan *pl, const fa__dims *d, const v
                                   : fa__dec_ffma_launch<float>(pl, d, q, k, v, o, st);
 #if FA__WG
     case FA__CU_WG_D128:
-        return d->dtype == FA_BF16 ? fa__wg_launch<__nv_bfloat16>(d, pl->mods, q, k, v, o, st)
-                                   : fa__wg_launch<__half>(d, pl->mods, q, k, v, o, st);
+        return d->dtype == FA_BF16 ? fa__wg_launch<__nv_bfloat16, fa__wg_d128>(d, pl->mods, q, k, v, o, st)
+                                   : fa__wg_launch<__half, fa__wg_d128>(d, pl->mods, q, k, v, o, st);
+    case FA__CU_WG_D64:
+        return d->dtype == FA_BF16 ? fa__wg_launch<__nv_bfloat16, fa__wg_d64>(d, pl->mods, q, k, v, o, st)
+                                   : fa__wg_launch<__half, fa__wg_d64>(d, pl->mods, q, k, v, o, st);
 #endif
     case FA__CU_TC_D64:
         return d->dtype == FA_BF16 ? fa__tc_launch<__nv_bfloat16, fa__tc_d64>(d, pl->mods, q, k, v, o, st)

@@ -32,7 +32,7 @@ static int g_block_k = 0;   /* p.block_k of the runs: 32 and 64 pick the other f
 static int g_block_q = 0;   /* p.block_q of the runs: 64 and 128 pick the fp32 kernels with several blocks/SM */
 static int g_tiled_only = 0;   /* run_list skips fa_cuda_naive (which ignores block_q) */
 static int g_served[FA__CU_KERNELS][5];   /* tiled runs served by each kernel (fa__cu_pick), by modifier variant */
-static int g_hopper = 0;   /* the device has compute capability 9.0: the Hopper kernel (8d3) serves D = 128 */
+static int g_hopper = 0;   /* the device has compute capability 9.0: the Hopper kernel (8d3) serves D = 64 and 128 */
 
 #include "cuda_util.h"
 
@@ -150,7 +150,7 @@ static int close_or_report(const char *what, const char *name, const float *a, c
    {64, 128} with rows that are multiples of 8 elements (variant 4 with any modifier, a bias or a
    negative scale), else the FFMA one of the head-dim class. Then: fp16/bf16 at D = Dv in {64, 128} with rows
    that are multiples of 8 elements (packed and [B][S][H][D] here; the padded layout is not) run on
-   tensor cores: on a compute capability 9.0 device at D = 128 with Sk >= 1 the Hopper kernel (8d3,
+   tensor cores: on a compute capability 9.0 device with Sk >= 1 the Hopper kernel (8d3,
    whose sm_90a code this build must hold), else the mma.sync kernel; fp32 with every q/k/v row a multiple of 4 floats on the aligned-fp32 kernels that
    (block_q, block_k) name, where their shared memory fits; the rest on the generic kernel of the
    head-dim class. *mods: the tensor-core kernel's modifier variant. */
@@ -173,7 +173,7 @@ static fa__cu_kernel want_kernel(const tcase *c, fa_dtype dt, int *mods)
         if (c->D == Dv && (c->D == 64 || c->D == 128) && c->layout != L_PADDED) {
             const int sc = c->softcap > 0.0f, al = c->alibi != ALIBI_NONE;
             *mods = c->bias != BIAS_NONE || c->scale < 0.0f || (sc && al) ? 4 : sc ? 1 : al ? 2 : 0;
-            if (g_hopper && c->D == 128 && c->Sk >= 1) return FA__CU_WG_D128;
+            if (g_hopper && c->Sk >= 1) return c->D == 64 ? FA__CU_WG_D64 : FA__CU_WG_D128;
             return c->D == 64 ? FA__CU_TC_D64 : FA__CU_TC_D128;
         }
         return generic;
@@ -978,11 +978,12 @@ static void test_kernels_served(void **state)
         int m, runs = 0;
         for (m = 0; m < 5; m++) runs += g_served[k][m];
         printf("  %-16s %4d tiled runs", fa__cu_kernel_name((fa__cu_kernel)k), runs);
-        const int modded = k == FA__CU_TC_D64 || (k == FA__CU_TC_D128 && !g_hopper) || (k == FA__CU_WG_D128 && g_hopper);
-        if (k == FA__CU_TC_D64 || k == FA__CU_TC_D128 || k == FA__CU_WG_D128)
+        const int wg = k == FA__CU_WG_D128 || k == FA__CU_WG_D64, tc = k == FA__CU_TC_D64 || k == FA__CU_TC_D128;
+        const int modded = (tc && !g_hopper) || (wg && g_hopper);   /* on a Hopper the mma.sync kernel serves Sk = 0 */
+        if (tc || wg)
             printf(" (variants 0/1/2/4: %d/%d/%d/%d)", g_served[k][0], g_served[k][1], g_served[k][2], g_served[k][4]);
         printf("\n");
-        if (k == FA__CU_WG_D128 && !g_hopper) continue;   /* the Hopper kernel serves compute capability 9.0 alone */
+        if (wg && !g_hopper) continue;   /* the Hopper kernel serves compute capability 9.0 alone */
         if (runs == 0) { print_error("  no run was served by %s\n", fa__cu_kernel_name((fa__cu_kernel)k)); n++; }
         if ((k == FA__CU_DEC_TC_D64 || k == FA__CU_DEC_TC_D128) && (!g_served[k][0] || !g_served[k][4])) {
             print_error("  %s: a modifier variant served no run\n", fa__cu_kernel_name((fa__cu_kernel)k));
