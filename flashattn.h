@@ -6488,7 +6488,8 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
      (modifiers, mask), fa__tc_softmax (online softmax, O rescaled, P packed), and at the end
      fa__tc_write (fa__tc_row_end, lse, o staged through the dead Q tile). The two consumers take
      turns at the GEMM step (two named barriers, ping-pong), so that one's softmax runs under the
-     other's wgmma.
+     other's wgmma (measured level with no turns at all, PP = 0: bench/RESULTS.md, "Hopper forward
+     (issue 15)"; kept as FlashAttention-3's schedule, not for a measured gain).
    The key tiles are 8d's: fa__cu_tile_keys of the block's rows, fa__keys_full for the tiles that
    need no mask, the longest (causal) blocks first. Served (fa__cu_pick, fa__wg_pick): fp16/bf16,
    D = Dv in {64, 128}, Sk >= 1, q, k, v in layouts TMA takes (fa__wg_tma_ok), o rows 16-byte aligned, a
