@@ -347,18 +347,18 @@ test-cuda-compile:
 	elif ! command -v $(NVCC) >/dev/null 2>&1; then \
 	  $(SKIP_STEP) "CUDA: compile of the .cu translation units" "nvcc not found as $(NVCC)"; \
 	else \
-	  echo; echo "CUDA: compiling the .cu translation units for sm_80, sm_90 and PTX, compile only: about 4 min"; \
+	  echo; echo "CUDA: compiling the .cu translation units for sm_80, sm_90, sm_90a and PTX, compile only: about 4 min"; \
 	  echo "on 2 cores, with nothing printed meanwhile (make test CUDA=0 skips this step)"; \
-	  $(STEP) "CUDA: compile of the .cu translation units (sm_80, sm_90, PTX; not run)" '$(SUBMAKE) cuda-objs'; \
+	  $(STEP) "CUDA: compile of the .cu translation units (sm_80, sm_90, sm_90a, PTX; not run)" '$(SUBMAKE) cuda-objs'; \
 	fi
 	-@$(SKIP_STEP) "CUDA: tests" "never run by make test; make test-cuda runs them on a GPU machine"
 
-# Every CUDA translation unit, compiled for sm_80 (baseline), sm_90 (H100/H200) and PTX for later
-# GPUs; host code -Wall -Wextra -Werror. Objects are linked by test-cuda (and bench-cuda). The
-# two-TU link: a C file with its own FLASHATTN_IMPLEMENTATION (tests/compile/impl.c, CPU with
+# Every CUDA translation unit, compiled for sm_80 (baseline), sm_90 and sm_90a (H100/H200; the
+# Hopper kernel's wgmma/TMA body exists in sm_90a alone) and PTX for later GPUs; host code -Wall
+# -Wextra -Werror. Objects are linked by test-cuda (and bench-cuda). The two-TU link: a C file with its own FLASHATTN_IMPLEMENTATION (tests/compile/impl.c, CPU with
 # OpenBLAS) linked with the .cu object, whose CPU functions are weak: no duplicate symbols.
 NVCC_ARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-              -gencode arch=compute_90,code=compute_90
+              -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
 NVCC_FLAGS := -O3 -std=c++14 -t 0 $(NVCC_ARCH) -Xcompiler -Wall,-Wextra,-Werror
 CUDA_LIBS  := -lcublas
 CUDA_TUS   := $(BUILD)/test_cuda.o $(BUILD)/test_cuda_backward.o $(BUILD)/cuda_quickstart.o $(if $(wildcard bench/bench_cuda.cu),$(BUILD)/bench_cuda.o) \
@@ -393,10 +393,10 @@ $(BUILD)/bench_cuda.o: bench/bench_cuda.cu flashattn.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -I. -c $< -o $@
 
 # ---- CUDA bench (GPU machine): ours beside PyTorch's SDPA, one combined table ---------------------
-# bench-cuda-build compiles here (sm_90 only, with the tile-configuration sweep); bench-cuda runs
+# bench-cuda-build compiles here (sm_90a only, with the tile-configuration sweep); bench-cuda runs
 # bench/run_cuda_bench.sh (bench_cuda, then bench/torch_sdpa.py, then the combined table).
 $(BUILD)/bench_cuda: bench/bench_cuda.cu flashattn.h | $(BUILD)
-	$(NVCC) -O3 -std=c++14 -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wextra,-Werror -Xptxas -v \
+	$(NVCC) -O3 -std=c++14 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall,-Wextra,-Werror -Xptxas -v \
 	  -DFA_BENCH_TUNE -I. $< -o $@ $(CUDA_LIBS) -lm -lpthread 2> $(BUILD)/bench_cuda.ptxas.txt \
 	  || { cat $(BUILD)/bench_cuda.ptxas.txt; exit 1; }
 

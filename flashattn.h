@@ -22,8 +22,8 @@
        >>backward   7b. CPU: the backward, naive and tiled; fa_describe
        >>cuda       8. CUDA: 8a kernels and tile traits, 8b device pieces, the modifier and merge rules,
                        8c generic kernel, 8d tensor-core kernel, 8d2 split-key decode kernels,
-                       8e naive and merge kernels, 8e2 the backward, 8f the kernel pickers,
-                       8g entry points
+                       8d3 the Hopper kernel (sm_90a: wgmma, TMA), 8e naive and merge kernels,
+                       8e2 the backward, 8f the kernel pickers, 8g entry points
        >>license    the MIT licence
 
    USAGE
@@ -201,10 +201,15 @@
    FLASHATTN_IMPLEMENTATION, and call fa_tiled and fa_cuda_tiled side by side, with no duplicates.
 
        nvcc -O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-            -gencode arch=compute_90,code=compute_90 -c fa_cuda.cu        (link with -lcublas)
+            -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
+            -c fa_cuda.cu                                              (link with -lcublas)
 
    fp16/bf16 run on tensor cores (mma.sync, sm_80+) at head_dim = head_dim_v = 64 or 128 with
-   16-byte aligned rows, on an exact-fp32 FFMA kernel otherwise; fp32 is FFMA only (no TF32). One
+   16-byte aligned rows, on an exact-fp32 FFMA kernel otherwise; on a compute capability 9.0 GPU
+   (H100, H200) at head_dim = head_dim_v = 64 or 128 with seq_k >= 1 and q/k/v strides that TMA takes
+   (positive multiples of 8 elements, 16-byte aligned bases) on a Hopper kernel (wgmma, TMA,
+   warp-specialised; every mask and modifier), which needs the sm_90a code above in the build
+   (without it, mma.sync serves); fp32 is FFMA only (no TF32). One
    function picks the kernel of each fa_cuda_tiled call from the request (dtype, head dims,
    alignment, strides, block_q/block_k, modifiers), before anything is launched.
    DECODE: with few query rows per (batch, kv head) (Sq <= 16 and (heads / kv_heads) * Sq <= 64,
@@ -4962,7 +4967,9 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
    rule and the log-sum-exp merge rule on the device; 8c the generic kernel (FFMA, any dtype and
    head_dim); 8d the tensor-core kernel (fp16/bf16, cut into the steps a backward and a Hopper
    kernel reuse); 8d2 the split-key decode kernels (few query rows: GQA group packed, keys cut in
-   chunks fixed by Sk, partials merged by 8b's rule); 8e the naive path's and merge's kernels;
+   chunks fixed by Sk, partials merged by 8b's rule); 8d3 the Hopper forward kernel (sm_90a: wgmma,
+   TMA into an mbarrier ring, a producer warpgroup and two ping-ponging consumers, on 8d's steps);
+   8e the naive path's and merge's kernels;
    8e2 the backward (the naive path's kernels, the FFMA tiled backward and its deterministic dq
    pass); 8f the kernel pickers (forward and backward) and the launches; 8g the entry points. */
 
@@ -4995,6 +5002,8 @@ typedef enum fa__cu_kernel {
     FA__CU_DEC_D64,         /*   FFMA, any dtype and layout, D, Dv <= 64 */
     FA__CU_DEC_D128,        /*   D, Dv <= 128 */
     FA__CU_DEC_D256,        /*   D, Dv <= 256 */
+    FA__CU_WG_D128,         /* Hopper (8d3, sm_90a): wgmma, TMA, warp-specialised; fp16/bf16, D = Dv = 128, TMA-able strides */
+    FA__CU_WG_D64,          /*   the same at D = Dv = 64 */
     FA__CU_KERNELS
 } fa__cu_kernel;
 
@@ -5047,6 +5056,21 @@ struct fa__cu_bwd_d256 { enum { DC = 256, RM = 2, CN = 2, MINB = 1 }; };
    at D = 128 spill or add barriers; PF removed D = 128's spills and is neutral at D = 64). */
 struct fa__tc_d64 { enum { D = 64, NW = 4, MT = 2, BK = 64, QREG = 1, PF = 0, MINB = 2 }; };
 struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, MINB = 1 }; };
+
+/* The Hopper kernel's configuration (8d3), an fa__tc_* trait so that 8d's steps run on its
+   fragments: NW = 8 consumer warps (two warpgroups of 64 query rows, MT = 1: a warpgroup's m64
+   wgmma accumulator is, warp by warp, 8d's m16 accumulator), BQ = 128 rows a block, BK = 128 keys
+   a tile, ST stages of K/V in the TMA ring, one producer warpgroup besides (WG threads in all).
+   REG_P / REG_C: the registers a producer / consumer thread keeps after setmaxnreg (the launch
+   caps at 65536 / WG; REG_P * 128 + REG_C * 256 <= 65536). ST: as many stages as fit beside the
+   Q tile in 227 KB (3 at D = 128: 224 KB; 4 at D = 64: 144 KB). PP: the consumers take turns at
+   their GEMMs (ping-pong; 0 only for the bench's ablation). */
+struct fa__wg_d128 {
+    enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1 };
+};
+struct fa__wg_d64 {
+    enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 384, REG_P = 40, REG_C = 232, PP = 1 };
+};
 
 /* The split-key decode kernels' configurations (8d2). The tensor-core one is an fa__tc_* trait
    (one m16 tile of packed query rows, MT = 1, shared by NW warps that each walk their own key
@@ -5978,6 +6002,28 @@ static __device__ __forceinline__ void fa__tc_write(const fa__tc_args &a, const 
     }
 }
 
+/* The modifier variant MOD of the forward tensor-core kernels (fa__tc_fwd, 8d3's fa__wg_fwd) for
+   (b, h): which modifiers run (sc softcap, al ALiBi, bi bias), their constants md, and f, from a
+   score's unit to log2 units at the exp. Plain: raw dot products, f folds the scale; softcap alone
+   keeps tanh values, its positive factor folded into f; else scores are rebuilt in the log2
+   domain (f = 1). */
+struct fa__tc_mod {
+    float f;
+    bool sc, al, bi;
+    fa__cu_mods md;
+};
+
+template <int MOD> static __device__ __forceinline__ fa__tc_mod fa__tc_mod_of(const fa__dims &d, int b, int h)
+{
+    fa__tc_mod r;
+    r.f = MOD == 0 ? d.scale * FA__CU_LOG2E : MOD == 1 ? d.softcap * FA__CU_LOG2E : 1.0f;
+    r.sc = (MOD & 1) || ((MOD & 4) && d.softcap > 0.0f);
+    r.al = (MOD & 2) || ((MOD & 4) && d.alibi != 0);
+    r.bi = (MOD & 4) && d.bias != 0;
+    r.md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, r.sc, r.al, MOD == 1);
+    return r;
+}
+
 /* T: __half or __nv_bfloat16. C: an fa__tc_* configuration (8a). MOD: 0 plain (scale > 0, no
    modifier: raw dot products, the scale folded into the exp's FFMA); else the scores are rebuilt
    in the log2 domain, with bit 1 softcap (its tanh kept unscaled, softcap * log2(e) folded into
@@ -6007,13 +6053,10 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tc_fwd(const fa__tc_a
     /* this thread's rows: i0 + r0 + 16*mt + 8*half; its first column in a tile: cq */
     const int r0 = warp * 16 * MT + (lane >> 2), cq = 2 * (lane & 3);
 
-    /* f: from a score's unit to log2 units at the exp. Plain: raw dot products, f folds the scale;
-       softcap alone keeps tanh values, its positive factor folded into f; else scores are rebuilt
-       in the log2 domain (f = 1). */
-    const float f = MOD == 0 ? d.scale * FA__CU_LOG2E : MOD == 1 ? d.softcap * FA__CU_LOG2E : 1.0f;
-    const bool sc = (MOD & 1) || ((MOD & 4) && d.softcap > 0.0f), al = (MOD & 2) || ((MOD & 4) && d.alibi != 0);
-    const bool bi = (MOD & 4) && d.bias != 0;
-    const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, MOD == 1);
+    const fa__tc_mod mv = fa__tc_mod_of<MOD>(d, b, h);
+    const float f = mv.f;
+    const bool sc = mv.sc, al = mv.al, bi = mv.bi;
+    const fa__cu_mods md = mv.md;
 
     float o[MT][G::CH][4], m[MT][2], l[MT][2];
 #pragma unroll
@@ -6427,6 +6470,291 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
     for (int t = threadIdx.x; t < d.Dv; t += FA__CU_DEC_THREADS) fa__st(orow + t, fa__cu_merge_elem(v, chunks, t, mx, sum));
     if (d.lse && threadIdx.x == 0) d.lse[r] = fa__lse_of(mx, sum);
 }
+
+/* ---- 8d3. CUDA: the Hopper forward kernel (sm_90a: wgmma, TMA, an mbarrier ring) ---------------
+   FlashAttention-3 style forward for fp16/bf16 at D = Dv in {64, 128} on compute capability 9.0. A block
+   of three warpgroups owns BQ = 128 query rows of one (batch, head):
+   - warpgroup 0, the producer, lowers its registers (setmaxnreg) and one thread issues every copy:
+     the Q tile once, then the K and V tiles of BK keys into a ring of ST stages, each a pair of
+     128-byte-swizzled 64-column panels per tensor, loaded by TMA (cp.async.bulk.tensor, rows past
+     Sq or Sk zero-filled by the copy engine) and completing on the stage's "full" mbarrier (its
+     transaction count is the stage's bytes). It reuses a stage once every consumer warp has
+     arrived on its "empty" mbarrier.
+   - warpgroups 1 and 2, the consumers, raise their registers and own 64 query rows each. Per key
+     tile j one "GEMM step" issues O += P_{j-1} V_{j-1} (wgmma m64nDk16, P from registers as the
+     A operand, V N-major from shared memory) and S_j = Q K_j^T (wgmma m64n128k16, Q and K K-major
+     from shared memory), commits them as one group and waits; then 8d's steps run on the accumulators as they
+     are (a warp's 16 rows of an m64 accumulator are the m16 layout of 8d with MT = 1): fa__tc_scores
+     (modifiers, mask), fa__tc_softmax (online softmax, O rescaled, P packed), and at the end
+     fa__tc_write (fa__tc_row_end, lse, o staged through the dead Q tile). The two consumers take
+     turns at the GEMM step (two named barriers, ping-pong), so that one's softmax runs under the
+     other's wgmma (measured level with no turns at all, PP = 0: bench/RESULTS.md, "Hopper forward
+     (issue 15)"; kept as FlashAttention-3's schedule, not for a measured gain).
+   The key tiles are 8d's: fa__cu_tile_keys of the block's rows, fa__keys_full for the tiles that
+   need no mask, the longest (causal) blocks first. Served (fa__cu_pick, fa__wg_pick): fp16/bf16,
+   D = Dv in {64, 128}, Sk >= 1, q, k, v in layouts TMA takes (fa__wg_tma_ok), o rows 16-byte aligned, a
+   device of compute capability 9.0 running this build's sm_90a code (fa__wg_built); the modifier
+   variants are fa__tc_fwd's. Elsewhere (and under a CUDA older than 12.0) fa__tc_fwd serves.
+   The body is compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); any other target gets a stub
+   that is never launched. The tensor maps come from the driver's cuTensorMapEncodeTiled, reached
+   through cudaGetDriverEntryPoint (no -lcuda). */
+
+#if defined(CUDART_VERSION) && CUDART_VERSION >= 12000
+#define FA__WG 1
+#include <cudaTypedefs.h>
+
+/* What the kernel receives: the three tensor maps (TMA descriptors, kept in the kernel's parameter
+   space: __grid_constant__) and 8d's arguments. */
+struct fa__wg_args {
+    CUtensorMap tq, tk, tv;
+    fa__tc_args a;
+};
+
+/* The shared memory of configuration C (8a): the Q tile, ST stages of K and V (each tile D / 64
+   panels of rows x 128 bytes), then the mbarriers (full[ST], empty[ST], q), the base rounded up to
+   1024 bytes (the 128-byte swizzle repeats every 8 rows of 128 bytes). */
+template <class C> struct fa__wg_geom {
+    enum { D = C::D, BQ = 16 * C::NW, BK = C::BK, ST = C::ST, PANELS = C::D / 64 };
+    enum { QB = BQ * D * 2, KB = BK * D * 2, BARS = QB + 2 * ST * KB };
+    enum { SMEM = BARS + 8 * (2 * ST + 1) + 1024 };
+};
+
+/* mbarriers (shared::cta): init with an arrival count, an arrival that also expects `bytes` of
+   transactions, a plain arrival, and a wait for the phase of parity `par` to complete. */
+static __device__ __forceinline__ void fa__mb_init(unsigned bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void fa__mb_expect(unsigned bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void fa__mb_arrive(unsigned bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+static __device__ __forceinline__ void fa__mb_wait(unsigned bar, unsigned par)
+{
+    unsigned done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(par) : "memory");
+    } while (!done);
+}
+
+/* One TMA copy of a box of a 4-d tensor map at coordinates (c0 .. c3, innermost first) into shared
+   memory at dst, completing on the mbarrier bar. */
+static __device__ __forceinline__ void fa__tma_load(unsigned dst, const CUtensorMap *map, unsigned bar, int c0, int c1,
+                                                    int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+                 ::"r"(dst), "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
+}
+
+/* Named barriers among the two consumer warpgroups (id 0 is __syncthreads'): the end of the loop,
+   and one turn barrier per consumer for the ping-pong. */
+#define FA__WG_BAR_END 1
+#define FA__WG_BAR_TURN 2
+static __device__ __forceinline__ void fa__wg_bar_sync(int id)
+{
+    asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+
+static __device__ __forceinline__ void fa__wg_bar_arrive(int id)
+{
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+
+/* A wgmma shared-memory descriptor (PTX 9.7.15.5.1.2): address, leading and stride byte offsets
+   (16-byte units), 128-byte swizzle. K-major panels (Q, K): LBO unused, SBO 1024 (8 rows of 128
+   bytes), +32 bytes per k16 step inside a panel. N-major (V): LBO the panel stride (64 columns),
+   SBO 1024 (8 keys), +2048 bytes per k16 step. */
+static __device__ __forceinline__ unsigned long long fa__wg_desc(unsigned addr, unsigned lbo, unsigned sbo)
+{
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (unsigned long long)(lbo >> 4) << 16 |
+           (unsigned long long)(sbo >> 4) << 32 | 1ull << 62;
+}
+
+/* wgmma's ordering: fence before the first wgmma after registers it reads were written, commit
+   the issued ones as a group, wait until at most N groups are pending. fa__wg_keep pins an
+   accumulator's registers at that point of the program (the compiler may not move their uses
+   across it), so that nothing touches them between a wgmma and the wait that covers it. */
+static __device__ __forceinline__ void fa__wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+static __device__ __forceinline__ void fa__wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void fa__wg_wait(void)
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+template <int N> static __device__ __forceinline__ void fa__wg_keep(float (&c)[1][N][4])
+{
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+f"(c[0][n][e])::"memory");
+}
+
+/* The m64nNk16 wgmmas of each 16-bit type, accumulating into the N / 2 fp32 registers c (8d's
+   [1][N / 8][4] accumulator, flattened): ss, N = 128, with A and B from shared memory (acc 0:
+   D = A B, else D += A B); rs128 and rs64, N = 128 and 64, with A from four registers (8d's A
+   fragment) and B N-major (transposed). */
+#define FA__WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
+                   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "       \
+                   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "       \
+                   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FA__WG_C8(c, i) "+f"(c[i]), "+f"(c[i + 1]), "+f"(c[i + 2]), "+f"(c[i + 3]), "+f"(c[i + 4]), "+f"(c[i + 5]), \
+                        "+f"(c[i + 6]), "+f"(c[i + 7])
+#define FA__WG_C64(c) FA__WG_C8(c, 0), FA__WG_C8(c, 8), FA__WG_C8(c, 16), FA__WG_C8(c, 24), FA__WG_C8(c, 32), \
+                      FA__WG_C8(c, 40), FA__WG_C8(c, 48), FA__WG_C8(c, 56)
+#define FA__WG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
+                   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA__WG_C32(c) FA__WG_C8(c, 0), FA__WG_C8(c, 8), FA__WG_C8(c, 16), FA__WG_C8(c, 24)
+template <typename T> struct fa__wg_mma;
+#define FA__WG_MMA(T, PTX)                                                                                         \
+    template <> struct fa__wg_mma<T> {                                                                             \
+        static __device__ __forceinline__ void ss(float *c, unsigned long long da, unsigned long long db, int acc)  \
+        {                                                                                                          \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                              \
+                         "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " FA__WG_D64                \
+                         ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                         \
+                         : FA__WG_C64(c) : "l"(da), "l"(db), "r"(acc));                                            \
+        }                                                                                                          \
+        static __device__ __forceinline__ void rs128(float *c, const unsigned (&a)[4], unsigned long long db)      \
+        {                                                                                                          \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                              \
+                         "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " FA__WG_D64                \
+                         ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                           \
+                         : FA__WG_C64(c) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));          \
+        }                                                                                                          \
+        static __device__ __forceinline__ void rs64(float *c, const unsigned (&a)[4], unsigned long long db)       \
+        {                                                                                                          \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                              \
+                         "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FA__WG_D32                 \
+                         ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                           \
+                         : FA__WG_C32(c) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));          \
+        }                                                                                                          \
+    };
+FA__WG_MMA(__nv_bfloat16, "bf16")
+FA__WG_MMA(__half, "f16")
+#undef FA__WG_MMA
+
+/* T: __half or __nv_bfloat16. C: fa__wg_d128 or fa__wg_d64 (8a). MOD: fa__tc_fwd's modifier variants. */
+template <typename T, class C, int MOD>
+__global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ fa__wg_args w)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef fa__wg_geom<C> G;
+    typedef fa__wg_mma<T> X;
+    enum { BQ = G::BQ, BK = G::BK, D = G::D, ST = G::ST };
+    static_assert(D == 64 || D == 128, "the Hopper kernel's head dims");
+    extern __shared__ __align__(1024) unsigned char fa__wg_smem[];
+    const fa__dims &d = w.a.d;
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int b = blockIdx.x / d.Hq, h = blockIdx.x - b * d.Hq, g = h / d.group;
+    const int i0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;   /* the longest (causal) blocks first */
+    const int nq = min((int)BQ, d.Sq - i0);
+    const unsigned sQ = (fa__cu_sa(fa__wg_smem) + 1023u) & ~1023u, sK = sQ + G::QB, sV = sK + ST * G::KB;
+    const unsigned full = sQ + G::BARS, empty = full + 8 * ST, qbar = empty + 8 * ST;   /* + 8 s: stage s */
+    /* the keys of the block and its BK-aligned key tiles t0 .. t0 + nt - 1 (8d's) */
+    const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
+    const int t0 = (int)kr.lo / BK, nt = kr.hi > kr.lo ? ((int)kr.hi + BK - 1) / BK - t0 : 0;
+    if (tid == 0) {
+        for (int s = 0; s < ST; s++) {
+            fa__mb_init(full + 8 * s, 1);
+            fa__mb_init(empty + 8 * s, C::NW);
+        }
+        fa__mb_init(qbar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {   /* the producer: one thread issues every copy */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_P));
+        if (tid == 0 && nt > 0) {
+            fa__mb_expect(qbar, G::QB);
+#pragma unroll
+            for (int p = 0; p < G::PANELS; p++) fa__tma_load(sQ + p * BQ * 128, &w.tq, qbar, 64 * p, i0, h, b);
+            for (int j = 0; j < nt; j++) {
+                const int s = j % ST;
+                if (j >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(j / ST - 1) & 1u);   /* stage s consumed */
+                fa__mb_expect(full + 8 * s, 2 * G::KB);
+#pragma unroll
+                for (int p = 0; p < G::PANELS; p++) {
+                    fa__tma_load(sK + s * G::KB + p * BK * 128, &w.tk, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
+                    fa__tma_load(sV + s * G::KB + p * BK * 128, &w.tv, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
+                }
+            }
+        }
+    } else {   /* a consumer: 64 query rows, its warps 16 each (8d's warp = cw * 4 + warp of the group) */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_C));
+        const int cw = wg - 1, warp = (tid - 128) >> 5, lane = tid & 31;
+        const int r0 = warp * 16 + (lane >> 2), cq = 2 * (lane & 3);
+        const fa__tc_mod mv = fa__tc_mod_of<MOD>(d, b, h);
+        const unsigned qa = sQ + cw * 64 * 128;   /* this warpgroup's 64 rows of Q, in each panel */
+        float o[1][D / 8][4], s[1][BK / 8][4], m[1][2], l[1][2];
+        unsigned pa[1][BK / 16][4];
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) o[0][n][0] = o[0][n][1] = o[0][n][2] = o[0][n][3] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < BK / 8; n++) s[0][n][0] = s[0][n][1] = s[0][n][2] = s[0][n][3] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < BK / 16; n++) pa[0][n][0] = pa[0][n][1] = pa[0][n][2] = pa[0][n][3] = 0u;
+        m[0][0] = m[0][1] = -INFINITY;
+        l[0][0] = l[0][1] = 0.0f;
+        if (nt > 0) fa__mb_wait(qbar, 0);
+        if (C::PP && cw == 1) fa__wg_bar_arrive(FA__WG_BAR_TURN);   /* consumer 0 takes the first turn */
+        for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
+            const bool qk = j < nt, pv = j > 0;
+            const int sq = j % ST, sp = (j + ST - 1) % ST;
+            if (qk) fa__mb_wait(full + 8 * sq, (unsigned)(j / ST) & 1u);
+            if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
+            fa__wg_keep(o);
+            fa__wg_keep(s);
+            fa__wg_fence();
+            if (pv) {
+#pragma unroll
+                for (int kk = 0; kk < BK / 16; kk++) {
+                    const unsigned long long dv = fa__wg_desc(sV + sp * G::KB + kk * 2048, BK * 128, 1024);
+                    if (D == 128) X::rs128(&o[0][0][0], pa[0][kk], dv);
+                    else X::rs64(&o[0][0][0], pa[0][kk], dv);
+                }
+            }
+            if (qk) {
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++)
+                    X::ss(&s[0][0][0], fa__wg_desc(qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024),
+                          fa__wg_desc(sK + sq * G::KB + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024), kk);
+            }
+            fa__wg_commit();
+            if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw ^ 1));   /* the other consumer's turn */
+            fa__wg_wait<0>();
+            fa__wg_keep(o);
+            fa__wg_keep(s);
+            if (pv) {   /* this warp is done with stage sp (K and V of tile j-1) */
+                __syncwarp();
+                if (lane == 0) fa__mb_arrive(empty + 8 * sp);
+            }
+            if (qk) {
+                const int k0 = (t0 + j) * BK;
+                fa__tc_scores<C, MOD>(s, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, fa__keys_full(&kr, k0, k0 + BK));
+                fa__tc_softmax<T, C>(s, m, l, o, pa, mv.f);
+            }
+        }
+        if (C::PP && cw == 0) fa__wg_bar_sync(FA__WG_BAR_TURN);   /* consumer 1's last arrival */
+        fa__wg_bar_sync(FA__WG_BAR_END);   /* every wgmma reading the Q tile has retired */
+        fa__tc_write<T, C>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);
+    }
+#else
+    /* another target: never launched. The static shared word tells fa__wg_built so (8f). */
+    __shared__ unsigned fa__wg_absent[1];
+    if (w.a.d.Sq < 0) asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(fa__cu_sa(fa__wg_absent)) : "memory");
+#endif
+}
+#else
+#define FA__WG 0
+#endif
 
 /* ---- 8e. CUDA: the naive path's kernels and merge's ------------------------------------------ */
 
@@ -7060,6 +7388,8 @@ static const char *fa__cu_kernel_name(fa__cu_kernel k)
     case FA__CU_DEC_D64: return "dec_d64";
     case FA__CU_DEC_D128: return "dec_d128";
     case FA__CU_DEC_D256: return "dec_d256";
+    case FA__CU_WG_D128: return "wg_d128";
+    case FA__CU_WG_D64: return "wg_d64";
     case FA__CU_KERNELS: break;
     }
     return "none";
@@ -7158,10 +7488,125 @@ static int fa__cu_dec_pick(const fa__dims *d, const void *q, const void *k, cons
     return 1;
 }
 
+/* The modifier variant of the forward tensor-core kernels (fa__tc_fwd and fa__wg_fwd; on the
+   device fa__tc_mod_of): 0 plain, 1 softcap alone, 2 ALiBi alone, 4 decided at run time (bias, a
+   non-positive scale, combinations). */
+static int fa__tc_mods(const fa__dims *d)
+{
+    const int sc = d->softcap > 0.0f, al = d->alibi != 0;
+    return d->bias || !(d->scale > 0.0f) || (sc && al) ? 4 : sc ? 1 : al ? 2 : 0;
+}
+
+#if FA__WG
+/* 1 when a q, k or v tensor (S tokens, H heads, B batches of 16-bit rows) fits a TMA tensor map:
+   its address 16-byte aligned and the stride of every axis longer than one positive, a multiple of
+   8 elements and below 2^39 elements (TMA: strides multiples of 16 bytes, below 2^40 bytes). Zero
+   (broadcast) and negative strides are fa__tc_fwd's. */
+static int fa__wg_tma_ok(const void *p, const int64_t s[3], int64_t S, int64_t H, int64_t B)
+{
+    const int64_t ext[3] = { B, H, S };
+    int i;
+    if ((uintptr_t)p & 15) return 0;
+    for (i = 0; i < 3; i++)
+        if (ext[i] > 1 && (s[i] <= 0 || s[i] % 8 != 0 || s[i] >= ((int64_t)1 << 39))) return 0;
+    return 1;
+}
+
+typedef PFN_cuTensorMapEncodeTiled_v12000 fa__wg_encode_fn;
+
+/* The driver's cuTensorMapEncodeTiled through the runtime's entry-point query (no -lcuda); NULL
+   when the driver has none. */
+static fa__wg_encode_fn fa__wg_encoder(void)
+{
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+#else
+    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q);
+#endif
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return (fa__wg_encode_fn)fn;
+}
+
+/* 1 when the code this build loads on the current device holds fa__wg_fwd's sm_90a body: the stub
+   compiled for every other target has a static shared word, the body none. */
+static int fa__wg_built(void)
+{
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, (const void *)fa__wg_fwd<__nv_bfloat16, fa__wg_d128, 0>) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return fa.sharedSizeBytes == 0;
+}
+
+/* The tensor map of q, k or v (fa__wg_tma_ok has passed): dims {D, S, H, B} innermost first, boxes
+   of 64 elements x `rows` tokens, 128-byte swizzle, out-of-bounds elements read as zeros. An axis
+   of one takes the packed stride (its stride is never used). */
+static int fa__wg_map(fa__wg_encode_fn enc, CUtensorMap *m, const void *p, fa_dtype dt, int D, int64_t S, int64_t H,
+                      int64_t B, const int64_t s[3], int rows)
+{
+    const int64_t ext[3] = { S, H, B }, str[3] = { s[2], s[1], s[0] };
+    cuuint64_t dim[4], stride[3];
+    cuuint32_t box[4] = { 64, (cuuint32_t)rows, 1, 1 }, es[4] = { 1, 1, 1, 1 };
+    int64_t inner = D;
+    int i;
+    dim[0] = (cuuint64_t)D;
+    for (i = 0; i < 3; i++) {
+        const int64_t st = ext[i] > 1 ? str[i] : (inner < ((int64_t)1 << 39) ? inner : 8);
+        dim[i + 1] = (cuuint64_t)ext[i];
+        stride[i] = (cuuint64_t)st * 2u;
+        inner = st * ext[i];
+    }
+    return enc(m, dt == FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, (void *)p, dim,
+               stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* Step 1 of fa__cu_pick, the Hopper kernel (8d3): fp16/bf16, D = Dv in {64, 128}, Sk >= 1, q, k and v as
+   TMA takes them (fa__wg_tma_ok), o rows 16-byte aligned, B*Hq and the query tiles inside the
+   grid's limits, on a device of compute capability 9.0 with the shared memory, whose loaded code
+   holds the sm_90a body (fa__wg_built) and whose driver encodes tensor maps. 1 when it serves
+   (*pl set), 0 to leave the request to the steps below (a device that cannot be queried too: they
+   say so). */
+static int fa__wg_pick(const fa__dims *d, const void *q, const void *k, const void *v, const void *o, fa__cu_plan *pl)
+{
+    typedef fa__wg_geom<fa__wg_d128> G;
+    typedef fa__wg_geom<fa__wg_d64> G64;
+    int dev = 0, major = 0, minor = 0, optin = 0;
+    if (!((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) && d->Sk >= 1 &&
+          fa__tc_aligned(o, d->os) && (int64_t)d->B * d->Hq <= INT_MAX && d->Sq / G::BQ < 65535 &&
+          fa__wg_tma_ok(q, d->qs, d->Sq, d->Hq, d->B) && fa__wg_tma_ok(k, d->ks, d->Sk, d->Hkv, d->B) &&
+          fa__wg_tma_ok(v, d->vs, d->Sk, d->Hkv, d->B)))
+        return 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (major != 9 || minor != 0 || optin < (d->D == 128 ? (int)G::SMEM : (int)G64::SMEM) || !fa__wg_built() ||
+        !fa__wg_encoder())
+        return 0;
+    pl->kernel = d->D == 128 ? FA__CU_WG_D128 : FA__CU_WG_D64;
+    pl->mods = fa__tc_mods(d);
+    pl->bq = d->D == 128 ? (int)G::BQ : (int)G64::BQ;
+    pl->bk = d->D == 128 ? (int)G::BK : (int)G64::BK;
+    return 1;
+}
+#endif
+
 /* Picks the kernel for a request that fa__resolve and fa__cu_check accepted, with Sq > 0; the one
    place that decides, and it launches nothing. In order:
    0. Few query rows per (batch, kv head), Sk >= 1: the split-key decode kernels (fa__cu_dec_pick).
-   1. fp16/bf16 with D = Dv in {64, 128}, q, o (and k, v when Sk > 0) rows 16-byte aligned, B*Hq
+   1. On a compute capability 9.0 device, fp16/bf16 at D = Dv in {64, 128}, Sk >= 1, q, k, v in layouts
+      TMA takes: the Hopper kernel (fa__wg_pick, 8d3), with the modifier variant the request needs.
+   1b. fp16/bf16 with D = Dv in {64, 128}, q, o (and k, v when Sk > 0) rows 16-byte aligned, B*Hq
       and the query tiles inside the grid's limits, on an sm_80+ device: the tensor-core kernel,
       with the modifier variant the request needs.
    2. fp32 whose q, k and v rows are all 16-byte aligned: by head-dim class and (block_q, block_k)
@@ -7184,6 +7629,9 @@ static fa_status fa__cu_pick(const fa__dims *d, const void *q, const void *k, co
     memset(pl, 0, sizeof *pl);
     pl->kernel = FA__CU_KERNELS;
     if (fa__cu_dec_pick(d, q, k, v, pl, &dst)) return dst;
+#if FA__WG
+    if (fa__wg_pick(d, q, k, v, o, pl)) return FA_OK;
+#endif
     if ((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) &&
         fa__tc_aligned(q, d->qs) && fa__tc_aligned(o, d->os) &&
         (d->Sk == 0 || (fa__tc_aligned(k, d->ks) && fa__tc_aligned(v, d->vs))) &&
@@ -7192,9 +7640,8 @@ static fa_status fa__cu_pick(const fa__dims *d, const void *q, const void *k, co
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
             return FA_ERR_DEVICE;
         if (major >= 8) {
-            const int sc = d->softcap > 0.0f, al = d->alibi != 0;
             pl->kernel = d->D == 64 ? FA__CU_TC_D64 : FA__CU_TC_D128;
-            pl->mods = d->bias || !(d->scale > 0.0f) || (sc && al) ? 4 : sc ? 1 : al ? 2 : 0;
+            pl->mods = fa__tc_mods(d);
             pl->bq = d->D == 64 ? (int)fa__tc_geom<fa__tc_d64>::BQ : (int)fa__tc_geom<fa__tc_d128>::BQ;
             pl->bk = d->D == 64 ? (int)fa__tc_geom<fa__tc_d64>::BK : (int)fa__tc_geom<fa__tc_d128>::BK;
             return FA_OK;
@@ -7379,6 +7826,42 @@ static fa_status fa__tc_launch(const fa__dims *d, int mods, const void *q, const
     return cudaGetLastError() == cudaSuccess ? FA_OK : FA_ERR_DEVICE;
 }
 
+#if FA__WG
+/* Launches the Hopper kernel (8d3) in configuration C, modifier variant mods (fa__wg_pick's; one
+   instance kern in fa__wg_run): its three tensor maps encoded on the host (FA_ERR_DEVICE if the
+   driver refuses one), a grid of B*Hq x query tiles. */
+template <class C>
+static fa_status fa__wg_run(const fa__dims *d, void (*kern)(const fa__wg_args), const void *q, const void *k,
+                            const void *v, void *o, cudaStream_t stream)
+{
+    typedef fa__wg_geom<C> G;
+    const fa__wg_encode_fn enc = fa__wg_encoder();
+    fa__wg_args w;
+    if (!enc) return FA_ERR_DEVICE;
+    memset(&w, 0, sizeof w);
+    w.a.d = *d;
+    w.a.q = q; w.a.k = k; w.a.v = v; w.a.o = o;
+    if (!fa__wg_map(enc, &w.tq, q, d->dtype, C::D, d->Sq, d->Hq, d->B, d->qs, G::BQ) ||
+        !fa__wg_map(enc, &w.tk, k, d->dtype, C::D, d->Sk, d->Hkv, d->B, d->ks, G::BK) ||
+        !fa__wg_map(enc, &w.tv, v, d->dtype, C::D, d->Sk, d->Hkv, d->B, d->vs, G::BK))
+        return FA_ERR_DEVICE;
+    if (cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return FA_ERR_DEVICE;
+    }
+    kern<<<dim3((unsigned)(d->B * d->Hq), (unsigned)((d->Sq + G::BQ - 1) / G::BQ), 1), C::WG, G::SMEM, stream>>>(w);
+    return fa__cu(cudaGetLastError());
+}
+
+template <typename T, class C>
+static fa_status fa__wg_launch(const fa__dims *d, int mods, const void *q, const void *k, const void *v, void *o,
+                               cudaStream_t stream)
+{
+    return fa__wg_run<C>(d, mods == 4 ? fa__wg_fwd<T, C, 4> : mods == 1 ? fa__wg_fwd<T, C, 1>
+                            : mods == 2 ? fa__wg_fwd<T, C, 2> : fa__wg_fwd<T, C, 0>, q, k, v, o, stream);
+}
+#endif
+
 /* Runs the decode path fa__cu_pick chose (8d2) on storage type T, its split kernel `kern` (smem
    bytes of shared memory, `threads` a block): the workspace allocated stream-ordered (fa__cu_alloc:
    cudaMallocAsync on the stream where the device has memory pools), the split kernel, the merge,
@@ -7464,6 +7947,14 @@ static fa_status fa__cu_launch(const fa__cu_plan *pl, const fa__dims *d, const v
         return d->dtype == FA_BF16 ? fa__dec_ffma_launch<__nv_bfloat16>(pl, d, q, k, v, o, st)
              : d->dtype == FA_F16 ? fa__dec_ffma_launch<__half>(pl, d, q, k, v, o, st)
                                   : fa__dec_ffma_launch<float>(pl, d, q, k, v, o, st);
+#if FA__WG
+    case FA__CU_WG_D128:
+        return d->dtype == FA_BF16 ? fa__wg_launch<__nv_bfloat16, fa__wg_d128>(d, pl->mods, q, k, v, o, st)
+                                   : fa__wg_launch<__half, fa__wg_d128>(d, pl->mods, q, k, v, o, st);
+    case FA__CU_WG_D64:
+        return d->dtype == FA_BF16 ? fa__wg_launch<__nv_bfloat16, fa__wg_d64>(d, pl->mods, q, k, v, o, st)
+                                   : fa__wg_launch<__half, fa__wg_d64>(d, pl->mods, q, k, v, o, st);
+#endif
     case FA__CU_TC_D64:
         return d->dtype == FA_BF16 ? fa__tc_launch<__nv_bfloat16, fa__tc_d64>(d, pl->mods, q, k, v, o, st)
                                    : fa__tc_launch<__half, fa__tc_d64>(d, pl->mods, q, k, v, o, st);

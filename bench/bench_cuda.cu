@@ -309,24 +309,30 @@ static void free_bufs(Bufs &b)
 typedef fa_status (*tc_fn)(const fa__dims *, const void *, const void *, const void *, void *, cudaStream_t);
 struct Impl { const char *name; int kind; tc_fn fn; int D; };   /* kind 0 API tiled, 1 API naive, 2 tc */
 
-/* The tensor-core kernel alone: what fa__cu_pick chooses, when that is a tensor-core kernel. */
+/* The tensor-core kernel alone: what fa__cu_pick chooses, when that is a tensor-core kernel (the
+   mma.sync one, or on a Hopper the wgmma one). */
+static int tc_kernel(fa__cu_kernel k)
+{
+    return k == FA__CU_TC_D64 || k == FA__CU_TC_D128 || k == FA__CU_WG_D128 || k == FA__CU_WG_D64;
+}
 static fa_status tc_default(const fa__dims *d, const void *q, const void *k, const void *v, void *o, cudaStream_t s)
 {
     fa__cu_plan pl;
     fa_status st = fa__cu_pick(d, q, k, v, o, &pl);
     if (st != FA_OK) return st;
-    if (pl.kernel != FA__CU_TC_D64 && pl.kernel != FA__CU_TC_D128) return FA_ERR_UNSUPPORTED;
+    if (!tc_kernel(pl.kernel)) return FA_ERR_UNSUPPORTED;
     return fa__cu_launch(&pl, d, q, k, v, o, s);
 }
-/* A tile configuration C of the tensor-core kernel (fields as the header's fa__tc_d64), on the
-   requests the picker gives the tensor-core kernel with C's head dim. */
+/* A tile configuration C of the mma.sync tensor-core kernel (fields as the header's fa__tc_d64), on
+   the requests the picker gives a tensor-core kernel with C's head dim (on a Hopper the
+   wgmma one: this then times the mma.sync kernel it replaced). */
 template <class C>
 static fa_status tc_config(const fa__dims *d, const void *q, const void *k, const void *v, void *o, cudaStream_t s)
 {
     fa__cu_plan pl;
     fa_status st = fa__cu_pick(d, q, k, v, o, &pl);
     if (st != FA_OK) return st;
-    if ((pl.kernel != FA__CU_TC_D64 && pl.kernel != FA__CU_TC_D128) || d->D != C::D) return FA_ERR_UNSUPPORTED;
+    if (!tc_kernel(pl.kernel) || d->D != C::D) return FA_ERR_UNSUPPORTED;
     return d->dtype == FA_BF16 ? fa__tc_launch<__nv_bfloat16, C>(d, pl.mods, q, k, v, o, s)
                                : fa__tc_launch<__half, C>(d, pl.mods, q, k, v, o, s);
 }
@@ -339,11 +345,28 @@ struct tc64_w4m2k32q_m3 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF =
 struct tc64_w4m2k32q_pf { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2 }; };
 struct tc128_w4m2k64 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 0, MINB = 1 }; };
 struct tc128_w4m2k64_pf { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, MINB = 1 }; };
+/* The Hopper kernel's variants (bf16, plain rows only; fields as the header's fa__wg_d128): 2 stages
+   instead of 3, and without the consumers' ping-pong. */
+struct wg128_st2 { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1 }; };
+struct wg128_nopp { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 0 }; };
+struct wg64_st2 { enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1 }; };
+template <class C>
+static fa_status wg_config(const fa__dims *d, const void *q, const void *k, const void *v, void *o, cudaStream_t s)
+{
+    fa__cu_plan pl;
+    fa_status st = fa__cu_pick(d, q, k, v, o, &pl);
+    if (st != FA_OK) return st;
+    if ((pl.kernel != FA__CU_WG_D128 && pl.kernel != FA__CU_WG_D64) || d->D != C::D || pl.mods != 0 ||
+        d->dtype != FA_BF16)
+        return FA_ERR_UNSUPPORTED;
+    return fa__wg_run<C>(d, fa__wg_fwd<__nv_bfloat16, C, 0>, q, k, v, o, s);
+}
 static const Impl tune_impls[] = {
     { "tc64_w4m2k64q", 2, tc_config<tc64_w4m2k64q>, 64 },       { "tc64_w4m2k64q_pf", 2, tc_config<tc64_w4m2k64q_pf>, 64 },
     { "tc64_w4m2k64_m3", 2, tc_config<tc64_w4m2k64_m3>, 64 },   { "tc64_w4m2k32q_m3", 2, tc_config<tc64_w4m2k32q_m3>, 64 },
     { "tc64_w4m2k32q_pf", 2, tc_config<tc64_w4m2k32q_pf>, 64 }, { "tc128_w4m2k64", 2, tc_config<tc128_w4m2k64>, 128 },
-    { "tc128_w4m2k64_pf", 2, tc_config<tc128_w4m2k64_pf>, 128 },
+    { "tc128_w4m2k64_pf", 2, tc_config<tc128_w4m2k64_pf>, 128 }, { "wg128_st2", 2, wg_config<wg128_st2>, 128 },
+    { "wg128_nopp", 2, wg_config<wg128_nopp>, 128 },            { "wg64_st2", 2, wg_config<wg64_st2>, 64 },
 };
 #else
 static const Impl tune_impls[] = { { "tc_tiled", 2, tc_default, 0 } };

@@ -32,6 +32,7 @@ static int g_block_k = 0;   /* p.block_k of the runs: 32 and 64 pick the other f
 static int g_block_q = 0;   /* p.block_q of the runs: 64 and 128 pick the fp32 kernels with several blocks/SM */
 static int g_tiled_only = 0;   /* run_list skips fa_cuda_naive (which ignores block_q) */
 static int g_served[FA__CU_KERNELS][5];   /* tiled runs served by each kernel (fa__cu_pick), by modifier variant */
+static int g_hopper = 0;   /* the device has compute capability 9.0: the Hopper kernel (8d3) serves D = 64 and 128 */
 
 #include "cuda_util.h"
 
@@ -149,7 +150,8 @@ static int close_or_report(const char *what, const char *name, const float *a, c
    {64, 128} with rows that are multiples of 8 elements (variant 4 with any modifier, a bias or a
    negative scale), else the FFMA one of the head-dim class. Then: fp16/bf16 at D = Dv in {64, 128} with rows
    that are multiples of 8 elements (packed and [B][S][H][D] here; the padded layout is not) run on
-   tensor cores; fp32 with every q/k/v row a multiple of 4 floats on the aligned-fp32 kernels that
+   tensor cores: on a compute capability 9.0 device with Sk >= 1 the Hopper kernel (8d3,
+   whose sm_90a code this build must hold), else the mma.sync kernel; fp32 with every q/k/v row a multiple of 4 floats on the aligned-fp32 kernels that
    (block_q, block_k) name, where their shared memory fits; the rest on the generic kernel of the
    head-dim class. *mods: the tensor-core kernel's modifier variant. */
 static fa__cu_kernel want_kernel(const tcase *c, fa_dtype dt, int *mods)
@@ -171,6 +173,7 @@ static fa__cu_kernel want_kernel(const tcase *c, fa_dtype dt, int *mods)
         if (c->D == Dv && (c->D == 64 || c->D == 128) && c->layout != L_PADDED) {
             const int sc = c->softcap > 0.0f, al = c->alibi != ALIBI_NONE;
             *mods = c->bias != BIAS_NONE || c->scale < 0.0f || (sc && al) ? 4 : sc ? 1 : al ? 2 : 0;
+            if (g_hopper && c->Sk >= 1) return c->D == 64 ? FA__CU_WG_D64 : FA__CU_WG_D128;
             return c->D == 64 ? FA__CU_TC_D64 : FA__CU_TC_D128;
         }
         return generic;
@@ -355,6 +358,11 @@ static const tcase g_shapes[] = {
     { "scale 0.3", 1, 2, 0, 90, 90, 64, 0, 1, L_PACKED, 0.3f, 0, 0, 0, 0, 0, 0 },
     { "decode sq=1", 3, 8, 2, 1, 1031, 128, 0, 1, L_BSHD, 0, 0, 0, 0, 0, 0, 0 },
     { "sk=0", 2, 2, 0, 5, 0, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "sk=0 d128", 1, 2, 0, 40, 0, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "d128 gqa causal ragged", 2, 4, 2, 200, 333, 128, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "d128 causal sq>sk", 1, 2, 1, 300, 130, 128, 0, 1, L_BSHD, 0, 0, 0, 0, 0, 0, 1 },
+    { "d128 mqa 3 stages", 1, 3, 1, 129, 700, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "d128 window 100/20", 2, 2, 2, 400, 520, 128, 0, 0, L_PACKED, 0, 100, 20, 0, 0, 0, 1 },
     { "long rows sk=13000", 1, 2, 1, 3, 13000, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
     { "sq=0", 2, 2, 0, 0, 9, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
 };
@@ -972,16 +980,18 @@ static void test_kernels_served(void **state)
         int m, runs = 0;
         for (m = 0; m < 5; m++) runs += g_served[k][m];
         printf("  %-16s %4d tiled runs", fa__cu_kernel_name((fa__cu_kernel)k), runs);
-        if (k == FA__CU_TC_D64 || k == FA__CU_TC_D128)
+        const int wg = k == FA__CU_WG_D128 || k == FA__CU_WG_D64, tc = k == FA__CU_TC_D64 || k == FA__CU_TC_D128;
+        const int modded = (tc && !g_hopper) || (wg && g_hopper);   /* on a Hopper the mma.sync kernel serves Sk = 0 */
+        if (tc || wg)
             printf(" (variants 0/1/2/4: %d/%d/%d/%d)", g_served[k][0], g_served[k][1], g_served[k][2], g_served[k][4]);
         printf("\n");
+        if (wg && !g_hopper) continue;   /* the Hopper kernel serves compute capability 9.0 alone */
         if (runs == 0) { print_error("  no run was served by %s\n", fa__cu_kernel_name((fa__cu_kernel)k)); n++; }
         if ((k == FA__CU_DEC_TC_D64 || k == FA__CU_DEC_TC_D128) && (!g_served[k][0] || !g_served[k][4])) {
             print_error("  %s: a modifier variant served no run\n", fa__cu_kernel_name((fa__cu_kernel)k));
             n++;
         }
-        if ((k == FA__CU_TC_D64 || k == FA__CU_TC_D128) &&
-            (!g_served[k][0] || !g_served[k][1] || !g_served[k][2] || !g_served[k][4])) {
+        if (modded && (!g_served[k][0] || !g_served[k][1] || !g_served[k][2] || !g_served[k][4])) {
             print_error("  %s: a modifier variant served no run\n", fa__cu_kernel_name((fa__cu_kernel)k));
             n++;
         }
@@ -1083,6 +1093,16 @@ int main(void)
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         printf("SKIPPED: no CUDA device\n");
         return 0;
+    }
+    {
+        int dev = 0, major = 0, minor = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+            printf("FAILED: the device cannot be queried\n");
+            return 1;
+        }
+        g_hopper = major == 9 && minor == 0;
     }
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
