@@ -491,6 +491,10 @@ extern "C" {
    when block_k is 0. */
 #define FA__TILE_ROWS { 480, 384, 288, 192, 96, 48, 32, 16 }
 #define FA__BLOCK_K 64
+/* ... and its key block on AMX-BF16 tiles (bf16, section 3) when block_k is 0 */
+#ifndef FA__AMX_BLOCK_K
+#define FA__AMX_BLOCK_K 64
+#endif
 
 /* Decoding: the key axis is split for tiles of at most FA__SPLIT_ROWS rows per head (or packed
    GQA heads), in chunks of at least FA__CHUNK_KEYS keys and at most FA__MAX_CHUNKS of them, fixed
@@ -2592,25 +2596,74 @@ FA__BF16 static void fa__ppack_bf16(const float *S, int64_t ld, int nk, int nvec
 /* ---- bf16 storage on AMX-BF16 tiles (Sapphire Rapids and later) --------------------------------
    The same two products as the vdpbf16ps kernels above, on the tile unit: tdpbf16ps multiplies a
    16 x 32 bf16 tile by a 32 x 16 one (in pairs of rows, the layout of Qp and Pp) into a 16 x 16
-   fp32 tile. Scores: C = St [16 keys][16 lanes], A = 16 K rows as stored (32 features, 64 bytes),
-   B = Qp's words [16 pairs][16 lanes]. P V: C = Ot [16 features][16 lanes], A = Vt [16 features]
-   [16 key pairs] (V's words transposed per block, key pairs padded to 16 with zeros), B = Pp. A
-   panel of up to 3 lane vectors holds C in tiles 0-2, A in 3 and B in 4-6. Key groups of fewer
-   than 16 and features past the last 16 go through fa__gemm_bf16_avx512 (the same words). The
-   tiles are configured at the start of each work item of fa_tiled and released at its end.
+   fp32 tile. The tiled loop walks a tile's lanes in panels of 32 (two lane vectors), each panel's
+   Qp, Ot, scores and probabilities in rows of 32 lanes (128 bytes) of their own, and every product
+   is a 2 x 2 block of C tiles (0-3) from two A tiles (4-5) and two B tiles (6-7): four independent
+   accumulators, one tile load per tdpbf16ps.
+   Scores: C = St [16 keys][16 lanes], A = 16 K rows as stored (32 features, 64 bytes), B = Qp's
+   words [16 pairs][16 lanes]. P V: C = Ot [16 features][16 lanes], A = Vt [16 features][16 key
+   pairs] (V's words transposed per block), B = Pp [16 key pairs][16 lanes]. Both are anchored at
+   the block's first key (its absolute position, fa__tile_blocks), whatever part of the block a tile
+   sees: key groups of 16 and key pairs sit at the same places in every tiling, so a row's bits do
+   not depend on its tile. Fewer than 16 keys left at the end of the keys, and features past the
+   last 16, go through fa__gemm_bf16_avx512 (the same words). The tiles are configured at the start
+   of each work item of fa_tiled and released at its end.
    Linux hands the tile state to a process only after it asks (arch_prctl(ARCH_REQ_XCOMP_PERM,
    XFEATURE_XTILEDATA)): fa_tiled asks at each call that would use the tiles (a system call; the
    kernel keeps the permission for the whole process, granted once), and where the kernel refuses
-   (an old kernel, a seccomp filter) it runs the vdpbf16ps kernels instead. Needs head_dim % 32 == 0. */
+   (an old kernel, a seccomp filter) it runs the vdpbf16ps kernels instead. Needs head_dim % 32 == 0.
+   FA__AMX_EMULATE (tests only, not an option): the tile instructions in C on thread-local tiles, so
+   that a CPU without AMX runs this path's data movement (results within bf16's tolerance, not the
+   tile unit's bits). */
 #if defined(FLASHATTN__X86) && !defined(FLASHATTN_NO_AVX512BF16) && !defined(FLASHATTN_NO_AMX) && defined(__linux__) && \
     defined(__x86_64__) && ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 12))
 #define FA__HAVE_AMX 1
+#define FA__AMX_LD 32                   /* lanes in a panel's rows */
+#ifdef FA__AMX_EMULATE
+#define FA__AMXT FA__BF16
+static __thread unsigned char fa__emu_tile[8][1024];
+static void fa__emu_load(int t, const void *p, long s)
+{
+    int r;
+    for (r = 0; r < 16; r++) memcpy(fa__emu_tile[t] + 64 * r, (const unsigned char *)p + r * s, 64);
+}
+static void fa__emu_store(int t, void *p, long s)
+{
+    int r;
+    for (r = 0; r < 16; r++) memcpy((unsigned char *)p + r * s, fa__emu_tile[t] + 64 * r, 64);
+}
+static void fa__emu_dp(int c, int a, int b)
+{
+    float C[16][16];
+    uint16_t A[16][32], B[16][32];
+    int i, n, k;
+    memcpy(C, fa__emu_tile[c], sizeof C); memcpy(A, fa__emu_tile[a], sizeof A); memcpy(B, fa__emu_tile[b], sizeof B);
+    for (i = 0; i < 16; i++)
+        for (n = 0; n < 16; n++)
+            for (k = 0; k < 16; k++)
+                C[i][n] += fa__bf16_to_f32(A[i][2 * k]) * fa__bf16_to_f32(B[k][2 * n]) +
+                           fa__bf16_to_f32(A[i][2 * k + 1]) * fa__bf16_to_f32(B[k][2 * n + 1]);
+    memcpy(fa__emu_tile[c], C, sizeof C);
+}
+#define FA__TLOAD(t, p, s) fa__emu_load(t, p, s)
+#define FA__TSTORE(t, p, s) fa__emu_store(t, p, s)
+#define FA__TZERO(t) memset(fa__emu_tile[t], 0, 1024)
+#define FA__TDP(c, a, b) fa__emu_dp(c, a, b)
+#else
 #define FA__AMXT __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+#define FA__TLOAD(t, p, s) _tile_loadd(t, p, s)
+#define FA__TSTORE(t, p, s) _tile_stored(t, p, s)
+#define FA__TZERO(t) _tile_zero(t)
+#define FA__TDP(c, a, b) _tile_dpbf16ps(c, a, b)
+#endif
 
 /* AMX-TILE and AMX-BF16 (leaf 7 EDX bits 24, 22) with the tile state enabled by the OS (XCR0 bits
    17, 18) */
 static int fa__cpu_amx(void)
 {
+#ifdef FA__AMX_EMULATE
+    return fa__cpu_avx512bf16();
+#else
     unsigned a, b, c, d, lo, hi;
     if (__get_cpuid_max(0, NULL) < 7) return 0;
     __cpuid_count(7, 0, a, b, c, d);
@@ -2618,62 +2671,83 @@ static int fa__cpu_amx(void)
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1u)) return 0;      /* OSXSAVE */
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return ((((uint64_t)hi << 32) | lo) & 0x60000u) == 0x60000u;
+#endif
 }
 
 /* The process's permission to use the tile data (granted once, kept by the kernel): 1 if granted. */
 static int fa__amx_permit(void)
 {
+#ifdef FA__AMX_EMULATE
+    return 1;
+#else
     long r;     /* syscall(SYS_arch_prctl = 158, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18) */
     __asm__ volatile("syscall" : "=a"(r) : "a"(158L), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
     return r == 0;
+#endif
 }
 
-/* palette 1, tiles 0-6 of 16 rows x 64 bytes: bytes 16 + 2t (colsb, little-endian) and 48 + t (rows).
+/* palette 1, tiles 0-7 of 16 rows x 64 bytes: bytes 16 + 2t (colsb, little-endian) and 48 + t (rows).
    A constant table, not a local filled at run time: the intrinsic's asm names only the first 8
    bytes of its operand, so GCC dropped the stores to the rest of a local (the tiles then faulted). */
 static const unsigned char fa__amx_cfg[64] = {
     1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 0, 0,
+    64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0,
     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+    16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0 };
 
 FA__AMXT static void fa__amx_begin(void)
 {
+#ifndef FA__AMX_EMULATE
     __asm__ volatile("ldtilecfg %0" : : "m"(*(const unsigned char (*)[64])fa__amx_cfg));
+#endif
 }
 
-FA__AMXT static void fa__amx_end(void) { _tile_release(); }
+FA__AMXT static void fa__amx_end(void)
+{
+#ifndef FA__AMX_EMULATE
+    _tile_release();
+#endif
+}
 
-/* St[j][lanes] = scale * dot(K[j], q_lane) for j < nk, lanes of nv <= 3 vectors; D % 32 == 0 */
-FA__AMXT static void fa__qk_amx(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, int64_t ld, float *S,
-                               int64_t lds, int nv, float scale, fa__pf *pf)
+/* St[j][lanes] = scale * dot(K[j], q_lane) for j < nk and nv (1 or 2) lane vectors, Qp [D/2] and
+   St [nk] in rows of FA__AMX_LD lanes (S, Qp at the first lane); D % 32 == 0. Keys in 16-key groups,
+   two at a time (C tiles 0, 1 | 2, 3 from K tiles 4 | 5); fewer than 16 left on vdpbf16ps. */
+FA__AMXT static void fa__qk_amx(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, float *S, int nv,
+                               float scale, fa__pf *pf)
 {
     const __m512 sc = _mm512_set1_ps(scale);
-    int g, x, r, v, Dp = D / 2;
-    long sk = (long)(2 * ks), sq = (long)(4 * ld), ss = (long)(4 * lds);
-    for (g = 0; g + 16 <= nk; g += 16) {
+    const long sk = (long)(2 * ks), sr = 4 * FA__AMX_LD;
+    int g, x, r, Dp = D / 2, two = nv > 1;
+    for (g = 0; g + 16 <= nk; g += 32) {
         const uint16_t *kr = K + (int64_t)g * ks;
-        float *s = S + (int64_t)g * lds;
-        _tile_zero(0); _tile_zero(1); _tile_zero(2);
+        float *s = S + (int64_t)g * FA__AMX_LD;
+        int pair = g + 32 <= nk;
+        FA__TZERO(0); if (two) FA__TZERO(1);
+        if (pair) { FA__TZERO(2); if (two) FA__TZERO(3); }
         for (x = 0; x < Dp; x += 16) {
-            const uint32_t *b = Qp + (int64_t)x * ld;
-            fa__pf_step(pf);
-            _tile_loadd(3, kr + 2 * x, sk);
-            _tile_loadd(4, b, sq);
-            _tile_dpbf16ps(0, 3, 4);
-            if (nv > 1) { _tile_loadd(5, b + 16, sq); _tile_dpbf16ps(1, 3, 5); }
-            if (nv > 2) { _tile_loadd(6, b + 32, sq); _tile_dpbf16ps(2, 3, 6); }
+            const uint32_t *b = Qp + (int64_t)x * FA__AMX_LD;
+            FA__TLOAD(4, kr + 2 * x, sk);
+            FA__TLOAD(6, b, sr);
+            FA__TDP(0, 4, 6);
+            if (pair) { FA__TLOAD(5, kr + 16 * ks + 2 * x, sk); FA__TDP(2, 5, 6); }
+            if (two) {
+                FA__TLOAD(7, b + 16, sr);
+                FA__TDP(1, 4, 7);
+                if (pair) FA__TDP(3, 5, 7);
+            }
         }
-        _tile_stored(0, s, ss);
-        if (nv > 1) _tile_stored(1, s + 16, ss);
-        if (nv > 2) _tile_stored(2, s + 32, ss);
-        for (r = 0; r < 16; r++)
-            for (v = 0; v < nv; v++)
-                _mm512_storeu_ps(s + (int64_t)r * lds + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(s + (int64_t)r * lds + 16 * v), sc));
+        FA__TSTORE(0, s, sr); if (two) FA__TSTORE(1, s + 16, sr);
+        if (pair) { FA__TSTORE(2, s + 16 * FA__AMX_LD, sr); if (two) FA__TSTORE(3, s + 16 * FA__AMX_LD + 16, sr); }
+        if (!pair) { g += 16; break; }
+    }
+    for (r = 0; r < g; r++) {
+        float *s = S + (int64_t)r * FA__AMX_LD;
+        _mm512_storeu_ps(s, _mm512_mul_ps(_mm512_loadu_ps(s), sc));
+        if (two) _mm512_storeu_ps(s + 16, _mm512_mul_ps(_mm512_loadu_ps(s + 16), sc));
     }
     if (g < nk)
-        fa__gemm_bf16_avx512((const unsigned char *)(K + (int64_t)g * ks), 2 * ks, 4, nk - g, Dp, Qp, ld, S + (int64_t)g * lds,
-                             lds, nv, 0, scale, pf);
+        fa__gemm_bf16_avx512((const unsigned char *)(K + (int64_t)g * ks), 2 * ks, 4, nk - g, Dp, Qp, FA__AMX_LD,
+                             S + (int64_t)g * FA__AMX_LD, FA__AMX_LD, nv, 0, scale, pf);
 }
 
 /* Vt[t][x] = Vp[x][t] for t < Dv, x < np16 (np16 a multiple of 16; words past np are 0) */
@@ -2694,33 +2768,37 @@ FA__AMXT static void fa__vt_pack(const uint32_t *Vp, int np, int Dv, uint32_t *V
 }
 
 /* Ot[t][lanes] += sum_x Vt[t][x] . Pp[x][lanes] for t < Dv, x < np16 (Pp's rows past the block's
-   key pairs are 0), lanes of nv <= 3 vectors */
-FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, int64_t ld, float *O, int64_t ldo,
-                               int nv, fa__pf *pf)
+   key pairs are 0), nv (1 or 2) lane vectors, Ot and Pp in rows of FA__AMX_LD lanes. Features in
+   16-feature groups, two at a time (C tiles 0, 1 | 2, 3 from Vt tiles 4 | 5). */
+FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf)
 {
-    int t0, x;
-    long sv = (long)(4 * np16), sp = (long)(4 * ld), so = (long)(4 * ldo);
-    for (t0 = 0; t0 + 16 <= Dv; t0 += 16) {
-        float *o = O + (int64_t)t0 * ldo;
-        _tile_loadd(0, o, so);
-        if (nv > 1) _tile_loadd(1, o + 16, so);
-        if (nv > 2) _tile_loadd(2, o + 32, so);
+    const long sv = (long)(4 * np16), sr = 4 * FA__AMX_LD;
+    int t0, x, two = nv > 1;
+    for (t0 = 0; t0 + 16 <= Dv; t0 += 32) {
+        float *o = O + (int64_t)t0 * FA__AMX_LD;
+        const uint32_t *va = Vt + (int64_t)t0 * np16;
+        int pair = t0 + 32 <= Dv;
+        FA__TLOAD(0, o, sr); if (two) FA__TLOAD(1, o + 16, sr);
+        if (pair) { FA__TLOAD(2, o + 16 * FA__AMX_LD, sr); if (two) FA__TLOAD(3, o + 16 * FA__AMX_LD + 16, sr); }
         for (x = 0; x < np16; x += 16) {
-            const uint32_t *b = Pp + (int64_t)x * ld;
-            fa__pf_step(pf);
-            _tile_loadd(3, Vt + (int64_t)t0 * np16 + x, sv);
-            _tile_loadd(4, b, sp);
-            _tile_dpbf16ps(0, 3, 4);
-            if (nv > 1) { _tile_loadd(5, b + 16, sp); _tile_dpbf16ps(1, 3, 5); }
-            if (nv > 2) { _tile_loadd(6, b + 32, sp); _tile_dpbf16ps(2, 3, 6); }
+            const uint32_t *b = Pp + (int64_t)x * FA__AMX_LD;
+            FA__TLOAD(4, va + x, sv);
+            FA__TLOAD(6, b, sr);
+            FA__TDP(0, 4, 6);
+            if (pair) { FA__TLOAD(5, va + 16 * np16 + x, sv); FA__TDP(2, 5, 6); }
+            if (two) {
+                FA__TLOAD(7, b + 16, sr);
+                FA__TDP(1, 4, 7);
+                if (pair) FA__TDP(3, 5, 7);
+            }
         }
-        _tile_stored(0, o, so);
-        if (nv > 1) _tile_stored(1, o + 16, so);
-        if (nv > 2) _tile_stored(2, o + 32, so);
+        FA__TSTORE(0, o, sr); if (two) FA__TSTORE(1, o + 16, sr);
+        if (pair) { FA__TSTORE(2, o + 16 * FA__AMX_LD, sr); if (two) FA__TSTORE(3, o + 16 * FA__AMX_LD + 16, sr); }
+        if (!pair) { t0 += 16; break; }
     }
     if (t0 < Dv)
-        fa__gemm_bf16_avx512((const unsigned char *)(Vt + (int64_t)t0 * np16), 4 * (int64_t)np16, 4, Dv - t0, np16, Pp, ld,
-                             O + (int64_t)t0 * ldo, ldo, nv, 1, 1.0f, pf);
+        fa__gemm_bf16_avx512((const unsigned char *)(Vt + (int64_t)t0 * np16), 4 * (int64_t)np16, 4, Dv - t0, np16, Pp,
+                             FA__AMX_LD, O + (int64_t)t0 * FA__AMX_LD, FA__AMX_LD, nv, 1, 1.0f, pf);
 }
 #endif
 
@@ -2769,10 +2847,9 @@ typedef struct fa__kernels {
     void (*dots_h)(fa_dtype dt, const float *Q, int nr, const uint16_t *K, int64_t ks, int nk, int D, float *S, int64_t lds);
     void (*pv_rows_h)(fa_dtype dt, const float *P, int64_t lds, int nr, const uint16_t *V, int64_t vs, int nk, float *O, int Dv);
     /* bf16 products on AMX-BF16 tiles (fa__qk_amx, fa__pv_amx, fa__vt_pack); NULL without */
-    void (*amx_qk)(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, int64_t ld, float *S, int64_t lds,
-                   int nv, float scale, fa__pf *pf);
-    void (*amx_pv)(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, int64_t ld, float *O, int64_t ldo, int nv,
+    void (*amx_qk)(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, float *S, int nv, float scale,
                    fa__pf *pf);
+    void (*amx_pv)(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf);
     void (*amx_vt)(const uint32_t *Vp, int np, int Dv, uint32_t *Vt, int np16);
 } fa__kernels;
 
@@ -3760,8 +3837,6 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
             if (cand[c] == 32 && fallback) { pl->nq = fallback; break; }
         }
     }
-    pl->bk = d->block_k ? d->block_k : FA__BLOCK_K;
-    if (pl->bk > d->Sk) pl->bk = d->Sk > 0 ? d->Sk : 1;
     /* a library tiling's last tile takes a remainder of under 16 rows (one lane vector) rather
        than leaving it a tile of its own, which would re-read K/V for a part-empty vector */
     pl->qtiles = ((int64_t)d->Sq + pl->nq - 1) / pl->nq;
@@ -3770,9 +3845,16 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
         pl->qtiles = d->Sq / pl->nq;
         pl->rows = pl->nq + d->Sq % pl->nq;
     }
-    ld = fa__round16((size_t)pl->rows);
-    pl->ld = (int)ld;
     pl->rowmajor = K->rows_max > 0 && pl->rows <= K->rows_max;
+    /* bf16 products on vdpbf16ps; on AMX tiles (where the CPU has them, whether or not the process
+       may use them: the plan and its counts do not depend on the permission), with their own key
+       block and lanes to a multiple of 32 (panels of two lane vectors, fa__qk_amx) */
+    pl->dpbf16 = K->gemm_bf16 && d->dtype == FA_BF16 && d->D % 2 == 0 && !pl->rowmajor;
+    pl->amx = pl->dpbf16 && K->amx_qk && d->D % 32 == 0;
+    pl->bk = d->block_k ? d->block_k : pl->amx ? FA__AMX_BLOCK_K : FA__BLOCK_K;
+    if (pl->bk > d->Sk) pl->bk = d->Sk > 0 ? d->Sk : 1;
+    ld = pl->amx ? (fa__round16((size_t)pl->rows) + 31) / 32 * 32 : fa__round16((size_t)pl->rows);
+    pl->ld = (int)ld;
     pl->tiles = pl->qtiles * d->B * (d->Hq / pl->hpt);
     nb = ((int64_t)d->Sk + pl->bk - 1) / pl->bk;
     pl->nchunk = 1;
@@ -3799,13 +3881,10 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
         size_t h = fa__add_size(fa__round16(fa__mul_size((size_t)pl->bk, (size_t)d->D)),
                                 fa__round16(fa__mul_size((size_t)pl->bk, (size_t)d->Dv)));
         h = fa__add_size(h, fa__mul_size(16, fa__add_size((size_t)d->D, (size_t)d->Dv)));
-        /* vdpbf16ps: Q's words in Qt's place and V's in Vc's; the panel probabilities Pp [ceil(bk/2)][ld] */
-        pl->dpbf16 = K->gemm_bf16 && d->dtype == FA_BF16 && d->D % 2 == 0 && !pl->rowmajor;
-        pl->amx = pl->dpbf16 && K->amx_qk && d->D % 32 == 0;
+        /* vdpbf16ps: Q's words in Qt's place and V's in Vc's; the panel probabilities Pp [ceil(bk/2)][ld]
+           (AMX: also a panel's Pp [np16][32], fewer; and Vt [Dv][np16], key pairs to a multiple of 16) */
         pl->np16 = (int)fa__round16(((size_t)pl->bk + 1) / 2);
-        /* AMX: Pp's rows to a multiple of 16 and Vt [Dv][np16] (allocated when the CPU has the tiles,
-           whether or not the process may use them: the count does not depend on the permission) */
-        if (pl->dpbf16) h = fa__add_size(h, fa__round16(fa__mul_size(ld, pl->amx ? (size_t)pl->np16 : ((size_t)pl->bk + 1) / 2)));
+        if (pl->dpbf16) h = fa__add_size(h, fa__round16(fa__mul_size(ld, ((size_t)pl->bk + 1) / 2 + (pl->amx ? 16 : 0))));
         if (pl->amx) h = fa__add_size(h, fa__mul_size((size_t)d->Dv, (size_t)pl->np16));
         pl->half_off = f;
         f = fa__add_size(f, h);
@@ -3885,8 +3964,8 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     float *Qc = half ? Vc + fa__round16((size_t)bk * Dv) : NULL, *Oc = half ? Qc + 16 * (size_t)D : NULL;
     /* vdpbf16ps (pl->dpbf16): Q's words in Qt, V's in Vc, P's in Pp */
     uint32_t *Pp = pl->dpbf16 ? (uint32_t *)(Oc + 16 * (size_t)Dv) : NULL, *Qp = (uint32_t *)Qt, *Vp = (uint32_t *)Vc;
-    uint32_t *Vt = pl->amx ? Pp + fa__round16((size_t)ld * pl->np16) : NULL;
-    int vfin = 0;
+    uint32_t *Vt = pl->amx ? Pp + fa__round16((size_t)ld * (((size_t)bk + 1) / 2 + 16)) : NULL;
+    int vfin = 0, amx_pf = 0;
     fa__rule_lanes ln;
     fa__pf pf;
 
@@ -3920,7 +3999,10 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                 if (pl->dpbf16) {
                     const uint16_t *qw[16];
                     for (u = 0; u < 16; u++) qw[u] = r0 + u < nr ? c->qh + FA__QOFF(r0 + u) : NULL;
-                    K->qpack_bf16(qw, D / 2, Qp + r0, ld);
+                    if (c->amx)     /* panels of 32 lanes, each its own [D/2][32] (fa__qk_amx) */
+                        K->qpack_bf16(qw, D / 2, Qp + (size_t)(r0 / 32) * 32 * (D / 2) + r0 % 32, 32);
+                    else
+                        K->qpack_bf16(qw, D / 2, Qp + r0, ld);
                     continue;
                 }
                 for (u = 0; u < 16; u++) {
@@ -3970,9 +4052,13 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             if (ra >= rb) continue;
             v0 = (int)(ra / 16); v1 = (int)((rb + 15) / 16);
         }
-        if (pl->dpbf16) {   /* V's words once per block; a non-finite V goes through the fp32 kernels */
+        if (c->amx) {       /* AMX: V's words over the block's whole extent, from f0 (fa__qk_amx) */
+            vfin = K->vpack_bf16(vhb + f0 * vs, vs, (int)(f1 - f0), Dv, Vp);
+            if (vfin) K->amx_vt(Vp, (int)(f1 - f0 + 1) / 2, Dv, Vt, pl->np16);
+            else
+                for (j = 0; j < nk; j++) K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
+        } else if (pl->dpbf16) {   /* V's words once per block; a non-finite V goes through the fp32 kernels */
             vfin = K->vpack_bf16(vhb + k0 * vs, vs, nk, Dv, Vp);
-            if (vfin && c->amx) K->amx_vt(Vp, (nk + 1) / 2, Dv, Vt, pl->np16);
             if (!vfin)
                 for (j = 0; j < nk; j++) K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
         } else if (half)    /* the block converted once for all the tile's panels (its rows were prefetched) */
@@ -3984,7 +4070,8 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         {
             int64_t n1 = kb + 1 < kb1 ? (k1 + bk < khi ? k1 + bk : khi) - k1 : 0, lines, it;
             int np = 0;
-            for (p0 = v0; p0 < v1; p0 = fa__panel_end(p0, v1)) np++;
+            if (c->amx) np = (v1 + 1) / 2 - v0 / 2;
+            else for (p0 = v0; p0 < v1; p0 = fa__panel_end(p0, v1)) np++;
             if (half) {
                 fa__pf_set_es(&pf, 0, khb, ks, k1, k1 + n1, D, 2);
                 fa__pf_set_es(&pf, 1, vhb, vs, k1, k1 + n1, Dv, 2);
@@ -3995,30 +4082,54 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             lines = n1 * (pf.lines[0] + pf.lines[1]);
             it = (int64_t)np * (((int64_t)nk + 7) / 8 * D + ((int64_t)Dv + 7) / 8 * nk);
             pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
+            amx_pf = np > 0 ? (int)((lines + np - 1) / np) : 0;    /* AMX: lines per panel */
         }
+#ifdef FA__HAVE_AMX
+        if (c->amx) {
+            /* panels of two lane vectors (an even first one), each on its own rows of 32 lanes: scores
+               of the block's keys from f0 in whole 16-key groups, the rule and the online step on the
+               tile's keys [k0, k1), P rounded to bf16 with 0 outside them, P V on the tiles */
+            int nf = (int)(f1 - f0), off = (int)(k0 - f0), nkq = (off + nk + 15) / 16 * 16, pv, i;
+            if (nkq > nf) nkq = nf;
+            for (pv = v0 & ~1; pv < v1; pv += 2) {
+                int va = pv > v0 ? pv : v0, vb = pv + 2 < v1 ? pv + 2 : v1, lo = 16 * (va - pv), nvec = vb - va, a, e, x;
+                const uint32_t *qp = Qp + (size_t)(pv / 2) * 32 * (D / 2) + lo;
+                float *op = Ot + (size_t)(pv / 2) * 32 * Dv + lo, *sp = St + lo, *s0 = sp + (size_t)off * 32;
+                uint32_t *pp = Pp + lo;
+                for (i = 0; i < amx_pf; i++) fa__pf_step(&pf);
+                K->amx_qk(khb + f0 * ks, ks, nkq, D, qp, sp, nvec, d->scale, &pf);
+                if (ln.mods || mask) fa__modify_tile(K, &ln, 16 * va, s0, 32, nvec, k0, nk, mask);
+                K->online(s0, 32, nk, nvec, m + 16 * va, l + 16 * va, op, 32, Dv, tmp);
+                if (!vfin) {        /* the fp32 kernels on the converted block, as on vdpbf16ps below */
+                    for (a = va; a < vb; a = e) {
+                        int acc = acc_all ? acc_all : fa__pv_acc(&ln, a, f0, f1);
+                        for (e = a + 1; e < vb && (acc_all || fa__pv_acc(&ln, e, f0, f1) == acc); e++) {}
+                        K->gemm(Vc, 1, Dv, Dv, nk, s0 + 16 * (a - va), 32, op + 16 * (a - va), 32, e - a, acc, &pf);
+                    }
+                    continue;
+                }
+                for (j = 0; j < nf; j++)           /* the block's keys outside [k0, k1): weight 0 */
+                    if (j < off || j >= off + nk) memset(sp + (size_t)j * 32, 0, 16 * (size_t)nvec * sizeof(float));
+                K->ppack_bf16(sp, 32, nf, nvec, pp);
+                for (x = (nf + 1) / 2; x < pl->np16; x++) memset(pp + (size_t)x * 32, 0, 16 * (size_t)nvec * sizeof(uint32_t));
+                K->amx_pv(Vt, pl->np16, Dv, pp, op, nvec, &pf);
+            }
+            continue;
+        }
+#endif
         /* one register panel (up to 48 lanes, fa__gemm's) at a time through scores, the rule,
            softmax and P V, so its slice of the score tile stays in L1 between the steps */
         for (p0 = v0; p0 < v1; p0 = pe) {
             int pr0 = p0 * 16, va, vb;
             float *S0 = St + pr0;
             pe = fa__panel_end(p0, v1);
-            if (c->amx)
-                K->amx_qk(khb + k0 * ks, ks, nk, D, Qp + pr0, ld, S0, ld, pe - p0, d->scale, &pf);
-            else if (pl->dpbf16)
+            if (pl->dpbf16)
                 K->gemm_bf16((const unsigned char *)(khb + k0 * ks), 2 * ks, 4, nk, D / 2, Qp + pr0, ld, S0, ld, pe - p0,
                              0, d->scale, &pf);
             else
                 K->gemm(kblk, kst, 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0, &pf);
             if (ln.mods || mask) fa__modify_tile(K, &ln, pr0, S0, ld, pe - p0, k0, nk, mask);
             K->online(S0, ld, nk, pe - p0, m + pr0, l + pr0, Ot + pr0, ld, Dv, tmp);
-            if (c->amx && vfin) {
-                int x, u;
-                K->ppack_bf16(S0, ld, nk, pe - p0, Pp + pr0);
-                for (x = (nk + 1) / 2; x < pl->np16; x++)         /* the pad pairs: 0 */
-                    for (u = 0; u < 16 * (pe - p0); u++) Pp[(size_t)x * ld + pr0 + u] = 0;
-                K->amx_pv(Vt, pl->np16, Dv, Pp + pr0, ld, Ot + pr0, ld, pe - p0, &pf);
-                continue;
-            }
             if (pl->dpbf16 && vfin) {
                 K->ppack_bf16(S0, ld, nk, pe - p0, Pp + pr0);
                 K->gemm_bf16((const unsigned char *)Vp, 4, 4 * (int64_t)Dv, Dv, (nk + 1) / 2, Pp + pr0, ld, Ot + pr0, ld,
@@ -4033,6 +4144,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         }
     }
 
+    (void)amx_pf; (void)Vt;
     /* o (or this chunk's partials) = O / l, and lse = m + log l; a row that saw no key gets 0 and
        -INFINITY, a NaN row stays NaN */
 #define FA__OOFF(r) ((int64_t)b * d->os[0] + (int64_t)(h0 + (r) / nqr) * d->os[1] + (i0 + (r) % nqr) * d->os[2])
@@ -4044,7 +4156,8 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         for (r0 = 0; r0 < nr; r0 += 16) {
             float *op[16];
             for (u = 0; u < 16; u++) op[u] = r0 + u < nr ? (FA__HOUT ? Oc + (size_t)u * Dv : FA__OROW(r0 + u)) : NULL;
-            K->unpack16(Ot + r0, ld, l + r0, Dv, op);
+            if (c->amx) K->unpack16(Ot + (size_t)(r0 / 32) * 32 * Dv + r0 % 32, 32, l + r0, Dv, op);
+            else K->unpack16(Ot + r0, ld, l + r0, Dv, op);
             if (FA__HOUT)
                 for (u = 0; u < 16 && r0 + u < nr; u++) K->f2h(d->dtype, Oc + (size_t)u * Dv, c->oh + FA__OOFF(r0 + u), Dv);
         }
