@@ -491,9 +491,13 @@ extern "C" {
    when block_k is 0. */
 #define FA__TILE_ROWS { 480, 384, 288, 192, 96, 48, 32, 16 }
 #define FA__BLOCK_K 64
-/* ... and its key block on AMX-BF16 tiles (bf16, section 3) when block_k is 0 */
+/* ... and its key block on AMX-BF16 tiles (bf16, section 3) when block_k is 0; FA__AMX_L1PF 1: the
+   AMX products prefetch each panel's O and the next panel's Q toward L1 as they run */
 #ifndef FA__AMX_BLOCK_K
 #define FA__AMX_BLOCK_K 64
+#endif
+#ifndef FA__AMX_L1PF
+#define FA__AMX_L1PF 1
 #endif
 
 /* Decoding: the key axis is split for tiles of at most FA__SPLIT_ROWS rows per head (or packed
@@ -1546,18 +1550,29 @@ static void fa__pf_set(fa__pf *p, int m, const float *base, int64_t stride, int6
     fa__pf_set_es(p, m, base, stride, r0, r1, width, sizeof(float));
 }
 
-static inline void fa__pf_step(fa__pf *p)
+/* the stream's next line (0 when it is done), the stream moved past it */
+static inline uintptr_t fa__pf_next(fa__pf *p)
 {
     int m = p->rows[0] > 0 ? 0 : 1;
-    if (p->rows[m] <= 0) return;
-#if defined(__GNUC__)
-    __builtin_prefetch((const void *)(p->row[m] + (uintptr_t)p->c * 64u), 0, 2);
-#endif
+    uintptr_t a;
+    if (p->rows[m] <= 0) return 0;
+    a = p->row[m] + (uintptr_t)p->c * 64u;
     if (++p->c == p->lines[m]) {
         p->c = 0;
         p->row[m] += (uintptr_t)p->stride[m];
         p->rows[m]--;
     }
+    return a;
+}
+
+static inline void fa__pf_step(fa__pf *p)
+{
+    uintptr_t a = fa__pf_next(p);
+#if defined(__GNUC__)
+    if (a) __builtin_prefetch((const void *)a, 0, 2);
+#else
+    (void)a;
+#endif
 }
 
 /* End of the register panel that starts at lane vector vp of nv: 3 vectors (48 lanes), and when 4
@@ -2712,8 +2727,19 @@ FA__AMXT static void fa__amx_end(void)
 /* St[j][lanes] = scale * dot(K[j], q_lane) for j < nk and nv (1 or 2) lane vectors, Qp [D/2] and
    St [nk] in rows of FA__AMX_LD lanes (S, Qp at the first lane); D % 32 == 0. Keys in 16-key groups,
    two at a time (C tiles 0, 1 | 2, 3 from K tiles 4 | 5); fewer than 16 left on vdpbf16ps. */
+/* n lines of a prefetch stream toward L1 (the tile loads of the next steps: a tile load that misses
+   L1 waits on its 16 lines) */
+static inline void fa__pf_l1(fa__pf *p, int n)
+{
+    for (; n > 0; n--) {
+        uintptr_t a = fa__pf_next(p);
+        if (!a) return;
+        _mm_prefetch((const char *)a, _MM_HINT_T0);
+    }
+}
+
 FA__AMXT static void fa__qk_amx(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, float *S, int nv,
-                               float scale, fa__pf *pf)
+                               float scale, fa__pf *pf, fa__pf *l1, int l1n)
 {
     const __m512 sc = _mm512_set1_ps(scale);
     const long sk = (long)(2 * ks), sr = 4 * FA__AMX_LD;
@@ -2726,6 +2752,7 @@ FA__AMXT static void fa__qk_amx(const uint16_t *K, int64_t ks, int nk, int D, co
         if (pair) { FA__TZERO(2); if (two) FA__TZERO(3); }
         for (x = 0; x < Dp; x += 16) {
             const uint32_t *b = Qp + (int64_t)x * FA__AMX_LD;
+            fa__pf_l1(l1, l1n);
             FA__TLOAD(4, kr + 2 * x, sk);
             FA__TLOAD(6, b, sr);
             FA__TDP(0, 4, 6);
@@ -2770,7 +2797,8 @@ FA__AMXT static void fa__vt_pack(const uint32_t *Vp, int np, int Dv, uint32_t *V
 /* Ot[t][lanes] += sum_x Vt[t][x] . Pp[x][lanes] for t < Dv, x < np16 (Pp's rows past the block's
    key pairs are 0), nv (1 or 2) lane vectors, Ot and Pp in rows of FA__AMX_LD lanes. Features in
    16-feature groups, two at a time (C tiles 0, 1 | 2, 3 from Vt tiles 4 | 5). */
-FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf)
+FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf,
+                               fa__pf *l1, int l1n)
 {
     const long sv = (long)(4 * np16), sr = 4 * FA__AMX_LD;
     int t0, x, two = nv > 1;
@@ -2782,6 +2810,7 @@ FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint
         if (pair) { FA__TLOAD(2, o + 16 * FA__AMX_LD, sr); if (two) FA__TLOAD(3, o + 16 * FA__AMX_LD + 16, sr); }
         for (x = 0; x < np16; x += 16) {
             const uint32_t *b = Pp + (int64_t)x * FA__AMX_LD;
+            fa__pf_l1(l1, l1n);
             FA__TLOAD(4, va + x, sv);
             FA__TLOAD(6, b, sr);
             FA__TDP(0, 4, 6);
@@ -2848,8 +2877,9 @@ typedef struct fa__kernels {
     void (*pv_rows_h)(fa_dtype dt, const float *P, int64_t lds, int nr, const uint16_t *V, int64_t vs, int nk, float *O, int Dv);
     /* bf16 products on AMX-BF16 tiles (fa__qk_amx, fa__pv_amx, fa__vt_pack); NULL without */
     void (*amx_qk)(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, float *S, int nv, float scale,
-                   fa__pf *pf);
-    void (*amx_pv)(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf);
+                   fa__pf *pf, fa__pf *l1, int l1n);
+    void (*amx_pv)(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf, fa__pf *l1,
+                   int l1n);
     void (*amx_vt)(const uint32_t *Vp, int np, int Dv, uint32_t *Vt, int np16);
 } fa__kernels;
 
@@ -4089,15 +4119,22 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             /* panels of two lane vectors (an even first one), each on its own rows of 32 lanes: scores
                of the block's keys from f0 in whole 16-key groups, the rule and the online step on the
                tile's keys [k0, k1), P rounded to bf16 with 0 outside them, P V on the tiles */
-            int nf = (int)(f1 - f0), off = (int)(k0 - f0), nkq = (off + nk + 15) / 16 * 16, pv, i;
+            int nf = (int)(f1 - f0), off = (int)(k0 - f0), nkq = (off + nk + 15) / 16 * 16, pv, i, it, l1n;
+            fa__pf l1;
             if (nkq > nf) nkq = nf;
+            /* toward L1 during each panel's products: its Ot (for its P V), then the next panel's Qp,
+               spread over the products' steps (FA__AMX_L1PF) */
+            it = (nkq + 31) / 32 * (D / 32) + (Dv + 31) / 32 * (pl->np16 / 16);
+            l1n = FA__AMX_L1PF && it > 0 ? (2 * Dv + D + it - 1) / it : 0;
             for (pv = v0 & ~1; pv < v1; pv += 2) {
                 int va = pv > v0 ? pv : v0, vb = pv + 2 < v1 ? pv + 2 : v1, lo = 16 * (va - pv), nvec = vb - va, a, e, x;
                 const uint32_t *qp = Qp + (size_t)(pv / 2) * 32 * (D / 2) + lo;
                 float *op = Ot + (size_t)(pv / 2) * 32 * Dv + lo, *sp = St + lo, *s0 = sp + (size_t)off * 32;
                 uint32_t *pp = Pp + lo;
                 for (i = 0; i < amx_pf; i++) fa__pf_step(&pf);
-                K->amx_qk(khb + f0 * ks, ks, nkq, D, qp, sp, nvec, d->scale, &pf);
+                fa__pf_set_es(&l1, 0, op - lo, 0, 0, 1, 32 * Dv, sizeof(float));
+                fa__pf_set_es(&l1, 1, qp - lo + 32 * (D / 2), 0, 0, pv + 2 < v1, 32 * (D / 2), sizeof(uint32_t));
+                K->amx_qk(khb + f0 * ks, ks, nkq, D, qp, sp, nvec, d->scale, &pf, &l1, l1n);
                 if (ln.mods || mask) fa__modify_tile(K, &ln, 16 * va, s0, 32, nvec, k0, nk, mask);
                 K->online(s0, 32, nk, nvec, m + 16 * va, l + 16 * va, op, 32, Dv, tmp);
                 if (!vfin) {        /* the fp32 kernels on the converted block, as on vdpbf16ps below */
@@ -4112,7 +4149,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                     if (j < off || j >= off + nk) memset(sp + (size_t)j * 32, 0, 16 * (size_t)nvec * sizeof(float));
                 K->ppack_bf16(sp, 32, nf, nvec, pp);
                 for (x = (nf + 1) / 2; x < pl->np16; x++) memset(pp + (size_t)x * 32, 0, 16 * (size_t)nvec * sizeof(uint32_t));
-                K->amx_pv(Vt, pl->np16, Dv, pp, op, nvec, &pf);
+                K->amx_pv(Vt, pl->np16, Dv, pp, op, nvec, &pf, &l1, l1n);
             }
             continue;
         }
