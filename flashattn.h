@@ -499,6 +499,11 @@ extern "C" {
 #ifndef FA__AMX_L1PF
 #define FA__AMX_L1PF 1
 #endif
+/* ... and FA__AMX_VT_ALL 1: V transposed once per call for all the tiles of a kv head (fa__tiled_vt),
+   not once per tile and block, when a kv head has more than one tile */
+#ifndef FA__AMX_VT_ALL
+#define FA__AMX_VT_ALL 1
+#endif
 
 /* Decoding: the key axis is split for tiles of at most FA__SPLIT_ROWS rows per head (or packed
    GQA heads), in chunks of at least FA__CHUNK_KEYS keys and at most FA__MAX_CHUNKS of them, fixed
@@ -3821,6 +3826,9 @@ typedef struct fa__tiled_plan {
     size_t half_off;            /* half storage: where a thread's conversion buffers start (floats) */
     int dpbf16;                 /* bf16 products on vdpbf16ps (section 3, fa__gemm_bf16_avx512) */
     int amx, np16;              /* ... on AMX-BF16 tiles where the process may (fa__qk_amx); key pairs per block, to 16 */
+    int vt_all;                 /* AMX: every block's Vt packed once per call (fa__tiled_vt), not per tile */
+    int64_t vt_blocks;          /* ... that many blocks (B Hkv ceil(Sk / bk)), vt_floats floats of them and their flags */
+    size_t vt_floats;
 } fa__tiled_plan;
 
 static size_t fa__round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -3920,14 +3928,22 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
         f = fa__add_size(f, h);
     }
     pl->thread_floats = f == SIZE_MAX ? SIZE_MAX : fa__round16(f);
+    /* AMX with more than one tile per kv head (FA__AMX_VT_ALL): V's words transposed once per call,
+       Vt [B][Hkv][blocks][Dv][np16] and a finite flag per block, O(Sk Dv) like V itself */
+    if (FA__AMX_VT_ALL && pl->amx && d->Sk > 0 && pl->qtiles * (d->Hq / d->Hkv) / pl->hpt >= 2) {
+        pl->vt_all = 1;
+        pl->vt_blocks = (int64_t)d->B * d->Hkv * nb;
+        pl->vt_floats = fa__add_size(fa__round16(fa__mul_size(fa__mul_size((size_t)pl->vt_blocks, (size_t)d->Dv), (size_t)pl->np16)),
+                                     fa__round16((size_t)pl->vt_blocks));
+    }
     /* split keys: each chunk's o [rows][Dv], m and l [rows]; then a count of done chunks per tile */
     if (pl->nchunk > 1)
         pl->part_floats = fa__add_size(fa__round16(fa__mul_size(fa__mul_size((size_t)pl->items, (size_t)pl->rows),
                                                                 (size_t)d->Dv + 2)),
                                        fa__round16(fa__mul_size((size_t)pl->tiles, (sizeof(int) + 3) / sizeof(float))));
     pl->pool_bytes = fa__pool_bytes(d, pl->nthreads);
-    pl->total = fa__add_size(fa__mul_size(fa__add_size(fa__mul_size(pl->thread_floats, (size_t)pl->nthreads),
-                                                       pl->part_floats), sizeof(float)),
+    pl->total = fa__add_size(fa__mul_size(fa__add_size(fa__add_size(fa__mul_size(pl->thread_floats, (size_t)pl->nthreads),
+                                                                    pl->part_floats), pl->vt_floats), sizeof(float)),
                              fa__add_size(pl->pool_bytes, 64));
 }
 
@@ -3942,6 +3958,7 @@ typedef struct fa__tiled_ctx {
     const uint16_t *qh, *kh, *vh;   /* half storage: the tensors (q, k, v, o above are then NULL) */
     uint16_t *oh;
     int amx;                        /* the plan's AMX tiles, and the process may use them */
+    uint32_t *vt;                   /* pl->vt_all: every block's Vt, then an int per block: its V is finite */
 } fa__tiled_ctx;
 
 /* Where tile `tile` sits: batch b, first head h0, first query row i0, rows per head nqr. */
@@ -3968,6 +3985,22 @@ static int fa__pv_acc(const fa__rule_lanes *ln, int v, int64_t f0, int64_t f1)
 }
 
 static void fa__tiled_merge(void *vctx, int64_t tile, int tid);
+
+/* pl->vt_all: block `item` of [B][Hkv][blocks], V's words over its whole extent transposed into its
+   Vt (fa__vt_pack) and its flag (1: every value finite), the thread's Vc holding the words between */
+static void fa__tiled_vt(void *vctx, int64_t item, int tid)
+{
+    const fa__tiled_ctx *c = (const fa__tiled_ctx *)vctx;
+    const fa__dims *d = c->d;
+    const fa__tiled_plan *pl = c->pl;
+    int64_t nb = (d->Sk + pl->bk - 1) / pl->bk, kb = item % nb, bg = item / nb, f0 = kb * pl->bk;
+    int64_t f1 = f0 + pl->bk < d->Sk ? f0 + pl->bk : d->Sk;
+    uint32_t *Vp = (uint32_t *)(c->ws + (size_t)tid * pl->thread_floats + pl->half_off + fa__round16((size_t)pl->bk * d->D));
+    const uint16_t *v = c->vh + (bg / d->Hkv) * d->vs[0] + (bg % d->Hkv) * d->vs[1] + f0 * d->vs[2];
+    int fin = c->K->vpack_bf16(v, d->vs[2], (int)(f1 - f0), d->Dv, Vp);
+    if (fin) c->K->amx_vt(Vp, (int)(f1 - f0 + 1) / 2, d->Dv, c->vt + (size_t)item * d->Dv * pl->np16, pl->np16);
+    ((int *)(c->vt + fa__round16((size_t)pl->vt_blocks * d->Dv * pl->np16)))[item] = fin;
+}
 
 /* One tile over one chunk of its key blocks: pack Q^T, walk K/V in blocks (scores, the rule where
    needed, online softmax, P V), then write o and lse, or the chunk's partials. */
@@ -4083,9 +4116,15 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             v0 = (int)(ra / 16); v1 = (int)((rb + 15) / 16);
         }
         if (c->amx) {       /* AMX: V's words over the block's whole extent, from f0 (fa__qk_amx) */
-            vfin = K->vpack_bf16(vhb + f0 * vs, vs, (int)(f1 - f0), Dv, Vp);
-            if (vfin) K->amx_vt(Vp, (int)(f1 - f0 + 1) / 2, Dv, Vt, pl->np16);
-            else
+            if (pl->vt_all) {    /* packed before the tiles (fa__tiled_vt) */
+                int64_t blk = ((int64_t)b * d->Hkv + h0 / d->group) * ((d->Sk + bk - 1) / bk) + kb;
+                Vt = c->vt + (size_t)blk * Dv * pl->np16;
+                vfin = ((const int *)(c->vt + fa__round16((size_t)pl->vt_blocks * Dv * pl->np16)))[blk];
+            } else {
+                vfin = K->vpack_bf16(vhb + f0 * vs, vs, (int)(f1 - f0), Dv, Vp);
+                if (vfin) K->amx_vt(Vp, (int)(f1 - f0 + 1) / 2, Dv, Vt, pl->np16);
+            }
+            if (!vfin)
                 for (j = 0; j < nk; j++) K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
         } else if (pl->dpbf16) {   /* V's words once per block; a non-finite V goes through the fp32 kernels */
             vfin = K->vpack_bf16(vhb + k0 * vs, vs, nk, Dv, Vp);
@@ -4305,6 +4344,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
 #endif
     c.ws = (float *)fa__align64(mem);
     c.parts = c.ws + pl.thread_floats * pl.nthreads;
+    c.vt = pl.vt_all ? (uint32_t *)(c.parts + pl.part_floats) : NULL;
     c.done = NULL; c.mu = NULL;
     if (pl.nchunk > 1 && pthread_mutex_init(&mu, NULL) == 0) {
         /* the last chunk of a tile to finish merges the tile, in the same run of the threads */
@@ -4319,9 +4359,11 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
             memset(c.ws + (size_t)t * pl.thread_floats + pl.lane_floats + (size_t)pl.ld * d.D, 0,
                    (size_t)pl.ld * pl.bk * sizeof(float));
     }
-    fa__run(d.pool, fa__tiled_item, &c, pl.items, pl.nthreads, c.parts + pl.part_floats);
+    if (c.amx && pl.vt_all)      /* every block's Vt once, before the tiles (the permission: AMX only) */
+        fa__run(d.pool, fa__tiled_vt, &c, pl.vt_blocks, pl.nthreads, c.parts + pl.part_floats + pl.vt_floats);
+    fa__run(d.pool, fa__tiled_item, &c, pl.items, pl.nthreads, c.parts + pl.part_floats + pl.vt_floats);
     if (c.mu) pthread_mutex_destroy(&mu);
-    else if (pl.nchunk > 1) fa__run(d.pool, fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
+    else if (pl.nchunk > 1) fa__run(d.pool, fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats + pl.vt_floats);
     FLASHATTN_FREE(mem);
     return FA_OK;
 }
@@ -5064,7 +5106,8 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
         fa__tiled_plan_make(&d, fa__kernels_for(isa), &pl);
         if (pl.amx)
             snprintf(half, sizeof half, "; bf16 storage: both products on AMX-BF16 tiles (tdpbf16ps; vdpbf16ps if the "
-                     "kernel refuses the tile state), K read as stored, Q and V packed once per tile, P rounded to bf16");
+                     "kernel refuses the tile state), K read as stored, Q packed once per tile, V %s, P rounded to bf16",
+                     pl.vt_all ? "transposed once per call" : "once per tile");
         else if (pl.dpbf16)
             snprintf(half, sizeof half, "; bf16 storage: both products on avx512bf16 vdpbf16ps (K read as stored, Q and "
                      "V packed once per tile, P rounded to bf16)");
