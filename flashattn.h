@@ -525,6 +525,11 @@ extern "C" {
 #define FA__BWD_KT_WIDE 192
 #define FA__BWD_WIDE 2048
 #define FA__BWD_QB 64
+/* ... and on bf16 inputs (head dims multiples of 32, AVX512-BF16) its five products in bf16 with fp32
+   sums, on AMX tiles where the CPU has them (1), or the fp32 kernels on fp32 copies (0) */
+#ifndef FA__BWD_BF16
+#define FA__BWD_BF16 1
+#endif
 
 /* ============================================================================================== */
 /* 1. Common to every backend: statuses, comparisons, the request resolved and validated >>common */
@@ -2834,6 +2839,53 @@ FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint
         fa__gemm_bf16_avx512((const unsigned char *)(Vt + (int64_t)t0 * np16), 4 * (int64_t)np16, 4, Dv - t0, np16, Pp,
                              FA__AMX_LD, O + (int64_t)t0 * FA__AMX_LD, FA__AMX_LD, nv, 1, 1.0f, pf);
 }
+
+/* The backward's products (section 7b): C [M][N] = scale * A B (acc 0) or C += A B (acc 1), A
+   [M][Kd] bf16 row-major (rows lda bytes apart), B [Kd/2][N] words (pairs of A's columns, rows ldb
+   words apart), C fp32 (rows ldc floats apart); M and N multiples of 16, Kd of 32. 2 x 2 C tiles
+   (0-3) from A tiles 4-5 and B tiles 6-7, as fa__qk_amx. */
+FA__AMXT static void fa__mm_amx(const uint16_t *A, int64_t lda, int M, int Kd, const uint32_t *B, int64_t ldb, float *C,
+                               int64_t ldc, int N, int acc, float scale)
+{
+    const long sb = (long)(4 * ldb), sc = (long)(4 * ldc), sa = (long)lda;
+    const __m512 scv = _mm512_set1_ps(scale);
+    int m, n, k, r, u;
+    for (m = 0; m < M; m += 32) {
+        int m2 = m + 32 <= M;
+        const unsigned char *a0 = (const unsigned char *)A + (int64_t)m * lda, *a1 = a0 + 16 * lda;
+        for (n = 0; n < N; n += 32) {
+            int n2 = n + 32 <= N;
+            float *c0 = C + (int64_t)m * ldc + n, *c2 = c0 + 16 * ldc;
+            if (acc) {
+                FA__TLOAD(0, c0, sc); if (n2) FA__TLOAD(1, c0 + 16, sc);
+                if (m2) { FA__TLOAD(2, c2, sc); if (n2) FA__TLOAD(3, c2 + 16, sc); }
+            } else {
+                FA__TZERO(0); if (n2) FA__TZERO(1);
+                if (m2) { FA__TZERO(2); if (n2) FA__TZERO(3); }
+            }
+            for (k = 0; k < Kd; k += 32) {
+                const uint32_t *b = B + (int64_t)(k / 2) * ldb + n;
+                FA__TLOAD(4, a0 + 2 * k, sa);
+                FA__TLOAD(6, b, sb);
+                FA__TDP(0, 4, 6);
+                if (m2) { FA__TLOAD(5, a1 + 2 * k, sa); FA__TDP(2, 5, 6); }
+                if (n2) {
+                    FA__TLOAD(7, b + 16, sb);
+                    FA__TDP(1, 4, 7);
+                    if (m2) FA__TDP(3, 5, 7);
+                }
+            }
+            FA__TSTORE(0, c0, sc); if (n2) FA__TSTORE(1, c0 + 16, sc);
+            if (m2) { FA__TSTORE(2, c2, sc); if (n2) FA__TSTORE(3, c2 + 16, sc); }
+            if (!n2) n -= 16;
+        }
+        if (!m2) m -= 16;
+    }
+    if (!acc && scale != 1.0f)
+        for (r = 0; r < M; r++)
+            for (u = 0; u < N; u += 16)
+                _mm512_storeu_ps(C + (int64_t)r * ldc + u, _mm512_mul_ps(_mm512_loadu_ps(C + (int64_t)r * ldc + u), scv));
+}
 #endif
 
 /* ---- The kernel table ------------------------------------------------------------------------
@@ -2886,6 +2938,8 @@ typedef struct fa__kernels {
     void (*amx_pv)(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf, fa__pf *l1,
                    int l1n);
     void (*amx_vt)(const uint32_t *Vp, int np, int Dv, uint32_t *Vt, int np16);
+    void (*amx_mm)(const uint16_t *A, int64_t lda, int M, int Kd, const uint32_t *B, int64_t ldb, float *C, int64_t ldc,
+                   int N, int acc, float scale);
 } fa__kernels;
 
 static const fa__kernels *fa__kernels_for(int isa)
@@ -2893,36 +2947,37 @@ static const fa__kernels *fa__kernels_for(int isa)
     static const fa__kernels portable = {
         fa__gemm_c, fa__online_c, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
 #ifdef FLASHATTN__X86
     static const fa__kernels avx2 = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     /* an AVX2 CPU without F16C (none shipped that we know of) converts in C */
     static const fa__kernels avx2_nof16c = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     static const fa__kernels avx512 = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
-        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL };
+        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL };
 #ifndef FLASHATTN_NO_AVX512BF16
     static const fa__kernels avx512bf16 = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
         fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
-        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL };
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL };
 #ifdef FA__HAVE_AMX
     static const fa__kernels amx = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
         fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
-        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, fa__qk_amx, fa__pv_amx, fa__vt_pack };
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, fa__qk_amx, fa__pv_amx, fa__vt_pack,
+        fa__mm_amx };
     if (isa == 2 && fa__cpu_avx512bf16() && fa__cpu_amx()) return &amx;
 #endif
     /* AVX512-BF16 (with the BW and VL it implies on every CPU that has it) unless
@@ -4587,6 +4642,11 @@ typedef struct fa__bwd_ctx {
     int *turn;                      /* tiled: dq's turns */
     size_t qn;                      /* naive: floats of a thread's Q */
     const struct fa__tbwd_plan *plan;
+    /* tiled, bf16 on its own products (plan->bf): the request as given and its bf16 inputs; amx: the
+       process may use the tiles */
+    const fa__dims *dh;
+    const uint16_t *qh, *kh, *vh, *doh;
+    int amx;
 #ifndef FA__TURN_ATOMIC
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -4819,17 +4879,28 @@ typedef struct fa__tbwd_plan {
     int kt, qb, ldk, ldd, nthreads;
     int64_t ktiles, qblocks, items;
     size_t thread_floats, delta_floats, turn_ints, pool_bytes, total;
+    int bf, amx;        /* bf16 products on the bf16 inputs (vdpbf16ps; AMX tiles where the CPU has them) */
+    int qb32, nk32;     /* ... rows and keys of a block to a multiple of 32; bf_off: where a thread's words start */
+    size_t bf_off;
 } fa__tbwd_plan;
 
 static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
 {
-    size_t f, cap = d->softcap > 0.0f;
+    size_t f, cap = d->softcap > 0.0f, rows;
+    const fa__kernels *K = fa__kernels_for(fa__isa());
     memset(pl, 0, sizeof *pl);
     if (d->Sq == 0 || d->Sk == 0) return;      /* zeros are written, nothing is allocated */
     pl->kt = d->block_k ? d->block_k : d->Sk >= FA__BWD_WIDE ? FA__BWD_KT_WIDE : FA__BWD_KT;
     pl->qb = d->block_q ? d->block_q : FA__BWD_QB;
     if (pl->kt > d->Sk) pl->kt = d->Sk;
     if (pl->qb > d->Sq) pl->qb = d->Sq;
+    /* bf16 with head dims multiples of 32 on AVX512-BF16: the five products on the bf16 values
+       (FA__BWD_BF16; the fp32 copies stay, for delta and for blocks holding a non-finite value) */
+    pl->bf = FA__BWD_BF16 && d->dtype == FA_BF16 && K->gemm_bf16 && d->D % 32 == 0 && d->Dv % 32 == 0;
+    pl->amx = pl->bf && K->amx_mm != NULL;
+    pl->qb32 = (pl->qb + 31) / 32 * 32;
+    pl->nk32 = (pl->kt + 31) / 32 * 32;
+    rows = pl->bf ? (size_t)pl->qb32 : (size_t)pl->qb;
     pl->ldk = (int)fa__round16((size_t)pl->kt);
     pl->ldd = (int)fa__round16((size_t)d->D);
     pl->ktiles = ((int64_t)d->Sk + pl->kt - 1) / pl->kt;
@@ -4839,8 +4910,18 @@ static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
        P, dS (and G) [qb][ldk], the dq block [qb][ldd] */
     f = fa__mul_size((size_t)pl->ldk, fa__add_size(fa__mul_size(2, (size_t)d->D), fa__mul_size(2, (size_t)d->Dv)));
     f = fa__add_size(f, fa__mul_size((size_t)pl->kt, (size_t)pl->ldd));
-    f = fa__add_size(f, fa__mul_size((size_t)pl->ldk * (size_t)pl->qb, 2 + cap));
-    f = fa__add_size(f, fa__mul_size((size_t)pl->qb, (size_t)pl->ldd));
+    f = fa__add_size(f, fa__mul_size((size_t)pl->ldk * rows, 2 + cap));
+    f = fa__add_size(f, fa__mul_size(rows, (size_t)pl->ldd));
+    if (pl->bf) {   /* words: Kw [D/2][ldk], Vw [Dv/2][ldk], Kv [nk32/2][D]; Qb, dOb [qb32][D|Dv] bf16; Qv, dOv
+                       [qb32/2][D|Dv]; QT, dOT [D|Dv][qb32/2]; Pp, dSp [qb32/2][ldk]; dSb [qb32][nk32] bf16 */
+        size_t DD = (size_t)d->D + d->Dv, w = fa__mul_size((size_t)pl->ldk, DD / 2);
+        w = fa__add_size(w, fa__mul_size((size_t)pl->nk32 / 2, (size_t)d->D));
+        w = fa__add_size(w, fa__mul_size(fa__mul_size((size_t)pl->qb32 / 2, DD), 3));
+        w = fa__add_size(w, fa__mul_size((size_t)pl->qb32, (size_t)pl->ldk));
+        w = fa__add_size(w, fa__mul_size((size_t)pl->qb32 / 2, (size_t)pl->nk32));
+        pl->bf_off = f;
+        f = fa__add_size(f, fa__add_size(w, 16 * 16));
+    }
     pl->thread_floats = fa__round16(f);
     pl->delta_floats = fa__round16(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq));
     pl->turn_ints = fa__round16(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)pl->qblocks));
@@ -4918,6 +4999,40 @@ static const fa__pf fa__no_prefetch = { { 0, 0 }, { 0, 0 }, { 0, 0 }, { 0, 0 }, 
    then for each query head of the group and each block of query rows that sees the tile:
    S = Q Kt, modifiers and mask, P = exp(S - lse), dP = dO Vt, dS; dVt += dO^T P, dKt += Q^T dS;
    the block's dq contribution dS Kp, added to dq in its turn. Finally dk, dv of the tile. */
+/* bf16 storage's products (plan->bf): C = scale * A B (acc 0) or C += A B, A(a, x) the word (bf16
+   pair) at A + a sa + x sx bytes for a < M, x < Kd / 2, B [Kd / 2][N] words; on AMX tiles (sx 4, M
+   and N multiples of 16, Kd of 32: fa__mm_amx) or on vdpbf16ps (fa__gemm_bf16_avx512, M exact). */
+static void fa__bwd_mm(const fa__bwd_ctx *c, const void *A, int64_t sa, int64_t sx, int M, int Kd, const uint32_t *B,
+                       int64_t ldb, float *C, int64_t ldc, int N, int acc, float scale, fa__pf *pf)
+{
+    const fa__kernels *K = fa__kernels_for(c->isa);
+#ifdef FA__HAVE_AMX
+    if (c->amx) { (void)sx; K->amx_mm((const uint16_t *)A, sa, M, Kd, B, ldb, C, ldc, N, acc, scale); return; }
+#endif
+    K->gemm_bf16((const unsigned char *)A, sa, sx, M, Kd / 2, B, ldb, C, ldc, N / 16, acc, scale, pf);
+}
+
+/* 1 when none of the n bf16 values of each of `rows` rows (`stride` elements apart) is inf or NaN */
+static int fa__bf16_finite(const uint16_t *x, int64_t stride, int64_t rows, int n)
+{
+    int64_t r;
+    int t, bad = 0;
+    for (r = 0; r < rows; r++)
+        for (t = 0; t < n; t++) bad |= (x[r * stride + t] & 0x7F80) == 0x7F80;
+    return !bad;
+}
+
+/* One tile of keys of one (batch, kv head): Kt, Vt packed (keys along the lanes) and Kp (row-major),
+   then for each query head of the group and each block of query rows that sees the tile:
+   S = Q Kt, modifiers and mask, P = exp(S - lse), dP = dO Vt, dS; dVt += dO^T P, dKt += Q^T dS;
+   the block's dq contribution dS Kp, added to dq in its turn. Finally dk, dv of the tile.
+   bf16 storage with plan->bf: the five products on the bf16 values (fa__bwd_mm), K and V packed
+   into words once per tile (Kw, Vw: feature pairs along the keys' lanes; Kv: key pairs, for dq),
+   each block's Q and dO copied (Qb, dOb) and packed into row pairs (Qv, dOv; transposed, QT, dOT,
+   for the tiles), P and dS rounded to bf16 (Pp, dSp in row pairs; dSb row-major), as FlashAttention
+   does on GPUs; the scores' rule, P, dS, dq's turns and dk, dv the same code as fp32. A tile whose K
+   or V, or a block whose Q or dO holds an inf or NaN, runs the fp32 kernels on the fp32 copies
+   instead (0 * inf must stay out of the sums, as the fp32 path's finite_k and acc 2 ensure). */
 static void fa__tbwd_item(void *vctx, int64_t item, int tid)
 {
     fa__bwd_ctx *c = (fa__bwd_ctx *)vctx;
@@ -4925,33 +5040,59 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
     const fa__tbwd_plan *pl = c->plan;
     int64_t kt = item / ((int64_t)d->B * d->Hkv), bg = item % ((int64_t)d->B * d->Hkv), ilo, ihi, r, t0, t1;
     int b = (int)(bg / d->Hkv), g = (int)(bg % d->Hkv), D = d->D, Dv = d->Dv, isa = c->isa, hh, j, t;
-    int ldk = pl->ldk, ldd = pl->ldd;
+    int ldk = pl->ldk, ldd = pl->ldd, rows = pl->bf ? pl->qb32 : pl->qb;
     int64_t k0 = kt * pl->kt, k1 = k0 + pl->kt < d->Sk ? k0 + pl->kt : d->Sk;
-    int nk = (int)(k1 - k0), nvk = (nk + 15) / 16, finite_k = 1;
+    int nk = (int)(k1 - k0), nvk = (nk + 15) / 16, finite_k = 1, packed32 = 0, bf = 0;
     float *Kt = c->ws + (size_t)tid * pl->thread_floats, *dKt = Kt + (size_t)ldk * D, *Vt = dKt + (size_t)ldk * D;
     float *dVt = Vt + (size_t)ldk * Dv, *Kp = dVt + (size_t)ldk * Dv, *P = Kp + (size_t)pl->kt * ldd;
-    float *dS = P + (size_t)ldk * pl->qb, *dQ = dS + (size_t)ldk * pl->qb;
-    float *G = d->softcap > 0.0f ? dQ + (size_t)pl->qb * ldd : NULL;
+    float *dS = P + (size_t)ldk * rows, *dQ = dS + (size_t)ldk * rows;
+    float *G = d->softcap > 0.0f ? dQ + (size_t)rows * ldd : NULL;
     const float *kb = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
     const float *vb = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
     float *dkb = c->dk + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
     float *dvb = c->dv + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+    /* bf16 words (pl->bf), each buffer at a multiple of 16 words */
+    uint32_t *Kw = NULL, *Vw = NULL, *Kv = NULL, *Qv = NULL, *dOv = NULL, *QT = NULL, *dOT = NULL, *Pp = NULL, *dSp = NULL;
+    uint16_t *Qb = NULL, *dOb = NULL, *dSb = NULL;
     fa__pf pf = fa__no_prefetch;
     fa__dims nosc = *d;
     nosc.softcap = 0.0f;
-    memset(Kt, 0, (size_t)ldk * (2 * (size_t)D + 2 * (size_t)Dv) * sizeof(float));
-    for (j = 0; j < nk; j++) {
-        const float *kr = kb + (k0 + j) * d->ks[2], *vr = vb + (k0 + j) * d->vs[2];
-        float *kp = Kp + (size_t)j * ldd;
-        for (t = 0; t < D; t++) {
-            float x = kr[t] * d->scale;
-            Kt[(size_t)t * ldk + j] = x;
-            kp[t] = x;
-            if (x - x != 0.0f) finite_k = 0;
+    memset(dKt, 0, (size_t)ldk * D * sizeof(float));
+    memset(dVt, 0, (size_t)ldk * Dv * sizeof(float));
+    if (pl->bf) {
+        const fa__dims *dh = c->dh;
+        const fa__kernels *K = fa__kernels_for(isa);
+        const uint16_t *khb = c->kh + (int64_t)b * dh->ks[0] + (int64_t)g * dh->ks[1] + k0 * dh->ks[2];
+        const uint16_t *vhb = c->vh + (int64_t)b * dh->vs[0] + (int64_t)g * dh->vs[1] + k0 * dh->vs[2];
+        uint32_t *w = (uint32_t *)(c->ws + (size_t)tid * pl->thread_floats + pl->bf_off);
+        size_t q2 = (size_t)pl->qb32 / 2;
+#define FA__BW(p, n) do { p = w; w += fa__round16(n); } while (0)
+        FA__BW(Kw, (size_t)ldk * D / 2); FA__BW(Vw, (size_t)ldk * Dv / 2); FA__BW(Kv, (size_t)pl->nk32 / 2 * D);
+        FA__BW(Qv, q2 * D); FA__BW(dOv, q2 * Dv); FA__BW(QT, q2 * D); FA__BW(dOT, q2 * Dv);
+        FA__BW(Pp, q2 * ldk); FA__BW(dSp, q2 * ldk);
+        Qb = (uint16_t *)w; w += fa__round16(q2 * D);
+        dOb = (uint16_t *)w; w += fa__round16(q2 * Dv);
+        dSb = (uint16_t *)w;
+#undef FA__BW
+        bf = fa__bf16_finite(khb, dh->ks[2], nk, D) && fa__bf16_finite(vhb, dh->vs[2], nk, Dv);
+        if (bf) {
+            int j0, u;
+            for (j0 = 0; j0 < ldk; j0 += 16) {      /* Kw, Vw: 16 keys at a time (past nk: 0) */
+                const uint16_t *kr[16], *vr[16];
+                for (u = 0; u < 16; u++) {
+                    kr[u] = j0 + u < nk ? khb + (int64_t)(j0 + u) * dh->ks[2] : NULL;
+                    vr[u] = j0 + u < nk ? vhb + (int64_t)(j0 + u) * dh->vs[2] : NULL;
+                }
+                K->qpack_bf16(kr, D / 2, Kw + j0, ldk);
+                K->qpack_bf16(vr, Dv / 2, Vw + j0, ldk);
+            }
+            K->vpack_bf16(khb, dh->ks[2], nk, D, Kv);
+            memset(Kv + (size_t)(nk + 1) / 2 * D, 0, ((size_t)pl->nk32 / 2 - (size_t)(nk + 1) / 2) * D * sizeof(uint32_t));
         }
-        for (t = D; t < ldd; t++) kp[t] = 0.0f;
-        for (t = 0; t < Dv; t++) Vt[(size_t)t * ldk + j] = vr[t];
     }
+#ifdef FA__HAVE_AMX
+    if (bf && c->amx) fa__amx_begin();
+#endif
     fa__key_rows(d, k0, k1, &ilo, &ihi);
     for (hh = 0; ilo < ihi && hh < d->group; hh++) {
         int h = g * d->group + hh;
@@ -4963,9 +5104,41 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
         for (r = ilo / pl->qb; r * pl->qb < ihi; r++) {
             int64_t i0 = r * pl->qb, i1 = i0 + pl->qb < d->Sq ? i0 + pl->qb : d->Sq;
             int nr = (int)(i1 - i0), x, mask = !fa__block_unmasked(d, i0, i1, k0, k1), acc = mask || d->bias ? 2 : 1;
+            int bb = 0, nr32 = (nr + 31) / 32 * 32, mr = c->amx ? nr32 : nr;
             const float *qr = qb + i0 * d->qs[2], *dor = dob + i0 * d->os[2];
             fa__tbwd_tiles(d, pl, r, &t0, &t1);
             if (kt < t0 || kt >= t1) continue;       /* not a tile of this block's turns */
+            if (bf) {   /* the block's Q and dO rows, copied with zero rows to nr32 */
+                const fa__dims *dh = c->dh;
+                const uint16_t *qh = c->qh + (int64_t)b * dh->qs[0] + (int64_t)h * dh->qs[1] + i0 * dh->qs[2];
+                const uint16_t *doh = c->doh + (int64_t)b * dh->os[0] + (int64_t)h * dh->os[1] + i0 * dh->os[2];
+                bb = fa__bf16_finite(qh, dh->qs[2], nr, D) && fa__bf16_finite(doh, dh->os[2], nr, Dv);
+                if (bb) {
+                    for (x = 0; x < nr; x++) {
+                        memcpy(Qb + (size_t)x * D, qh + x * dh->qs[2], (size_t)D * 2);
+                        memcpy(dOb + (size_t)x * Dv, doh + x * dh->os[2], (size_t)Dv * 2);
+                    }
+                    memset(Qb + (size_t)nr * D, 0, (size_t)(nr32 - nr) * D * 2);
+                    memset(dOb + (size_t)nr * Dv, 0, (size_t)(nr32 - nr) * Dv * 2);
+                }
+            }
+            if (!bb && !packed32) {     /* the fp32 tile: Kt (scaled), Vt, Kp */
+                packed32 = 1;
+                memset(Kt, 0, (size_t)ldk * D * sizeof(float));
+                memset(Vt, 0, (size_t)ldk * Dv * sizeof(float));
+                for (j = 0; j < nk; j++) {
+                    const float *kr = kb + (k0 + j) * d->ks[2], *vr = vb + (k0 + j) * d->vs[2];
+                    float *kp = Kp + (size_t)j * ldd;
+                    for (t = 0; t < D; t++) {
+                        float xk = kr[t] * d->scale;
+                        Kt[(size_t)t * ldk + j] = xk;
+                        kp[t] = xk;
+                        if (xk - xk != 0.0f) finite_k = 0;
+                    }
+                    for (t = D; t < ldd; t++) kp[t] = 0.0f;
+                    for (t = 0; t < Dv; t++) Vt[(size_t)t * ldk + j] = vr[t];
+                }
+            }
             {   /* the next block's Q and dO rows toward L2 during this block's five GEMMs (as the
                    forward streams its next K/V block, cpu-v15): they come from L3 at long S */
                 int64_t n1 = i1 < ihi ? (i1 + pl->qb < d->Sq ? pl->qb : d->Sq - i1) : 0, lines, it;
@@ -4975,27 +5148,66 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                 it = (int64_t)(nvk + 2) / 3 * ((nr + 7) / 8) * (2 * (int64_t)D + 2 * Dv) + (int64_t)(ldd / 16 + 2) / 3 * ((nr + 7) / 8) * nk;
                 pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
             }
-            fa__gemm(isa, qr, d->qs[2], 1, nr, D, Kt, ldk, P, ldk, nvk, 0, &pf);
-            fa__gemm(isa, dor, d->os[2], 1, nr, Dv, Vt, ldk, dS, ldk, nvk, 0, &pf);
+            if (bb) {
+                fa__bwd_mm(c, Qb, 2 * (int64_t)D, 4, mr, D, Kw, ldk, P, ldk, nvk * 16, 0, d->scale, &pf);
+                fa__bwd_mm(c, dOb, 2 * (int64_t)Dv, 4, mr, Dv, Vw, ldk, dS, ldk, nvk * 16, 0, 1.0f, &pf);
+            } else {
+                fa__gemm(isa, qr, d->qs[2], 1, nr, D, Kt, ldk, P, ldk, nvk, 0, &pf);
+                fa__gemm(isa, dor, d->os[2], 1, nr, Dv, Vt, ldk, dS, ldk, nvk, 0, &pf);
+            }
             for (x = 0; x < nr; x++) {
                 float *s = P + (size_t)x * ldk;
                 if (G) fa__bwd_softcap(isa, s, G + (size_t)x * ldk, nvk * 16, d->softcap);
                 if (mask || d->alibi || d->bias) fa__modify_row(&nosc, b, h, i0 + x, k0, nk, s, 1, mask, isa);
             }
             fa__bwd_pds(isa, P, dS, G, ldk, nr, nvk * 16, nk, lse + i0, delta + i0, NULL, NULL);
-            fa__gemm(isa, dor, 1, d->os[2], Dv, nr, P, ldk, dVt, ldk, nvk, acc, &pf);
-            fa__gemm(isa, qr, 1, d->qs[2], D, nr, dS, ldk, dKt, ldk, nvk, acc, &pf);
-            /* dq's contribution; a hidden key's non-finite k must reach no row (0 * inf is NaN) */
-            if (finite_k || !acc) fa__gemm(isa, dS, ldk, 1, nr, nk, Kp, ldd, dQ, ldd, ldd / 16, 0, &pf);
-            else
-                for (x = 0; x < nr; x++) {
-                    float *o_ = dQ + (size_t)x * ldd;
-                    for (t = 0; t < D; t++) o_[t] = 0.0f;
-                    for (j = 0; j < nk; j++) {
-                        float w = dS[(size_t)x * ldk + j];
-                        if (w != 0.0f) for (t = 0; t < D; t++) o_[t] += w * Kp[(size_t)j * ldd + t];
-                    }
+            if (bb) {
+                const fa__kernels *K = fa__kernels_for(isa);
+                int np = nr32 / 2, kw = c->amx ? np : (nr + 1) / 2;
+                /* dVt += dO^T P and dKt += Q^T dS over the block's row pairs (rows past nr: 0) */
+                K->ppack_bf16(P, ldk, nr, nvk, Pp);
+                K->ppack_bf16(dS, ldk, nr, nvk, dSp);
+                for (x = (nr + 1) / 2; x < np; x++) {
+                    memset(Pp + (size_t)x * ldk, 0, (size_t)nvk * 16 * sizeof(uint32_t));
+                    memset(dSp + (size_t)x * ldk, 0, (size_t)nvk * 16 * sizeof(uint32_t));
                 }
+                K->vpack_bf16(dOb, Dv, nr32, Dv, dOv);
+                K->vpack_bf16(Qb, D, nr32, D, Qv);
+#ifdef FA__HAVE_AMX
+                if (c->amx) {
+                    K->amx_vt(dOv, np, Dv, dOT, np);
+                    K->amx_vt(Qv, np, D, QT, np);
+                    fa__bwd_mm(c, dOT, 4 * (int64_t)np, 4, Dv, nr32, Pp, ldk, dVt, ldk, nvk * 16, 1, 1.0f, &pf);
+                    fa__bwd_mm(c, QT, 4 * (int64_t)np, 4, D, nr32, dSp, ldk, dKt, ldk, nvk * 16, 1, 1.0f, &pf);
+                } else
+#endif
+                {
+                    fa__bwd_mm(c, dOv, 4, 4 * (int64_t)Dv, Dv, 2 * kw, Pp, ldk, dVt, ldk, nvk * 16, 1, 1.0f, &pf);
+                    fa__bwd_mm(c, Qv, 4, 4 * (int64_t)D, D, 2 * kw, dSp, ldk, dKt, ldk, nvk * 16, 1, 1.0f, &pf);
+                }
+                /* dq's contribution: scale * dS K over the tile's keys (dSb, Kv: past nk 0) */
+                for (x = 0; x < mr; x++) {
+                    uint16_t *db = dSb + (size_t)x * pl->nk32;
+                    if (x < nr) K->f2h(FA_BF16, dS + (size_t)x * ldk, db, nk);
+                    else memset(db, 0, (size_t)nk * 2);
+                    memset(db + nk, 0, (size_t)(pl->nk32 - nk) * 2);
+                }
+                fa__bwd_mm(c, dSb, 2 * (int64_t)pl->nk32, 4, mr, (nk + 31) / 32 * 32, Kv, D, dQ, ldd, D, 0, d->scale, &pf);
+            } else {
+                fa__gemm(isa, dor, 1, d->os[2], Dv, nr, P, ldk, dVt, ldk, nvk, acc, &pf);
+                fa__gemm(isa, qr, 1, d->qs[2], D, nr, dS, ldk, dKt, ldk, nvk, acc, &pf);
+                /* dq's contribution; a hidden key's non-finite k must reach no row (0 * inf is NaN) */
+                if (finite_k || !acc) fa__gemm(isa, dS, ldk, 1, nr, nk, Kp, ldd, dQ, ldd, ldd / 16, 0, &pf);
+                else
+                    for (x = 0; x < nr; x++) {
+                        float *o_ = dQ + (size_t)x * ldd;
+                        for (t = 0; t < D; t++) o_[t] = 0.0f;
+                        for (j = 0; j < nk; j++) {
+                            float w = dS[(size_t)x * ldk + j];
+                            if (w != 0.0f) for (t = 0; t < D; t++) o_[t] += w * Kp[(size_t)j * ldd + t];
+                        }
+                    }
+            }
             fa__turn_wait(c, turn + r, (int)kt);
             for (x = 0; x < nr; x++) {
                 float *dqr = dqb + (i0 + x) * d->qs[2];
@@ -5006,6 +5218,9 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
             fa__turn_pass(c, turn + r, (int)kt + 1);
         }
     }
+#ifdef FA__HAVE_AMX
+    if (bf && c->amx) fa__amx_end();
+#endif
     for (j = 0; j < nk; j++) {
         float *dkr = dkb + (k0 + j) * d->ks[2], *dvr = dvb + (k0 + j) * d->vs[2];
         for (t = 0; t < D; t++) dkr[t] = dKt[(size_t)t * ldk + j] * d->scale;
@@ -5059,6 +5274,13 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
 #endif
     if (d.dtype != FA_F32)
         fa__bwd_half_in(&d, &d2, &c, &hj, hf, (char *)mem + pl.total, q, k, v, o, d_o, pl.nthreads, pool_mem);
+    if (pl.bf) {    /* bf16's own products read the inputs as given (fa__tbwd_item) */
+        c.dh = &d;
+        c.qh = (const uint16_t *)q; c.kh = (const uint16_t *)k; c.vh = (const uint16_t *)v; c.doh = (const uint16_t *)d_o;
+#ifdef FA__HAVE_AMX
+        c.amx = pl.amx && fa__amx_permit();     /* a refusal: vdpbf16ps */
+#endif
+    }
     fa__run(d.pool, fa__tbwd_prep, &c, (int64_t)d.B * d.Hq, pl.nthreads, pool_mem);
     fa__run(d.pool, fa__tbwd_item, &c, pl.items, pl.nthreads, pool_mem);
     if (d.dtype != FA_F32) fa__bwd_half_out(&d, &hj, hf, dq, dk, dv, pl.nthreads, pool_mem);
@@ -5134,6 +5356,11 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
     } else if (call == FA_CALL_TILED_BACKWARD) {
         fa__tbwd_plan pl;
         fa__tbwd_plan_make(&d, &pl);
+        if (pl.bf)
+            snprintf(half, sizeof half, "; bf16 storage: the five products in bf16 on %s (fp32 sums; P and dS rounded to "
+                     "bf16), fp32 copies made by %s conversion for delta and for blocks with an inf or NaN",
+                     pl.amx ? "AMX-BF16 tiles (tdpbf16ps; vdpbf16ps if the kernel refuses the tile state)" : "avx512bf16 vdpbf16ps",
+                     fa__kernels_for(isa)->cvt_name);
         len = snprintf(line, sizeof line, "fa_tiled_backward: %s kernels; key tiles of %d keys, query blocks of %d rows "
                        "(dq added in key-tile order); %lld items on %d threads; workspace %zu bytes%s",
                        fa__isa_name(isa), pl.kt, pl.qb, (long long)pl.items, pl.nthreads,
