@@ -2942,6 +2942,22 @@ typedef struct fa__kernels {
                    int N, int acc, float scale);
 } fa__kernels;
 
+#ifdef FLASHATTN__X86
+/* The cpuid answers fa__kernels_for needs, asked once per process: cpuid is a VM exit under a
+   hypervisor (44 us a call on the development machine's VM, five of them per lookup), and the
+   wrappers below (fa__gemm, fa__online, ...) look the table up at every call. */
+static int fa__cpu_has_f16c, fa__cpu_has_bf16, fa__cpu_has_amx;
+static pthread_once_t fa__cpu_once = PTHREAD_ONCE_INIT;
+static void fa__cpu_probe(void)
+{
+    fa__cpu_has_f16c = fa__cpu_f16c();
+    fa__cpu_has_bf16 = fa__cpu_avx512bf16();
+#ifdef FA__HAVE_AMX
+    fa__cpu_has_amx = fa__cpu_has_bf16 && fa__cpu_amx();
+#endif
+}
+#endif
+
 static const fa__kernels *fa__kernels_for(int isa)
 {
     static const fa__kernels portable = {
@@ -2963,6 +2979,7 @@ static const fa__kernels *fa__kernels_for(int isa)
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
         fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL };
+    pthread_once(&fa__cpu_once, fa__cpu_probe);
 #ifndef FLASHATTN_NO_AVX512BF16
     static const fa__kernels avx512bf16 = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
@@ -2978,14 +2995,14 @@ static const fa__kernels *fa__kernels_for(int isa)
         fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
         fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, fa__qk_amx, fa__pv_amx, fa__vt_pack,
         fa__mm_amx };
-    if (isa == 2 && fa__cpu_avx512bf16() && fa__cpu_amx()) return &amx;
+    if (isa == 2 && fa__cpu_has_amx) return &amx;
 #endif
     /* AVX512-BF16 (with the BW and VL it implies on every CPU that has it) unless
        FLASHATTN_NO_AVX512BF16 (tests, benches: the conversion path on the same CPU) */
-    if (isa == 2 && fa__cpu_avx512bf16()) return &avx512bf16;
+    if (isa == 2 && fa__cpu_has_bf16) return &avx512bf16;
 #endif
     if (isa == 2) return &avx512;
-    if (isa == 1) return fa__cpu_f16c() ? &avx2 : &avx2_nof16c;
+    if (isa == 1) return fa__cpu_has_f16c ? &avx2 : &avx2_nof16c;
 #endif
     (void)isa;
     return &portable;
@@ -4647,6 +4664,7 @@ typedef struct fa__bwd_ctx {
     const fa__dims *dh;
     const uint16_t *qh, *kh, *vh, *doh;
     int amx;
+    const struct fa__kernels *K;    /* tiled: fa__kernels_for(isa), looked up once (cpuid, a VM exit) */
 #ifndef FA__TURN_ATOMIC
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -5005,7 +5023,7 @@ static const fa__pf fa__no_prefetch = { { 0, 0 }, { 0, 0 }, { 0, 0 }, { 0, 0 }, 
 static void fa__bwd_mm(const fa__bwd_ctx *c, const void *A, int64_t sa, int64_t sx, int M, int Kd, const uint32_t *B,
                        int64_t ldb, float *C, int64_t ldc, int N, int acc, float scale, fa__pf *pf)
 {
-    const fa__kernels *K = fa__kernels_for(c->isa);
+    const fa__kernels *K = c->K;
 #ifdef FA__HAVE_AMX
     if (c->amx) { (void)sx; K->amx_mm((const uint16_t *)A, sa, M, Kd, B, ldb, C, ldc, N, acc, scale); return; }
 #endif
@@ -5015,11 +5033,22 @@ static void fa__bwd_mm(const fa__bwd_ctx *c, const void *A, int64_t sa, int64_t 
 /* 1 when none of the n bf16 values of each of `rows` rows (`stride` elements apart) is inf or NaN */
 static int fa__bf16_finite(const uint16_t *x, int64_t stride, int64_t rows, int n)
 {
+    /* four at a time: v's 16-bit lane is 0 where the exponent is all ones (lanes < 0x8000) */
+    const uint64_t E = 0x7F807F807F807F80ull, L = 0x0001000100010001ull, H = 0x8000800080008000ull;
+    uint64_t bad = 0;
     int64_t r;
-    int t, bad = 0;
-    for (r = 0; r < rows; r++)
-        for (t = 0; t < n; t++) bad |= (x[r * stride + t] & 0x7F80) == 0x7F80;
-    return !bad;
+    int t;
+    for (r = 0; r < rows; r++) {
+        const uint16_t *p = x + r * stride;
+        for (t = 0; t + 4 <= n; t += 4) {
+            uint64_t w, v;
+            memcpy(&w, p + t, sizeof w);
+            v = (w & E) ^ E;
+            bad |= (v - L) & ~v & H;
+        }
+        for (; t < n; t++) bad |= (p[t] & 0x7F80) == 0x7F80;
+    }
+    return bad == 0;
 }
 
 /* One tile of keys of one (batch, kv head): Kt, Vt packed (keys along the lanes) and Kp (row-major),
@@ -5056,12 +5085,12 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
     uint16_t *Qb = NULL, *dOb = NULL, *dSb = NULL;
     fa__pf pf = fa__no_prefetch;
     fa__dims nosc = *d;
+    const fa__kernels *K = c->K;
     nosc.softcap = 0.0f;
     memset(dKt, 0, (size_t)ldk * D * sizeof(float));
     memset(dVt, 0, (size_t)ldk * Dv * sizeof(float));
     if (pl->bf) {
         const fa__dims *dh = c->dh;
-        const fa__kernels *K = fa__kernels_for(isa);
         const uint16_t *khb = c->kh + (int64_t)b * dh->ks[0] + (int64_t)g * dh->ks[1] + k0 * dh->ks[2];
         const uint16_t *vhb = c->vh + (int64_t)b * dh->vs[0] + (int64_t)g * dh->vs[1] + k0 * dh->vs[2];
         uint32_t *w = (uint32_t *)(c->ws + (size_t)tid * pl->thread_floats + pl->bf_off);
@@ -5152,8 +5181,8 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                 fa__bwd_mm(c, Qb, 2 * (int64_t)D, 4, mr, D, Kw, ldk, P, ldk, nvk * 16, 0, d->scale, &pf);
                 fa__bwd_mm(c, dOb, 2 * (int64_t)Dv, 4, mr, Dv, Vw, ldk, dS, ldk, nvk * 16, 0, 1.0f, &pf);
             } else {
-                fa__gemm(isa, qr, d->qs[2], 1, nr, D, Kt, ldk, P, ldk, nvk, 0, &pf);
-                fa__gemm(isa, dor, d->os[2], 1, nr, Dv, Vt, ldk, dS, ldk, nvk, 0, &pf);
+                K->gemm(qr, d->qs[2], 1, nr, D, Kt, ldk, P, ldk, nvk, 0, &pf);
+                K->gemm(dor, d->os[2], 1, nr, Dv, Vt, ldk, dS, ldk, nvk, 0, &pf);
             }
             for (x = 0; x < nr; x++) {
                 float *s = P + (size_t)x * ldk;
@@ -5162,7 +5191,6 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
             }
             fa__bwd_pds(isa, P, dS, G, ldk, nr, nvk * 16, nk, lse + i0, delta + i0, NULL, NULL);
             if (bb) {
-                const fa__kernels *K = fa__kernels_for(isa);
                 int np = nr32 / 2, kw = c->amx ? np : (nr + 1) / 2;
                 /* dVt += dO^T P and dKt += Q^T dS over the block's row pairs (rows past nr: 0) */
                 K->ppack_bf16(P, ldk, nr, nvk, Pp);
@@ -5194,10 +5222,10 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                 }
                 fa__bwd_mm(c, dSb, 2 * (int64_t)pl->nk32, 4, mr, (nk + 31) / 32 * 32, Kv, D, dQ, ldd, D, 0, d->scale, &pf);
             } else {
-                fa__gemm(isa, dor, 1, d->os[2], Dv, nr, P, ldk, dVt, ldk, nvk, acc, &pf);
-                fa__gemm(isa, qr, 1, d->qs[2], D, nr, dS, ldk, dKt, ldk, nvk, acc, &pf);
+                K->gemm(dor, 1, d->os[2], Dv, nr, P, ldk, dVt, ldk, nvk, acc, &pf);
+                K->gemm(qr, 1, d->qs[2], D, nr, dS, ldk, dKt, ldk, nvk, acc, &pf);
                 /* dq's contribution; a hidden key's non-finite k must reach no row (0 * inf is NaN) */
-                if (finite_k || !acc) fa__gemm(isa, dS, ldk, 1, nr, nk, Kp, ldd, dQ, ldd, ldd / 16, 0, &pf);
+                if (finite_k || !acc) K->gemm(dS, ldk, 1, nr, nk, Kp, ldd, dQ, ldd, ldd / 16, 0, &pf);
                 else
                     for (x = 0; x < nr; x++) {
                         float *o_ = dQ + (size_t)x * ldd;
@@ -5261,7 +5289,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
     mem = FLASHATTN_MALLOC(total);
     if (!mem) return FA_ERR_NO_MEMORY;
     memset(&c, 0, sizeof c);
-    c.d = &d; c.isa = fa__isa(); c.plan = &pl;
+    c.d = &d; c.isa = fa__isa(); c.plan = &pl; c.K = fa__kernels_for(c.isa);
     c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v; c.o = (const float *)o;
     c.d_o = (const float *)d_o; c.dq = (float *)dq; c.dk = (float *)dk; c.dv = (float *)dv;
     c.ws = (float *)fa__align64(mem);
