@@ -118,7 +118,9 @@
      tile unit (tdpbf16ps). Linux lends a process the tile state only when it asks
      (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); fa_tiled asks at each call that would
      use the tiles. The permission is the process's, kept by the kernel for all its threads (not
-     state of this library); where it is refused the call runs the vdpbf16ps kernels.
+     state of this library); where it is refused the call runs the vdpbf16ps kernels. Where a kv
+     head has more than one query tile, V is transposed into the tiles' layout once per call for
+     all of them (O(Sk Dv) more workspace, in the count).
    - AVX512-BF16 (AMD Zen 4 and later, Cooper Lake): bf16 with an even head_dim runs both products
      on vdpbf16ps. Both bf16 paths read K as stored, pack Q and V into pairs once per tile and round
      P to bf16 for P V (as FlashAttention does on GPUs), so o differs from the fp32 call's on the
@@ -133,8 +135,13 @@
    fa_naive, fa_naive_backward and fa_tiled_backward convert their inputs once into packed fp32
    copies, run the fp32 path on them and convert the outputs back (the naive path must: Debian's
    OpenBLAS 0.3.21 has no bf16 or fp16 GEMM). The copies are O((Sq + Sk) D) floats, never
-   O(Sq x Sk), and are in the workspace counts; these paths run at about their fp32 speed (the
-   backward 0.6-1.0x of it: bench/RESULTS.md, "CPU half precision"). fa_describe and fa_build_info
+   O(Sq x Sk), and are in the workspace counts; these paths run at about their fp32 speed. Except:
+   fa_tiled_backward on bf16 with head_dim and head_dim_v multiples of 32, on a CPU with
+   AVX512-BF16, runs its five products in bf16 on the bf16 inputs (AMX tiles where the CPU has them
+   and the process may, else vdpbf16ps), fp32 sums, P and dS rounded to bf16 as FlashAttention does
+   on GPUs (gradients within API.md's 1e-2, not the fp32 call's bits); the fp32 copies then serve
+   delta and any key tile or query block holding an inf or NaN (bench/RESULTS.md, "CPU half
+   precision": 1.1-2.1x our fp32 backward on the Xeon). fa_describe and fa_build_info
    say which of these a call runs. Determinism holds on every path: a row's bits never depend on
    threads, pool or batch.
 
@@ -491,13 +498,15 @@ extern "C" {
    when block_k is 0. */
 #define FA__TILE_ROWS { 480, 384, 288, 192, 96, 48, 32, 16 }
 #define FA__BLOCK_K 64
-/* ... and its key block on AMX-BF16 tiles (bf16, section 3) when block_k is 0; FA__AMX_L1PF 1: the
-   AMX products prefetch each panel's O and the next panel's Q toward L1 as they run */
+/* ... and its key block on AMX-BF16 tiles (bf16, section 3) when block_k is 0 (128 ran 0.68-1.12x
+   as fast on the Xeon); FA__AMX_L1PF 1: the AMX products prefetch each panel's O and the next
+   panel's Q toward L1 as they run (there up to 1.6x slower at S >= 2048: off) [RESULTS, CPU half
+   precision, "AMX forward restructured"] */
 #ifndef FA__AMX_BLOCK_K
 #define FA__AMX_BLOCK_K 64
 #endif
 #ifndef FA__AMX_L1PF
-#define FA__AMX_L1PF 1
+#define FA__AMX_L1PF 0
 #endif
 /* ... and FA__AMX_VT_ALL 1: V transposed once per call for all the tiles of a kv head (fa__tiled_vt),
    not once per tile and block, when a kv head has more than one tile */
