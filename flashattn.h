@@ -498,12 +498,12 @@ extern "C" {
    when block_k is 0. */
 #define FA__TILE_ROWS { 480, 384, 288, 192, 96, 48, 32, 16 }
 #define FA__BLOCK_K 64
-/* ... and its key block on AMX-BF16 tiles (bf16, section 3) when block_k is 0 (128 ran 0.68-1.12x
-   as fast on the Xeon); FA__AMX_L1PF 1: the AMX products prefetch each panel's O and the next
-   panel's Q toward L1 as they run (there up to 1.6x slower at S >= 2048: off) [RESULTS, CPU half
-   precision, "AMX forward restructured"] */
+/* ... and its key block on AMX-BF16 tiles (bf16, section 3) when block_k is 0 (on the Xeon 128 ran
+   0.89-1.46x as fast as 64 at 2 threads, 0.97-1.25x at 16); FA__AMX_L1PF 1: the AMX products
+   prefetch each panel's O and the next panel's Q toward L1 as they run (there up to 1.6x slower at
+   S >= 2048: off) [RESULTS, CPU half precision, "AMX forward restructured"] */
 #ifndef FA__AMX_BLOCK_K
-#define FA__AMX_BLOCK_K 64
+#define FA__AMX_BLOCK_K 128
 #endif
 #ifndef FA__AMX_L1PF
 #define FA__AMX_L1PF 0
