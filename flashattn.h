@@ -509,7 +509,7 @@ extern "C" {
 #define FA__AMX_L1PF 0
 #endif
 /* ... and FA__AMX_VT_ALL 1: V transposed once per call for all the tiles of a kv head (fa__tiled_vt),
-   not once per tile and block, when a kv head has more than one tile */
+   not once per tile and block, when a kv head has more than one tile and Sq Sk >= 2^20 */
 #ifndef FA__AMX_VT_ALL
 #define FA__AMX_VT_ALL 1
 #endif
@@ -4009,9 +4009,11 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
         f = fa__add_size(f, h);
     }
     pl->thread_floats = f == SIZE_MAX ? SIZE_MAX : fa__round16(f);
-    /* AMX with more than one tile per kv head (FA__AMX_VT_ALL): V's words transposed once per call,
-       Vt [B][Hkv][blocks][Dv][np16] and a finite flag per block, O(Sk Dv) like V itself */
-    if (FA__AMX_VT_ALL && pl->amx && d->Sk > 0 && pl->qtiles * (d->Hq / d->Hkv) / pl->hpt >= 2) {
+    /* AMX with more than one tile per kv head and Sq Sk >= 2^20 (FA__AMX_VT_ALL; below, the pass's
+       own start of the threads cost more than it saved, S = 512 on the Xeon): V's words transposed
+       once per call, Vt [B][Hkv][blocks][Dv][np16] and a finite flag per block, O(Sk Dv) like V */
+    if (FA__AMX_VT_ALL && pl->amx && d->Sk > 0 && pl->qtiles * (d->Hq / d->Hkv) / pl->hpt >= 2 &&
+        (int64_t)d->Sq * d->Sk >= ((int64_t)1 << 20)) {
         pl->vt_all = 1;
         pl->vt_blocks = (int64_t)d->B * d->Hkv * nb;
         pl->vt_floats = fa__add_size(fa__round16(fa__mul_size(fa__mul_size((size_t)pl->vt_blocks, (size_t)d->Dv), (size_t)pl->np16)),

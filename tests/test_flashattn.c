@@ -2675,33 +2675,42 @@ static void test_half_tiling(void **state)
 
 /* A NaN in a hidden key's V (bf16 and fp16): the rows that do not see the key are right (the
    vdpbf16ps path sends such a block through the fp32 kernels), the row that sees it is NaN. Two
-   query heads on one kv head: on AMX, V is then transposed once per call (fa__tiled_vt). */
+   query heads on one kv head, Sq = Sk = 64 and 1024: on AMX the second transposes V once per call
+   (fa__tiled_vt, Sq Sk >= 2^20), the first per tile. */
 static void test_half_nan_v(void **state)
 {
-    fa_params p = shape(1, 2, 1, 64, 64, 32, 32, 1);
-    int dt, i, t;
+    static const int len[2] = { 64, 1024 };
+    int dt, i, t, li;
     (void)state;
-    for (dt = FA_F16; dt <= FA_BF16; dt++) {
-        tcase c;
-        uint16_t *hq, *hk, *hv, *ho;
-        tc_init(&c, &p, "half NaN in V dtype %d", dt);
-        ref_round_to((fa_dtype)dt, c.t.q, c.t.nq); ref_round_to((fa_dtype)dt, c.t.k, c.t.nk); ref_round_to((fa_dtype)dt, c.t.v, c.t.nv);
-        tc_ref(&c);
-        hq = half_of((fa_dtype)dt, c.t.q, c.t.nq); hk = half_of((fa_dtype)dt, c.t.k, c.t.nk); hv = half_of((fa_dtype)dt, c.t.v, c.t.nv);
-        ho = (uint16_t *)malloc(c.t.no * 2);
-        assert_non_null(ho);
-        for (t = 0; t < 32; t++) hv[63 * 32 + t] = dt == FA_F16 ? 0x7E00u : 0x7FC0u;    /* key 63: only row 63 sees it */
-        c.p.dtype = (fa_dtype)dt;
-        assert_int_equal(fa_tiled(&c.p, hq, hk, hv, ho), FA_OK);
-        for (i = 0; i < 128; i++)
-            for (t = 0; t < 32; t++) {
-                float x = half_to_f((fa_dtype)dt, ho[i * 32 + t]), want = c.ref_o[i * 32 + t];
-                if (i % 64 == 63) assert_true(x != x);
-                else if (!(fabsf(x - want) <= 2e-2f * (1.0f + fabsf(want)))) fail_msg("row %d col %d: %g, want %g", i, t, (double)x, (double)want);
+    for (li = 0; li < 2; li++)
+        for (dt = FA_F16; dt <= FA_BF16; dt++) {
+            fa_params p = shape(1, 2, 1, len[li], len[li], 32, 32, 1);
+            int n = len[li];
+            tcase c;
+            uint16_t *hq, *hk, *hv, *ho;
+            tc_init(&c, &p, "half NaN in V dtype %d S%d", dt, n);
+            ref_round_to((fa_dtype)dt, c.t.q, c.t.nq); ref_round_to((fa_dtype)dt, c.t.k, c.t.nk); ref_round_to((fa_dtype)dt, c.t.v, c.t.nv);
+            tc_ref(&c);
+            hq = half_of((fa_dtype)dt, c.t.q, c.t.nq); hk = half_of((fa_dtype)dt, c.t.k, c.t.nk); hv = half_of((fa_dtype)dt, c.t.v, c.t.nv);
+            ho = (uint16_t *)malloc(c.t.no * 2);
+            assert_non_null(ho);
+            for (t = 0; t < 32; t++) hv[(size_t)(n - 1) * 32 + t] = dt == FA_F16 ? 0x7E00u : 0x7FC0u;   /* the last key: only the last row sees it */
+            c.p.dtype = (fa_dtype)dt;
+            assert_int_equal(fa_tiled(&c.p, hq, hk, hv, ho), FA_OK);
+            if (dt == FA_BF16 && li == 1) {
+                char line[700];
+                fa_describe(&c.p, FA_CALL_TILED, line, sizeof line);
+                print_message("%s: %s\n", c.name, line);
             }
-        free(hq); free(hk); free(hv); free(ho);
-        tc_free(&c);
-    }
+            for (i = 0; i < 2 * n; i++)
+                for (t = 0; t < 32; t++) {
+                    float x = half_to_f((fa_dtype)dt, ho[(size_t)i * 32 + t]), want = c.ref_o[(size_t)i * 32 + t];
+                    if (i % n == n - 1) assert_true(x != x);
+                    else if (!(fabsf(x - want) <= 2e-2f * (1.0f + fabsf(want)))) fail_msg("row %d col %d: %g, want %g", i, t, (double)x, (double)want);
+                }
+            free(hq); free(hk); free(hv); free(ho);
+            tc_free(&c);
+        }
 }
 
 /* Half storage's byte ranges: q, k, v of 2-byte elements side by side in one buffer are apart
