@@ -141,7 +141,7 @@
    and the process may, else vdpbf16ps), fp32 sums, P and dS rounded to bf16 as FlashAttention does
    on GPUs (gradients within API.md's 1e-2, not the fp32 call's bits); the fp32 copies then serve
    delta and any key tile or query block holding an inf or NaN (bench/RESULTS.md, "CPU half
-   precision": 1.1-2.1x our fp32 backward on the Xeon). fa_describe and fa_build_info
+   precision": 0.7-2.1x our fp32 backward on the Xeon). fa_describe and fa_build_info
    say which of these a call runs. Determinism holds on every path: a row's bits never depend on
    threads, pool or batch.
 
@@ -2955,7 +2955,10 @@ typedef struct fa__kernels {
 /* The cpuid answers fa__kernels_for needs, asked once per process: cpuid is a VM exit under a
    hypervisor (44 us a call on the development machine's VM, five of them per lookup), and the
    wrappers below (fa__gemm, fa__online, ...) look the table up at every call. */
-static int fa__cpu_has_f16c, fa__cpu_has_bf16, fa__cpu_has_amx;
+static int fa__cpu_has_f16c, fa__cpu_has_bf16;
+#ifdef FA__HAVE_AMX
+static int fa__cpu_has_amx;
+#endif
 static pthread_once_t fa__cpu_once = PTHREAD_ONCE_INIT;
 static void fa__cpu_probe(void)
 {
@@ -5113,6 +5116,7 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
         Qb = (uint16_t *)w; w += fa__round16(q2 * D);
         dOb = (uint16_t *)w; w += fa__round16(q2 * Dv);
         dSb = (uint16_t *)w;
+        (void)QT; (void)dOT;            /* the tiles' layout (AMX builds only) */
 #undef FA__BW
         bf = fa__bf16_finite(khb, dh->ks[2], nk, D) && fa__bf16_finite(vhb, dh->vs[2], nk, Dv);
         if (bf) {
