@@ -2641,7 +2641,8 @@ FA__BF16 static void fa__ppack_bf16(const float *S, int64_t ld, int nk, int nvec
    sees: key groups of 16 and key pairs sit at the same places in every tiling, so a row's bits do
    not depend on its tile. Fewer than 16 keys left at the end of the keys, and features past the
    last 16, go through fa__gemm_bf16_avx512 (the same words). The tiles are configured at the start
-   of each work item of fa_tiled and released at its end.
+   of each work item of fa_tiled (and of fa_tiled_backward, whose five products run on fa__mm_amx
+   below) and released at its end.
    Linux hands the tile state to a process only after it asks (arch_prctl(ARCH_REQ_XCOMP_PERM,
    XFEATURE_XTILEDATA)): fa_tiled asks at each call that would use the tiles (a system call; the
    kernel keeps the permission for the whole process, granted once), and where the kernel refuses
