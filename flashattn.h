@@ -118,7 +118,9 @@
      tile unit (tdpbf16ps). Linux lends a process the tile state only when it asks
      (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); fa_tiled asks at each call that would
      use the tiles. The permission is the process's, kept by the kernel for all its threads (not
-     state of this library); where it is refused the call runs the vdpbf16ps kernels.
+     state of this library); where it is refused the call runs the vdpbf16ps kernels. Where a kv
+     head has more than one query tile, V is transposed into the tiles' layout once per call for
+     all of them (O(Sk Dv) more workspace, in the count).
    - AVX512-BF16 (AMD Zen 4 and later, Cooper Lake): bf16 with an even head_dim runs both products
      on vdpbf16ps. Both bf16 paths read K as stored, pack Q and V into pairs once per tile and round
      P to bf16 for P V (as FlashAttention does on GPUs), so o differs from the fp32 call's on the
@@ -133,8 +135,13 @@
    fa_naive, fa_naive_backward and fa_tiled_backward convert their inputs once into packed fp32
    copies, run the fp32 path on them and convert the outputs back (the naive path must: Debian's
    OpenBLAS 0.3.21 has no bf16 or fp16 GEMM). The copies are O((Sq + Sk) D) floats, never
-   O(Sq x Sk), and are in the workspace counts; these paths run at about their fp32 speed (the
-   backward 0.6-1.0x of it: bench/RESULTS.md, "CPU half precision"). fa_describe and fa_build_info
+   O(Sq x Sk), and are in the workspace counts; these paths run at about their fp32 speed. Except:
+   fa_tiled_backward on bf16 with head_dim and head_dim_v multiples of 32, on a CPU with
+   AVX512-BF16, runs its five products in bf16 on the bf16 inputs (AMX tiles where the CPU has them
+   and the process may, else vdpbf16ps), fp32 sums, P and dS rounded to bf16 as FlashAttention does
+   on GPUs (gradients within API.md's 1e-2, not the fp32 call's bits); the fp32 copies then serve
+   delta and any key tile or query block holding an inf or NaN (bench/RESULTS.md, "CPU half
+   precision": 0.7-2.1x our fp32 backward on the Xeon). fa_describe and fa_build_info
    say which of these a call runs. Determinism holds on every path: a row's bits never depend on
    threads, pool or batch.
 
@@ -496,6 +503,21 @@ extern "C" {
    when block_k is 0. */
 #define FA__TILE_ROWS { 480, 384, 288, 192, 96, 48, 32, 16 }
 #define FA__BLOCK_K 64
+/* ... and its key block on AMX-BF16 tiles (bf16, section 3) when block_k is 0 (on the Xeon 128 ran
+   0.89-1.46x as fast as 64 at 2 threads, 0.97-1.25x at 16); FA__AMX_L1PF 1: the AMX products
+   prefetch each panel's O and the next panel's Q toward L1 as they run (there up to 1.6x slower at
+   S >= 2048: off) [RESULTS, CPU half precision, "AMX forward restructured"] */
+#ifndef FA__AMX_BLOCK_K
+#define FA__AMX_BLOCK_K 128
+#endif
+#ifndef FA__AMX_L1PF
+#define FA__AMX_L1PF 0
+#endif
+/* ... and FA__AMX_VT_ALL 1: V transposed once per call for all the tiles of a kv head (fa__tiled_vt),
+   not once per tile and block, when a kv head has more than one tile and Sq Sk >= 2^20 */
+#ifndef FA__AMX_VT_ALL
+#define FA__AMX_VT_ALL 1
+#endif
 
 /* Decoding: the key axis is split for tiles of at most FA__SPLIT_ROWS rows per head (or packed
    GQA heads), in chunks of at least FA__CHUNK_KEYS keys and at most FA__MAX_CHUNKS of them, fixed
@@ -517,6 +539,11 @@ extern "C" {
 #define FA__BWD_KT_WIDE 192
 #define FA__BWD_WIDE 2048
 #define FA__BWD_QB 64
+/* ... and on bf16 inputs (head dims multiples of 32, AVX512-BF16) its five products in bf16 with fp32
+   sums, on AMX tiles where the CPU has them (1), or the fp32 kernels on fp32 copies (0) */
+#ifndef FA__BWD_BF16
+#define FA__BWD_BF16 1
+#endif
 
 /* ============================================================================================== */
 /* 1. Common to every backend: statuses, comparisons, the request resolved and validated >>common */
@@ -1547,18 +1574,29 @@ static void fa__pf_set(fa__pf *p, int m, const float *base, int64_t stride, int6
     fa__pf_set_es(p, m, base, stride, r0, r1, width, sizeof(float));
 }
 
-static inline void fa__pf_step(fa__pf *p)
+/* the stream's next line (0 when it is done), the stream moved past it */
+static inline uintptr_t fa__pf_next(fa__pf *p)
 {
     int m = p->rows[0] > 0 ? 0 : 1;
-    if (p->rows[m] <= 0) return;
-#if defined(__GNUC__)
-    __builtin_prefetch((const void *)(p->row[m] + (uintptr_t)p->c * 64u), 0, 2);
-#endif
+    uintptr_t a;
+    if (p->rows[m] <= 0) return 0;
+    a = p->row[m] + (uintptr_t)p->c * 64u;
     if (++p->c == p->lines[m]) {
         p->c = 0;
         p->row[m] += (uintptr_t)p->stride[m];
         p->rows[m]--;
     }
+    return a;
+}
+
+static inline void fa__pf_step(fa__pf *p)
+{
+    uintptr_t a = fa__pf_next(p);
+#if defined(__GNUC__)
+    if (a) __builtin_prefetch((const void *)a, 0, 2);
+#else
+    (void)a;
+#endif
 }
 
 /* End of the register panel that starts at lane vector vp of nv: 3 vectors (48 lanes), and when 4
@@ -2597,25 +2635,75 @@ FA__BF16 static void fa__ppack_bf16(const float *S, int64_t ld, int nk, int nvec
 /* ---- bf16 storage on AMX-BF16 tiles (Sapphire Rapids and later) --------------------------------
    The same two products as the vdpbf16ps kernels above, on the tile unit: tdpbf16ps multiplies a
    16 x 32 bf16 tile by a 32 x 16 one (in pairs of rows, the layout of Qp and Pp) into a 16 x 16
-   fp32 tile. Scores: C = St [16 keys][16 lanes], A = 16 K rows as stored (32 features, 64 bytes),
-   B = Qp's words [16 pairs][16 lanes]. P V: C = Ot [16 features][16 lanes], A = Vt [16 features]
-   [16 key pairs] (V's words transposed per block, key pairs padded to 16 with zeros), B = Pp. A
-   panel of up to 3 lane vectors holds C in tiles 0-2, A in 3 and B in 4-6. Key groups of fewer
-   than 16 and features past the last 16 go through fa__gemm_bf16_avx512 (the same words). The
-   tiles are configured at the start of each work item of fa_tiled and released at its end.
+   fp32 tile. The tiled loop walks a tile's lanes in panels of 32 (two lane vectors), each panel's
+   Qp, Ot, scores and probabilities in rows of 32 lanes (128 bytes) of their own, and every product
+   is a 2 x 2 block of C tiles (0-3) from two A tiles (4-5) and two B tiles (6-7): four independent
+   accumulators, one tile load per tdpbf16ps.
+   Scores: C = St [16 keys][16 lanes], A = 16 K rows as stored (32 features, 64 bytes), B = Qp's
+   words [16 pairs][16 lanes]. P V: C = Ot [16 features][16 lanes], A = Vt [16 features][16 key
+   pairs] (V's words transposed per block), B = Pp [16 key pairs][16 lanes]. Both are anchored at
+   the block's first key (its absolute position, fa__tile_blocks), whatever part of the block a tile
+   sees: key groups of 16 and key pairs sit at the same places in every tiling, so a row's bits do
+   not depend on its tile. Fewer than 16 keys left at the end of the keys, and features past the
+   last 16, go through fa__gemm_bf16_avx512 (the same words). The tiles are configured at the start
+   of each work item of fa_tiled (and of fa_tiled_backward, whose five products run on fa__mm_amx
+   below) and released at its end.
    Linux hands the tile state to a process only after it asks (arch_prctl(ARCH_REQ_XCOMP_PERM,
    XFEATURE_XTILEDATA)): fa_tiled asks at each call that would use the tiles (a system call; the
    kernel keeps the permission for the whole process, granted once), and where the kernel refuses
-   (an old kernel, a seccomp filter) it runs the vdpbf16ps kernels instead. Needs head_dim % 32 == 0. */
+   (an old kernel, a seccomp filter) it runs the vdpbf16ps kernels instead. Needs head_dim % 32 == 0.
+   FA__AMX_EMULATE (tests only, not an option): the tile instructions in C on thread-local tiles, so
+   that a CPU without AMX runs this path's data movement (results within bf16's tolerance, not the
+   tile unit's bits). */
 #if defined(FLASHATTN__X86) && !defined(FLASHATTN_NO_AVX512BF16) && !defined(FLASHATTN_NO_AMX) && defined(__linux__) && \
     defined(__x86_64__) && ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 12))
 #define FA__HAVE_AMX 1
+#define FA__AMX_LD 32                   /* lanes in a panel's rows */
+#ifdef FA__AMX_EMULATE
+#define FA__AMXT FA__BF16
+static __thread unsigned char fa__emu_tile[8][1024];
+static void fa__emu_load(int t, const void *p, long s)
+{
+    int r;
+    for (r = 0; r < 16; r++) memcpy(fa__emu_tile[t] + 64 * r, (const unsigned char *)p + r * s, 64);
+}
+static void fa__emu_store(int t, void *p, long s)
+{
+    int r;
+    for (r = 0; r < 16; r++) memcpy((unsigned char *)p + r * s, fa__emu_tile[t] + 64 * r, 64);
+}
+static void fa__emu_dp(int c, int a, int b)
+{
+    float C[16][16];
+    uint16_t A[16][32], B[16][32];
+    int i, n, k;
+    memcpy(C, fa__emu_tile[c], sizeof C); memcpy(A, fa__emu_tile[a], sizeof A); memcpy(B, fa__emu_tile[b], sizeof B);
+    for (i = 0; i < 16; i++)
+        for (n = 0; n < 16; n++)
+            for (k = 0; k < 16; k++)
+                C[i][n] += fa__bf16_to_f32(A[i][2 * k]) * fa__bf16_to_f32(B[k][2 * n]) +
+                           fa__bf16_to_f32(A[i][2 * k + 1]) * fa__bf16_to_f32(B[k][2 * n + 1]);
+    memcpy(fa__emu_tile[c], C, sizeof C);
+}
+#define FA__TLOAD(t, p, s) fa__emu_load(t, p, s)
+#define FA__TSTORE(t, p, s) fa__emu_store(t, p, s)
+#define FA__TZERO(t) memset(fa__emu_tile[t], 0, 1024)
+#define FA__TDP(c, a, b) fa__emu_dp(c, a, b)
+#else
 #define FA__AMXT __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+#define FA__TLOAD(t, p, s) _tile_loadd(t, p, s)
+#define FA__TSTORE(t, p, s) _tile_stored(t, p, s)
+#define FA__TZERO(t) _tile_zero(t)
+#define FA__TDP(c, a, b) _tile_dpbf16ps(c, a, b)
+#endif
 
 /* AMX-TILE and AMX-BF16 (leaf 7 EDX bits 24, 22) with the tile state enabled by the OS (XCR0 bits
    17, 18) */
 static int fa__cpu_amx(void)
 {
+#ifdef FA__AMX_EMULATE
+    return fa__cpu_avx512bf16();
+#else
     unsigned a, b, c, d, lo, hi;
     if (__get_cpuid_max(0, NULL) < 7) return 0;
     __cpuid_count(7, 0, a, b, c, d);
@@ -2623,62 +2711,95 @@ static int fa__cpu_amx(void)
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1u)) return 0;      /* OSXSAVE */
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return ((((uint64_t)hi << 32) | lo) & 0x60000u) == 0x60000u;
+#endif
 }
 
 /* The process's permission to use the tile data (granted once, kept by the kernel): 1 if granted. */
 static int fa__amx_permit(void)
 {
+#ifdef FA__AMX_EMULATE
+    return 1;
+#else
     long r;     /* syscall(SYS_arch_prctl = 158, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18) */
     __asm__ volatile("syscall" : "=a"(r) : "a"(158L), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
     return r == 0;
+#endif
 }
 
-/* palette 1, tiles 0-6 of 16 rows x 64 bytes: bytes 16 + 2t (colsb, little-endian) and 48 + t (rows).
+/* palette 1, tiles 0-7 of 16 rows x 64 bytes: bytes 16 + 2t (colsb, little-endian) and 48 + t (rows).
    A constant table, not a local filled at run time: the intrinsic's asm names only the first 8
    bytes of its operand, so GCC dropped the stores to the rest of a local (the tiles then faulted). */
 static const unsigned char fa__amx_cfg[64] = {
     1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 0, 0,
+    64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0,
     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+    16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0 };
 
 FA__AMXT static void fa__amx_begin(void)
 {
+#ifndef FA__AMX_EMULATE
     __asm__ volatile("ldtilecfg %0" : : "m"(*(const unsigned char (*)[64])fa__amx_cfg));
+#endif
 }
 
-FA__AMXT static void fa__amx_end(void) { _tile_release(); }
+FA__AMXT static void fa__amx_end(void)
+{
+#ifndef FA__AMX_EMULATE
+    _tile_release();
+#endif
+}
 
-/* St[j][lanes] = scale * dot(K[j], q_lane) for j < nk, lanes of nv <= 3 vectors; D % 32 == 0 */
-FA__AMXT static void fa__qk_amx(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, int64_t ld, float *S,
-                               int64_t lds, int nv, float scale, fa__pf *pf)
+/* St[j][lanes] = scale * dot(K[j], q_lane) for j < nk and nv (1 or 2) lane vectors, Qp [D/2] and
+   St [nk] in rows of FA__AMX_LD lanes (S, Qp at the first lane); D % 32 == 0. Keys in 16-key groups,
+   two at a time (C tiles 0, 1 | 2, 3 from K tiles 4 | 5); fewer than 16 left on vdpbf16ps. */
+/* n lines of a prefetch stream toward L1 (the tile loads of the next steps: a tile load that misses
+   L1 waits on its 16 lines) */
+static inline void fa__pf_l1(fa__pf *p, int n)
+{
+    for (; n > 0; n--) {
+        uintptr_t a = fa__pf_next(p);
+        if (!a) return;
+        _mm_prefetch((const char *)a, _MM_HINT_T0);
+    }
+}
+
+FA__AMXT static void fa__qk_amx(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, float *S, int nv,
+                               float scale, fa__pf *pf, fa__pf *l1, int l1n)
 {
     const __m512 sc = _mm512_set1_ps(scale);
-    int g, x, r, v, Dp = D / 2;
-    long sk = (long)(2 * ks), sq = (long)(4 * ld), ss = (long)(4 * lds);
-    for (g = 0; g + 16 <= nk; g += 16) {
+    const long sk = (long)(2 * ks), sr = 4 * FA__AMX_LD;
+    int g, x, r, Dp = D / 2, two = nv > 1;
+    for (g = 0; g + 16 <= nk; g += 32) {
         const uint16_t *kr = K + (int64_t)g * ks;
-        float *s = S + (int64_t)g * lds;
-        _tile_zero(0); _tile_zero(1); _tile_zero(2);
+        float *s = S + (int64_t)g * FA__AMX_LD;
+        int pair = g + 32 <= nk;
+        FA__TZERO(0); if (two) FA__TZERO(1);
+        if (pair) { FA__TZERO(2); if (two) FA__TZERO(3); }
         for (x = 0; x < Dp; x += 16) {
-            const uint32_t *b = Qp + (int64_t)x * ld;
-            fa__pf_step(pf);
-            _tile_loadd(3, kr + 2 * x, sk);
-            _tile_loadd(4, b, sq);
-            _tile_dpbf16ps(0, 3, 4);
-            if (nv > 1) { _tile_loadd(5, b + 16, sq); _tile_dpbf16ps(1, 3, 5); }
-            if (nv > 2) { _tile_loadd(6, b + 32, sq); _tile_dpbf16ps(2, 3, 6); }
+            const uint32_t *b = Qp + (int64_t)x * FA__AMX_LD;
+            fa__pf_l1(l1, l1n);
+            FA__TLOAD(4, kr + 2 * x, sk);
+            FA__TLOAD(6, b, sr);
+            FA__TDP(0, 4, 6);
+            if (pair) { FA__TLOAD(5, kr + 16 * ks + 2 * x, sk); FA__TDP(2, 5, 6); }
+            if (two) {
+                FA__TLOAD(7, b + 16, sr);
+                FA__TDP(1, 4, 7);
+                if (pair) FA__TDP(3, 5, 7);
+            }
         }
-        _tile_stored(0, s, ss);
-        if (nv > 1) _tile_stored(1, s + 16, ss);
-        if (nv > 2) _tile_stored(2, s + 32, ss);
-        for (r = 0; r < 16; r++)
-            for (v = 0; v < nv; v++)
-                _mm512_storeu_ps(s + (int64_t)r * lds + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(s + (int64_t)r * lds + 16 * v), sc));
+        FA__TSTORE(0, s, sr); if (two) FA__TSTORE(1, s + 16, sr);
+        if (pair) { FA__TSTORE(2, s + 16 * FA__AMX_LD, sr); if (two) FA__TSTORE(3, s + 16 * FA__AMX_LD + 16, sr); }
+        if (!pair) { g += 16; break; }
+    }
+    for (r = 0; r < g; r++) {
+        float *s = S + (int64_t)r * FA__AMX_LD;
+        _mm512_storeu_ps(s, _mm512_mul_ps(_mm512_loadu_ps(s), sc));
+        if (two) _mm512_storeu_ps(s + 16, _mm512_mul_ps(_mm512_loadu_ps(s + 16), sc));
     }
     if (g < nk)
-        fa__gemm_bf16_avx512((const unsigned char *)(K + (int64_t)g * ks), 2 * ks, 4, nk - g, Dp, Qp, ld, S + (int64_t)g * lds,
-                             lds, nv, 0, scale, pf);
+        fa__gemm_bf16_avx512((const unsigned char *)(K + (int64_t)g * ks), 2 * ks, 4, nk - g, Dp, Qp, FA__AMX_LD,
+                             S + (int64_t)g * FA__AMX_LD, FA__AMX_LD, nv, 0, scale, pf);
 }
 
 /* Vt[t][x] = Vp[x][t] for t < Dv, x < np16 (np16 a multiple of 16; words past np are 0) */
@@ -2699,33 +2820,86 @@ FA__AMXT static void fa__vt_pack(const uint32_t *Vp, int np, int Dv, uint32_t *V
 }
 
 /* Ot[t][lanes] += sum_x Vt[t][x] . Pp[x][lanes] for t < Dv, x < np16 (Pp's rows past the block's
-   key pairs are 0), lanes of nv <= 3 vectors */
-FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, int64_t ld, float *O, int64_t ldo,
-                               int nv, fa__pf *pf)
+   key pairs are 0), nv (1 or 2) lane vectors, Ot and Pp in rows of FA__AMX_LD lanes. Features in
+   16-feature groups, two at a time (C tiles 0, 1 | 2, 3 from Vt tiles 4 | 5). */
+FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf,
+                               fa__pf *l1, int l1n)
 {
-    int t0, x;
-    long sv = (long)(4 * np16), sp = (long)(4 * ld), so = (long)(4 * ldo);
-    for (t0 = 0; t0 + 16 <= Dv; t0 += 16) {
-        float *o = O + (int64_t)t0 * ldo;
-        _tile_loadd(0, o, so);
-        if (nv > 1) _tile_loadd(1, o + 16, so);
-        if (nv > 2) _tile_loadd(2, o + 32, so);
+    const long sv = (long)(4 * np16), sr = 4 * FA__AMX_LD;
+    int t0, x, two = nv > 1;
+    for (t0 = 0; t0 + 16 <= Dv; t0 += 32) {
+        float *o = O + (int64_t)t0 * FA__AMX_LD;
+        const uint32_t *va = Vt + (int64_t)t0 * np16;
+        int pair = t0 + 32 <= Dv;
+        FA__TLOAD(0, o, sr); if (two) FA__TLOAD(1, o + 16, sr);
+        if (pair) { FA__TLOAD(2, o + 16 * FA__AMX_LD, sr); if (two) FA__TLOAD(3, o + 16 * FA__AMX_LD + 16, sr); }
         for (x = 0; x < np16; x += 16) {
-            const uint32_t *b = Pp + (int64_t)x * ld;
-            fa__pf_step(pf);
-            _tile_loadd(3, Vt + (int64_t)t0 * np16 + x, sv);
-            _tile_loadd(4, b, sp);
-            _tile_dpbf16ps(0, 3, 4);
-            if (nv > 1) { _tile_loadd(5, b + 16, sp); _tile_dpbf16ps(1, 3, 5); }
-            if (nv > 2) { _tile_loadd(6, b + 32, sp); _tile_dpbf16ps(2, 3, 6); }
+            const uint32_t *b = Pp + (int64_t)x * FA__AMX_LD;
+            fa__pf_l1(l1, l1n);
+            FA__TLOAD(4, va + x, sv);
+            FA__TLOAD(6, b, sr);
+            FA__TDP(0, 4, 6);
+            if (pair) { FA__TLOAD(5, va + 16 * np16 + x, sv); FA__TDP(2, 5, 6); }
+            if (two) {
+                FA__TLOAD(7, b + 16, sr);
+                FA__TDP(1, 4, 7);
+                if (pair) FA__TDP(3, 5, 7);
+            }
         }
-        _tile_stored(0, o, so);
-        if (nv > 1) _tile_stored(1, o + 16, so);
-        if (nv > 2) _tile_stored(2, o + 32, so);
+        FA__TSTORE(0, o, sr); if (two) FA__TSTORE(1, o + 16, sr);
+        if (pair) { FA__TSTORE(2, o + 16 * FA__AMX_LD, sr); if (two) FA__TSTORE(3, o + 16 * FA__AMX_LD + 16, sr); }
+        if (!pair) { t0 += 16; break; }
     }
     if (t0 < Dv)
-        fa__gemm_bf16_avx512((const unsigned char *)(Vt + (int64_t)t0 * np16), 4 * (int64_t)np16, 4, Dv - t0, np16, Pp, ld,
-                             O + (int64_t)t0 * ldo, ldo, nv, 1, 1.0f, pf);
+        fa__gemm_bf16_avx512((const unsigned char *)(Vt + (int64_t)t0 * np16), 4 * (int64_t)np16, 4, Dv - t0, np16, Pp,
+                             FA__AMX_LD, O + (int64_t)t0 * FA__AMX_LD, FA__AMX_LD, nv, 1, 1.0f, pf);
+}
+
+/* The backward's products (section 7b): C [M][N] = scale * A B (acc 0) or C += A B (acc 1), A
+   [M][Kd] bf16 row-major (rows lda bytes apart), B [Kd/2][N] words (pairs of A's columns, rows ldb
+   words apart), C fp32 (rows ldc floats apart); M and N multiples of 16, Kd of 32. 2 x 2 C tiles
+   (0-3) from A tiles 4-5 and B tiles 6-7, as fa__qk_amx. */
+FA__AMXT static void fa__mm_amx(const uint16_t *A, int64_t lda, int M, int Kd, const uint32_t *B, int64_t ldb, float *C,
+                               int64_t ldc, int N, int acc, float scale)
+{
+    const long sb = (long)(4 * ldb), sc = (long)(4 * ldc), sa = (long)lda;
+    const __m512 scv = _mm512_set1_ps(scale);
+    int m, n, k, r, u;
+    for (m = 0; m < M; m += 32) {
+        int m2 = m + 32 <= M;
+        const unsigned char *a0 = (const unsigned char *)A + (int64_t)m * lda, *a1 = a0 + 16 * lda;
+        for (n = 0; n < N; n += 32) {
+            int n2 = n + 32 <= N;
+            float *c0 = C + (int64_t)m * ldc + n, *c2 = c0 + 16 * ldc;
+            if (acc) {
+                FA__TLOAD(0, c0, sc); if (n2) FA__TLOAD(1, c0 + 16, sc);
+                if (m2) { FA__TLOAD(2, c2, sc); if (n2) FA__TLOAD(3, c2 + 16, sc); }
+            } else {
+                FA__TZERO(0); if (n2) FA__TZERO(1);
+                if (m2) { FA__TZERO(2); if (n2) FA__TZERO(3); }
+            }
+            for (k = 0; k < Kd; k += 32) {
+                const uint32_t *b = B + (int64_t)(k / 2) * ldb + n;
+                FA__TLOAD(4, a0 + 2 * k, sa);
+                FA__TLOAD(6, b, sb);
+                FA__TDP(0, 4, 6);
+                if (m2) { FA__TLOAD(5, a1 + 2 * k, sa); FA__TDP(2, 5, 6); }
+                if (n2) {
+                    FA__TLOAD(7, b + 16, sb);
+                    FA__TDP(1, 4, 7);
+                    if (m2) FA__TDP(3, 5, 7);
+                }
+            }
+            FA__TSTORE(0, c0, sc); if (n2) FA__TSTORE(1, c0 + 16, sc);
+            if (m2) { FA__TSTORE(2, c2, sc); if (n2) FA__TSTORE(3, c2 + 16, sc); }
+            if (!n2) n -= 16;
+        }
+        if (!m2) m -= 16;
+    }
+    if (!acc && scale != 1.0f)
+        for (r = 0; r < M; r++)
+            for (u = 0; u < N; u += 16)
+                _mm512_storeu_ps(C + (int64_t)r * ldc + u, _mm512_mul_ps(_mm512_loadu_ps(C + (int64_t)r * ldc + u), scv));
 }
 #endif
 
@@ -2774,56 +2948,79 @@ typedef struct fa__kernels {
     void (*dots_h)(fa_dtype dt, const float *Q, int nr, const uint16_t *K, int64_t ks, int nk, int D, float *S, int64_t lds);
     void (*pv_rows_h)(fa_dtype dt, const float *P, int64_t lds, int nr, const uint16_t *V, int64_t vs, int nk, float *O, int Dv);
     /* bf16 products on AMX-BF16 tiles (fa__qk_amx, fa__pv_amx, fa__vt_pack); NULL without */
-    void (*amx_qk)(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, int64_t ld, float *S, int64_t lds,
-                   int nv, float scale, fa__pf *pf);
-    void (*amx_pv)(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, int64_t ld, float *O, int64_t ldo, int nv,
-                   fa__pf *pf);
+    void (*amx_qk)(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, float *S, int nv, float scale,
+                   fa__pf *pf, fa__pf *l1, int l1n);
+    void (*amx_pv)(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf, fa__pf *l1,
+                   int l1n);
     void (*amx_vt)(const uint32_t *Vp, int np, int Dv, uint32_t *Vt, int np16);
+    void (*amx_mm)(const uint16_t *A, int64_t lda, int M, int Kd, const uint32_t *B, int64_t ldb, float *C, int64_t ldc,
+                   int N, int acc, float scale);
 } fa__kernels;
+
+#ifdef FLASHATTN__X86
+/* The cpuid answers fa__kernels_for needs, asked once per process: cpuid is a VM exit under a
+   hypervisor (44 us a call on the development machine's VM, five of them per lookup), and the
+   wrappers below (fa__gemm, fa__online, ...) look the table up at every call. */
+static int fa__cpu_has_f16c, fa__cpu_has_bf16;
+#ifdef FA__HAVE_AMX
+static int fa__cpu_has_amx;
+#endif
+static pthread_once_t fa__cpu_once = PTHREAD_ONCE_INIT;
+static void fa__cpu_probe(void)
+{
+    fa__cpu_has_f16c = fa__cpu_f16c();
+    fa__cpu_has_bf16 = fa__cpu_avx512bf16();
+#ifdef FA__HAVE_AMX
+    fa__cpu_has_amx = fa__cpu_has_bf16 && fa__cpu_amx();
+#endif
+}
+#endif
 
 static const fa__kernels *fa__kernels_for(int isa)
 {
     static const fa__kernels portable = {
         fa__gemm_c, fa__online_c, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
 #ifdef FLASHATTN__X86
     static const fa__kernels avx2 = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     /* an AVX2 CPU without F16C (none shipped that we know of) converts in C */
     static const fa__kernels avx2_nof16c = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     static const fa__kernels avx512 = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
-        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL };
+        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL };
+    pthread_once(&fa__cpu_once, fa__cpu_probe);
 #ifndef FLASHATTN_NO_AVX512BF16
     static const fa__kernels avx512bf16 = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
         fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
-        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL };
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL };
 #ifdef FA__HAVE_AMX
     static const fa__kernels amx = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
         fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
-        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, fa__qk_amx, fa__pv_amx, fa__vt_pack };
-    if (isa == 2 && fa__cpu_avx512bf16() && fa__cpu_amx()) return &amx;
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, fa__qk_amx, fa__pv_amx, fa__vt_pack,
+        fa__mm_amx };
+    if (isa == 2 && fa__cpu_has_amx) return &amx;
 #endif
     /* AVX512-BF16 (with the BW and VL it implies on every CPU that has it) unless
        FLASHATTN_NO_AVX512BF16 (tests, benches: the conversion path on the same CPU) */
-    if (isa == 2 && fa__cpu_avx512bf16()) return &avx512bf16;
+    if (isa == 2 && fa__cpu_has_bf16) return &avx512bf16;
 #endif
     if (isa == 2) return &avx512;
-    if (isa == 1) return fa__cpu_f16c() ? &avx2 : &avx2_nof16c;
+    if (isa == 1) return fa__cpu_has_f16c ? &avx2 : &avx2_nof16c;
 #endif
     (void)isa;
     return &portable;
@@ -3719,6 +3916,9 @@ typedef struct fa__tiled_plan {
     size_t half_off;            /* half storage: where a thread's conversion buffers start (floats) */
     int dpbf16;                 /* bf16 products on vdpbf16ps (section 3, fa__gemm_bf16_avx512) */
     int amx, np16;              /* ... on AMX-BF16 tiles where the process may (fa__qk_amx); key pairs per block, to 16 */
+    int vt_all;                 /* AMX: every block's Vt packed once per call (fa__tiled_vt), not per tile */
+    int64_t vt_blocks;          /* ... that many blocks (B Hkv ceil(Sk / bk)), vt_floats floats of them and their flags */
+    size_t vt_floats;
 } fa__tiled_plan;
 
 static size_t fa__round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -3765,8 +3965,6 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
             if (cand[c] == 32 && fallback) { pl->nq = fallback; break; }
         }
     }
-    pl->bk = d->block_k ? d->block_k : FA__BLOCK_K;
-    if (pl->bk > d->Sk) pl->bk = d->Sk > 0 ? d->Sk : 1;
     /* a library tiling's last tile takes a remainder of under 16 rows (one lane vector) rather
        than leaving it a tile of its own, which would re-read K/V for a part-empty vector */
     pl->qtiles = ((int64_t)d->Sq + pl->nq - 1) / pl->nq;
@@ -3775,9 +3973,16 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
         pl->qtiles = d->Sq / pl->nq;
         pl->rows = pl->nq + d->Sq % pl->nq;
     }
-    ld = fa__round16((size_t)pl->rows);
-    pl->ld = (int)ld;
     pl->rowmajor = K->rows_max > 0 && pl->rows <= K->rows_max;
+    /* bf16 products on vdpbf16ps; on AMX tiles (where the CPU has them, whether or not the process
+       may use them: the plan and its counts do not depend on the permission), with their own key
+       block and lanes to a multiple of 32 (panels of two lane vectors, fa__qk_amx) */
+    pl->dpbf16 = K->gemm_bf16 && d->dtype == FA_BF16 && d->D % 2 == 0 && !pl->rowmajor;
+    pl->amx = pl->dpbf16 && K->amx_qk && d->D % 32 == 0;
+    pl->bk = d->block_k ? d->block_k : pl->amx ? FA__AMX_BLOCK_K : FA__BLOCK_K;
+    if (pl->bk > d->Sk) pl->bk = d->Sk > 0 ? d->Sk : 1;
+    ld = pl->amx ? (fa__round16((size_t)pl->rows) + 31) / 32 * 32 : fa__round16((size_t)pl->rows);
+    pl->ld = (int)ld;
     pl->tiles = pl->qtiles * d->B * (d->Hq / pl->hpt);
     nb = ((int64_t)d->Sk + pl->bk - 1) / pl->bk;
     pl->nchunk = 1;
@@ -3804,26 +4009,33 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
         size_t h = fa__add_size(fa__round16(fa__mul_size((size_t)pl->bk, (size_t)d->D)),
                                 fa__round16(fa__mul_size((size_t)pl->bk, (size_t)d->Dv)));
         h = fa__add_size(h, fa__mul_size(16, fa__add_size((size_t)d->D, (size_t)d->Dv)));
-        /* vdpbf16ps: Q's words in Qt's place and V's in Vc's; the panel probabilities Pp [ceil(bk/2)][ld] */
-        pl->dpbf16 = K->gemm_bf16 && d->dtype == FA_BF16 && d->D % 2 == 0 && !pl->rowmajor;
-        pl->amx = pl->dpbf16 && K->amx_qk && d->D % 32 == 0;
+        /* vdpbf16ps: Q's words in Qt's place and V's in Vc's; the panel probabilities Pp [ceil(bk/2)][ld]
+           (AMX: also a panel's Pp [np16][32], fewer; and Vt [Dv][np16], key pairs to a multiple of 16) */
         pl->np16 = (int)fa__round16(((size_t)pl->bk + 1) / 2);
-        /* AMX: Pp's rows to a multiple of 16 and Vt [Dv][np16] (allocated when the CPU has the tiles,
-           whether or not the process may use them: the count does not depend on the permission) */
-        if (pl->dpbf16) h = fa__add_size(h, fa__round16(fa__mul_size(ld, pl->amx ? (size_t)pl->np16 : ((size_t)pl->bk + 1) / 2)));
+        if (pl->dpbf16) h = fa__add_size(h, fa__round16(fa__mul_size(ld, ((size_t)pl->bk + 1) / 2 + (pl->amx ? 16 : 0))));
         if (pl->amx) h = fa__add_size(h, fa__mul_size((size_t)d->Dv, (size_t)pl->np16));
         pl->half_off = f;
         f = fa__add_size(f, h);
     }
     pl->thread_floats = f == SIZE_MAX ? SIZE_MAX : fa__round16(f);
+    /* AMX with more than one tile per kv head and Sq Sk >= 2^20 (FA__AMX_VT_ALL; below, the pass's
+       own start of the threads cost more than it saved, S = 512 on the Xeon): V's words transposed
+       once per call, Vt [B][Hkv][blocks][Dv][np16] and a finite flag per block, O(Sk Dv) like V */
+    if (FA__AMX_VT_ALL && pl->amx && d->Sk > 0 && pl->qtiles * (d->Hq / d->Hkv) / pl->hpt >= 2 &&
+        (int64_t)d->Sq * d->Sk >= ((int64_t)1 << 20)) {
+        pl->vt_all = 1;
+        pl->vt_blocks = (int64_t)d->B * d->Hkv * nb;
+        pl->vt_floats = fa__add_size(fa__round16(fa__mul_size(fa__mul_size((size_t)pl->vt_blocks, (size_t)d->Dv), (size_t)pl->np16)),
+                                     fa__round16((size_t)pl->vt_blocks));
+    }
     /* split keys: each chunk's o [rows][Dv], m and l [rows]; then a count of done chunks per tile */
     if (pl->nchunk > 1)
         pl->part_floats = fa__add_size(fa__round16(fa__mul_size(fa__mul_size((size_t)pl->items, (size_t)pl->rows),
                                                                 (size_t)d->Dv + 2)),
                                        fa__round16(fa__mul_size((size_t)pl->tiles, (sizeof(int) + 3) / sizeof(float))));
     pl->pool_bytes = fa__pool_bytes(d, pl->nthreads);
-    pl->total = fa__add_size(fa__mul_size(fa__add_size(fa__mul_size(pl->thread_floats, (size_t)pl->nthreads),
-                                                       pl->part_floats), sizeof(float)),
+    pl->total = fa__add_size(fa__mul_size(fa__add_size(fa__add_size(fa__mul_size(pl->thread_floats, (size_t)pl->nthreads),
+                                                                    pl->part_floats), pl->vt_floats), sizeof(float)),
                              fa__add_size(pl->pool_bytes, 64));
 }
 
@@ -3838,6 +4050,7 @@ typedef struct fa__tiled_ctx {
     const uint16_t *qh, *kh, *vh;   /* half storage: the tensors (q, k, v, o above are then NULL) */
     uint16_t *oh;
     int amx;                        /* the plan's AMX tiles, and the process may use them */
+    uint32_t *vt;                   /* pl->vt_all: every block's Vt, then an int per block: its V is finite */
 } fa__tiled_ctx;
 
 /* Where tile `tile` sits: batch b, first head h0, first query row i0, rows per head nqr. */
@@ -3865,6 +4078,22 @@ static int fa__pv_acc(const fa__rule_lanes *ln, int v, int64_t f0, int64_t f1)
 
 static void fa__tiled_merge(void *vctx, int64_t tile, int tid);
 
+/* pl->vt_all: block `item` of [B][Hkv][blocks], V's words over its whole extent transposed into its
+   Vt (fa__vt_pack) and its flag (1: every value finite), the thread's Vc holding the words between */
+static void fa__tiled_vt(void *vctx, int64_t item, int tid)
+{
+    const fa__tiled_ctx *c = (const fa__tiled_ctx *)vctx;
+    const fa__dims *d = c->d;
+    const fa__tiled_plan *pl = c->pl;
+    int64_t nb = (d->Sk + pl->bk - 1) / pl->bk, kb = item % nb, bg = item / nb, f0 = kb * pl->bk;
+    int64_t f1 = f0 + pl->bk < d->Sk ? f0 + pl->bk : d->Sk;
+    uint32_t *Vp = (uint32_t *)(c->ws + (size_t)tid * pl->thread_floats + pl->half_off + fa__round16((size_t)pl->bk * d->D));
+    const uint16_t *v = c->vh + (bg / d->Hkv) * d->vs[0] + (bg % d->Hkv) * d->vs[1] + f0 * d->vs[2];
+    int fin = c->K->vpack_bf16(v, d->vs[2], (int)(f1 - f0), d->Dv, Vp);
+    if (fin) c->K->amx_vt(Vp, (int)(f1 - f0 + 1) / 2, d->Dv, c->vt + (size_t)item * d->Dv * pl->np16, pl->np16);
+    ((int *)(c->vt + fa__round16((size_t)pl->vt_blocks * d->Dv * pl->np16)))[item] = fin;
+}
+
 /* One tile over one chunk of its key blocks: pack Q^T, walk K/V in blocks (scores, the rule where
    needed, online softmax, P V), then write o and lse, or the chunk's partials. */
 #define FA__QOFF(r) ((int64_t)b * d->qs[0] + (int64_t)(h0 + (r) / nqr) * d->qs[1] + (i0 + (r) % nqr) * d->qs[2])
@@ -3890,8 +4119,8 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     float *Qc = half ? Vc + fa__round16((size_t)bk * Dv) : NULL, *Oc = half ? Qc + 16 * (size_t)D : NULL;
     /* vdpbf16ps (pl->dpbf16): Q's words in Qt, V's in Vc, P's in Pp */
     uint32_t *Pp = pl->dpbf16 ? (uint32_t *)(Oc + 16 * (size_t)Dv) : NULL, *Qp = (uint32_t *)Qt, *Vp = (uint32_t *)Vc;
-    uint32_t *Vt = pl->amx ? Pp + fa__round16((size_t)ld * pl->np16) : NULL;
-    int vfin = 0;
+    uint32_t *Vt = pl->amx ? Pp + fa__round16((size_t)ld * (((size_t)bk + 1) / 2 + 16)) : NULL;
+    int vfin = 0, amx_pf = 0;
     fa__rule_lanes ln;
     fa__pf pf;
 
@@ -3925,7 +4154,10 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                 if (pl->dpbf16) {
                     const uint16_t *qw[16];
                     for (u = 0; u < 16; u++) qw[u] = r0 + u < nr ? c->qh + FA__QOFF(r0 + u) : NULL;
-                    K->qpack_bf16(qw, D / 2, Qp + r0, ld);
+                    if (c->amx)     /* panels of 32 lanes, each its own [D/2][32] (fa__qk_amx) */
+                        K->qpack_bf16(qw, D / 2, Qp + (size_t)(r0 / 32) * 32 * (D / 2) + r0 % 32, 32);
+                    else
+                        K->qpack_bf16(qw, D / 2, Qp + r0, ld);
                     continue;
                 }
                 for (u = 0; u < 16; u++) {
@@ -3975,9 +4207,19 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             if (ra >= rb) continue;
             v0 = (int)(ra / 16); v1 = (int)((rb + 15) / 16);
         }
-        if (pl->dpbf16) {   /* V's words once per block; a non-finite V goes through the fp32 kernels */
+        if (c->amx) {       /* AMX: V's words over the block's whole extent, from f0 (fa__qk_amx) */
+            if (pl->vt_all) {    /* packed before the tiles (fa__tiled_vt) */
+                int64_t blk = ((int64_t)b * d->Hkv + h0 / d->group) * ((d->Sk + bk - 1) / bk) + kb;
+                Vt = c->vt + (size_t)blk * Dv * pl->np16;
+                vfin = ((const int *)(c->vt + fa__round16((size_t)pl->vt_blocks * Dv * pl->np16)))[blk];
+            } else {
+                vfin = K->vpack_bf16(vhb + f0 * vs, vs, (int)(f1 - f0), Dv, Vp);
+                if (vfin) K->amx_vt(Vp, (int)(f1 - f0 + 1) / 2, Dv, Vt, pl->np16);
+            }
+            if (!vfin)
+                for (j = 0; j < nk; j++) K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
+        } else if (pl->dpbf16) {   /* V's words once per block; a non-finite V goes through the fp32 kernels */
             vfin = K->vpack_bf16(vhb + k0 * vs, vs, nk, Dv, Vp);
-            if (vfin && c->amx) K->amx_vt(Vp, (nk + 1) / 2, Dv, Vt, pl->np16);
             if (!vfin)
                 for (j = 0; j < nk; j++) K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
         } else if (half)    /* the block converted once for all the tile's panels (its rows were prefetched) */
@@ -3989,7 +4231,8 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         {
             int64_t n1 = kb + 1 < kb1 ? (k1 + bk < khi ? k1 + bk : khi) - k1 : 0, lines, it;
             int np = 0;
-            for (p0 = v0; p0 < v1; p0 = fa__panel_end(p0, v1)) np++;
+            if (c->amx) np = (v1 + 1) / 2 - v0 / 2;
+            else for (p0 = v0; p0 < v1; p0 = fa__panel_end(p0, v1)) np++;
             if (half) {
                 fa__pf_set_es(&pf, 0, khb, ks, k1, k1 + n1, D, 2);
                 fa__pf_set_es(&pf, 1, vhb, vs, k1, k1 + n1, Dv, 2);
@@ -4000,30 +4243,61 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             lines = n1 * (pf.lines[0] + pf.lines[1]);
             it = (int64_t)np * (((int64_t)nk + 7) / 8 * D + ((int64_t)Dv + 7) / 8 * nk);
             pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
+            amx_pf = np > 0 ? (int)((lines + np - 1) / np) : 0;    /* AMX: lines per panel */
         }
+#ifdef FA__HAVE_AMX
+        if (c->amx) {
+            /* panels of two lane vectors (an even first one), each on its own rows of 32 lanes: scores
+               of the block's keys from f0 in whole 16-key groups, the rule and the online step on the
+               tile's keys [k0, k1), P rounded to bf16 with 0 outside them, P V on the tiles */
+            int nf = (int)(f1 - f0), off = (int)(k0 - f0), nkq = (off + nk + 15) / 16 * 16, pv, i, it, l1n;
+            fa__pf l1;
+            if (nkq > nf) nkq = nf;
+            /* toward L1 during each panel's products: its Ot (for its P V), then the next panel's Qp,
+               spread over the products' steps (FA__AMX_L1PF) */
+            it = (nkq + 31) / 32 * (D / 32) + (Dv + 31) / 32 * (pl->np16 / 16);
+            l1n = FA__AMX_L1PF && it > 0 ? (2 * Dv + D + it - 1) / it : 0;
+            for (pv = v0 & ~1; pv < v1; pv += 2) {
+                int va = pv > v0 ? pv : v0, vb = pv + 2 < v1 ? pv + 2 : v1, lo = 16 * (va - pv), nvec = vb - va, a, e, x;
+                const uint32_t *qp = Qp + (size_t)(pv / 2) * 32 * (D / 2) + lo;
+                float *op = Ot + (size_t)(pv / 2) * 32 * Dv + lo, *sp = St + lo, *s0 = sp + (size_t)off * 32;
+                uint32_t *pp = Pp + lo;
+                for (i = 0; i < amx_pf; i++) fa__pf_step(&pf);
+                fa__pf_set_es(&l1, 0, op - lo, 0, 0, 1, 32 * Dv, sizeof(float));
+                fa__pf_set_es(&l1, 1, qp - lo + 32 * (D / 2), 0, 0, pv + 2 < v1, 32 * (D / 2), sizeof(uint32_t));
+                K->amx_qk(khb + f0 * ks, ks, nkq, D, qp, sp, nvec, d->scale, &pf, &l1, l1n);
+                if (ln.mods || mask) fa__modify_tile(K, &ln, 16 * va, s0, 32, nvec, k0, nk, mask);
+                K->online(s0, 32, nk, nvec, m + 16 * va, l + 16 * va, op, 32, Dv, tmp);
+                if (!vfin) {        /* the fp32 kernels on the converted block, as on vdpbf16ps below */
+                    for (a = va; a < vb; a = e) {
+                        int acc = acc_all ? acc_all : fa__pv_acc(&ln, a, f0, f1);
+                        for (e = a + 1; e < vb && (acc_all || fa__pv_acc(&ln, e, f0, f1) == acc); e++) {}
+                        K->gemm(Vc, 1, Dv, Dv, nk, s0 + 16 * (a - va), 32, op + 16 * (a - va), 32, e - a, acc, &pf);
+                    }
+                    continue;
+                }
+                for (j = 0; j < nf; j++)           /* the block's keys outside [k0, k1): weight 0 */
+                    if (j < off || j >= off + nk) memset(sp + (size_t)j * 32, 0, 16 * (size_t)nvec * sizeof(float));
+                K->ppack_bf16(sp, 32, nf, nvec, pp);
+                for (x = (nf + 1) / 2; x < pl->np16; x++) memset(pp + (size_t)x * 32, 0, 16 * (size_t)nvec * sizeof(uint32_t));
+                K->amx_pv(Vt, pl->np16, Dv, pp, op, nvec, &pf, &l1, l1n);
+            }
+            continue;
+        }
+#endif
         /* one register panel (up to 48 lanes, fa__gemm's) at a time through scores, the rule,
            softmax and P V, so its slice of the score tile stays in L1 between the steps */
         for (p0 = v0; p0 < v1; p0 = pe) {
             int pr0 = p0 * 16, va, vb;
             float *S0 = St + pr0;
             pe = fa__panel_end(p0, v1);
-            if (c->amx)
-                K->amx_qk(khb + k0 * ks, ks, nk, D, Qp + pr0, ld, S0, ld, pe - p0, d->scale, &pf);
-            else if (pl->dpbf16)
+            if (pl->dpbf16)
                 K->gemm_bf16((const unsigned char *)(khb + k0 * ks), 2 * ks, 4, nk, D / 2, Qp + pr0, ld, S0, ld, pe - p0,
                              0, d->scale, &pf);
             else
                 K->gemm(kblk, kst, 1, nk, D, Qt + pr0, ld, S0, ld, pe - p0, 0, &pf);
             if (ln.mods || mask) fa__modify_tile(K, &ln, pr0, S0, ld, pe - p0, k0, nk, mask);
             K->online(S0, ld, nk, pe - p0, m + pr0, l + pr0, Ot + pr0, ld, Dv, tmp);
-            if (c->amx && vfin) {
-                int x, u;
-                K->ppack_bf16(S0, ld, nk, pe - p0, Pp + pr0);
-                for (x = (nk + 1) / 2; x < pl->np16; x++)         /* the pad pairs: 0 */
-                    for (u = 0; u < 16 * (pe - p0); u++) Pp[(size_t)x * ld + pr0 + u] = 0;
-                K->amx_pv(Vt, pl->np16, Dv, Pp + pr0, ld, Ot + pr0, ld, pe - p0, &pf);
-                continue;
-            }
             if (pl->dpbf16 && vfin) {
                 K->ppack_bf16(S0, ld, nk, pe - p0, Pp + pr0);
                 K->gemm_bf16((const unsigned char *)Vp, 4, 4 * (int64_t)Dv, Dv, (nk + 1) / 2, Pp + pr0, ld, Ot + pr0, ld,
@@ -4038,6 +4312,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         }
     }
 
+    (void)amx_pf; (void)Vt;
     /* o (or this chunk's partials) = O / l, and lse = m + log l; a row that saw no key gets 0 and
        -INFINITY, a NaN row stays NaN */
 #define FA__OOFF(r) ((int64_t)b * d->os[0] + (int64_t)(h0 + (r) / nqr) * d->os[1] + (i0 + (r) % nqr) * d->os[2])
@@ -4049,7 +4324,8 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         for (r0 = 0; r0 < nr; r0 += 16) {
             float *op[16];
             for (u = 0; u < 16; u++) op[u] = r0 + u < nr ? (FA__HOUT ? Oc + (size_t)u * Dv : FA__OROW(r0 + u)) : NULL;
-            K->unpack16(Ot + r0, ld, l + r0, Dv, op);
+            if (c->amx) K->unpack16(Ot + (size_t)(r0 / 32) * 32 * Dv + r0 % 32, 32, l + r0, Dv, op);
+            else K->unpack16(Ot + r0, ld, l + r0, Dv, op);
             if (FA__HOUT)
                 for (u = 0; u < 16 && r0 + u < nr; u++) K->f2h(d->dtype, Oc + (size_t)u * Dv, c->oh + FA__OOFF(r0 + u), Dv);
         }
@@ -4160,6 +4436,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
 #endif
     c.ws = (float *)fa__align64(mem);
     c.parts = c.ws + pl.thread_floats * pl.nthreads;
+    c.vt = pl.vt_all ? (uint32_t *)(c.parts + pl.part_floats) : NULL;
     c.done = NULL; c.mu = NULL;
     if (pl.nchunk > 1 && pthread_mutex_init(&mu, NULL) == 0) {
         /* the last chunk of a tile to finish merges the tile, in the same run of the threads */
@@ -4174,9 +4451,11 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
             memset(c.ws + (size_t)t * pl.thread_floats + pl.lane_floats + (size_t)pl.ld * d.D, 0,
                    (size_t)pl.ld * pl.bk * sizeof(float));
     }
-    fa__run(d.pool, fa__tiled_item, &c, pl.items, pl.nthreads, c.parts + pl.part_floats);
+    if (c.amx && pl.vt_all)      /* every block's Vt once, before the tiles (the permission: AMX only) */
+        fa__run(d.pool, fa__tiled_vt, &c, pl.vt_blocks, pl.nthreads, c.parts + pl.part_floats + pl.vt_floats);
+    fa__run(d.pool, fa__tiled_item, &c, pl.items, pl.nthreads, c.parts + pl.part_floats + pl.vt_floats);
     if (c.mu) pthread_mutex_destroy(&mu);
-    else if (pl.nchunk > 1) fa__run(d.pool, fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats);
+    else if (pl.nchunk > 1) fa__run(d.pool, fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats + pl.vt_floats);
     FLASHATTN_FREE(mem);
     return FA_OK;
 }
@@ -4400,6 +4679,12 @@ typedef struct fa__bwd_ctx {
     int *turn;                      /* tiled: dq's turns */
     size_t qn;                      /* naive: floats of a thread's Q */
     const struct fa__tbwd_plan *plan;
+    /* tiled, bf16 on its own products (plan->bf): the request as given and its bf16 inputs; amx: the
+       process may use the tiles */
+    const fa__dims *dh;
+    const uint16_t *qh, *kh, *vh, *doh;
+    int amx;
+    const struct fa__kernels *K;    /* tiled: fa__kernels_for(isa), looked up once (cpuid, a VM exit) */
 #ifndef FA__TURN_ATOMIC
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -4632,17 +4917,28 @@ typedef struct fa__tbwd_plan {
     int kt, qb, ldk, ldd, nthreads;
     int64_t ktiles, qblocks, items;
     size_t thread_floats, delta_floats, turn_ints, pool_bytes, total;
+    int bf, amx;        /* bf16 products on the bf16 inputs (vdpbf16ps; AMX tiles where the CPU has them) */
+    int qb32, nk32;     /* ... rows and keys of a block to a multiple of 32; bf_off: where a thread's words start */
+    size_t bf_off;
 } fa__tbwd_plan;
 
 static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
 {
-    size_t f, cap = d->softcap > 0.0f;
+    size_t f, cap = d->softcap > 0.0f, rows;
+    const fa__kernels *K = fa__kernels_for(fa__isa());
     memset(pl, 0, sizeof *pl);
     if (d->Sq == 0 || d->Sk == 0) return;      /* zeros are written, nothing is allocated */
     pl->kt = d->block_k ? d->block_k : d->Sk >= FA__BWD_WIDE ? FA__BWD_KT_WIDE : FA__BWD_KT;
     pl->qb = d->block_q ? d->block_q : FA__BWD_QB;
     if (pl->kt > d->Sk) pl->kt = d->Sk;
     if (pl->qb > d->Sq) pl->qb = d->Sq;
+    /* bf16 with head dims multiples of 32 on AVX512-BF16: the five products on the bf16 values
+       (FA__BWD_BF16; the fp32 copies stay, for delta and for blocks holding a non-finite value) */
+    pl->bf = FA__BWD_BF16 && d->dtype == FA_BF16 && K->gemm_bf16 && d->D % 32 == 0 && d->Dv % 32 == 0;
+    pl->amx = pl->bf && K->amx_mm != NULL;
+    pl->qb32 = (pl->qb + 31) / 32 * 32;
+    pl->nk32 = (pl->kt + 31) / 32 * 32;
+    rows = pl->bf ? (size_t)pl->qb32 : (size_t)pl->qb;
     pl->ldk = (int)fa__round16((size_t)pl->kt);
     pl->ldd = (int)fa__round16((size_t)d->D);
     pl->ktiles = ((int64_t)d->Sk + pl->kt - 1) / pl->kt;
@@ -4652,8 +4948,18 @@ static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
        P, dS (and G) [qb][ldk], the dq block [qb][ldd] */
     f = fa__mul_size((size_t)pl->ldk, fa__add_size(fa__mul_size(2, (size_t)d->D), fa__mul_size(2, (size_t)d->Dv)));
     f = fa__add_size(f, fa__mul_size((size_t)pl->kt, (size_t)pl->ldd));
-    f = fa__add_size(f, fa__mul_size((size_t)pl->ldk * (size_t)pl->qb, 2 + cap));
-    f = fa__add_size(f, fa__mul_size((size_t)pl->qb, (size_t)pl->ldd));
+    f = fa__add_size(f, fa__mul_size((size_t)pl->ldk * rows, 2 + cap));
+    f = fa__add_size(f, fa__mul_size(rows, (size_t)pl->ldd));
+    if (pl->bf) {   /* words: Kw [D/2][ldk], Vw [Dv/2][ldk], Kv [nk32/2][D]; Qb, dOb [qb32][D|Dv] bf16; Qv, dOv
+                       [qb32/2][D|Dv]; QT, dOT [D|Dv][qb32/2]; Pp, dSp [qb32/2][ldk]; dSb [qb32][nk32] bf16 */
+        size_t DD = (size_t)d->D + d->Dv, w = fa__mul_size((size_t)pl->ldk, DD / 2);
+        w = fa__add_size(w, fa__mul_size((size_t)pl->nk32 / 2, (size_t)d->D));
+        w = fa__add_size(w, fa__mul_size(fa__mul_size((size_t)pl->qb32 / 2, DD), 3));
+        w = fa__add_size(w, fa__mul_size((size_t)pl->qb32, (size_t)pl->ldk));
+        w = fa__add_size(w, fa__mul_size((size_t)pl->qb32 / 2, (size_t)pl->nk32));
+        pl->bf_off = f;
+        f = fa__add_size(f, fa__add_size(w, 16 * 16));
+    }
     pl->thread_floats = fa__round16(f);
     pl->delta_floats = fa__round16(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq));
     pl->turn_ints = fa__round16(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)pl->qblocks));
@@ -4731,6 +5037,51 @@ static const fa__pf fa__no_prefetch = { { 0, 0 }, { 0, 0 }, { 0, 0 }, { 0, 0 }, 
    then for each query head of the group and each block of query rows that sees the tile:
    S = Q Kt, modifiers and mask, P = exp(S - lse), dP = dO Vt, dS; dVt += dO^T P, dKt += Q^T dS;
    the block's dq contribution dS Kp, added to dq in its turn. Finally dk, dv of the tile. */
+/* bf16 storage's products (plan->bf): C = scale * A B (acc 0) or C += A B, A(a, x) the word (bf16
+   pair) at A + a sa + x sx bytes for a < M, x < Kd / 2, B [Kd / 2][N] words; on AMX tiles (sx 4, M
+   and N multiples of 16, Kd of 32: fa__mm_amx) or on vdpbf16ps (fa__gemm_bf16_avx512, M exact). */
+static void fa__bwd_mm(const fa__bwd_ctx *c, const void *A, int64_t sa, int64_t sx, int M, int Kd, const uint32_t *B,
+                       int64_t ldb, float *C, int64_t ldc, int N, int acc, float scale, fa__pf *pf)
+{
+    const fa__kernels *K = c->K;
+#ifdef FA__HAVE_AMX
+    if (c->amx) { (void)sx; K->amx_mm((const uint16_t *)A, sa, M, Kd, B, ldb, C, ldc, N, acc, scale); return; }
+#endif
+    K->gemm_bf16((const unsigned char *)A, sa, sx, M, Kd / 2, B, ldb, C, ldc, N / 16, acc, scale, pf);
+}
+
+/* 1 when none of the n bf16 values of each of `rows` rows (`stride` elements apart) is inf or NaN */
+static int fa__bf16_finite(const uint16_t *x, int64_t stride, int64_t rows, int n)
+{
+    /* four at a time: v's 16-bit lane is 0 where the exponent is all ones (lanes < 0x8000) */
+    const uint64_t E = 0x7F807F807F807F80ull, L = 0x0001000100010001ull, H = 0x8000800080008000ull;
+    uint64_t bad = 0;
+    int64_t r;
+    int t;
+    for (r = 0; r < rows; r++) {
+        const uint16_t *p = x + r * stride;
+        for (t = 0; t + 4 <= n; t += 4) {
+            uint64_t w, v;
+            memcpy(&w, p + t, sizeof w);
+            v = (w & E) ^ E;
+            bad |= (v - L) & ~v & H;
+        }
+        for (; t < n; t++) bad |= (p[t] & 0x7F80) == 0x7F80;
+    }
+    return bad == 0;
+}
+
+/* One tile of keys of one (batch, kv head): Kt, Vt packed (keys along the lanes) and Kp (row-major),
+   then for each query head of the group and each block of query rows that sees the tile:
+   S = Q Kt, modifiers and mask, P = exp(S - lse), dP = dO Vt, dS; dVt += dO^T P, dKt += Q^T dS;
+   the block's dq contribution dS Kp, added to dq in its turn. Finally dk, dv of the tile.
+   bf16 storage with plan->bf: the five products on the bf16 values (fa__bwd_mm), K and V packed
+   into words once per tile (Kw, Vw: feature pairs along the keys' lanes; Kv: key pairs, for dq),
+   each block's Q and dO copied (Qb, dOb) and packed into row pairs (Qv, dOv; transposed, QT, dOT,
+   for the tiles), P and dS rounded to bf16 (Pp, dSp in row pairs; dSb row-major), as FlashAttention
+   does on GPUs; the scores' rule, P, dS, dq's turns and dk, dv the same code as fp32. A tile whose K
+   or V, or a block whose Q or dO holds an inf or NaN, runs the fp32 kernels on the fp32 copies
+   instead (0 * inf must stay out of the sums, as the fp32 path's finite_k and acc 2 ensure). */
 static void fa__tbwd_item(void *vctx, int64_t item, int tid)
 {
     fa__bwd_ctx *c = (fa__bwd_ctx *)vctx;
@@ -4738,33 +5089,60 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
     const fa__tbwd_plan *pl = c->plan;
     int64_t kt = item / ((int64_t)d->B * d->Hkv), bg = item % ((int64_t)d->B * d->Hkv), ilo, ihi, r, t0, t1;
     int b = (int)(bg / d->Hkv), g = (int)(bg % d->Hkv), D = d->D, Dv = d->Dv, isa = c->isa, hh, j, t;
-    int ldk = pl->ldk, ldd = pl->ldd;
+    int ldk = pl->ldk, ldd = pl->ldd, rows = pl->bf ? pl->qb32 : pl->qb;
     int64_t k0 = kt * pl->kt, k1 = k0 + pl->kt < d->Sk ? k0 + pl->kt : d->Sk;
-    int nk = (int)(k1 - k0), nvk = (nk + 15) / 16, finite_k = 1;
+    int nk = (int)(k1 - k0), nvk = (nk + 15) / 16, finite_k = 1, packed32 = 0, bf = 0;
     float *Kt = c->ws + (size_t)tid * pl->thread_floats, *dKt = Kt + (size_t)ldk * D, *Vt = dKt + (size_t)ldk * D;
     float *dVt = Vt + (size_t)ldk * Dv, *Kp = dVt + (size_t)ldk * Dv, *P = Kp + (size_t)pl->kt * ldd;
-    float *dS = P + (size_t)ldk * pl->qb, *dQ = dS + (size_t)ldk * pl->qb;
-    float *G = d->softcap > 0.0f ? dQ + (size_t)pl->qb * ldd : NULL;
+    float *dS = P + (size_t)ldk * rows, *dQ = dS + (size_t)ldk * rows;
+    float *G = d->softcap > 0.0f ? dQ + (size_t)rows * ldd : NULL;
     const float *kb = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
     const float *vb = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
     float *dkb = c->dk + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
     float *dvb = c->dv + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+    /* bf16 words (pl->bf), each buffer at a multiple of 16 words */
+    uint32_t *Kw = NULL, *Vw = NULL, *Kv = NULL, *Qv = NULL, *dOv = NULL, *QT = NULL, *dOT = NULL, *Pp = NULL, *dSp = NULL;
+    uint16_t *Qb = NULL, *dOb = NULL, *dSb = NULL;
     fa__pf pf = fa__no_prefetch;
     fa__dims nosc = *d;
+    const fa__kernels *K = c->K;
     nosc.softcap = 0.0f;
-    memset(Kt, 0, (size_t)ldk * (2 * (size_t)D + 2 * (size_t)Dv) * sizeof(float));
-    for (j = 0; j < nk; j++) {
-        const float *kr = kb + (k0 + j) * d->ks[2], *vr = vb + (k0 + j) * d->vs[2];
-        float *kp = Kp + (size_t)j * ldd;
-        for (t = 0; t < D; t++) {
-            float x = kr[t] * d->scale;
-            Kt[(size_t)t * ldk + j] = x;
-            kp[t] = x;
-            if (x - x != 0.0f) finite_k = 0;
+    memset(dKt, 0, (size_t)ldk * D * sizeof(float));
+    memset(dVt, 0, (size_t)ldk * Dv * sizeof(float));
+    if (pl->bf) {
+        const fa__dims *dh = c->dh;
+        const uint16_t *khb = c->kh + (int64_t)b * dh->ks[0] + (int64_t)g * dh->ks[1] + k0 * dh->ks[2];
+        const uint16_t *vhb = c->vh + (int64_t)b * dh->vs[0] + (int64_t)g * dh->vs[1] + k0 * dh->vs[2];
+        uint32_t *w = (uint32_t *)(c->ws + (size_t)tid * pl->thread_floats + pl->bf_off);
+        size_t q2 = (size_t)pl->qb32 / 2;
+#define FA__BW(p, n) do { p = w; w += fa__round16(n); } while (0)
+        FA__BW(Kw, (size_t)ldk * D / 2); FA__BW(Vw, (size_t)ldk * Dv / 2); FA__BW(Kv, (size_t)pl->nk32 / 2 * D);
+        FA__BW(Qv, q2 * D); FA__BW(dOv, q2 * Dv); FA__BW(QT, q2 * D); FA__BW(dOT, q2 * Dv);
+        FA__BW(Pp, q2 * ldk); FA__BW(dSp, q2 * ldk);
+        Qb = (uint16_t *)w; w += fa__round16(q2 * D);
+        dOb = (uint16_t *)w; w += fa__round16(q2 * Dv);
+        dSb = (uint16_t *)w;
+        (void)QT; (void)dOT;            /* the tiles' layout (AMX builds only) */
+#undef FA__BW
+        bf = fa__bf16_finite(khb, dh->ks[2], nk, D) && fa__bf16_finite(vhb, dh->vs[2], nk, Dv);
+        if (bf) {
+            int j0, u;
+            for (j0 = 0; j0 < ldk; j0 += 16) {      /* Kw, Vw: 16 keys at a time (past nk: 0) */
+                const uint16_t *kr[16], *vr[16];
+                for (u = 0; u < 16; u++) {
+                    kr[u] = j0 + u < nk ? khb + (int64_t)(j0 + u) * dh->ks[2] : NULL;
+                    vr[u] = j0 + u < nk ? vhb + (int64_t)(j0 + u) * dh->vs[2] : NULL;
+                }
+                K->qpack_bf16(kr, D / 2, Kw + j0, ldk);
+                K->qpack_bf16(vr, Dv / 2, Vw + j0, ldk);
+            }
+            K->vpack_bf16(khb, dh->ks[2], nk, D, Kv);
+            memset(Kv + (size_t)(nk + 1) / 2 * D, 0, ((size_t)pl->nk32 / 2 - (size_t)(nk + 1) / 2) * D * sizeof(uint32_t));
         }
-        for (t = D; t < ldd; t++) kp[t] = 0.0f;
-        for (t = 0; t < Dv; t++) Vt[(size_t)t * ldk + j] = vr[t];
     }
+#ifdef FA__HAVE_AMX
+    if (bf && c->amx) fa__amx_begin();
+#endif
     fa__key_rows(d, k0, k1, &ilo, &ihi);
     for (hh = 0; ilo < ihi && hh < d->group; hh++) {
         int h = g * d->group + hh;
@@ -4776,9 +5154,41 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
         for (r = ilo / pl->qb; r * pl->qb < ihi; r++) {
             int64_t i0 = r * pl->qb, i1 = i0 + pl->qb < d->Sq ? i0 + pl->qb : d->Sq;
             int nr = (int)(i1 - i0), x, mask = !fa__block_unmasked(d, i0, i1, k0, k1), acc = mask || d->bias ? 2 : 1;
+            int bb = 0, nr32 = (nr + 31) / 32 * 32, mr = c->amx ? nr32 : nr;
             const float *qr = qb + i0 * d->qs[2], *dor = dob + i0 * d->os[2];
             fa__tbwd_tiles(d, pl, r, &t0, &t1);
             if (kt < t0 || kt >= t1) continue;       /* not a tile of this block's turns */
+            if (bf) {   /* the block's Q and dO rows, copied with zero rows to nr32 */
+                const fa__dims *dh = c->dh;
+                const uint16_t *qh = c->qh + (int64_t)b * dh->qs[0] + (int64_t)h * dh->qs[1] + i0 * dh->qs[2];
+                const uint16_t *doh = c->doh + (int64_t)b * dh->os[0] + (int64_t)h * dh->os[1] + i0 * dh->os[2];
+                bb = fa__bf16_finite(qh, dh->qs[2], nr, D) && fa__bf16_finite(doh, dh->os[2], nr, Dv);
+                if (bb) {
+                    for (x = 0; x < nr; x++) {
+                        memcpy(Qb + (size_t)x * D, qh + x * dh->qs[2], (size_t)D * 2);
+                        memcpy(dOb + (size_t)x * Dv, doh + x * dh->os[2], (size_t)Dv * 2);
+                    }
+                    memset(Qb + (size_t)nr * D, 0, (size_t)(nr32 - nr) * D * 2);
+                    memset(dOb + (size_t)nr * Dv, 0, (size_t)(nr32 - nr) * Dv * 2);
+                }
+            }
+            if (!bb && !packed32) {     /* the fp32 tile: Kt (scaled), Vt, Kp */
+                packed32 = 1;
+                memset(Kt, 0, (size_t)ldk * D * sizeof(float));
+                memset(Vt, 0, (size_t)ldk * Dv * sizeof(float));
+                for (j = 0; j < nk; j++) {
+                    const float *kr = kb + (k0 + j) * d->ks[2], *vr = vb + (k0 + j) * d->vs[2];
+                    float *kp = Kp + (size_t)j * ldd;
+                    for (t = 0; t < D; t++) {
+                        float xk = kr[t] * d->scale;
+                        Kt[(size_t)t * ldk + j] = xk;
+                        kp[t] = xk;
+                        if (xk - xk != 0.0f) finite_k = 0;
+                    }
+                    for (t = D; t < ldd; t++) kp[t] = 0.0f;
+                    for (t = 0; t < Dv; t++) Vt[(size_t)t * ldk + j] = vr[t];
+                }
+            }
             {   /* the next block's Q and dO rows toward L2 during this block's five GEMMs (as the
                    forward streams its next K/V block, cpu-v15): they come from L3 at long S */
                 int64_t n1 = i1 < ihi ? (i1 + pl->qb < d->Sq ? pl->qb : d->Sq - i1) : 0, lines, it;
@@ -4788,27 +5198,65 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                 it = (int64_t)(nvk + 2) / 3 * ((nr + 7) / 8) * (2 * (int64_t)D + 2 * Dv) + (int64_t)(ldd / 16 + 2) / 3 * ((nr + 7) / 8) * nk;
                 pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
             }
-            fa__gemm(isa, qr, d->qs[2], 1, nr, D, Kt, ldk, P, ldk, nvk, 0, &pf);
-            fa__gemm(isa, dor, d->os[2], 1, nr, Dv, Vt, ldk, dS, ldk, nvk, 0, &pf);
+            if (bb) {
+                fa__bwd_mm(c, Qb, 2 * (int64_t)D, 4, mr, D, Kw, ldk, P, ldk, nvk * 16, 0, d->scale, &pf);
+                fa__bwd_mm(c, dOb, 2 * (int64_t)Dv, 4, mr, Dv, Vw, ldk, dS, ldk, nvk * 16, 0, 1.0f, &pf);
+            } else {
+                K->gemm(qr, d->qs[2], 1, nr, D, Kt, ldk, P, ldk, nvk, 0, &pf);
+                K->gemm(dor, d->os[2], 1, nr, Dv, Vt, ldk, dS, ldk, nvk, 0, &pf);
+            }
             for (x = 0; x < nr; x++) {
                 float *s = P + (size_t)x * ldk;
                 if (G) fa__bwd_softcap(isa, s, G + (size_t)x * ldk, nvk * 16, d->softcap);
                 if (mask || d->alibi || d->bias) fa__modify_row(&nosc, b, h, i0 + x, k0, nk, s, 1, mask, isa);
             }
             fa__bwd_pds(isa, P, dS, G, ldk, nr, nvk * 16, nk, lse + i0, delta + i0, NULL, NULL);
-            fa__gemm(isa, dor, 1, d->os[2], Dv, nr, P, ldk, dVt, ldk, nvk, acc, &pf);
-            fa__gemm(isa, qr, 1, d->qs[2], D, nr, dS, ldk, dKt, ldk, nvk, acc, &pf);
-            /* dq's contribution; a hidden key's non-finite k must reach no row (0 * inf is NaN) */
-            if (finite_k || !acc) fa__gemm(isa, dS, ldk, 1, nr, nk, Kp, ldd, dQ, ldd, ldd / 16, 0, &pf);
-            else
-                for (x = 0; x < nr; x++) {
-                    float *o_ = dQ + (size_t)x * ldd;
-                    for (t = 0; t < D; t++) o_[t] = 0.0f;
-                    for (j = 0; j < nk; j++) {
-                        float w = dS[(size_t)x * ldk + j];
-                        if (w != 0.0f) for (t = 0; t < D; t++) o_[t] += w * Kp[(size_t)j * ldd + t];
-                    }
+            if (bb) {
+                int np = nr32 / 2, kw = c->amx ? np : (nr + 1) / 2;
+                /* dVt += dO^T P and dKt += Q^T dS over the block's row pairs (rows past nr: 0) */
+                K->ppack_bf16(P, ldk, nr, nvk, Pp);
+                K->ppack_bf16(dS, ldk, nr, nvk, dSp);
+                for (x = (nr + 1) / 2; x < np; x++) {
+                    memset(Pp + (size_t)x * ldk, 0, (size_t)nvk * 16 * sizeof(uint32_t));
+                    memset(dSp + (size_t)x * ldk, 0, (size_t)nvk * 16 * sizeof(uint32_t));
                 }
+                K->vpack_bf16(dOb, Dv, nr32, Dv, dOv);
+                K->vpack_bf16(Qb, D, nr32, D, Qv);
+#ifdef FA__HAVE_AMX
+                if (c->amx) {
+                    K->amx_vt(dOv, np, Dv, dOT, np);
+                    K->amx_vt(Qv, np, D, QT, np);
+                    fa__bwd_mm(c, dOT, 4 * (int64_t)np, 4, Dv, nr32, Pp, ldk, dVt, ldk, nvk * 16, 1, 1.0f, &pf);
+                    fa__bwd_mm(c, QT, 4 * (int64_t)np, 4, D, nr32, dSp, ldk, dKt, ldk, nvk * 16, 1, 1.0f, &pf);
+                } else
+#endif
+                {
+                    fa__bwd_mm(c, dOv, 4, 4 * (int64_t)Dv, Dv, 2 * kw, Pp, ldk, dVt, ldk, nvk * 16, 1, 1.0f, &pf);
+                    fa__bwd_mm(c, Qv, 4, 4 * (int64_t)D, D, 2 * kw, dSp, ldk, dKt, ldk, nvk * 16, 1, 1.0f, &pf);
+                }
+                /* dq's contribution: scale * dS K over the tile's keys (dSb, Kv: past nk 0) */
+                for (x = 0; x < mr; x++) {
+                    uint16_t *db = dSb + (size_t)x * pl->nk32;
+                    if (x < nr) K->f2h(FA_BF16, dS + (size_t)x * ldk, db, nk);
+                    else memset(db, 0, (size_t)nk * 2);
+                    memset(db + nk, 0, (size_t)(pl->nk32 - nk) * 2);
+                }
+                fa__bwd_mm(c, dSb, 2 * (int64_t)pl->nk32, 4, mr, (nk + 31) / 32 * 32, Kv, D, dQ, ldd, D, 0, d->scale, &pf);
+            } else {
+                K->gemm(dor, 1, d->os[2], Dv, nr, P, ldk, dVt, ldk, nvk, acc, &pf);
+                K->gemm(qr, 1, d->qs[2], D, nr, dS, ldk, dKt, ldk, nvk, acc, &pf);
+                /* dq's contribution; a hidden key's non-finite k must reach no row (0 * inf is NaN) */
+                if (finite_k || !acc) K->gemm(dS, ldk, 1, nr, nk, Kp, ldd, dQ, ldd, ldd / 16, 0, &pf);
+                else
+                    for (x = 0; x < nr; x++) {
+                        float *o_ = dQ + (size_t)x * ldd;
+                        for (t = 0; t < D; t++) o_[t] = 0.0f;
+                        for (j = 0; j < nk; j++) {
+                            float w = dS[(size_t)x * ldk + j];
+                            if (w != 0.0f) for (t = 0; t < D; t++) o_[t] += w * Kp[(size_t)j * ldd + t];
+                        }
+                    }
+            }
             fa__turn_wait(c, turn + r, (int)kt);
             for (x = 0; x < nr; x++) {
                 float *dqr = dqb + (i0 + x) * d->qs[2];
@@ -4819,6 +5267,9 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
             fa__turn_pass(c, turn + r, (int)kt + 1);
         }
     }
+#ifdef FA__HAVE_AMX
+    if (bf && c->amx) fa__amx_end();
+#endif
     for (j = 0; j < nk; j++) {
         float *dkr = dkb + (k0 + j) * d->ks[2], *dvr = dvb + (k0 + j) * d->vs[2];
         for (t = 0; t < D; t++) dkr[t] = dKt[(size_t)t * ldk + j] * d->scale;
@@ -4859,7 +5310,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
     mem = FLASHATTN_MALLOC(total);
     if (!mem) return FA_ERR_NO_MEMORY;
     memset(&c, 0, sizeof c);
-    c.d = &d; c.isa = fa__isa(); c.plan = &pl;
+    c.d = &d; c.isa = fa__isa(); c.plan = &pl; c.K = fa__kernels_for(c.isa);
     c.q = (const float *)q; c.k = (const float *)k; c.v = (const float *)v; c.o = (const float *)o;
     c.d_o = (const float *)d_o; c.dq = (float *)dq; c.dk = (float *)dk; c.dv = (float *)dv;
     c.ws = (float *)fa__align64(mem);
@@ -4872,6 +5323,13 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
 #endif
     if (d.dtype != FA_F32)
         fa__bwd_half_in(&d, &d2, &c, &hj, hf, (char *)mem + pl.total, q, k, v, o, d_o, pl.nthreads, pool_mem);
+    if (pl.bf) {    /* bf16's own products read the inputs as given (fa__tbwd_item) */
+        c.dh = &d;
+        c.qh = (const uint16_t *)q; c.kh = (const uint16_t *)k; c.vh = (const uint16_t *)v; c.doh = (const uint16_t *)d_o;
+#ifdef FA__HAVE_AMX
+        c.amx = pl.amx && fa__amx_permit();     /* a refusal: vdpbf16ps */
+#endif
+    }
     fa__run(d.pool, fa__tbwd_prep, &c, (int64_t)d.B * d.Hq, pl.nthreads, pool_mem);
     fa__run(d.pool, fa__tbwd_item, &c, pl.items, pl.nthreads, pool_mem);
     if (d.dtype != FA_F32) fa__bwd_half_out(&d, &hj, hf, dq, dk, dv, pl.nthreads, pool_mem);
@@ -4919,7 +5377,8 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
         fa__tiled_plan_make(&d, fa__kernels_for(isa), &pl);
         if (pl.amx)
             snprintf(half, sizeof half, "; bf16 storage: both products on AMX-BF16 tiles (tdpbf16ps; vdpbf16ps if the "
-                     "kernel refuses the tile state), K read as stored, Q and V packed once per tile, P rounded to bf16");
+                     "kernel refuses the tile state), K read as stored, Q packed once per tile, V %s, P rounded to bf16",
+                     pl.vt_all ? "transposed once per call" : "once per tile");
         else if (pl.dpbf16)
             snprintf(half, sizeof half, "; bf16 storage: both products on avx512bf16 vdpbf16ps (K read as stored, Q and "
                      "V packed once per tile, P rounded to bf16)");
@@ -4946,6 +5405,11 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
     } else if (call == FA_CALL_TILED_BACKWARD) {
         fa__tbwd_plan pl;
         fa__tbwd_plan_make(&d, &pl);
+        if (pl.bf)
+            snprintf(half, sizeof half, "; bf16 storage: the five products in bf16 on %s (fp32 sums; P and dS rounded to "
+                     "bf16), fp32 copies made by %s conversion for delta and for blocks with an inf or NaN",
+                     pl.amx ? "AMX-BF16 tiles (tdpbf16ps; vdpbf16ps if the kernel refuses the tile state)" : "avx512bf16 vdpbf16ps",
+                     fa__kernels_for(isa)->cvt_name);
         len = snprintf(line, sizeof line, "fa_tiled_backward: %s kernels; key tiles of %d keys, query blocks of %d rows "
                        "(dq added in key-tile order); %lld items on %d threads; workspace %zu bytes%s",
                        fa__isa_name(isa), pl.kt, pl.qb, (long long)pl.items, pl.nthreads,

@@ -11,7 +11,9 @@
             to allocate, default 9, and never over 60% of the memory available), --no-scaling, --no-naive,
             --pool (every call runs on one fa_pool of N threads made at the start, instead of starting
             its own threads), --no-row-sgemm (no sgemm next to each row: OpenBLAS's threads spin after
-            each GEMM and would share the cores with the next row's call; %sgemm is then 0). */
+            each GEMM and would share the cores with the next row's call; %sgemm is then 0),
+            --dtype f16|bf16 (issue 16: half storage against fp32, beside the vdpbf16ps, sgemm and AMX
+            ceilings), with --no-decode (no decode row) and --half-only (the half calls alone, fp32 ms 0). */
 #define _GNU_SOURCE
 #define FLASHATTN_IMPLEMENTATION
 #include "flashattn.h"
@@ -431,6 +433,8 @@ static int run_half(void *v)
     return (int)fa_tiled(&a->p, a->q, a->k, a->v, a->o);
 }
 
+static int half_only = 0;         /* --half-only: the --dtype rows time the half call alone (fp32 ms 0) */
+static double amx_ceiling = 0.0;  /* AMX tdpbf16ps GFLOP/s at nthreads, this run (0: none) */
 static void half_row(fa_dtype dt, const char *kind, int B, int H, int Hkv, int Sq, int Sk, int D, int causal,
                      double dp_ceil, double bw)
 {
@@ -457,10 +461,10 @@ static void half_row(fa_dtype dt, const char *kind, int B, int H, int Hkv, int S
     x.q = q; x.k = kf[0]; x.v = vf[0]; x.o = o;
     y.q = qh; y.k = kh[0]; y.v = vh[0]; y.o = oh;
     t0 = now_s();
-    if (run_half(&x) != 0 || run_half(&y) != 0) { printf("%s: call failed\n", kind); goto done; }
+    if ((!half_only && run_half(&x) != 0) || run_half(&y) != 0) { printf("%s: call failed\n", kind); goto done; }
     first = now_s() - t0;
     while (n < maxn) {
-        t0 = now_s(); run_half(&x); tx[n] = now_s() - t0;
+        t0 = now_s(); if (!half_only) run_half(&x); tx[n] = now_s() - t0;
         t0 = now_s(); run_half(&y); ty[n] = now_s() - t0;
         n++;
         if (n >= 3 && first * n > (quick || few_reps ? 0.5 : 2.0)) break;
@@ -472,10 +476,11 @@ static void half_row(fa_dtype dt, const char *kind, int B, int H, int Hkv, int S
                kind, B, H, Hkv, Sq, Sk, D, causal, nthreads, mx, my, mx / my, 2.0 * nk * 4 / (mx * 1e-3) * 1e-9,
                bench_dtype_name(dt), 2.0 * nk * 2 / (my * 1e-3) * 1e-9, 100.0 * 2.0 * nk * 2 / (my * 1e-3) * 1e-9 / bw, bw);
     else
-        printf("%-7s %2d %2d %3d %5d %5d %3d %d %3d | %8.2f %8.2f | %5.2fx | GFLOP/s fp32 %6.1f %s %6.1f (%3.0f%% of vdpbf16ps %.0f, %3.0f%% of sgemm %.0f)\n",
+        printf("%-7s %2d %2d %3d %5d %5d %3d %d %3d | %8.2f %8.2f | %5.2fx | GFLOP/s fp32 %6.1f %s %6.1f (%3.0f%% of vdpbf16ps %.0f, %3.0f%% of sgemm %.0f, %3.0f%% of AMX %.0f)\n",
                kind, B, H, Hkv, Sq, Sk, D, causal, nthreads, mx, my, mx / my, flops / mx * 1e-6, bench_dtype_name(dt),
                flops / my * 1e-6, dp_ceil > 0 ? 100.0 * flops / my * 1e-6 / dp_ceil : 0.0, dp_ceil,
-               gemm_ceiling > 0 ? 100.0 * flops / my * 1e-6 / gemm_ceiling : 0.0, gemm_ceiling);
+               gemm_ceiling > 0 ? 100.0 * flops / my * 1e-6 / gemm_ceiling : 0.0, gemm_ceiling,
+               amx_ceiling > 0 ? 100.0 * flops / my * 1e-6 / amx_ceiling : 0.0, amx_ceiling);
     fa_describe(&y.p, FA_CALL_TILED, what, sizeof what);
     printf("          %s\n", what);
     fflush(stdout);
@@ -488,6 +493,7 @@ static int no_decode = 0;   /* --no-decode: the --dtype rows without the decode 
 static void half_rows(fa_dtype dt, double bw)
 {
     double dp = bench_dpbf16_gflops(nthreads), amx = bench_amx_gflops(nthreads);
+    amx_ceiling = amx;
     int S, D;
     printf("ceiling: vdpbf16ps %.1f GFLOP/s at %d threads%s; AMX tdpbf16ps %.1f%s; OpenBLAS sgemm %.1f; memory read %.1f GB/s\n",
            dp, nthreads, dp > 0 ? "" : " (no AVX512-BF16 on this CPU)", amx, amx > 0 ? "" : " (no AMX, or not permitted)",
@@ -518,6 +524,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--pool")) use_pool = 1;
         else if (!strcmp(argv[i], "--no-row-sgemm")) no_ceiling = 1;
         else if (!strcmp(argv[i], "--no-decode")) no_decode = 1;
+        else if (!strcmp(argv[i], "--half-only")) half_only = 1;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
             ++i;
             half_dt = !strcmp(argv[i], "f16") ? FA_F16 : !strcmp(argv[i], "bf16") ? FA_BF16 : FA_F32;
@@ -525,7 +532,7 @@ int main(int argc, char **argv)
         }
         else {
             fprintf(stderr, "usage: %s [--csv] [--threads N] [--quick] [--max-s N] [--naive-mem GiB] "
-                    "[--no-scaling] [--no-naive] [--few-reps] [--pool] [--no-row-sgemm]\n", argv[0]);
+                    "[--no-scaling] [--no-naive] [--few-reps] [--pool] [--no-row-sgemm] [--dtype f16|bf16 [--no-decode] [--half-only]]\n", argv[0]);
             return 2;
         }
     }

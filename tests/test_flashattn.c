@@ -2476,6 +2476,23 @@ static uint16_t *half_of(fa_dtype dt, const float *x, size_t n)
 
 static float half_to_f(fa_dtype dt, uint16_t h) { return dt == FA_F16 ? ref_f16_to_f32(h) : ref_bf16_to_f32(h); }
 
+/* FA_TEST_EXPECT_AMX=1 (set where the CPU has AMX-BF16, e.g. bench/cpu_vs_torch.sh's device
+   script): every bf16 tiled request with head_dim % 32 == 0 that is not a decode must plan the
+   AMX tiles, and the process must be granted the tile state, so that the suite says it ran them. */
+static int g_amx_seen;
+static void half_expect_amx(const fa_params *p, const char *line)
+{
+    int want = getenv("FA_TEST_EXPECT_AMX") && atoi(getenv("FA_TEST_EXPECT_AMX")) == 1;
+    int amx = strstr(line, "AMX-BF16 tiles") != NULL;
+    if (p->dtype == FA_BF16 && p->head_dim % 32 == 0 && !strstr(line, "row-major") && p->seq_k > 0) {
+        if (want && !amx) fail_msg("FA_TEST_EXPECT_AMX: %s", line);
+#ifdef FA__HAVE_AMX
+        if (amx && want) assert_int_equal(fa__amx_permit(), 1);
+#endif
+        g_amx_seen += amx;
+    }
+}
+
 /* One half-precision case: p an fp32 request (shape, strides, modifiers). */
 static void half_case(const fa_params *p0, const char *name)
 {
@@ -2567,6 +2584,7 @@ static void half_case(const fa_params *p0, const char *name)
             ph = c.p; ph.dtype = dt; ph.threads = 2;
             fa_describe(&ph, FA_CALL_TILED, line, sizeof line);
             assert_non_null(strstr(line, dt == FA_F16 ? "fp16 storage: " : "bf16 storage: "));
+            half_expect_amx(&ph, line);
             if (strstr(name, "decode") || g_case_counter % 8 == 0) print_message("%s: %s\n", c.name, line);
         }
         free(hq); free(hk); free(hv); free(ho); free(first); free(o32); free(lse32); free(lse); free(packed); free(packed32);
@@ -2598,36 +2616,101 @@ static void test_half_storage(void **state)
     half_case(&p, "Sk0 (empty rows)");
     p = shape(1, 1, 1, 300, 300, 128, 128, 1);
     half_case(&p, "Sq300 Sk300 D128 causal");
+    /* AMX's edges (fa__qk_amx): keys not a multiple of 16 or 32, features past the last 32 (Dv 48)
+       and past the last 16 (Dv 40), one lane vector in a panel, the window's clipped blocks, GQA
+       heads in one tile, a bias */
+    p = shape(1, 2, 1, 200, 333, 64, 48, 1);
+    p.window_left = 50;
+    half_case(&p, "Sq200 Sk333 D64 Dv48 causal window 50");
+    p = shape(2, 2, 2, 40, 77, 128, 40, 0);
+    p.softcap = 20.0f;
+    half_case(&p, "Sq40 Sk77 D128 Dv40 softcap");
+    p = shape(1, 8, 2, 9, 260, 32, 32, 0);
+    half_case(&p, "Sq9 Sk260 H8/2 D32 (heads in one tile)");
+    p = shape(1, 1, 1, 129, 250, 96, 96, 0);
+    p.block_k = 100;
+    half_case(&p, "Sq129 Sk250 D96 bk100");
+    if (getenv("FA_TEST_EXPECT_AMX")) print_message("half storage: %d bf16 cases planned on AMX-BF16 tiles\n", g_amx_seen);
+}
+
+/* bf16 on the bf16 kernels (vdpbf16ps, AMX): a row's bits do not depend on its tile. The same
+   causal, windowed request with block_q 0 (the library's tiles), 16, 48, 112 and 9 (7 would be a decode), and threads
+   1 and 3: o bitwise the same (the AMX products are anchored at each key block's first key). */
+static void test_half_tiling(void **state)
+{
+    static const int bq[5] = { 0, 16, 48, 112, 9 };
+    static const int dims[2][2] = { { 64, 48 }, { 128, 128 } };
+    int di, i, th;
+    (void)state;
+    for (di = 0; di < 2; di++) {
+        fa_params p = shape(1, 2, 1, 230, 300, dims[di][0], dims[di][1], 1);
+        tcase c;
+        uint16_t *hq, *hk, *hv, *ho, *first;
+        p.window_left = 37;
+        tc_init(&c, &p, "half tiling D%d", dims[di][0]);
+        ref_round_to(FA_BF16, c.t.q, c.t.nq); ref_round_to(FA_BF16, c.t.k, c.t.nk); ref_round_to(FA_BF16, c.t.v, c.t.nv);
+        hq = half_of(FA_BF16, c.t.q, c.t.nq); hk = half_of(FA_BF16, c.t.k, c.t.nk); hv = half_of(FA_BF16, c.t.v, c.t.nv);
+        ho = (uint16_t *)malloc(c.t.no * 2); first = (uint16_t *)malloc(c.t.no * 2);
+        assert_true(ho && first);
+        for (i = 0; i < 5; i++)
+            for (th = 1; th <= 3; th += 2) {
+                fa_params ph = c.p;
+                ph.dtype = FA_BF16; ph.block_q = bq[i]; ph.threads = th;
+                memset(ho, 0xFF, c.t.no * 2);
+                assert_int_equal(fa_tiled(&ph, hq, hk, hv, ho), FA_OK);
+                if (i == 0 && th == 1) {
+                    char line[700];
+                    fa_describe(&ph, FA_CALL_TILED, line, sizeof line);
+                    print_message("%s: %s\n", c.name, line);
+                    half_expect_amx(&ph, line);
+                    memcpy(first, ho, c.t.no * 2);
+                } else if (memcmp(first, ho, c.t.no * 2) != 0) {
+                    fail_msg("%s: block_q %d threads %d differs from block_q 0", c.name, bq[i], th);
+                }
+            }
+        free(hq); free(hk); free(hv); free(ho); free(first);
+        tc_free(&c);
+    }
 }
 
 /* A NaN in a hidden key's V (bf16 and fp16): the rows that do not see the key are right (the
-   vdpbf16ps path sends such a block through the fp32 kernels), the row that sees it is NaN. */
+   vdpbf16ps path sends such a block through the fp32 kernels), the row that sees it is NaN. Two
+   query heads on one kv head, Sq = Sk = 64 and 1024: on AMX the second transposes V once per call
+   (fa__tiled_vt, Sq Sk >= 2^20), the first per tile. */
 static void test_half_nan_v(void **state)
 {
-    fa_params p = shape(1, 1, 1, 64, 64, 32, 32, 1);
-    int dt, i, t;
+    static const int len[2] = { 64, 1024 };
+    int dt, i, t, li;
     (void)state;
-    for (dt = FA_F16; dt <= FA_BF16; dt++) {
-        tcase c;
-        uint16_t *hq, *hk, *hv, *ho;
-        tc_init(&c, &p, "half NaN in V dtype %d", dt);
-        ref_round_to((fa_dtype)dt, c.t.q, c.t.nq); ref_round_to((fa_dtype)dt, c.t.k, c.t.nk); ref_round_to((fa_dtype)dt, c.t.v, c.t.nv);
-        tc_ref(&c);
-        hq = half_of((fa_dtype)dt, c.t.q, c.t.nq); hk = half_of((fa_dtype)dt, c.t.k, c.t.nk); hv = half_of((fa_dtype)dt, c.t.v, c.t.nv);
-        ho = (uint16_t *)malloc(c.t.no * 2);
-        assert_non_null(ho);
-        for (t = 0; t < 32; t++) hv[63 * 32 + t] = dt == FA_F16 ? 0x7E00u : 0x7FC0u;    /* key 63: only row 63 sees it */
-        c.p.dtype = (fa_dtype)dt;
-        assert_int_equal(fa_tiled(&c.p, hq, hk, hv, ho), FA_OK);
-        for (i = 0; i < 64; i++)
-            for (t = 0; t < 32; t++) {
-                float x = half_to_f((fa_dtype)dt, ho[i * 32 + t]), want = c.ref_o[i * 32 + t];
-                if (i == 63) assert_true(x != x);
-                else if (!(fabsf(x - want) <= 2e-2f * (1.0f + fabsf(want)))) fail_msg("row %d col %d: %g, want %g", i, t, (double)x, (double)want);
+    for (li = 0; li < 2; li++)
+        for (dt = FA_F16; dt <= FA_BF16; dt++) {
+            fa_params p = shape(1, 2, 1, len[li], len[li], 32, 32, 1);
+            int n = len[li];
+            tcase c;
+            uint16_t *hq, *hk, *hv, *ho;
+            tc_init(&c, &p, "half NaN in V dtype %d S%d", dt, n);
+            ref_round_to((fa_dtype)dt, c.t.q, c.t.nq); ref_round_to((fa_dtype)dt, c.t.k, c.t.nk); ref_round_to((fa_dtype)dt, c.t.v, c.t.nv);
+            tc_ref(&c);
+            hq = half_of((fa_dtype)dt, c.t.q, c.t.nq); hk = half_of((fa_dtype)dt, c.t.k, c.t.nk); hv = half_of((fa_dtype)dt, c.t.v, c.t.nv);
+            ho = (uint16_t *)malloc(c.t.no * 2);
+            assert_non_null(ho);
+            for (t = 0; t < 32; t++) hv[(size_t)(n - 1) * 32 + t] = dt == FA_F16 ? 0x7E00u : 0x7FC0u;   /* the last key: only the last row sees it */
+            c.p.dtype = (fa_dtype)dt;
+            assert_int_equal(fa_tiled(&c.p, hq, hk, hv, ho), FA_OK);
+            if (dt == FA_BF16 && li == 1) {
+                char line[700];
+                fa_describe(&c.p, FA_CALL_TILED, line, sizeof line);
+                print_message("%s: %s\n", c.name, line);
             }
-        free(hq); free(hk); free(hv); free(ho);
-        tc_free(&c);
-    }
+            for (i = 0; i < 2 * n; i++)
+                for (t = 0; t < 32; t++) {
+                    float x = half_to_f((fa_dtype)dt, ho[(size_t)i * 32 + t]), want = c.ref_o[(size_t)i * 32 + t];
+                    if (i % n == n - 1) assert_true(x != x);
+                    else if (!(fabsf(x - want) <= 2e-2f * (1.0f + fabsf(want)))) fail_msg("row %d col %d: %g, want %g", i, t, (double)x, (double)want);
+                }
+            free(hq); free(hk); free(hv); free(ho);
+            tc_free(&c);
+        }
 }
 
 /* Half storage's byte ranges: q, k, v of 2-byte elements side by side in one buffer are apart
@@ -2695,6 +2778,7 @@ int main(void)
         cmocka_unit_test(test_half_storage),
         cmocka_unit_test(test_half_alias),
         cmocka_unit_test(test_half_nan_v),
+        cmocka_unit_test(test_half_tiling),
     };
     const char *seed = getenv("FA_TEST_SEED");
     if (seed && *seed) g_seed_base = (uint64_t)strtoull(seed, NULL, 10);

@@ -1,0 +1,139 @@
+/* amx_probe.c - where the AMX bf16 forward's time goes, one thread, on one tile's worth of data in
+   cache (issue 16). For D = 64, 128 and key blocks of 64 and 128 it times, per panel and key block
+   (a panel: the lanes one product call serves, 32 here), each step of the tiled loop alone:
+   scores on the tiles (fa__qk_amx, with its scale pass), the online softmax step (fa__online_avx512),
+   P rounded to bf16 pairs (fa__ppack_bf16), P V on the tiles (fa__pv_amx), V's words and their
+   transpose per block (fa__vpack_bf16 + fa__vt_pack, once per tile and block, shared by the panels),
+   then the four in their real order, beside this thread's AMX tile-loop ceiling. Prints ns per
+   panel-block and the GFLOP/s the two products' 4 x lanes x keys x D would run at.
+   Needs an AMX-BF16 CPU (prints "no AMX" and exits 0 elsewhere, or under FA__AMX_EMULATE runs the
+   C emulation, for checking that it runs at all).
+       cc -O2 -std=c99 -I. bench/amx_probe.c -o build/amx_probe -lopenblas -lm -lpthread
+   -DPROBE_OLD builds it against the previous header's kernels (panels of 48 lanes in the tile's
+   layout, ld 192): cc ... -DPROBE_OLD -Iold/ ... */
+#define _GNU_SOURCE
+#define FLASHATTN_IMPLEMENTATION
+#include "flashattn.h"
+#include "bench/bench_util.h"
+
+#ifndef FA__HAVE_AMX
+int main(void) { printf("amx_probe: built without the AMX kernels\n"); return 0; }
+#else
+#ifdef PROBE_OLD
+#define LANES 48
+#define NPAN 4
+#define LD 192
+#else
+#define LANES 32
+#define NPAN 6
+#define LD 32
+#endif
+
+static uint16_t bf(float x) { return fa__f32_to_bf16(x); }
+
+static double tnow(void) { return bench_now(); }
+
+int main(int argc, char **argv)
+{
+    static const int Ds[2] = { 64, 128 }, BKs[2] = { 64, 128 };
+    int di, bi, reps = argc > 1 ? atoi(argv[1]) : 2000;
+    if (!fa__cpu_amx() || !fa__amx_permit()) { printf("amx_probe: no AMX (or not permitted)\n"); return 0; }
+    printf("amx_probe (%s kernels): one thread, panels of %d lanes, %d panels a tile; ns per panel and key block\n",
+           #ifdef PROBE_OLD
+           "previous",
+           #else
+           "current",
+           #endif
+           LANES, NPAN);
+#ifndef FA__AMX_EMULATE
+    printf("AMX tile-loop ceiling, this thread: %.0f GFLOP/s\n", bench_amx_gflops(1));
+#endif
+    printf("%4s %4s | %8s %8s %8s %8s %8s | %8s %8s | %6s %6s\n", "D", "bk", "qk", "online", "ppack", "pv", "vpack/p",
+           "sum", "seq", "GF sum", "GF seq");
+    for (di = 0; di < 2; di++)
+        for (bi = 0; bi < 2; bi++) {
+            int D = Ds[di], bk = BKs[bi], np16 = (int)fa__round16(((size_t)bk + 1) / 2), p, r, j;
+            size_t i;
+            uint16_t *K = (uint16_t *)malloc((size_t)bk * D * 2), *V = (uint16_t *)malloc((size_t)bk * D * 2);
+            uint32_t *Qp = (uint32_t *)malloc((size_t)NPAN * LD * D / 2 * 4 + (size_t)LD * D * 2);
+            float *St = (float *)malloc((size_t)bk * LD * 4 * NPAN), *Ot = (float *)malloc((size_t)NPAN * LD * D * 4 + (size_t)LD * D * 4);
+            uint32_t *Pp = (uint32_t *)calloc((size_t)np16 * LD * NPAN, 4), *Vp = (uint32_t *)malloc((size_t)bk * D * 4);
+            uint32_t *Vt = (uint32_t *)malloc((size_t)D * np16 * 4);
+            float m[LD * NPAN], l[LD * NPAN], tmp[LD * NPAN], *f = (float *)malloc((size_t)bk * D * 4);
+            double t0, tq = 0, to = 0, tp = 0, tv = 0, tk = 0, ts = 0, flops = 4.0 * LANES * bk * D;
+            fa__pf pf, l1;
+            int l1n = 0;
+            memset(&pf, 0, sizeof pf); memset(&l1, 0, sizeof l1);
+            bench_fill_normal(f, (size_t)bk * D);
+            for (i = 0; i < (size_t)bk * D; i++) K[i] = bf(f[i]);
+            bench_fill_normal(f, (size_t)bk * D);
+            for (i = 0; i < (size_t)bk * D; i++) V[i] = bf(f[i]);
+            for (i = 0; i < (size_t)NPAN * LD * D / 2; i++) Qp[i] = (uint32_t)bf(f[i % ((size_t)bk * D)]) | (uint32_t)bf(f[(i * 7) % ((size_t)bk * D)]) << 16;
+            memset(Ot, 0, (size_t)NPAN * LD * D * 4);
+            for (i = 0; i < (size_t)LD * NPAN; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
+            fa__amx_begin();
+#ifdef PROBE_OLD
+#define QP(p) (Qp + (size_t)(p) * LANES)
+#define SP(p) (St + (size_t)(p) * LANES)
+#define OP(p) (Ot + (size_t)(p) * LANES)
+#define PP(p) (Pp + (size_t)(p) * LANES)
+#define QK(p) fa__qk_amx(K, D, bk, D, QP(p), LD, SP(p), LD, 3, 0.088f, &pf)
+#define PV(p) fa__pv_amx(Vt, np16, D, PP(p), LD, OP(p), LD, 3, &pf)
+#define NV 3
+#else
+#define QP(p) (Qp + (size_t)(p) * LANES * D / 2)
+#define SP(p) (St + (size_t)(p) * LANES * bk)
+#define OP(p) (Ot + (size_t)(p) * LANES * D)
+#define PP(p) (Pp + (size_t)(p) * LANES * np16)
+#define QK(p) fa__qk_amx(K, D, bk, D, QP(p), SP(p), 2, 0.088f, &pf, &l1, l1n)
+#define PV(p) fa__pv_amx(Vt, np16, D, PP(p), OP(p), 2, &pf, &l1, l1n)
+#define NV 2
+#endif
+            for (r = 0; r < 2; r++) {      /* round 0 warms up */
+                int n = r ? reps : reps / 10 + 1, k;
+                double a;
+                t0 = tnow();
+                for (k = 0; k < n; k++) for (p = 0; p < NPAN; p++) QK(p);
+                a = tnow() - t0; if (r) tq = a / n / NPAN;
+                t0 = tnow();
+                for (k = 0; k < n; k++) for (p = 0; p < NPAN; p++) fa__online_avx512(SP(p), LD, bk, NV, m + p * LANES, l + p * LANES, OP(p), LD, D, tmp);
+                a = tnow() - t0; if (r) to = a / n / NPAN;
+                t0 = tnow();
+                for (k = 0; k < n; k++) for (p = 0; p < NPAN; p++) fa__ppack_bf16(SP(p), LD, bk, NV, PP(p));
+                a = tnow() - t0; if (r) tp = a / n / NPAN;
+                t0 = tnow();
+                for (k = 0; k < n; k++) for (p = 0; p < NPAN; p++) PV(p);
+                a = tnow() - t0; if (r) tv = a / n / NPAN;
+                t0 = tnow();
+                for (k = 0; k < n; k++) { j = fa__vpack_bf16(V, D, bk, D, Vp); fa__vt_pack(Vp, (bk + 1) / 2, D, Vt, np16); (void)j; }
+                a = tnow() - t0; if (r) tk = a / n / NPAN;     /* shared by the tile's panels */
+                t0 = tnow();
+                for (k = 0; k < n; k++) {
+                    j = fa__vpack_bf16(V, D, bk, D, Vp); fa__vt_pack(Vp, (bk + 1) / 2, D, Vt, np16);
+                    for (p = 0; p < NPAN; p++) {
+#ifndef PROBE_OLD
+                        int it = bk / 32 * (D / 32) + D / 32 * (np16 / 16);    /* as fa__tiled_item */
+                        l1n = FA__AMX_L1PF ? (3 * D + it - 1) / it : 0;
+                        fa__pf_set_es(&l1, 0, OP(p), 0, 0, 1, 32 * D, 4);
+                        fa__pf_set_es(&l1, 1, QP(p + 1), 0, 0, p + 1 < NPAN, 32 * (D / 2), 4);
+#endif
+                        QK(p);
+                        fa__online_avx512(SP(p), LD, bk, NV, m + p * LANES, l + p * LANES, OP(p), LD, D, tmp);
+                        fa__ppack_bf16(SP(p), LD, bk, NV, PP(p));
+                        PV(p);
+                    }
+                }
+                a = tnow() - t0; if (r) ts = a / n / NPAN;
+                l1n = 0;
+                memset(Ot, 0, (size_t)NPAN * LD * D * 4);
+                for (i = 0; i < (size_t)LD * NPAN; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
+            }
+            fa__amx_end();
+            printf("%4d %4d | %8.0f %8.0f %8.0f %8.0f %8.0f | %8.0f %8.0f | %6.0f %6.0f\n", D, bk, 1e9 * tq, 1e9 * to, 1e9 * tp,
+                   1e9 * tv, 1e9 * tk, 1e9 * (tq + to + tp + tv + tk), 1e9 * ts, flops / (tq + to + tp + tv + tk) * 1e-9,
+                   flops / ts * 1e-9);
+            free(K); free(V); free(Qp); free(St); free(Ot); free(Pp); free(Vp); free(Vt); free(f);
+        }
+    return 0;
+}
+#endif
