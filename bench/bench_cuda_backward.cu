@@ -10,7 +10,9 @@
    fa_cuda_tiled. relerr: ||g_default - g_det|| / ||g_det|| over dq, dk, dv (the two modes agree to
    fp32 rounding, over the first 4M elements of each; accuracy against float64 is tests/test_cuda_backward.cu's job).
 
-   Options: --quick (S = 1024, 4096, 16384), --budget SEC (per timed row, default 0.08).
+   Options: --quick (S = 1024, 4096, 16384), --budget SEC (per timed row, default 0.08), --dtype
+   bf16|fp16|fp32 (repeatable; default all three). The kernel column names what the picker chose
+   (bwd_tc_* the tensor-core backward, bwd_ffma_* the FFMA one).
    Row format (shared with bench/torch_sdpa.py): ROW impl dtype D causal S B H extra ms TFLOP/s relerr status */
 #define FLASHATTN_IMPLEMENTATION
 #define FLASHATTN_CUDA
@@ -128,13 +130,17 @@ int main(int argc, char **argv)
 {
     int quick = 0, i;
     std::vector<int> Ss;
-    const fa_dtype dts[3] = { FA_BF16, FA_F16, FA_F32 };
+    std::vector<fa_dtype> dts;
     cudaDeviceProp prop;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--budget") && i + 1 < argc) opt_budget = atof(argv[++i]);
-        else { fprintf(stderr, "usage: %s [--quick] [--budget s]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "bf16")) dts.push_back(FA_BF16), i++;
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "fp16")) dts.push_back(FA_F16), i++;
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "fp32")) dts.push_back(FA_F32), i++;
+        else { fprintf(stderr, "usage: %s [--quick] [--budget s] [--dtype bf16|fp16|fp32 ...]\n", argv[0]); return 2; }
     }
+    if (dts.empty()) dts = { FA_BF16, FA_F16, FA_F32 };
     if (quick) Ss = { 1024, 4096, 16384 };
     else Ss = { 1024, 2048, 4096, 8192, 16384 };
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -170,7 +176,7 @@ int main(int argc, char **argv)
                     CK(cudaDeviceSynchronize());
                     for (int u = 0; u < 3; u++) diff2(g[u], h[u], n, dt, &num, &den);
                     fa__resolve(&p, q, k, v, o, &dd, NULL);
-                    fa__cu_pick_backward(&dd, &plan);
+                    fa__cu_pick_backward(&dd, q, k, v, d_o, g[0], g[1], g[2], &plan);
                     for (int det = 0; det < 2; det++)
                         printf("ROW %-16s %-5s %4d %2d %6d %4d %3d %-10s %9.3f %8.1f %9.2e %s\n", impl[det], dname(dt), D, causal,
                                S, B, H, fa__cu_bwd_kernel_name(plan.kernel), ms[det], fl / ms[det] / 1e9, sqrt(num / den),
