@@ -4964,7 +4964,7 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
    kernel reuse); 8d2 the split-key decode kernels (few query rows: GQA group packed, keys cut in
    chunks fixed by Sk, partials merged by 8b's rule); 8e the naive path's and merge's kernels;
    8e2 the backward (the naive path's kernels, the FFMA tiled backward and its deterministic dq
-   pass); 8f the kernel pickers (forward and backward) and the launches; 8g the entry points. */
+   pass, the tensor-core tiled backward and its deterministic dq pass); 8f the kernel pickers (forward and backward) and the launches; 8g the entry points. */
 
 #if defined(FLASHATTN_CUDA) && defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -6595,7 +6595,9 @@ __global__ void fa__cu_merge(int rows, int dv, int parts, fa__cu_parts pp, float
    fa__cu_bwd_out converts that buffer into dq. With p->deterministic, fa__cu_bwd_dkv skips dq and
    fa__cu_bwd_dq, one block per (batch, head, query block), walks its key blocks in order and
    sums dq in registers (S, dP and dS computed a second time: 7 GEMM-sized products instead of 5),
-   so that every gradient is summed in an order fixed by the shape. */
+   so that every gradient is summed in an order fixed by the shape. For fp16/bf16 at D = Dv = 64 or
+   128 with aligned rows, fa__cu_pick_backward takes the tensor-core backward below (8e2
+   continued) instead: the same rule and the same two dq modes, on mma.sync. */
 
 /* The FFMA backward's sizes for configuration CFG (8a): shared memory is K, V [BK][LD], Q, dO
    [BQ][LD], P^T and dS^T [BK][LDT], lse and delta [BQ] (the dq kernel leaves P^T unused). */
@@ -7139,10 +7141,20 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[0][n][e] = dv[0][n][e] = 0.0f;
     unsigned qf[1][G::KD][4];   /* unused (QREG 0) */
-    unsigned aK[4], bQ[4], tO[4], aV[4], bO[4], tQ[4], u0[4], u1[4], tK[4];
+    /* ldmatrix bases: A rows of K (V at a constant offset), B rows of Q (dO: + OQO), B^T rows of dO
+       (Q: - OQO; the K block, dq's B^T: - OKO), so that few registers hold them */
+    enum { OQO = 2 * BQ * D * 2, OKO = (2 * BKV * D + 2 * BQ * D) * 2 };
+    unsigned aK[4], bQ[4], tO[4], aV[4];
     fa__tc_bases<C>(sK, sQ, sO, warp, lane, aK, bQ, tO);
-    fa__tc_bases<C>(sV, sO, sQ, warp, lane, aV, bO, tQ);
-    fa__tc_bases<C>(sK, sK, sK, warp, lane, u0, u1, tK);
+#pragma unroll
+    for (int j = 0; j < 4; j++) aV[j] = aK[j] + BKV * D * 2;
+    const int rg = warp % (BQ / 16), cs = warp / (BQ / 16);   /* dq: this warp's row group and column slice */
+    unsigned kq[NCW / 2];                                     /* dq: its B^T (K) bases, n8 tiles cs NCW + 2u */
+#pragma unroll
+    for (int u = 0; u < NCW / 2; u++) {
+        const int n = cs * NCW + 2 * u, j = (n & 7) >> 1;
+        kq[u] = (j == 0 ? tO[0] : j == 1 ? tO[1] : j == 2 ? tO[2] : tO[3]) - OKO + (unsigned)(64 * (n >> 3)) * 2u;
+    }
 
     if (tiles > 0) {   /* K, V and the first tile: one cp.async group */
         fa__tc_load<D, BKV, NT>(sK, (const T *)a.k + b * d.ks[0] + g * d.ks[1] + (int64_t)k0 * d.ks[2], d.ks[2], nk, tid);
@@ -7188,8 +7200,8 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
         for (int n = 0; n < NN; n++)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) pa[0][n >> 1][(n & 1) * 2 + hf] = X::pack(dp[0][n][2 * hf], dp[0][n][2 * hf + 1]);
-        fa__tc_pv<T, C>(dv, pa, tO, st);      /* dV += P^T dO */
-        fa__tc_qk<T, C>(dp, qf, aV, bO, st);  /* dP^T = V dO^T */
+        fa__tc_pv<T, C>(dv, pa, tO, st);            /* dV += P^T dO */
+        fa__tc_qk<T, C>(dp, qf, aV, bQ, st + OQO);  /* dP^T = V dO^T */
 #pragma unroll
         for (int n = 0; n < NN; n++)
 #pragma unroll
@@ -7198,7 +7210,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
                 const float d1 = fa__tcb_ds(s[0][n][2 * hf + 1], dp[0][n][2 * hf + 1], tD[cq + 8 * n + 1]);
                 pa[0][n >> 1][(n & 1) * 2 + hf] = X::pack(d0, d1);
             }
-        fa__tc_pv<T, C>(dk, pa, tQ, st);      /* dK += dS^T Q */
+        fa__tc_pv<T, C>(dk, pa, tO, st - OQO);      /* dK += dS^T Q */
         if (DQ) {
             /* dS^T into sS ([key][query], 8 chunks of 8 a key, chunk c at c ^ (key & 7)) */
 #pragma unroll
@@ -7211,7 +7223,6 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
                 }
             __syncthreads();
             /* dq rows 16 rg .. +15 of the tile, n8 tiles cs NCW .. +NCW-1: dS (A, .trans of dS^T) K (B, .trans) */
-            const int rg = warp % (BQ / 16), cs = warp / (BQ / 16);
             float acc[NCW][4];
 #pragma unroll
             for (int n = 0; n < NCW; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
@@ -7222,9 +7233,8 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
                 fa__tc_ldsm_t(sS + (unsigned)(krow * BQ + ((mc ^ (lane & 7)) << 3)) * 2u, af[0], af[1], af[2], af[3]);
 #pragma unroll
                 for (int nl = 0; nl < NCW; nl += 2) {
-                    const int n = cs * NCW + nl;
                     unsigned b0, b1, b2, b3;
-                    fa__tc_ldsm_t(tK[(n & 7) >> 1] + (unsigned)(kk * 16 * D + 64 * (n >> 3)) * 2u, b0, b1, b2, b3);
+                    fa__tc_ldsm_t(kq[nl >> 1] + (unsigned)(kk * 16 * D) * 2u, b0, b1, b2, b3);
                     X::mma(acc[nl], af, b0, b1);
                     X::mma(acc[nl + 1], af, b2, b3);
                 }
@@ -7236,8 +7246,12 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
                 float *dst = a.dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i) * D + cq;
 #pragma unroll
                 for (int nl = 0; nl < NCW; nl++) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900   /* one 8-byte reduction (sm_90's float2 atomicAdd) */
+                    atomicAdd((float2 *)(dst + 8 * (cs * NCW + nl)), make_float2(acc[nl][2 * hf], acc[nl][2 * hf + 1]));
+#else
                     atomicAdd(dst + 8 * (cs * NCW + nl), acc[nl][2 * hf]);
                     atomicAdd(dst + 8 * (cs * NCW + nl) + 1, acc[nl][2 * hf + 1]);
+#endif
                 }
             }
         }
@@ -7289,9 +7303,11 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
 #pragma unroll
     for (int n = 0; n < CH; n++) acc[0][n][0] = acc[0][n][1] = acc[0][n][2] = acc[0][n][3] = 0.0f;
     unsigned qf[1][G::KD][4];   /* unused (QREG 0) */
-    unsigned aQ[4], bK[4], tK[4], aO[4], bV[4], u0[4];
+    enum { OKV = 2 * BK * D * 2 };   /* V's tiles lie OKV bytes after K's; dO's rows BQ D 2 after Q's */
+    unsigned aQ[4], bK[4], tK[4], aO[4];
     fa__tc_bases<C>(sQ, sK, sK, warp, lane, aQ, bK, tK);
-    fa__tc_bases<C>(sO, sV, sV, warp, lane, aO, bV, u0);
+#pragma unroll
+    for (int j = 0; j < 4; j++) aO[j] = aQ[j] + BQ * D * 2;
     if (t0 < t1) {
         fa__tcb_load_q<D, BQ, NT, T>(a, sQ, sO, sL, sDl, b, h, i0, tid);
         fa__tc_load_kv<C>(sK, sV, 0u, gk, gv, d, t0 * BK, tid);
@@ -7306,7 +7322,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
         float s[1][NN][4], dp[1][NN][4];
         unsigned pa[1][KB][4];
         fa__tc_qk<T, C>(s, qf, aQ, bK, st);
-        fa__tc_qk<T, C>(dp, qf, aO, bV, st);
+        fa__tc_qk<T, C>(dp, qf, aO, bK, st + OKV);
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
             const int i = i0 + lr + 8 * hf;
