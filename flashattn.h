@@ -226,11 +226,13 @@
    so a scaled logit beyond FLT_MAX / log2(e) (about 2.4e38) in magnitude is outside its range (the
    CPU paths subtract first and take any finite logit). The CUDA backward: fa_cuda_naive_backward
    (cuBLAS GEMMs in exact fp32 over packed fp32 copies and materialised S, dP; it returns with its
-   work done and needs no lse) and fa_cuda_tiled_backward (an FFMA kernel for every dtype and
-   head_dim <= 256, every feature; the forward's lse required; O(Sq D) workspace allocated
-   stream-ordered, only queued on `stream`; dq accumulated by fp32 atomics, or with
-   p->deterministic by a second pass in a fixed order: bitwise the same gradients every run,
-   1.25-1.6x the time). fp16/bf16 gradients run on the same FFMA kernel (no tensor-core backward yet).
+   work done and needs no lse) and fa_cuda_tiled_backward (every feature; the forward's lse
+   required; O(Sq D) workspace allocated stream-ordered, only queued on `stream`; dq accumulated
+   by fp32 atomics, or with p->deterministic by a second pass in a fixed order: bitwise the same
+   gradients every run). fp16/bf16 at head_dim = head_dim_v = 64 or 128 with 16-byte aligned rows
+   of q, k, v, d_o, dq, dk, dv (sm_80+) run on a tensor-core backward (mma.sync, the
+   FlashAttention-2 arrangement; deterministic mode 1.0-1.25x the default's time); everything else
+   on an exact-fp32 FFMA kernel (head_dim <= 256; deterministic 1.25-1.6x).
 */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
@@ -5053,10 +5055,13 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
 
 /* The tensor-core backward's configurations (8e2), one per FA__CU_BWD_TC_* kernel: a pair of 8d
    traits. KV, the dK/dV kernel's: each of NW warps owns 16 MT keys of the key block (16 MT NW keys,
-   fa__tc_geom's BQ), the query rows walked in tiles of BK (64: dS^T is staged through shared
-   memory as 8 swizzled 16-byte chunks a key). DQ, the deterministic dq kernel's: the forward's
-   arrangement (16 MT NW query rows a block, key tiles of BK). QREG and PF as in the forward. */
-struct fa__tcb_kv_d64 { enum { D = 64, NW = 8, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 1 }; };
+   fa__tc_geom's BQ), the query rows walked in tiles of BK (64 or 32: dS^T is staged through shared
+   memory in swizzled 16-byte chunks). DQ, the deterministic dq kernel's: the forward's arrangement
+   (16 MT NW query rows a block, key tiles of BK). QREG and PF as in the forward. Why these:
+   bench/RESULTS.md, "CUDA backward (issue 13)", "Tensor-core backward" (the kernels are bound by
+   shared-memory reads: at D = 64, 32 keys a warp (MT 2) halve the B-operand reads per MMA; D = 128
+   has no registers for MT 2; PF, 8-warp dq blocks and 32-key dq tiles measured no change). */
+struct fa__tcb_kv_d64 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 0, PF = 0, MINB = 2 }; };
 struct fa__tcb_dq_d64 { enum { D = 64, NW = 4, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 2 }; };
 struct fa__tcb_kv_d128 { enum { D = 128, NW = 8, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 1 }; };
 struct fa__tcb_dq_d128 { enum { D = 128, NW = 4, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 2 }; };
@@ -7109,6 +7114,15 @@ static __device__ __forceinline__ float fa__tcb_p(const fa__dims &d, const fa__c
 /* dS = P g (dP - delta), 0 where P g is 0 (section 7b's rule: a hidden key's dP never enters) */
 static __device__ __forceinline__ float fa__tcb_ds(float pg, float dp, float dl) { return pg == 0.0f ? 0.0f : pg * (dp - dl); }
 
+/* The dS^T staging tile's swizzle: the physical 16-byte chunk of chunk c of key row r, so that the
+   8 rows an ldmatrix reads (r & ~7 .. + 7, one logical chunk) fall in 8 distinct bank groups: BQ =
+   64 (8 chunks, 128 bytes a row): c ^ (r & 7); BQ = 32 (4 chunks, two rows a 128-byte line):
+   c ^ ((r >> 1) & 3). */
+template <int BQ> static __device__ __forceinline__ int fa__tcb_swz(int r, int c)
+{
+    return BQ == 64 ? c ^ (r & 7) : c ^ ((r >> 1) & 3);
+}
+
 /* The dK/dV kernel (see above). C: an fa__tcb_kv_* trait; MODS: softcap, ALiBi or bias present;
    DQ: dq by atomics into a.dqacc (else the deterministic dq kernel follows). */
 template <typename T, class C, bool MODS, bool DQ>
@@ -7118,8 +7132,8 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
     typedef fa__tcb_kgeom<C> K;
     typedef fa__tc_type<T> X;
     enum { BKV = G::BQ, BQ = G::BK, D = G::D, NN = G::NN, KB = G::KB, CH = G::CH, NT = G::NT };
-    enum { NS = G::NW * 16 / BQ, NCW = CH / NS };   /* dq: BQ/16 row groups x NS column slices of NCW n8 tiles */
-    static_assert(C::MT == 1 && BQ == 64 && (G::NW * 16) % BQ == 0 && NCW % 2 == 0, "tc backward tile");
+    enum { MT = G::MT, NS = G::NW * 16 / BQ, NCW = CH / NS };   /* dq: BQ/16 row groups x NS column slices of NCW n8 tiles */
+    static_assert((BQ == 64 || BQ == 32) && (G::NW * 16) % BQ == 0 && NCW % 2 == 0, "tc backward tile");
     extern __shared__ __align__(128) unsigned char fa__tc_smem[];
     const fa__dims &d = a.d;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -7130,17 +7144,19 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
     float *sL = (float *)(fa__tc_smem + K::LSE), *sDl = sL + 2 * BQ;
     const float f = d.scale * FA__CU_LOG2E;
     const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
-    const int kr0 = k0 + warp * 16 + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's keys kr0, kr0 + 8 */
+    const int kr0 = k0 + warp * 16 * MT + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's keys kr0 + 16 mt + 8 hf */
     int64_t r0_, r1_;
     fa__key_rows(&d, k0, k0 + nk, &r0_, &r1_);
     const int r0 = (int)r0_, nqb = r1_ > r0_ ? (int)((r1_ - r0_ + BQ - 1) / BQ) : 0, tiles = nqb * d.group;
 
-    float dk[1][CH][4], dv[1][CH][4];
+    float dk[MT][CH][4], dv[MT][CH][4];
 #pragma unroll
-    for (int n = 0; n < CH; n++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) dk[0][n][e] = dv[0][n][e] = 0.0f;
-    unsigned qf[1][G::KD][4];   /* unused (QREG 0) */
+        for (int n = 0; n < CH; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[mt][n][e] = dv[mt][n][e] = 0.0f;
+    unsigned qf[MT][G::KD][4];   /* unused (QREG 0) */
     /* ldmatrix bases: A rows of K (V at a constant offset), B rows of Q (dO: + OQO), B^T rows of dO
        (Q: - OQO; the K block, dq's B^T: - OKO), so that few registers hold them */
     enum { OQO = 2 * BQ * D * 2, OKO = (2 * BKV * D + 2 * BQ * D) * 2 };
@@ -7176,8 +7192,8 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
         const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
         const bool full = fa__keys_full(&kr, k0, k0 + BKV) != 0;
         const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
-        float s[1][NN][4], dp[1][NN][4];
-        unsigned pa[1][KB][4];
+        float s[MT][NN][4], dp[MT][NN][4];
+        unsigned pa[MT][KB][4];
 
         fa__tc_qk<T, C>(s, qf, aK, bQ, st);   /* S^T: this warp's keys x the tile's query rows */
 #pragma unroll
@@ -7188,39 +7204,48 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
                 int lo = 0, hi = d.Sk;
                 if (!full) fa__cu_row_keys(d, i, &lo, &hi);
 #pragma unroll
-                for (int hf = 0; hf < 2; hf++) {
-                    const int j = kr0 + 8 * hf;
-                    float p;
-                    s[0][n][2 * hf + e] = fa__tcb_p<MODS>(d, md, sc, al, bi, s[0][n][2 * hf + e], f, tL[c], i, j,
-                                                          j >= lo && j < hi, &p);
-                    dp[0][n][2 * hf + e] = p;   /* P, packed below; dp is overwritten by dO V^T */
-                }
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++) {
+                        const int j = kr0 + 16 * mt + 8 * hf;
+                        float p;
+                        s[mt][n][2 * hf + e] = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, tL[c], i, j,
+                                                               j >= lo && j < hi, &p);
+                        dp[mt][n][2 * hf + e] = p;   /* P, packed below; dp is overwritten by dO V^T */
+                    }
             }
 #pragma unroll
-        for (int n = 0; n < NN; n++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++) pa[0][n >> 1][(n & 1) * 2 + hf] = X::pack(dp[0][n][2 * hf], dp[0][n][2 * hf + 1]);
+            for (int n = 0; n < NN; n++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++)
+                    pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(dp[mt][n][2 * hf], dp[mt][n][2 * hf + 1]);
         fa__tc_pv<T, C>(dv, pa, tO, st);            /* dV += P^T dO */
         fa__tc_qk<T, C>(dp, qf, aV, bQ, st + OQO);  /* dP^T = V dO^T */
 #pragma unroll
-        for (int n = 0; n < NN; n++)
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const float d0 = fa__tcb_ds(s[0][n][2 * hf], dp[0][n][2 * hf], tD[cq + 8 * n]);
-                const float d1 = fa__tcb_ds(s[0][n][2 * hf + 1], dp[0][n][2 * hf + 1], tD[cq + 8 * n + 1]);
-                pa[0][n >> 1][(n & 1) * 2 + hf] = X::pack(d0, d1);
-            }
-        fa__tc_pv<T, C>(dk, pa, tO, st - OQO);      /* dK += dS^T Q */
-        if (DQ) {
-            /* dS^T into sS ([key][query], 8 chunks of 8 a key, chunk c at c ^ (key & 7)) */
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int n = 0; n < NN; n++)
 #pragma unroll
                 for (int hf = 0; hf < 2; hf++) {
-                    const int rr = warp * 16 + (lane >> 2) + 8 * hf;
-                    const unsigned addr = sS + (unsigned)(rr * BQ + ((n ^ (rr & 7)) << 3) + cq) * 2u;
-                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pa[0][n >> 1][(n & 1) * 2 + hf]) : "memory");
+                    const float d0 = fa__tcb_ds(s[mt][n][2 * hf], dp[mt][n][2 * hf], tD[cq + 8 * n]);
+                    const float d1 = fa__tcb_ds(s[mt][n][2 * hf + 1], dp[mt][n][2 * hf + 1], tD[cq + 8 * n + 1]);
+                    pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(d0, d1);
                 }
+        fa__tc_pv<T, C>(dk, pa, tO, st - OQO);      /* dK += dS^T Q */
+        if (DQ) {
+            /* dS^T into sS ([key][query], BQ/8 chunks of 8 a key, fa__tcb_swz) */
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int n = 0; n < NN; n++)
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++) {
+                        const int rr = warp * 16 * MT + 16 * mt + (lane >> 2) + 8 * hf;
+                        const unsigned addr = sS + (unsigned)(rr * BQ + (fa__tcb_swz<BQ>(rr, n) << 3) + cq) * 2u;
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pa[mt][n >> 1][(n & 1) * 2 + hf]) : "memory");
+                    }
             __syncthreads();
             /* dq rows 16 rg .. +15 of the tile, n8 tiles cs NCW .. +NCW-1: dS (A, .trans of dS^T) K (B, .trans) */
             float acc[NCW][4];
@@ -7230,7 +7255,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
             for (int kk = 0; kk < BKV / 16; kk++) {
                 unsigned af[4];
                 const int krow = 16 * kk + (lane & 7) + (lane >> 4) * 8, mc = 2 * rg + ((lane >> 3) & 1);
-                fa__tc_ldsm_t(sS + (unsigned)(krow * BQ + ((mc ^ (lane & 7)) << 3)) * 2u, af[0], af[1], af[2], af[3]);
+                fa__tc_ldsm_t(sS + (unsigned)(krow * BQ + (fa__tcb_swz<BQ>(krow, mc) << 3)) * 2u, af[0], af[1], af[2], af[3]);
 #pragma unroll
                 for (int nl = 0; nl < NCW; nl += 2) {
                     unsigned b0, b1, b2, b3;
@@ -7258,17 +7283,19 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
     }
     /* dk = scale dK, dv = dV of this thread's keys (0 for a key no row sees) */
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int j = kr0 + 8 * hf;
-        if (j >= d.Sk) continue;
-        T *pk = (T *)a.dk + b * d.ks[0] + g * d.ks[1] + (int64_t)j * d.ks[2] + cq;
-        T *pv = (T *)a.dv + b * d.vs[0] + g * d.vs[1] + (int64_t)j * d.vs[2] + cq;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int n = 0; n < CH; n++) {
-            *(unsigned *)(pk + 8 * n) = X::pack(dk[0][n][2 * hf] * d.scale, dk[0][n][2 * hf + 1] * d.scale);
-            *(unsigned *)(pv + 8 * n) = X::pack(dv[0][n][2 * hf], dv[0][n][2 * hf + 1]);
+        for (int hf = 0; hf < 2; hf++) {
+            const int j = kr0 + 16 * mt + 8 * hf;
+            if (j >= d.Sk) continue;
+            T *pk = (T *)a.dk + b * d.ks[0] + g * d.ks[1] + (int64_t)j * d.ks[2] + cq;
+            T *pv = (T *)a.dv + b * d.vs[0] + g * d.vs[1] + (int64_t)j * d.vs[2] + cq;
+#pragma unroll
+            for (int n = 0; n < CH; n++) {
+                *(unsigned *)(pk + 8 * n) = X::pack(dk[mt][n][2 * hf] * d.scale, dk[mt][n][2 * hf + 1] * d.scale);
+                *(unsigned *)(pv + 8 * n) = X::pack(dv[mt][n][2 * hf], dv[mt][n][2 * hf + 1]);
+            }
         }
-    }
 }
 
 /* The deterministic dq kernel: one block per (query block, batch, head), the last query blocks

@@ -134,10 +134,10 @@ static double time_bwd(const fa_params &p, void *q, void *k, void *v, void *o, v
 #ifdef FA_BENCH_TUNE
 /* The tensor-core backward's configuration sweep (--tune, bf16, no modifiers): each pair of
    traits through the library's own kernels and workspace steps (fa__cu_tbwd_run's, restated here
-   so that the configuration can vary). KNW, KPF, KMB: the dK/dV kernel's warps, PF, blocks per
-   SM; QNW, QBK, QPF, QMB: the dq kernel's warps, key tile, PF, blocks per SM. */
-template <int DD, int KNW, int KPF, int KMB, int QNW, int QBK, int QPF, int QMB> struct Tcfg {
-    struct KV { enum { D = DD, NW = KNW, MT = 1, BK = 64, QREG = 0, PF = KPF, MINB = KMB }; };
+   so that the configuration can vary). KNW, KMT, KBK, KMB: the dK/dV kernel's warps, m16 tiles a
+   warp, query tile, blocks per SM; QNW, QBK, QPF, QMB: the dq kernel's warps, key tile, PF, blocks per SM. */
+template <int DD, int KNW, int KMT, int KBK, int KMB, int QNW, int QBK, int QPF, int QMB> struct Tcfg {
+    struct KV { enum { D = DD, NW = KNW, MT = KMT, BK = KBK, QREG = 0, PF = 0, MINB = KMB }; };
     struct DQ { enum { D = DD, NW = QNW, MT = 1, BK = QBK, QREG = 0, PF = QPF, MINB = QMB }; };
 };
 
@@ -181,12 +181,14 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
 }
 
 struct TuneImpl { const char *name; int D; bwd_fn fn; };
-#define FA_TUNE_SET(DD)                                                                                   \
-    { "base", DD, tune_call<Tcfg<DD, 8, 0, 1, 4, 64, 0, 2> > }, { "kpf", DD, tune_call<Tcfg<DD, 8, 1, 1, 4, 64, 0, 2> > }, \
-    { "qpf", DD, tune_call<Tcfg<DD, 8, 0, 1, 4, 64, 1, 2> > }, { "q8", DD, tune_call<Tcfg<DD, 8, 0, 1, 8, 64, 0, 1> > },   \
-    { "q8pf", DD, tune_call<Tcfg<DD, 8, 0, 1, 8, 64, 1, 1> > }, { "k4", DD, tune_call<Tcfg<DD, 4, 0, 2, 4, 64, 0, 2> > },  \
-    { "qk32", DD, tune_call<Tcfg<DD, 8, 0, 1, 4, 32, 0, 2> > }
-static const TuneImpl tune_impls[] = { FA_TUNE_SET(64), FA_TUNE_SET(128) };
+static const TuneImpl tune_impls[] = {
+    { "k8m1", 64, tune_call<Tcfg<64, 8, 1, 64, 1, 4, 64, 0, 2> > },    /* the first cut's D = 64 */
+    { "k4m2", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 4, 64, 0, 2> > },    /* fa__tcb_kv_d64 */
+    { "k4m2b1", 64, tune_call<Tcfg<64, 4, 2, 32, 1, 4, 64, 0, 2> > },
+    { "k8m2", 64, tune_call<Tcfg<64, 8, 2, 32, 1, 4, 64, 0, 2> > },
+    { "k8m1", 128, tune_call<Tcfg<128, 8, 1, 64, 1, 4, 64, 0, 2> > },  /* fa__tcb_kv_d128 */
+    { "k8m1q8", 128, tune_call<Tcfg<128, 8, 1, 64, 1, 8, 64, 1, 1> > },
+};
 
 /* TUNE name D causal S B H default_ms TFLOP/s det_ms TFLOP/s relerr (each mode against the library's default) */
 static void tune(void)
