@@ -238,11 +238,13 @@
    so a scaled logit beyond FLT_MAX / log2(e) (about 2.4e38) in magnitude is outside its range (the
    CPU paths subtract first and take any finite logit). The CUDA backward: fa_cuda_naive_backward
    (cuBLAS GEMMs in exact fp32 over packed fp32 copies and materialised S, dP; it returns with its
-   work done and needs no lse) and fa_cuda_tiled_backward (an FFMA kernel for every dtype and
-   head_dim <= 256, every feature; the forward's lse required; O(Sq D) workspace allocated
-   stream-ordered, only queued on `stream`; dq accumulated by fp32 atomics, or with
-   p->deterministic by a second pass in a fixed order: bitwise the same gradients every run,
-   1.25-1.6x the time). fp16/bf16 gradients run on the same FFMA kernel (no tensor-core backward yet).
+   work done and needs no lse) and fa_cuda_tiled_backward (every feature; the forward's lse
+   required; O(Sq D) workspace allocated stream-ordered, only queued on `stream`; dq accumulated
+   by fp32 atomics, or with p->deterministic by a second pass in a fixed order: bitwise the same
+   gradients every run). fp16/bf16 at head_dim = head_dim_v = 64 or 128 with 16-byte aligned rows
+   of q, k, v, d_o, dq, dk, dv (sm_80+) run on a tensor-core backward (mma.sync, the
+   FlashAttention-2 arrangement; deterministic mode 0.8-1.3x the default's time); everything else
+   on an exact-fp32 FFMA kernel (head_dim <= 256; deterministic 1.25-1.6x).
 */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
@@ -5435,7 +5437,7 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
    TMA into an mbarrier ring, a producer warpgroup and two ping-ponging consumers, on 8d's steps);
    8e the naive path's and merge's kernels;
    8e2 the backward (the naive path's kernels, the FFMA tiled backward and its deterministic dq
-   pass); 8f the kernel pickers (forward and backward) and the launches; 8g the entry points. */
+   pass, the tensor-core tiled backward and its deterministic dq pass); 8f the kernel pickers (forward and backward) and the launches; 8g the entry points. */
 
 #if defined(FLASHATTN_CUDA) && defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -5472,12 +5474,15 @@ typedef enum fa__cu_kernel {
 } fa__cu_kernel;
 
 /* Every kernel fa_cuda_tiled_backward can run (8e2), picked by fa__cu_pick_backward (8f): the FFMA
-   backward of each head-dim class (D and Dv padded up to it), any storage type and layout. A
-   separate enum from the forward's, so that the forward's "every kernel served" count stays its own. */
+   backward of each head-dim class (D and Dv padded up to it), any storage type and layout, and the
+   tensor-core backward (fp16/bf16, D = Dv = 64 or 128, 16-byte aligned rows, sm_80+). A separate
+   enum from the forward's, so that the forward's "every kernel served" count stays its own. */
 typedef enum fa__cu_bwd_kernel {
     FA__CU_BWD_D64 = 0,     /* D, Dv <= 64 */
     FA__CU_BWD_D128,        /* D, Dv <= 128 */
     FA__CU_BWD_D256,        /* D, Dv <= 256 */
+    FA__CU_BWD_TC_D64,      /* tensor cores (mma.sync), fp16/bf16, D = Dv = 64, 16-byte aligned rows */
+    FA__CU_BWD_TC_D128,     /*   the same at D = Dv = 128 */
     FA__CU_BWD_KERNELS
 } fa__cu_bwd_kernel;
 
@@ -5535,6 +5540,21 @@ struct fa__wg_d128 {
 struct fa__wg_d64 {
     enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 384, REG_P = 40, REG_C = 232, PP = 1 };
 };
+
+/* The tensor-core backward's configurations (8e2), one per FA__CU_BWD_TC_* kernel: a pair of 8d
+   traits. KV, the dK/dV kernel's: each of NW warps owns 16 MT keys of the key block (16 MT NW keys,
+   fa__tc_geom's BQ), the query rows walked in tiles of BK (64 or 32: dS^T is staged through shared
+   memory in swizzled 16-byte chunks). DQ, the deterministic dq kernel's: the forward's arrangement
+   (16 MT NW query rows a block, key tiles of BK). QREG and PF as in the forward. Why these:
+   bench/RESULTS.md, "CUDA backward (issue 13)", "Tensor-core backward" (the kernels are bound by
+   shared-memory reads: at D = 64, 32 keys a warp (MT 2) halve the B-operand reads per MMA; D = 128
+   has no registers for MT 2; PF, 8-warp dq blocks and 32-key dq tiles measured no change). */
+struct fa__tcb_kv_d64 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 0, PF = 0, MINB = 2 }; };
+struct fa__tcb_dq_d64 { enum { D = 64, NW = 4, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 2 }; };
+struct fa__tcb_kv_d128 { enum { D = 128, NW = 8, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 1 }; };
+struct fa__tcb_dq_d128 { enum { D = 128, NW = 4, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 2 }; };
+struct fa__tcb_d64 { typedef fa__tcb_kv_d64 KV; typedef fa__tcb_dq_d64 DQ; };
+struct fa__tcb_d128 { typedef fa__tcb_kv_d128 KV; typedef fa__tcb_dq_d128 DQ; };
 
 /* The split-key decode kernels' configurations (8d2). The tensor-core one is an fa__tc_* trait
    (one m16 tile of packed query rows, MT = 1, shared by NW warps that each walk their own key
@@ -7372,7 +7392,9 @@ __global__ void fa__cu_merge(int rows, int dv, int parts, fa__cu_parts pp, float
    fa__cu_bwd_out converts that buffer into dq. With p->deterministic, fa__cu_bwd_dkv skips dq and
    fa__cu_bwd_dq, one block per (batch, head, query block), walks its key blocks in order and
    sums dq in registers (S, dP and dS computed a second time: 7 GEMM-sized products instead of 5),
-   so that every gradient is summed in an order fixed by the shape. */
+   so that every gradient is summed in an order fixed by the shape. For fp16/bf16 at D = Dv = 64 or
+   128 with aligned rows, fa__cu_pick_backward takes the tensor-core backward below (8e2
+   continued) instead: the same rule and the same two dq modes, on mma.sync. */
 
 /* The FFMA backward's sizes for configuration CFG (8a): shared memory is K, V [BK][LD], Q, dO
    [BQ][LD], P^T and dS^T [BK][LDT], lse and delta [BQ] (the dq kernel leaves P^T unused). */
@@ -7806,6 +7828,352 @@ fa__cu_bwd_dq(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, cons
     }
 }
 
+/* ---- 8e2 (continued). The tensor-core backward (fp16/bf16, D = Dv = 64 or 128, sm_80+) ----------
+   The FlashAttention-2 arrangement on 8d's steps. fa__cu_bwd_delta first (as the FFMA path). Then
+   fa__tcb_dkv, one block per (key block of 16 MT NW keys, batch, kv head), K and V of the block in
+   shared memory, walking the query heads of the GQA group and, for each, the query rows that see
+   the block (fa__key_rows) in tiles of BK rows, whose Q, dO, lse and delta stream in by cp.async
+   one tile ahead. Each warp owns 16 MT keys and computes, all in registers with mma.sync:
+   S^T = K Q^T (fa__tc_qk with K as the row tile), P^T = 2^(s log2 e - lse log2 e) (fa__tcb_p:
+   8b's modifier rule, the mask by fa__cu_row_keys where the tile is not fa__keys_full), dV += P^T dO
+   (fa__tc_pv: the accumulator layout of S^T is the A layout of P^T, no transpose needed),
+   dP^T = V dO^T (fa__tc_qk), dS^T = P^T (dP^T - delta) g, dK += dS^T Q (fa__tc_pv). dq: dS^T goes
+   through shared memory (16-bit, swizzled) and each warp forms a 16 x D/NS slice of dS K with
+   ldmatrix .trans, added into the fp32 buffer by atomicAdd; fa__cu_bwd_out converts it (times
+   the scale). With p->deterministic the dK/dV kernel skips dq and fa__tcb_dq, one block per (query
+   block, batch, head) in the forward's arrangement, walks its key tiles in order with dq = dS K in
+   registers (S, dP, dS recomputed: 7 products instead of 5), so every gradient's sum order is fixed. */
+
+/* What the tensor-core backward's kernels receive. */
+struct fa__tcb_args {
+    const void *q, *k, *v, *d_o;
+    const float *delta;
+    float *dqacc;              /* fp32 dq [B][Hq][Sq][D] (atomic mode), else NULL */
+    void *dq, *dk, *dv;
+    int qblocks;               /* the deterministic dq kernel's query blocks per (batch, head) */
+    fa__dims d;
+};
+
+/* Shared memory: the dK/dV kernel's K and V blocks, two stages of Q and dO tiles, dS^T, two stages
+   of lse and delta; the dq kernel's Q and dO tiles, two stages of K and V tiles, lse and delta. */
+template <class C> struct fa__tcb_kgeom {
+    enum { BKV = fa__tc_geom<C>::BQ, BQ = C::BK, D = C::D };
+    enum { LSE = (2 * BKV * D + 4 * BQ * D + BKV * BQ) * 2, SMEM = LSE + 4 * BQ * 4 };
+};
+template <class C> struct fa__tcb_qgeom {
+    enum { BQ = fa__tc_geom<C>::BQ, BK = C::BK, D = C::D };
+    enum { LSE = (2 * BQ * D + 4 * BK * D) * 2, SMEM = LSE + 2 * BQ * 4 };
+};
+
+/* The Q and dO tiles of query rows [i0, i0 + R) of (b, h) (rows past Sq zero-filled) into sQ, sO
+   (one cp.async group), and their lse in log2 units (+INFINITY for a row with no visible key and
+   past Sq, so that its P is 0) and delta (0 past Sq) into sL, sDl. */
+template <int D, int R, int NT, typename T>
+static __device__ __forceinline__ void fa__tcb_load_q(const fa__tcb_args &a, unsigned sQ, unsigned sO, float *sL,
+                                                      float *sDl, int b, int h, int i0, int tid)
+{
+    const fa__dims &d = a.d;
+    const int nq = min(R, d.Sq - i0);
+    const int64_t bh = (int64_t)b * d.Hq + h;
+    fa__tc_load<D, R, NT>(sQ, (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i0 * d.qs[2], d.qs[2], nq, tid);
+    fa__tc_load<D, R, NT>(sO, (const T *)a.d_o + b * d.os[0] + h * d.os[1] + (int64_t)i0 * d.os[2], d.os[2], nq, tid);
+    fa__cu_commit();
+    for (int x = tid; x < R; x += NT) {
+        const float l = x < nq ? d.lse[bh * d.Sq + i0 + x] : -INFINITY;
+        sL[x] = l == -INFINITY ? INFINITY : l * FA__CU_LOG2E;
+        sDl[x] = x < nq ? a.delta[bh * d.Sq + i0 + x] : 0.0f;
+    }
+}
+
+/* One element of the backward: P = 2^(x' - lse2) for the raw dot product x of query row i and key
+   j, where x' is x times scale log2 e (f), or with MODS 8b's rule in the log2 domain (md from
+   fa__cu_mods_of(d, b, h, scale, log2 e, ...), exact tanhf); 0 where vis is false (the mask). Returns
+   P times g, softcap's derivative factor 1 - t^2 (1 without softcap): what dS needs; *p gets P. */
+template <bool MODS>
+static __device__ __forceinline__ float fa__tcb_p(const fa__dims &d, const fa__cu_mods &md, bool sc, bool al, bool bi,
+                                                  float x, float f, float lse2, int i, int j, bool vis, float *p)
+{
+    float t = 0.0f;
+    if (MODS)
+        x = fa__cu_modify<fa__cu_tanh, true>(md, x, sc, al, bi && i < d.Sq && j < d.Sk,
+                                             (float)((int64_t)i + d.Sk - d.Sq - j), i, j, &t);
+    else
+        x *= f;
+    *p = vis ? fa__tc_ex2(x - lse2) : 0.0f;
+    return *p * (1.0f - t * t);
+}
+
+/* dS = P g (dP - delta), 0 where P g is 0 (section 7b's rule: a hidden key's dP never enters) */
+static __device__ __forceinline__ float fa__tcb_ds(float pg, float dp, float dl) { return pg == 0.0f ? 0.0f : pg * (dp - dl); }
+
+/* The dS^T staging tile's swizzle: the physical 16-byte chunk of chunk c of key row r, so that the
+   8 rows an ldmatrix reads (r & ~7 .. + 7, one logical chunk) fall in 8 distinct bank groups: BQ =
+   64 (8 chunks, 128 bytes a row): c ^ (r & 7); BQ = 32 (4 chunks, two rows a 128-byte line):
+   c ^ ((r >> 1) & 3). */
+template <int BQ> static __device__ __forceinline__ int fa__tcb_swz(int r, int c)
+{
+    return BQ == 64 ? c ^ (r & 7) : c ^ ((r >> 1) & 3);
+}
+
+/* The dK/dV kernel (see above). C: an fa__tcb_kv_* trait; MODS: softcap, ALiBi or bias present;
+   DQ: dq by atomics into a.dqacc (else the deterministic dq kernel follows). */
+template <typename T, class C, bool MODS, bool DQ>
+__global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb_args a)
+{
+    typedef fa__tc_geom<C> G;
+    typedef fa__tcb_kgeom<C> K;
+    typedef fa__tc_type<T> X;
+    enum { BKV = G::BQ, BQ = G::BK, D = G::D, NN = G::NN, KB = G::KB, CH = G::CH, NT = G::NT };
+    enum { MT = G::MT, NS = G::NW * 16 / BQ, NCW = CH / NS };   /* dq: BQ/16 row groups x NS column slices of NCW n8 tiles */
+    static_assert((BQ == 64 || BQ == 32) && (G::NW * 16) % BQ == 0 && NCW % 2 == 0, "tc backward tile");
+    extern __shared__ __align__(128) unsigned char fa__tc_smem[];
+    const fa__dims &d = a.d;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int nbg = d.B * d.Hkv, kb = (int)blockIdx.x / nbg, bg = (int)blockIdx.x - kb * nbg;
+    const int b = bg / d.Hkv, g = bg - b * d.Hkv, k0 = kb * BKV, nk = min((int)BKV, d.Sk - k0);
+    const unsigned sK = fa__cu_sa(fa__tc_smem), sV = sK + BKV * D * 2, sQ = sV + BKV * D * 2, sO = sQ + 2 * BQ * D * 2;
+    const unsigned sS = sO + 2 * BQ * D * 2;
+    float *sL = (float *)(fa__tc_smem + K::LSE), *sDl = sL + 2 * BQ;
+    const float f = d.scale * FA__CU_LOG2E;
+    const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
+    const int kr0 = k0 + warp * 16 * MT + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's keys kr0 + 16 mt + 8 hf */
+    int64_t r0_, r1_;
+    fa__key_rows(&d, k0, k0 + nk, &r0_, &r1_);
+    const int r0 = (int)r0_, nqb = r1_ > r0_ ? (int)((r1_ - r0_ + BQ - 1) / BQ) : 0, tiles = nqb * d.group;
+
+    float dk[MT][CH][4], dv[MT][CH][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < CH; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[mt][n][e] = dv[mt][n][e] = 0.0f;
+    unsigned qf[MT][G::KD][4];   /* unused (QREG 0) */
+    /* ldmatrix bases: A rows of K (V at a constant offset), B rows of Q (dO: + OQO), B^T rows of dO
+       (Q: - OQO; the K block, dq's B^T: - OKO), so that few registers hold them */
+    enum { OQO = 2 * BQ * D * 2, OKO = (2 * BKV * D + 2 * BQ * D) * 2 };
+    unsigned aK[4], bQ[4], tO[4], aV[4];
+    fa__tc_bases<C>(sK, sQ, sO, warp, lane, aK, bQ, tO);
+#pragma unroll
+    for (int j = 0; j < 4; j++) aV[j] = aK[j] + BKV * D * 2;
+    const int rg = warp % (BQ / 16), cs = warp / (BQ / 16);   /* dq: this warp's row group and column slice */
+    unsigned kq[NCW / 2];                                     /* dq: its B^T (K) bases, n8 tiles cs NCW + 2u */
+#pragma unroll
+    for (int u = 0; u < NCW / 2; u++) {
+        const int n = cs * NCW + 2 * u, j = (n & 7) >> 1;
+        kq[u] = (j == 0 ? tO[0] : j == 1 ? tO[1] : j == 2 ? tO[2] : tO[3]) - OKO + (unsigned)(64 * (n >> 3)) * 2u;
+    }
+
+    if (tiles > 0) {   /* K, V and the first tile: one cp.async group */
+        fa__tc_load<D, BKV, NT>(sK, (const T *)a.k + b * d.ks[0] + g * d.ks[1] + (int64_t)k0 * d.ks[2], d.ks[2], nk, tid);
+        fa__tc_load<D, BKV, NT>(sV, (const T *)a.v + b * d.vs[0] + g * d.vs[1] + (int64_t)k0 * d.vs[2], d.vs[2], nk, tid);
+        fa__tcb_load_q<D, BQ, NT, T>(a, sQ, sO, sL, sDl, b, g * d.group, r0, tid);
+    }
+
+    for (int t = 0; t < tiles; t++) {
+        const int hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ, nq = min((int)BQ, d.Sq - i0);
+        const unsigned st = (unsigned)(t & 1) * BQ * D * 2;
+        const float *tL = sL + (t & 1) * BQ, *tD = sDl + (t & 1) * BQ;
+        fa__cu_wait<0>();
+        __syncthreads();   /* tile t landed; every warp is done with tile t-1 (its stage and sS) */
+        if (t + 1 < tiles) {
+            const int h2 = (t + 1) / nqb, i2 = r0 + (t + 1 - h2 * nqb) * BQ;
+            fa__tcb_load_q<D, BQ, NT, T>(a, sQ + BQ * D * 2 - st, sO + BQ * D * 2 - st, sL + ((t + 1) & 1) * BQ,
+                                         sDl + ((t + 1) & 1) * BQ, b, g * d.group + h2, i2, tid);
+        }
+        const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
+        const bool full = fa__keys_full(&kr, k0, k0 + BKV) != 0;
+        const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
+        float s[MT][NN][4], dp[MT][NN][4];
+        unsigned pa[MT][KB][4];
+
+        fa__tc_qk<T, C>(s, qf, aK, bQ, st);   /* S^T: this warp's keys x the tile's query rows */
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int c = cq + 8 * n + e, i = i0 + c;
+                int lo = 0, hi = d.Sk;
+                if (!full) fa__cu_row_keys(d, i, &lo, &hi);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++) {
+                        const int j = kr0 + 16 * mt + 8 * hf;
+                        float p;
+                        s[mt][n][2 * hf + e] = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, tL[c], i, j,
+                                                               j >= lo && j < hi, &p);
+                        dp[mt][n][2 * hf + e] = p;   /* P, packed below; dp is overwritten by dO V^T */
+                    }
+            }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int n = 0; n < NN; n++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++)
+                    pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(dp[mt][n][2 * hf], dp[mt][n][2 * hf + 1]);
+        fa__tc_pv<T, C>(dv, pa, tO, st);            /* dV += P^T dO */
+        fa__tc_qk<T, C>(dp, qf, aV, bQ, st + OQO);  /* dP^T = V dO^T */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int n = 0; n < NN; n++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    const float d0 = fa__tcb_ds(s[mt][n][2 * hf], dp[mt][n][2 * hf], tD[cq + 8 * n]);
+                    const float d1 = fa__tcb_ds(s[mt][n][2 * hf + 1], dp[mt][n][2 * hf + 1], tD[cq + 8 * n + 1]);
+                    pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(d0, d1);
+                }
+        fa__tc_pv<T, C>(dk, pa, tO, st - OQO);      /* dK += dS^T Q */
+        if (DQ) {
+            /* dS^T into sS ([key][query], BQ/8 chunks of 8 a key, fa__tcb_swz) */
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int n = 0; n < NN; n++)
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++) {
+                        const int rr = warp * 16 * MT + 16 * mt + (lane >> 2) + 8 * hf;
+                        const unsigned addr = sS + (unsigned)(rr * BQ + (fa__tcb_swz<BQ>(rr, n) << 3) + cq) * 2u;
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pa[mt][n >> 1][(n & 1) * 2 + hf]) : "memory");
+                    }
+            __syncthreads();
+            /* dq rows 16 rg .. +15 of the tile, n8 tiles cs NCW .. +NCW-1: dS (A, .trans of dS^T) K (B, .trans) */
+            float acc[NCW][4];
+#pragma unroll
+            for (int n = 0; n < NCW; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < BKV / 16; kk++) {
+                unsigned af[4];
+                const int krow = 16 * kk + (lane & 7) + (lane >> 4) * 8, mc = 2 * rg + ((lane >> 3) & 1);
+                fa__tc_ldsm_t(sS + (unsigned)(krow * BQ + (fa__tcb_swz<BQ>(krow, mc) << 3)) * 2u, af[0], af[1], af[2], af[3]);
+#pragma unroll
+                for (int nl = 0; nl < NCW; nl += 2) {
+                    unsigned b0, b1, b2, b3;
+                    fa__tc_ldsm_t(kq[nl >> 1] + (unsigned)(kk * 16 * D) * 2u, b0, b1, b2, b3);
+                    X::mma(acc[nl], af, b0, b1);
+                    X::mma(acc[nl + 1], af, b2, b3);
+                }
+            }
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int i = i0 + 16 * rg + (lane >> 2) + 8 * hf;
+                if (i >= d.Sq) continue;
+                float *dst = a.dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i) * D + cq;
+#pragma unroll
+                for (int nl = 0; nl < NCW; nl++) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900   /* one 8-byte reduction (sm_90's float2 atomicAdd) */
+                    atomicAdd((float2 *)(dst + 8 * (cs * NCW + nl)), make_float2(acc[nl][2 * hf], acc[nl][2 * hf + 1]));
+#else
+                    atomicAdd(dst + 8 * (cs * NCW + nl), acc[nl][2 * hf]);
+                    atomicAdd(dst + 8 * (cs * NCW + nl) + 1, acc[nl][2 * hf + 1]);
+#endif
+                }
+            }
+        }
+    }
+    /* dk = scale dK, dv = dV of this thread's keys (0 for a key no row sees) */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int j = kr0 + 16 * mt + 8 * hf;
+            if (j >= d.Sk) continue;
+            T *pk = (T *)a.dk + b * d.ks[0] + g * d.ks[1] + (int64_t)j * d.ks[2] + cq;
+            T *pv = (T *)a.dv + b * d.vs[0] + g * d.vs[1] + (int64_t)j * d.vs[2] + cq;
+#pragma unroll
+            for (int n = 0; n < CH; n++) {
+                *(unsigned *)(pk + 8 * n) = X::pack(dk[mt][n][2 * hf] * d.scale, dk[mt][n][2 * hf + 1] * d.scale);
+                *(unsigned *)(pv + 8 * n) = X::pack(dv[mt][n][2 * hf], dv[mt][n][2 * hf + 1]);
+            }
+        }
+}
+
+/* The deterministic dq kernel: one block per (query block, batch, head), the last query blocks
+   (the longest under causal) first; its BK-aligned key tiles walked in order, K and V streamed by
+   cp.async one tile ahead; S = Q K^T and dP = dO V^T (fa__tc_qk), dS packed straight into A
+   fragments, dq += dS K (fa__tc_pv, K as the B^T tile), written once as scale dq (0 for a row
+   that sees no key). */
+template <typename T, class C, bool MODS>
+__global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_args a)
+{
+    typedef fa__tc_geom<C> G;
+    typedef fa__tcb_qgeom<C> Q;
+    typedef fa__tc_type<T> X;
+    enum { BQ = G::BQ, BK = G::BK, D = G::D, NN = G::NN, KB = G::KB, CH = G::CH, NT = G::NT };
+    static_assert(C::MT == 1, "tc backward dq tile");
+    extern __shared__ __align__(128) unsigned char fa__tc_smem[];
+    const fa__dims &d = a.d;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int nbh = d.B * d.Hq, qb = a.qblocks - 1 - (int)blockIdx.x / nbh, bh = (int)blockIdx.x % nbh;
+    const int b = bh / d.Hq, h = bh - b * d.Hq, g = h / d.group, i0 = qb * BQ, nq = min((int)BQ, d.Sq - i0);
+    const unsigned sQ = fa__cu_sa(fa__tc_smem), sO = sQ + BQ * D * 2, sK = sO + BQ * D * 2, sV = sK + 2 * BK * D * 2;
+    float *sL = (float *)(fa__tc_smem + Q::LSE), *sDl = sL + BQ;
+    const T *gk = (const T *)a.k + b * d.ks[0] + g * d.ks[1], *gv = (const T *)a.v + b * d.vs[0] + g * d.vs[1];
+    const float f = d.scale * FA__CU_LOG2E;
+    const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
+    const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
+    const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
+    const int t0 = (int)kr.lo / BK, t1 = kr.hi > kr.lo ? ((int)kr.hi + BK - 1) / BK : t0;
+    const int lr = warp * 16 + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's rows i0 + lr, + 8 */
+
+    float acc[1][CH][4];
+#pragma unroll
+    for (int n = 0; n < CH; n++) acc[0][n][0] = acc[0][n][1] = acc[0][n][2] = acc[0][n][3] = 0.0f;
+    unsigned qf[1][G::KD][4];   /* unused (QREG 0) */
+    enum { OKV = 2 * BK * D * 2 };   /* V's tiles lie OKV bytes after K's; dO's rows BQ D 2 after Q's */
+    unsigned aQ[4], bK[4], tK[4], aO[4];
+    fa__tc_bases<C>(sQ, sK, sK, warp, lane, aQ, bK, tK);
+#pragma unroll
+    for (int j = 0; j < 4; j++) aO[j] = aQ[j] + BQ * D * 2;
+    if (t0 < t1) {
+        fa__tcb_load_q<D, BQ, NT, T>(a, sQ, sO, sL, sDl, b, h, i0, tid);
+        fa__tc_load_kv<C>(sK, sV, 0u, gk, gv, d, t0 * BK, tid);
+    }
+    for (int t = t0; t < t1; t++) {
+        const int k0 = t * BK;
+        const unsigned st = (unsigned)((t - t0) & 1) * BK * D * 2;
+        fa__cu_wait<0>();
+        __syncthreads();   /* tile t landed; every warp is done with tile t-1's stage */
+        if (t + 1 < t1) fa__tc_load_kv<C>(sK, sV, BK * D * 2 - st, gk, gv, d, k0 + BK, tid);
+        const bool full = fa__keys_full(&kr, k0, k0 + BK) != 0;
+        float s[1][NN][4], dp[1][NN][4];
+        unsigned pa[1][KB][4];
+        fa__tc_qk<T, C>(s, qf, aQ, bK, st);
+        fa__tc_qk<T, C>(dp, qf, aO, bK, st + OKV);
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int i = i0 + lr + 8 * hf;
+            const float lse2 = sL[lr + 8 * hf], dl = sDl[lr + 8 * hf];
+            int lo = 0, hi = d.Sk;
+            if (!full) fa__cu_row_keys(d, i, &lo, &hi);
+#pragma unroll
+            for (int n = 0; n < NN; n++) {
+                float v2[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = k0 + cq + 8 * n + e;
+                    float p;
+                    const float pg = fa__tcb_p<MODS>(d, md, sc, al, bi, s[0][n][2 * hf + e], f, lse2, i, j, j >= lo && j < hi, &p);
+                    v2[e] = fa__tcb_ds(pg, dp[0][n][2 * hf + e], dl);
+                }
+                pa[0][n >> 1][(n & 1) * 2 + hf] = X::pack(v2[0], v2[1]);
+            }
+        }
+        fa__tc_pv<T, C>(acc, pa, tK, st);   /* dq += dS K */
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int i = i0 + lr + 8 * hf;
+        if (i >= d.Sq) continue;
+        T *pq = (T *)a.dq + b * d.qs[0] + h * d.qs[1] + (int64_t)i * d.qs[2] + cq;
+#pragma unroll
+        for (int n = 0; n < CH; n++)
+            *(unsigned *)(pq + 8 * n) = X::pack(acc[0][n][2 * hf] * d.scale, acc[0][n][2 * hf + 1] * d.scale);
+    }
+}
+
 /* ---- 8f. CUDA: the kernel picker and the launches --------------------------------------------- */
 
 /* 1 when every row of an fp32 tensor starts 16-byte aligned and holds whole float4s */
@@ -8157,6 +8525,8 @@ static const char *fa__cu_bwd_kernel_name(fa__cu_bwd_kernel k)
     case FA__CU_BWD_D64: return "bwd_ffma_d64";
     case FA__CU_BWD_D128: return "bwd_ffma_d128";
     case FA__CU_BWD_D256: return "bwd_ffma_d256";
+    case FA__CU_BWD_TC_D64: return "bwd_tc_d64";
+    case FA__CU_BWD_TC_D128: return "bwd_tc_d128";
     case FA__CU_BWD_KERNELS: break;
     }
     return "none";
@@ -8172,24 +8542,51 @@ template <class CFG> static void fa__cu_bwd_plan_of(const fa__dims *d, fa__cu_bw
     pl->qblocks = ((int64_t)d->Sq + G::BQ - 1) / G::BQ;
 }
 
-/* Picks the backward kernel for a request that fa__cu_bwd_resolve accepted, with Sq, Sk > 0: the
-   FFMA backward of the head-dim class of max(D, Dv) (<= 64, <= 128, <= 256), any dtype and layout.
-   FA_ERR_UNSUPPORTED when its shared memory does not fit this device or a grid would pass 2^31 - 1
-   blocks; FA_ERR_DEVICE when the device cannot be queried. It launches nothing. */
-static fa_status fa__cu_pick_backward(const fa__dims *d, fa__cu_bwd_plan *pl)
+/* The tensor-core backward's plan: bq, bk the dK/dV kernel's query tile and key block; qblocks
+   the deterministic dq kernel's query blocks; smem the larger of the two kernels'. */
+template <class CFG> static void fa__tcb_plan_of(const fa__dims *d, fa__cu_bwd_plan *pl)
+{
+    typedef fa__tcb_kgeom<typename CFG::KV> K;
+    typedef fa__tcb_qgeom<typename CFG::DQ> Q;
+    pl->bq = K::BQ;
+    pl->bk = K::BKV;
+    pl->smem = (int)K::SMEM > (int)Q::SMEM ? (int)K::SMEM : (int)Q::SMEM;
+    pl->kblocks = ((int64_t)d->Sk + K::BKV - 1) / K::BKV;
+    pl->qblocks = ((int64_t)d->Sq + Q::BQ - 1) / Q::BQ;
+}
+
+/* Picks the backward kernel for a request that fa__cu_bwd_resolve accepted, with Sq, Sk > 0, by
+   rule: the tensor-core backward for fp16/bf16 at D = Dv = 64 or 128 where q, k, v, d_o and the
+   gradients have 16-byte aligned rows and the device is sm_80+ (every modifier, mask and GQA
+   included); else the FFMA backward of the head-dim class of max(D, Dv) (<= 64, <= 128, <= 256),
+   any dtype and layout. FA_ERR_UNSUPPORTED when its shared memory does not fit this device or a
+   grid would pass 2^31 - 1 blocks; FA_ERR_DEVICE when the device cannot be queried. It launches
+   nothing. */
+static fa_status fa__cu_pick_backward(const fa__dims *d, const void *q, const void *k, const void *v, const void *d_o,
+                                      const void *dq, const void *dk, const void *dv, fa__cu_bwd_plan *pl)
 {
     const int dc = d->D > d->Dv ? d->D : d->Dv;
-    int dev = 0, optin = 0;
+    int dev = 0, optin = 0, major = 0;
     int64_t a, b;
     memset(pl, 0, sizeof *pl);
-    pl->kernel = dc <= 64 ? FA__CU_BWD_D64 : dc <= 128 ? FA__CU_BWD_D128 : FA__CU_BWD_D256;
-    if (pl->kernel == FA__CU_BWD_D64) fa__cu_bwd_plan_of<fa__cu_bwd_d64>(d, pl);
-    else if (pl->kernel == FA__CU_BWD_D128) fa__cu_bwd_plan_of<fa__cu_bwd_d128>(d, pl);
-    else fa__cu_bwd_plan_of<fa__cu_bwd_d256>(d, pl);
     if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
         (void)cudaGetLastError();
         return FA_ERR_DEVICE;
+    }
+    if ((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) && major >= 8 &&
+        fa__tc_aligned(q, d->qs) && fa__tc_aligned(k, d->ks) && fa__tc_aligned(v, d->vs) &&
+        fa__tc_aligned(d_o, d->os) && fa__tc_aligned(dq, d->qs) && fa__tc_aligned(dk, d->ks) &&
+        fa__tc_aligned(dv, d->vs)) {
+        pl->kernel = d->D == 64 ? FA__CU_BWD_TC_D64 : FA__CU_BWD_TC_D128;
+        if (d->D == 64) fa__tcb_plan_of<fa__tcb_d64>(d, pl);
+        else fa__tcb_plan_of<fa__tcb_d128>(d, pl);
+    } else {
+        pl->kernel = dc <= 64 ? FA__CU_BWD_D64 : dc <= 128 ? FA__CU_BWD_D128 : FA__CU_BWD_D256;
+        if (pl->kernel == FA__CU_BWD_D64) fa__cu_bwd_plan_of<fa__cu_bwd_d64>(d, pl);
+        else if (pl->kernel == FA__CU_BWD_D128) fa__cu_bwd_plan_of<fa__cu_bwd_d128>(d, pl);
+        else fa__cu_bwd_plan_of<fa__cu_bwd_d256>(d, pl);
     }
     if (pl->smem > optin || !fa__mul64(pl->kblocks, (int64_t)d->B * d->Hkv, &a) || a > INT_MAX ||
         !fa__mul64(pl->qblocks, (int64_t)d->B * d->Hq, &b) || b > INT_MAX)
@@ -8244,6 +8641,74 @@ static fa_status fa__cu_bwd_launch(const fa__dims *d, const fa__cu_bwd_plan *pl,
     fa__cu_bwd_dkv<T, CFG, true><<<kgrid, FA__CU_THREADS, G::SMEM, st>>>(
         *d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, dqacc, (T *)dk, (T *)dv, vec);
     return fa__cu(cudaGetLastError());
+}
+
+/* Launches the tensor-core dK/dV kernel (DQ: with dq by atomics) or the deterministic dq kernel
+   of configuration C. */
+template <typename T, class C, bool MODS, bool DQ>
+static fa_status fa__tcb_go_dkv(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
+{
+    const fa_status s = fa__cu(cudaFuncSetAttribute(fa__tcb_dkv<T, C, MODS, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)fa__tcb_kgeom<C>::SMEM));
+    if (s != FA_OK) return s;
+    fa__tcb_dkv<T, C, MODS, DQ><<<grid, C::NW * 32, fa__tcb_kgeom<C>::SMEM, st>>>(a);
+    return fa__cu(cudaGetLastError());
+}
+
+template <typename T, class C, bool MODS>
+static fa_status fa__tcb_go_dq(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
+{
+    fa_status s = fa__cu(cudaFuncSetAttribute(fa__tcb_dq<T, C, MODS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)fa__tcb_qgeom<C>::SMEM));
+    if (s != FA_OK) return s;
+    if (C::MINB > 1 &&
+        (s = fa__cu(cudaFuncSetAttribute(fa__tcb_dq<T, C, MODS>, cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
+        return s;
+    fa__tcb_dq<T, C, MODS><<<grid, C::NW * 32, fa__tcb_qgeom<C>::SMEM, st>>>(a);
+    return fa__cu(cudaGetLastError());
+}
+
+/* The tensor-core backward in configuration CFG (fa__cu_pick_backward has checked that it fits):
+   the dK/dV kernel with dq by atomics into dqacc, or (det) without, then the dq kernel. MODS
+   variants: none (the scale folded into the exp), or softcap, ALiBi, bias decided at run time. */
+template <typename T, class CFG>
+static fa_status fa__tcb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q, const void *k,
+                                const void *v, const void *d_o, const float *delta, float *dqacc, void *dq, void *dk,
+                                void *dv, cudaStream_t st)
+{
+    typedef typename CFG::KV KV;
+    typedef typename CFG::DQ DQ;
+    const unsigned kgrid = (unsigned)(pl->kblocks * d->B * d->Hkv), qgrid = (unsigned)(pl->qblocks * d->B * d->Hq);
+    const bool mods = d->softcap > 0.0f || d->alibi != NULL || d->bias != NULL;
+    fa__tcb_args a;
+    fa_status s;
+    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = dqacc; a.dq = dq; a.dk = dk; a.dv = dv;
+    a.qblocks = (int)pl->qblocks;
+    a.d = *d;
+    if (!det) return mods ? fa__tcb_go_dkv<T, KV, true, true>(a, kgrid, st) : fa__tcb_go_dkv<T, KV, false, true>(a, kgrid, st);
+    s = mods ? fa__tcb_go_dkv<T, KV, true, false>(a, kgrid, st) : fa__tcb_go_dkv<T, KV, false, false>(a, kgrid, st);
+    if (s != FA_OK) return s;
+    return mods ? fa__tcb_go_dq<T, DQ, true>(a, qgrid, st) : fa__tcb_go_dq<T, DQ, false>(a, qgrid, st);
+}
+
+/* The tensor-core backward's kernels exist for the 16-bit types only (the picker never names them
+   for fp32). */
+template <typename T>
+static fa_status fa__tcb_dispatch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q, const void *k,
+                                  const void *v, const void *d_o, const float *delta, float *dqacc, void *dq, void *dk,
+                                  void *dv, cudaStream_t st)
+{
+    if (pl->kernel == FA__CU_BWD_TC_D64)
+        return fa__tcb_launch<T, fa__tcb_d64>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, st);
+    return fa__tcb_launch<T, fa__tcb_d128>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, st);
+}
+
+template <>
+fa_status fa__tcb_dispatch<float>(const fa__dims *, const fa__cu_bwd_plan *, int, const void *, const void *,
+                                  const void *, const void *, const float *, float *, void *, void *, void *,
+                                  cudaStream_t)
+{
+    return FA_ERR_UNSUPPORTED;
 }
 
 /* Launches the generic kernel in configuration CFG (fa__cu_pick has checked that it fits). */
@@ -8846,11 +9311,13 @@ static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, i
     switch (pl->kernel) {
     case FA__CU_BWD_D64: st = fa__cu_bwd_launch<T, fa__cu_bwd_d64>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, s); break;
     case FA__CU_BWD_D128: st = fa__cu_bwd_launch<T, fa__cu_bwd_d128>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, s); break;
-    default: st = fa__cu_bwd_launch<T, fa__cu_bwd_d256>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, s); break;
+    case FA__CU_BWD_D256: st = fa__cu_bwd_launch<T, fa__cu_bwd_d256>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, s); break;
+    default: st = fa__tcb_dispatch<T>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, s); break;
     }
     if (st != FA_OK || det) return st;
+    /* the FFMA kernels' K carries the scale; the tensor-core kernel's dq buffer does not */
     fa__cu_bwd_out<T><<<fa__cu_rows_grid(rows), 128, 0, s>>>(dqacc, (T *)dq, d->Hq, 1, d->Sq, d->D, d->qs[0], d->qs[1],
-                                                           d->qs[2], rows, 1.0f);
+                                                           d->qs[2], rows, pl->kernel >= FA__CU_BWD_TC_D64 ? d->scale : 1.0f);
     return fa__cu(cudaGetLastError());
 }
 
@@ -8871,7 +9338,7 @@ FLASHATTN_DEF fa_status fa_cuda_tiled_backward(const fa_params *p, const void *q
     s = (cudaStream_t)d.stream;
     det = p->deterministic != 0;
     if (d.Sq == 0 || d.Sk == 0) return fa__cu_bwd_empty(&d, dq, dk, dv, s);
-    if ((st = fa__cu_pick_backward(&d, &pl)) != FA_OK) return st;
+    if ((st = fa__cu_pick_backward(&d, q, k, v, d_o, dq, dk, dv, &pl)) != FA_OK) return st;
     bytes = fa__cu_tbwd_bytes(&d, det, &off_dq);
     if (bytes == SIZE_MAX) return FA_ERR_NO_MEMORY;
     (void)cudaGetLastError();

@@ -10,7 +10,10 @@
    fa_cuda_tiled. relerr: ||g_default - g_det|| / ||g_det|| over dq, dk, dv (the two modes agree to
    fp32 rounding, over the first 4M elements of each; accuracy against float64 is tests/test_cuda_backward.cu's job).
 
-   Options: --quick (S = 1024, 4096, 16384), --budget SEC (per timed row, default 0.08).
+   Options: --quick (S = 1024, 4096, 16384), --budget SEC (per timed row, default 0.08), --dtype
+   bf16|fp16|fp32 (repeatable; default all three), --d D, --s S, --causal 0|1 (one row set, for
+   ncu). The kernel column names what the picker chose
+   (bwd_tc_* the tensor-core backward, bwd_ffma_* the FFMA one).
    Row format (shared with bench/torch_sdpa.py): ROW impl dtype D causal S B H extra ms TFLOP/s relerr status */
 #define FLASHATTN_IMPLEMENTATION
 #define FLASHATTN_CUDA
@@ -93,8 +96,12 @@ static const char *dname(fa_dtype dt) { return dt == FA_F32 ? "fp32" : dt == FA_
 
 static double opt_budget = 0.08;
 
-/* median ms of fa_cuda_tiled_backward on p */
-static double time_bwd(const fa_params &p, void *q, void *k, void *v, void *o, void *d_o, void *dq, void *dk, void *dv)
+typedef fa_status (*bwd_fn)(const fa_params *, const void *, const void *, const void *, const void *, const void *,
+                           void *, void *, void *);
+
+/* median ms of fa_cuda_tiled_backward (or fn) on p */
+static double time_bwd(const fa_params &p, void *q, void *k, void *v, void *o, void *d_o, void *dq, void *dk, void *dv,
+                       bwd_fn fn = fa_cuda_tiled_backward)
 {
     cudaEvent_t e0, e1;
     std::vector<float> ts;
@@ -102,9 +109,9 @@ static double time_bwd(const fa_params &p, void *q, void *k, void *v, void *o, v
     int reps, r;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    if (fa_cuda_tiled_backward(&p, q, k, v, o, d_o, dq, dk, dv) != FA_OK) { fprintf(stderr, "backward failed\n"); exit(1); }
+    if (fn(&p, q, k, v, o, d_o, dq, dk, dv) != FA_OK) { fprintf(stderr, "backward failed\n"); exit(1); }
     CK(cudaEventRecord(e0));
-    fa_cuda_tiled_backward(&p, q, k, v, o, d_o, dq, dk, dv);
+    fn(&p, q, k, v, o, d_o, dq, dk, dv);
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     CK(cudaEventElapsedTime(&ms, e0, e1));
@@ -112,7 +119,7 @@ static double time_bwd(const fa_params &p, void *q, void *k, void *v, void *o, v
     reps = (int)std::min(20.0, std::max(2.0, opt_budget * 1e3 / std::max((double)ms, 1e-3)));
     for (r = 1; r < reps; r++) {
         CK(cudaEventRecord(e0));
-        fa_cuda_tiled_backward(&p, q, k, v, o, d_o, dq, dk, dv);
+        fn(&p, q, k, v, o, d_o, dq, dk, dv);
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         CK(cudaEventElapsedTime(&ms, e0, e1));
@@ -124,27 +131,141 @@ static double time_bwd(const fa_params &p, void *q, void *k, void *v, void *o, v
     return ts[ts.size() / 2];
 }
 
+#ifdef FA_BENCH_TUNE
+/* The tensor-core backward's configuration sweep (--tune, bf16, no modifiers): each pair of
+   traits through the library's own kernels and workspace steps (fa__cu_tbwd_run's, restated here
+   so that the configuration can vary). KNW, KMT, KBK, KMB: the dK/dV kernel's warps, m16 tiles a
+   warp, query tile, blocks per SM; QNW, QBK, QPF, QMB: the dq kernel's warps, key tile, PF, blocks per SM. */
+template <int DD, int KNW, int KMT, int KBK, int KMB, int QNW, int QBK, int QPF, int QMB> struct Tcfg {
+    struct KV { enum { D = DD, NW = KNW, MT = KMT, BK = KBK, QREG = 0, PF = 0, MINB = KMB }; };
+    struct DQ { enum { D = DD, NW = QNW, MT = 1, BK = QBK, QREG = 0, PF = QPF, MINB = QMB }; };
+};
+
+template <class CFG>
+static fa_status tune_call(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
+                           const void *d_o, void *dq, void *dk, void *dv)
+{
+    typedef __nv_bfloat16 T;
+    fa__dims d;
+    fa__cu_bwd_plan pl;
+    size_t off_dq, bytes;
+    char *mem = NULL;
+    int pooled = 0;
+    const int det = p->deterministic != 0;
+    fa_status st = fa__cu_bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d);
+    if (st != FA_OK) return st;
+    memset(&pl, 0, sizeof pl);
+    fa__tcb_plan_of<CFG>(&d, &pl);
+    bytes = fa__cu_tbwd_bytes(&d, det, &off_dq);
+    if ((st = fa__cu_alloc((void **)&mem, bytes, 0, &pooled)) != FA_OK) return st;
+    const int64_t rows = (int64_t)d.B * d.Hq * d.Sq;
+    float *delta = (float *)mem, *dqacc = det ? NULL : (float *)(mem + off_dq);
+    fa__tcb_args a;
+    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = dqacc; a.dq = dq; a.dk = dk; a.dv = dv;
+    a.qblocks = (int)pl.qblocks;
+    a.d = d;
+    const unsigned kgrid = (unsigned)(pl.kblocks * d.B * d.Hkv), qgrid = (unsigned)(pl.qblocks * d.B * d.Hq);
+    fa__cu_bwd_delta<T><<<(unsigned)(rows < 8 * 65536 ? (rows + 7) / 8 : 65536), 256>>>(d, (const T *)o, (const T *)d_o, delta, rows);
+    if (!det) CK(cudaMemsetAsync(dqacc, 0, (size_t)rows * d.D * sizeof(float), 0));
+    if (det) {
+        st = fa__tcb_go_dkv<T, typename CFG::KV, false, false>(a, kgrid, 0);
+        if (st == FA_OK) st = fa__tcb_go_dq<T, typename CFG::DQ, false>(a, qgrid, 0);
+    } else {
+        st = fa__tcb_go_dkv<T, typename CFG::KV, false, true>(a, kgrid, 0);
+        if (st == FA_OK)
+            fa__cu_bwd_out<T><<<fa__cu_rows_grid(rows), 128>>>(dqacc, (T *)dq, d.Hq, 1, d.Sq, d.D, d.qs[0], d.qs[1], d.qs[2],
+                                                              rows, d.scale);
+    }
+    fa__cu_free(mem, 0, pooled);
+    return st;
+}
+
+struct TuneImpl { const char *name; int D; bwd_fn fn; };
+static const TuneImpl tune_impls[] = {
+    { "k8m1", 64, tune_call<Tcfg<64, 8, 1, 64, 1, 4, 64, 0, 2> > },    /* the first cut's D = 64 */
+    { "k4m2", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 4, 64, 0, 2> > },    /* fa__tcb_kv_d64 */
+    { "k4m2b1", 64, tune_call<Tcfg<64, 4, 2, 32, 1, 4, 64, 0, 2> > },
+    { "k8m2", 64, tune_call<Tcfg<64, 8, 2, 32, 1, 4, 64, 0, 2> > },
+    { "k8m1", 128, tune_call<Tcfg<128, 8, 1, 64, 1, 4, 64, 0, 2> > },  /* fa__tcb_kv_d128 */
+    { "k8m1q8", 128, tune_call<Tcfg<128, 8, 1, 64, 1, 8, 64, 1, 1> > },
+};
+
+/* TUNE name D causal S B H default_ms TFLOP/s det_ms TFLOP/s relerr (each mode against the library's default) */
+static void tune(void)
+{
+    const int shapes[3][2] = { { 4096, 0 }, { 4096, 1 }, { 16384, 0 } };
+    for (int D : { 64, 128 })
+        for (int c = 0; c < 3; c++) {
+            const int S = shapes[c][0], causal = shapes[c][1], H = 2048 / D, B = 16384 / S;
+            const size_t n = (size_t)B * H * S * D, es = 2;
+            void *q, *k, *v, *o, *d_o, *g[3], *h[3];
+            float *lse;
+            fa_params p;
+            const double fl = 2.5 * 4.0 * B * H * (double)S * S * D * (causal ? 0.5 : 1.0);
+            CK(cudaMalloc(&q, n * es)); CK(cudaMalloc(&k, n * es)); CK(cudaMalloc(&v, n * es));
+            CK(cudaMalloc(&o, n * es)); CK(cudaMalloc(&d_o, n * es));
+            CK(cudaMalloc(&lse, (size_t)B * H * S * 4));
+            for (int u = 0; u < 3; u++) { CK(cudaMalloc(&g[u], n * es)); CK(cudaMalloc(&h[u], n * es)); }
+            randn(q, n, FA_BF16, 1); randn(k, n, FA_BF16, 2); randn(v, n, FA_BF16, 3); randn(d_o, n, FA_BF16, 4);
+            memset(&p, 0, sizeof p);
+            p.batch = B; p.heads = H; p.seq_q = S; p.seq_k = S; p.head_dim = D; p.dtype = FA_BF16; p.causal = causal;
+            p.lse = lse;
+            if (fa_cuda_tiled(&p, q, k, v, o) != FA_OK) { fprintf(stderr, "forward failed\n"); exit(1); }
+            p.deterministic = 1;
+            if (fa_cuda_tiled_backward(&p, q, k, v, o, d_o, h[0], h[1], h[2]) != FA_OK) exit(1);
+            for (const TuneImpl &im : tune_impls) {
+                if (im.D != D) continue;
+                double ms[2], num = 0.0, den = 0.0;
+                for (int det = 0; det < 2; det++) {
+                    p.deterministic = det;
+                    ms[det] = time_bwd(p, q, k, v, o, d_o, g[0], g[1], g[2], im.fn);
+                    CK(cudaDeviceSynchronize());
+                    for (int u = 0; u < 3; u++) diff2(g[u], h[u], n, FA_BF16, &num, &den);
+                }
+                printf("TUNE %-6s %4d %2d %6d %4d %3d %9.3f %8.1f %9.3f %8.1f %9.2e\n", im.name, D, causal, S, B, H, ms[0],
+                       fl / ms[0] / 1e9, ms[1], fl / ms[1] / 1e9, sqrt(num / den));
+                fflush(stdout);
+            }
+            cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(d_o); cudaFree(lse);
+            for (int u = 0; u < 3; u++) { cudaFree(g[u]); cudaFree(h[u]); }
+        }
+}
+#endif
+
 int main(int argc, char **argv)
 {
-    int quick = 0, i;
+    int quick = 0, i, only_d = 0, only_s = 0, only_c = -1;
     std::vector<int> Ss;
-    const fa_dtype dts[3] = { FA_BF16, FA_F16, FA_F32 };
+    std::vector<fa_dtype> dts;
     cudaDeviceProp prop;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--budget") && i + 1 < argc) opt_budget = atof(argv[++i]);
-        else { fprintf(stderr, "usage: %s [--quick] [--budget s]\n", argv[0]); return 2; }
+#ifdef FA_BENCH_TUNE
+        else if (!strcmp(argv[i], "--tune")) { tune(); return 0; }
+#endif
+        else if (!strcmp(argv[i], "--d") && i + 1 < argc) only_d = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--s") && i + 1 < argc) only_s = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--causal") && i + 1 < argc) only_c = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "bf16")) dts.push_back(FA_BF16), i++;
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "fp16")) dts.push_back(FA_F16), i++;
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "fp32")) dts.push_back(FA_F32), i++;
+        else { fprintf(stderr, "usage: %s [--quick] [--budget s] [--dtype bf16|fp16|fp32 ...] [--d D] [--s S] [--causal 0|1]\n", argv[0]); return 2; }
     }
+    if (dts.empty()) dts = { FA_BF16, FA_F16, FA_F32 };
     if (quick) Ss = { 1024, 4096, 16384 };
     else Ss = { 1024, 2048, 4096, 8192, 16384 };
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("# bench_cuda_backward: %s, CUDA runtime %d, flashattn %s\n", prop.name, CUDART_VERSION, FLASHATTN_VERSION_STRING);
     for (int D : { 64, 128 }) {
         const int H = 2048 / D;
+        if (only_d && D != only_d) continue;
         for (int S : Ss) {
             const int B = 16384 / S;
+            if (only_s && S != only_s) continue;
             for (int causal = 0; causal < 2; causal++)
                 for (fa_dtype dt : dts) {
+                    if (only_c >= 0 && causal != only_c) continue;
                     const size_t n = (size_t)B * H * S * D, es = dt == FA_F32 ? 4 : 2;
                     void *q, *k, *v, *o, *d_o, *g[3], *h[3];
                     float *lse;
@@ -170,7 +291,7 @@ int main(int argc, char **argv)
                     CK(cudaDeviceSynchronize());
                     for (int u = 0; u < 3; u++) diff2(g[u], h[u], n, dt, &num, &den);
                     fa__resolve(&p, q, k, v, o, &dd, NULL);
-                    fa__cu_pick_backward(&dd, &plan);
+                    fa__cu_pick_backward(&dd, q, k, v, d_o, g[0], g[1], g[2], &plan);
                     for (int det = 0; det < 2; det++)
                         printf("ROW %-16s %-5s %4d %2d %6d %4d %3d %-10s %9.3f %8.1f %9.2e %s\n", impl[det], dname(dt), D, causal,
                                S, B, H, fa__cu_bwd_kernel_name(plan.kernel), ms[det], fl / ms[det] / 1e9, sqrt(num / den),

@@ -8,7 +8,10 @@
    fp16 ||dx-ref||/||ref|| <= 2e-3, bf16 <= 1e-2; where ||ref|| = 0, the RMS of dx). The forward's o and lse come from fa_cuda_tiled
    with the same p, as in training. Gradient buffers are poisoned (0xFF bytes) before each call and
    checked written in every row and nowhere else. Every tiled run asserts which kernel served it
-   (fa__cu_pick_backward against want_kernel), and test_kernels_served that each kernel served.
+   (fa__cu_pick_backward against want_kernel, the documented rule written out: the tensor-core
+   backward for fp16/bf16 at D = Dv = 64/128 with aligned rows, else FFMA), and test_kernels_served
+   that each kernel served; test_tc_semantics runs the modifiers, masks and layouts at the tensor-core
+   head dims.
    Also: deterministic mode gives the same bits in ten runs on a non-default stream; refused
    requests leave every gradient untouched; an impossible naive size is FA_ERR_NO_MEMORY.
 
@@ -76,10 +79,27 @@ static uint64_t name_seed(const char *s)
     return h;
 }
 
-/* The kernel fa_cuda_tiled_backward must run: the FFMA backward of max(D, Dv)'s class. */
-static fa__cu_bwd_kernel want_kernel(const fa_params *p)
+/* 1 when a 16-bit tensor's rows all start 16-byte aligned: the pointer, and strides in whole
+   8-element units */
+static int rows16(const void *x, const int64_t s[3])
 {
-    const int Dv = p->head_dim_v ? p->head_dim_v : p->head_dim, dc = p->head_dim > Dv ? p->head_dim : Dv;
+    return ((uintptr_t)x & 15) == 0 && s[0] % 8 == 0 && s[1] % 8 == 0 && s[2] % 8 == 0;
+}
+
+/* The kernel fa_cuda_tiled_backward must run (written out here from the documented rule, not asked
+   of the picker): the tensor-core backward for fp16/bf16 at D = Dv = 64 or 128 with every tensor's
+   rows 16-byte aligned on an sm_80+ device; else the FFMA backward of max(D, Dv)'s class. */
+static fa__cu_bwd_kernel want_kernel(const fa__dims *d, const void *q, const void *k, const void *v, const void *d_o,
+                                     const void *dq, const void *dk, const void *dv)
+{
+    const int dc = d->D > d->Dv ? d->D : d->Dv;
+    int dev = 0, major = 0;
+    CU(cudaGetDevice(&dev));
+    CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if ((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) && major >= 8 &&
+        rows16(q, d->qs) && rows16(k, d->ks) && rows16(v, d->vs) && rows16(d_o, d->os) && rows16(dq, d->qs) &&
+        rows16(dk, d->ks) && rows16(dv, d->vs))
+        return d->D == 64 ? FA__CU_BWD_TC_D64 : FA__CU_BWD_TC_D128;
     return dc <= 64 ? FA__CU_BWD_D64 : dc <= 128 ? FA__CU_BWD_D128 : FA__CU_BWD_D256;
 }
 
@@ -222,12 +242,14 @@ static void run_case(const char *name0, fa_params p0, bspec bs, int alibi, int d
                 fa__dims dd;
                 fa__cu_bwd_plan plan;
                 assert_int_equal(fa__cu_bwd_resolve(&pd, xq, xk, xv, go, gdo, gq, gk, gv, 1, &dd), FA_OK);
-                assert_int_equal(fa__cu_pick_backward(&dd, &plan), FA_OK);
-                if (plan.kernel != want_kernel(&p)) {
+                const fa__cu_bwd_kernel want = want_kernel(&dd, xq, xk, xv, gdo, gq, gk, gv);
+                assert_int_equal(fa__cu_pick_backward(&dd, xq, xk, xv, gdo, gq, gk, gv, &plan), FA_OK);
+                if (plan.kernel != want) {
                     print_error("  FAIL %s: served by %s, want %s\n", pname, fa__cu_bwd_kernel_name(plan.kernel),
-                                fa__cu_bwd_kernel_name(want_kernel(&p)));
+                                fa__cu_bwd_kernel_name(want));
                     ok = 0;
                 }
+                if (getenv("VERBOSE")) printf("  %s: %s\n", pname, fa__cu_bwd_kernel_name(plan.kernel));
                 g_served[plan.kernel]++;
             }
             st = path == P_NAIVE ? fa_cuda_naive_backward(&pd, xq, xk, xv, go, gdo, gq, gk, gv)
@@ -405,6 +427,59 @@ static void test_strides_and_everything(void **state)
     end_test();
 }
 
+/* The tensor-core backward (fp16/bf16, D = Dv = 64 or 128, aligned rows) on every semantic the
+   grid above runs at other head dims: modifiers, biases that hide keys, rows and tiles, windows,
+   causal with Sq != Sk, GQA, strided rows; and one misaligned layout that the rule sends to FFMA. */
+static void test_tc_semantics(void **state)
+{
+    fa_params p;
+    bspec b;
+    (void)state;
+    p = shape(2, 4, 2, 97, 140, 64, 64);
+    p.causal = 1;
+    run_case("tc alibi per head, causal Sq < Sk, D=64", p, NOBIAS, 1, 6, ALL_PATHS);
+    p = shape(2, 4, 2, 97, 140, 128, 128);
+    run_case("tc alibi per batch, D=128", p, NOBIAS, 2, 6, ALL_PATHS);
+    p = shape(1, 2, 2, 130, 130, 128, 128);
+    p.softcap = 1.5f;
+    run_case("tc softcap 1.5, D=128", p, NOBIAS, 0, 6, ALL_PATHS);
+    p = shape(2, 2, 1, 70, 90, 64, 64);
+    p.scale = 0.37f;
+    b = NOBIAS; b.on = 1;
+    run_case("tc bias packed, explicit scale, D=64", p, b, 0, 6, ALL_PATHS);
+    b.st[0] = 90; b.st[3] = 1; b.hide = HIDE_KEYPAD;
+    run_case("tc bias [B][Sk] key padding, a batch with every key hidden, D=64", p, b, 0, 6, ALL_PATHS);
+    b = NOBIAS; b.on = 1; b.st[2] = 90; b.st[3] = 1; b.hide = HIDE_ROWS_TILE;
+    p = shape(2, 2, 1, 70, 90, 128, 128);
+    run_case("tc bias [Sq][Sk], hidden rows and a hidden tile, D=128", p, b, 0, 6, ALL_PATHS);
+    p = shape(1, 2, 2, 150, 60, 128, 128);
+    p.causal = 1;
+    run_case("tc causal Sq > Sk (hidden rows), D=128", p, NOBIAS, 0, 6, ALL_PATHS);
+    p = shape(2, 2, 1, 120, 200, 64, 64);
+    p.window_left = 17; p.window_right = 9;
+    run_case("tc window 17/9 Sq < Sk, D=64", p, NOBIAS, 0, 6, ALL_PATHS);
+    p = shape(2, 4, 2, 150, 190, 64, 64);
+    bshd(&p, 8);
+    p.causal = 1; p.window_left = 50; p.softcap = 20.0f; p.scale = 0.2f;
+    b = NOBIAS; b.on = 1; b.st[2] = 190; b.st[3] = 1;
+    run_case("tc every feature at once, [B][S][H][D] with gaps, D=64", p, b, 2, 6, ALL_PATHS);
+    p = shape(2, 4, 2, 100, 120, 64, 64);
+    bshd(&p, 4);
+    p.causal = 1;
+    run_case("rows not 16-byte aligned (FFMA by rule), D=64", p, NOBIAS, 0, 6, ALL_PATHS);
+    if (!g_small) {
+        p = shape(1, 4, 1, 300, 1100, 128, 128);
+        p.causal = 1; p.window_left = 200;
+        run_case("tc MQA causal window 200, Sq < Sk, D=128", p, NOBIAS, 0, 6, ALL_PATHS);
+        p = shape(1, 2, 2, 1031, 1031, 128, 128);
+        p.causal = 1;
+        run_case("tc S=1031 causal, D=128", p, NOBIAS, 0, 6, ALL_PATHS);
+        p = shape(2, 8, 2, 513, 700, 64, 64);
+        run_case("tc GQA 8/2 513x700, D=64", p, NOBIAS, 0, 6, ALL_PATHS);
+    }
+    end_test();
+}
+
 static void test_empty(void **state)
 {
     (void)state;
@@ -419,16 +494,20 @@ static void test_empty(void **state)
    default (atomic dq) mode is reported, not asserted. */
 static void test_determinism(void **state)
 {
-    fa_params ps[3];
+    fa_params ps[5];
+    static const fa_dtype dts[5] = { FA_F32, FA_BF16, FA_F32, FA_F16, FA_BF16 };
     int s;
     (void)state;
     ps[0] = shape(2, 4, 2, 333, 333, 64, 64);
     ps[0].causal = 1; ps[0].window_left = 100;
-    ps[1] = shape(1, 8, 2, 70, 2500, 128, 128);
+    ps[1] = shape(1, 8, 2, 70, 2500, 128, 128);   /* bf16: the tensor-core backward */
     ps[2] = shape(3, 2, 1, 200, 150, 48, 40);
     ps[2].softcap = 5.0f;
-    for (s = 0; s < (g_small ? 1 : 3); s++) {
-        const fa_dtype dt = s == 1 ? FA_BF16 : FA_F32;
+    ps[3] = ps[0];                                /* fp16: the tensor-core backward, causal window */
+    ps[4] = shape(2, 4, 2, 300, 500, 64, 64);     /* bf16: the tensor-core backward with softcap */
+    ps[4].softcap = 5.0f;
+    for (s = 0; s < (g_small ? 1 : 5); s++) {
+        const fa_dtype dt = dts[s];
         fa_params p = ps[s];
         ref_rng r;
         ref_tensors t;
@@ -619,6 +698,7 @@ int main(void)
         cmocka_unit_test(test_gqa_causal_windows),
         cmocka_unit_test(test_modifiers),
         cmocka_unit_test(test_strides_and_everything),
+        cmocka_unit_test(test_tc_semantics),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_errors),
