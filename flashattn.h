@@ -245,6 +245,11 @@
    of q, k, v, d_o, dq, dk, dv (sm_80+) run on a tensor-core backward (mma.sync, the
    FlashAttention-2 arrangement; deterministic mode 0.8-1.3x the default's time); everything else
    on an exact-fp32 FFMA kernel (head_dim <= 256; deterministic 1.25-1.6x).
+   fa_cuda_naive_backward_workspace_bytes and fa_cuda_tiled_backward_workspace_bytes give the
+   bytes of the one stream-ordered allocation each backward makes for the same p (its
+   deterministic flag included; 0 for an invalid p or an empty call; SIZE_MAX on overflow), as
+   the CPU queries do; the CUDA backward suite checks them against the memory pool's high
+   watermark.
 */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
@@ -416,6 +421,9 @@ FLASHATTN_DEF fa_status fa_cuda_naive_backward(const fa_params *p, const void *q
                                                const void *o, const void *d_o, void *dq, void *dk, void *dv);
 FLASHATTN_DEF fa_status fa_cuda_tiled_backward(const fa_params *p, const void *q, const void *k, const void *v,
                                                const void *o, const void *d_o, void *dq, void *dk, void *dv);
+/* The bytes of device memory the backward allocates (stream-ordered) for the same p. */
+FLASHATTN_DEF size_t fa_cuda_naive_backward_workspace_bytes(const fa_params *p);
+FLASHATTN_DEF size_t fa_cuda_tiled_backward_workspace_bytes(const fa_params *p);
 /* What fa_cuda_tiled would run for these arguments (the kernel fa__cu_pick chooses, its tiles),
    as fa_describe does for the CPU; the pointers count because alignment picks the kernel. */
 FLASHATTN_DEF size_t fa_cuda_describe(const fa_params *p, const void *q, const void *k, const void *v,
@@ -9348,6 +9356,31 @@ FLASHATTN_DEF fa_status fa_cuda_tiled_backward(const fa_params *p, const void *q
     else st = fa__cu_tbwd_run<float>(&d, &pl, det, mem, off_dq, q, k, v, o, d_o, dq, dk, dv, s);
     st2 = fa__cu_free(mem, s, pooled);
     return st != FA_OK ? st : st2;
+}
+
+/* The backwards' workspace queries: the size of the one fa__cu_alloc each call makes for the same
+   p, from the dims alone (the pointers pick the kernel, not the workspace): 0 for an invalid p, an
+   empty call, or (naive) a batch count past cuBLAS's int. */
+static int fa__cu_ws_dims(const fa_params *p, fa__dims *d)
+{
+    return p && fa__resolve(p, p, p, p, p, d, NULL) == FA_OK && fa__cu_check(d) == FA_OK && d->Sq > 0 && d->Sk > 0;
+}
+
+FLASHATTN_DEF size_t fa_cuda_naive_backward_workspace_bytes(const fa_params *p)
+{
+    fa__dims d;
+    fa__cu_nbwd_plan pl;
+    if (!fa__cu_ws_dims(p, &d) || (int64_t)d.B * d.Hq > INT_MAX) return 0;
+    fa__cu_nbwd_plan_make(&d, &pl);
+    return pl.total;
+}
+
+FLASHATTN_DEF size_t fa_cuda_tiled_backward_workspace_bytes(const fa_params *p)
+{
+    fa__dims d;
+    size_t off_dq;
+    if (!fa__cu_ws_dims(p, &d)) return 0;
+    return fa__cu_tbwd_bytes(&d, p->deterministic != 0, &off_dq);
 }
 #endif
 

@@ -677,6 +677,85 @@ static void test_no_memory(void **state)
     for (u = 0; u < 9; u++) cudaFree(t[u]);
 }
 
+/* The workspace queries tell the truth: the default memory pool's high watermark over one call
+   (every stream-ordered allocation comes from it; the tensors are cudaMalloc'd) is the reported
+   size, up to the pool's allocation granularity (2 MiB allowed); exact on a shape whose size is a
+   multiple of it (B Hq Sq = 2^19 rows: delta 2 MiB, dq's accumulator 128 MiB). Both modes of the
+   tiled backward (tensor cores at bf16 D = 64, FFMA at fp32 D = 80 / Dv = 48) and the naive one. */
+static size_t pool_used(cudaMemPool_t pool, cudaMemPoolAttr a)
+{
+    cuuint64_t v = 0;
+    CU(cudaMemPoolGetAttribute(pool, a, &v));
+    return (size_t)v;
+}
+
+static void test_workspace_query(void **state)
+{
+    static const struct { int B, Hq, Hkv, Sq, Sk, D, Dv; fa_dtype dt; int naive, exact; } cs[] = {
+        { 4, 8, 2, 16384, 128, 64, 64, FA_BF16, 0, 1 },
+        { 2, 4, 2, 333, 517, 80, 48, FA_F32, 0, 0 },
+        { 2, 4, 2, 333, 517, 64, 64, FA_F32, 1, 0 },
+    };
+    const size_t gran = (size_t)2 << 20;
+    cudaMemPool_t pool;
+    fa_params bad;
+    size_t c;
+    int dev = 0, pools = 0;
+    (void)state;
+    CU(cudaGetDevice(&dev));
+    CU(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev));
+    if (!pools) skip();
+    CU(cudaDeviceGetDefaultMemPool(&pool, dev));
+    bad = shape(1, 3, 2, 8, 8, 64, 64);   /* heads not a multiple of kv_heads: invalid */
+    assert_int_equal(fa_cuda_tiled_backward_workspace_bytes(&bad), 0);
+    assert_int_equal(fa_cuda_naive_backward_workspace_bytes(&bad), 0);
+    assert_int_equal(fa_cuda_tiled_backward_workspace_bytes(NULL), 0);
+    bad = shape(1, 2, 2, 0, 8, 64, 64);   /* no query rows: nothing allocated */
+    assert_int_equal(fa_cuda_tiled_backward_workspace_bytes(&bad), 0);
+    for (c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        fa_params p = shape(cs[c].B, cs[c].Hq, cs[c].Hkv, cs[c].Sq, cs[c].Sk, cs[c].D, cs[c].Dv);
+        const size_t rows = (size_t)cs[c].B * cs[c].Hq * cs[c].Sq, kr = (size_t)cs[c].B * cs[c].Hkv * cs[c].Sk;
+        const size_t nq = rows * cs[c].D, no = rows * cs[c].Dv, nk = kr * cs[c].D, nv = kr * cs[c].Dv;
+        const size_t es = esize(cs[c].dt);
+        float *hq = ref_alloc(nq), *hk = ref_alloc(nk), *hv = ref_alloc(nv), *hdo = ref_alloc(no);
+        void *q, *k, *v, *o, *d_o, *dq, *dk, *dv;
+        ref_rng r;
+        int det;
+        if (g_small && cs[c].exact) { free(hq); free(hk); free(hv); free(hdo); continue; }   /* 2^19 rows: not under the sanitizers */
+        assert_true(hq && hk && hv && hdo);
+        ref_seed(&r, 4711 + c);
+        ref_fill_normal(&r, hq, nq); ref_fill_normal(&r, hk, nk); ref_fill_normal(&r, hv, nv); ref_fill_normal(&r, hdo, no);
+        p.dtype = cs[c].dt;
+        q = upload(hq, nq, p.dtype); k = upload(hk, nk, p.dtype); v = upload(hv, nv, p.dtype); d_o = upload(hdo, no, p.dtype);
+        o = dalloc(no * es); dq = dalloc(nq * es); dk = dalloc(nk * es); dv = dalloc(nv * es);
+        p.lse = (float *)dalloc(rows * 4);
+        assert_int_equal(fa_cuda_tiled(&p, q, k, v, o), FA_OK);
+        for (det = 0; det < (cs[c].naive ? 1 : 2); det++) {
+            size_t want, base, high;
+            cuuint64_t zero = 0;
+            p.deterministic = det;
+            want = cs[c].naive ? fa_cuda_naive_backward_workspace_bytes(&p) : fa_cuda_tiled_backward_workspace_bytes(&p);
+            CU(cudaDeviceSynchronize());
+            base = pool_used(pool, cudaMemPoolAttrUsedMemCurrent);
+            CU(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+            assert_int_equal(cs[c].naive ? fa_cuda_naive_backward(&p, q, k, v, o, d_o, dq, dk, dv)
+                                         : fa_cuda_tiled_backward(&p, q, k, v, o, d_o, dq, dk, dv), FA_OK);
+            CU(cudaDeviceSynchronize());
+            high = pool_used(pool, cudaMemPoolAttrUsedMemHigh) - base;
+            printf("  workspace %s%s B=%d Hq=%d Sq=%d Sk=%d D=%d: reported %zu, pool peak %zu\n",
+                   cs[c].naive ? "naive" : "tiled", det ? " deterministic" : "", cs[c].B, cs[c].Hq, cs[c].Sq, cs[c].Sk,
+                   cs[c].D, want, high);
+            assert_true(want > 0);
+            assert_true(high >= want);
+            assert_true(high <= (want + gran - 1) / gran * gran);
+            if (cs[c].exact) assert_int_equal(high, want);
+        }
+        cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(d_o); cudaFree(dq); cudaFree(dk); cudaFree(dv);
+        cudaFree(p.lse);
+        free(hq); free(hk); free(hv); free(hdo);
+    }
+}
+
 static void test_kernels_served(void **state)
 {
     int k, n = 0;
@@ -704,6 +783,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_naive_without_lse),
         cmocka_unit_test(test_no_memory),
+        cmocka_unit_test(test_workspace_query),
         cmocka_unit_test(test_kernels_served),
     };
     g_small = getenv("SMALL") && atoi(getenv("SMALL")) != 0;
