@@ -364,8 +364,14 @@ CUDA_LIBS  := -lcublas
 CUDA_TUS   := $(BUILD)/test_cuda.o $(BUILD)/test_cuda_backward.o $(BUILD)/cuda_quickstart.o $(if $(wildcard bench/bench_cuda.cu),$(BUILD)/bench_cuda.o) \
               $(BUILD)/bench_cuda_backward.o
 
+# test_cuda.o instantiates every forward kernel, the Hopper one for sm_90a among them: its ptxas
+# messages are kept and the build fails on C7515/C7511 (wgmma serialised by the compiler).
 $(BUILD)/test_cuda.o: tests/test_cuda.cu tests/ref.h tests/cuda_util.h flashattn.h | $(BUILD)
-	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@
+	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@ 2> $(BUILD)/test_cuda.nvcc.txt \
+	  || { cat $(BUILD)/test_cuda.nvcc.txt; exit 1; }
+	@cat $(BUILD)/test_cuda.nvcc.txt
+	@if grep -E 'C7515|C7511' $(BUILD)/test_cuda.nvcc.txt; then \
+	  echo "ptxas serialised wgmma (C7515/C7511): see above"; rm -f $@; exit 1; fi
 
 $(BUILD)/test_cuda_backward.o: tests/test_cuda_backward.cu tests/ref.h tests/cuda_util.h flashattn.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@
