@@ -2759,9 +2759,6 @@ FA__AMXT static void fa__amx_end(void)
 #endif
 }
 
-/* St[j][lanes] = scale * dot(K[j], q_lane) for j < nk and nv (1 or 2) lane vectors, Qp [D/2] and
-   St [nk] in rows of FA__AMX_LD lanes (S, Qp at the first lane); D % 32 == 0. Keys in 16-key groups,
-   two at a time (C tiles 0, 1 | 2, 3 from K tiles 4 | 5); fewer than 16 left on vdpbf16ps. */
 /* n lines of a prefetch stream toward L1 (the tile loads of the next steps: a tile load that misses
    L1 waits on its 16 lines) */
 static inline void fa__pf_l1(fa__pf *p, int n)
@@ -2773,42 +2770,66 @@ static inline void fa__pf_l1(fa__pf *p, int n)
     }
 }
 
+/* The one AMX product, the forward's two (fa__qk_amx, fa__pv_amx) and the backward's five (section
+   7b): C [M][N] = scale * A B (acc 0) or C += A B (acc 1), A [M][Kd] bf16 row-major (rows lda bytes
+   apart), B [Kd/2][N] words (pairs of A's columns, rows ldb words apart), C fp32 (rows ldc floats
+   apart); M and N multiples of 16, Kd of 32. 2 x 2 C tiles (0-3) from A tiles 4-5 and B tiles 6-7:
+   32 rows by 32 columns at a time, 16 at the edges. Each k-step first prefetches l1n lines of the
+   stream l1 toward L1 (FA__AMX_L1PF; 0 lines: none). */
+FA__AMXT static void fa__mm_amx(const uint16_t *A, int64_t lda, int M, int Kd, const uint32_t *B, int64_t ldb, float *C,
+                               int64_t ldc, int N, int acc, float scale, fa__pf *l1, int l1n)
+{
+    const long sb = (long)(4 * ldb), sc = (long)(4 * ldc), sa = (long)lda;
+    const __m512 scv = _mm512_set1_ps(scale);
+    int m, n, k, r, u;
+    for (m = 0; m < M; m += 32) {
+        int m2 = m + 32 <= M;
+        const unsigned char *a0 = (const unsigned char *)A + (int64_t)m * lda, *a1 = a0 + 16 * lda;
+        for (n = 0; n < N; n += 32) {
+            int n2 = n + 32 <= N;
+            float *c0 = C + (int64_t)m * ldc + n, *c2 = c0 + 16 * ldc;
+            if (acc) {
+                FA__TLOAD(0, c0, sc); if (n2) FA__TLOAD(1, c0 + 16, sc);
+                if (m2) { FA__TLOAD(2, c2, sc); if (n2) FA__TLOAD(3, c2 + 16, sc); }
+            } else {
+                FA__TZERO(0); if (n2) FA__TZERO(1);
+                if (m2) { FA__TZERO(2); if (n2) FA__TZERO(3); }
+            }
+            for (k = 0; k < Kd; k += 32) {
+                const uint32_t *b = B + (int64_t)(k / 2) * ldb + n;
+                fa__pf_l1(l1, l1n);
+                FA__TLOAD(4, a0 + 2 * k, sa);
+                FA__TLOAD(6, b, sb);
+                FA__TDP(0, 4, 6);
+                if (m2) { FA__TLOAD(5, a1 + 2 * k, sa); FA__TDP(2, 5, 6); }
+                if (n2) {
+                    FA__TLOAD(7, b + 16, sb);
+                    FA__TDP(1, 4, 7);
+                    if (m2) FA__TDP(3, 5, 7);
+                }
+            }
+            FA__TSTORE(0, c0, sc); if (n2) FA__TSTORE(1, c0 + 16, sc);
+            if (m2) { FA__TSTORE(2, c2, sc); if (n2) FA__TSTORE(3, c2 + 16, sc); }
+            if (!n2) n -= 16;
+        }
+        if (!m2) m -= 16;
+    }
+    if (!acc && scale != 1.0f)
+        for (r = 0; r < M; r++)
+            for (u = 0; u < N; u += 16)
+                _mm512_storeu_ps(C + (int64_t)r * ldc + u, _mm512_mul_ps(_mm512_loadu_ps(C + (int64_t)r * ldc + u), scv));
+}
+
+/* St[j][lanes] = scale * dot(K[j], q_lane) for j < nk and nv (1 or 2) lane vectors, Qp [D/2] and
+   St [nk] in rows of FA__AMX_LD lanes (S, Qp at the first lane); D % 32 == 0. Keys in 16-key groups
+   on fa__mm_amx; the fewer than 16 left on vdpbf16ps. */
 FA__AMXT static void fa__qk_amx(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, float *S, int nv,
                                float scale, fa__pf *pf, fa__pf *l1, int l1n)
 {
-    const __m512 sc = _mm512_set1_ps(scale);
-    const long sk = (long)(2 * ks), sr = 4 * FA__AMX_LD;
-    int g, x, r, Dp = D / 2, two = nv > 1;
-    for (g = 0; g + 16 <= nk; g += 32) {
-        const uint16_t *kr = K + (int64_t)g * ks;
-        float *s = S + (int64_t)g * FA__AMX_LD;
-        int pair = g + 32 <= nk;
-        FA__TZERO(0); if (two) FA__TZERO(1);
-        if (pair) { FA__TZERO(2); if (two) FA__TZERO(3); }
-        for (x = 0; x < Dp; x += 16) {
-            const uint32_t *b = Qp + (int64_t)x * FA__AMX_LD;
-            fa__pf_l1(l1, l1n);
-            FA__TLOAD(4, kr + 2 * x, sk);
-            FA__TLOAD(6, b, sr);
-            FA__TDP(0, 4, 6);
-            if (pair) { FA__TLOAD(5, kr + 16 * ks + 2 * x, sk); FA__TDP(2, 5, 6); }
-            if (two) {
-                FA__TLOAD(7, b + 16, sr);
-                FA__TDP(1, 4, 7);
-                if (pair) FA__TDP(3, 5, 7);
-            }
-        }
-        FA__TSTORE(0, s, sr); if (two) FA__TSTORE(1, s + 16, sr);
-        if (pair) { FA__TSTORE(2, s + 16 * FA__AMX_LD, sr); if (two) FA__TSTORE(3, s + 16 * FA__AMX_LD + 16, sr); }
-        if (!pair) { g += 16; break; }
-    }
-    for (r = 0; r < g; r++) {
-        float *s = S + (int64_t)r * FA__AMX_LD;
-        _mm512_storeu_ps(s, _mm512_mul_ps(_mm512_loadu_ps(s), sc));
-        if (two) _mm512_storeu_ps(s + 16, _mm512_mul_ps(_mm512_loadu_ps(s + 16), sc));
-    }
+    const int g = nk / 16 * 16;
+    if (g) fa__mm_amx(K, 2 * ks, g, D, Qp, FA__AMX_LD, S, FA__AMX_LD, 16 * nv, 0, scale, l1, l1n);
     if (g < nk)
-        fa__gemm_bf16_avx512((const unsigned char *)(K + (int64_t)g * ks), 2 * ks, 4, nk - g, Dp, Qp, FA__AMX_LD,
+        fa__gemm_bf16_avx512((const unsigned char *)(K + (int64_t)g * ks), 2 * ks, 4, nk - g, D / 2, Qp, FA__AMX_LD,
                              S + (int64_t)g * FA__AMX_LD, FA__AMX_LD, nv, 0, scale, pf);
 }
 
@@ -2831,86 +2852,19 @@ FA__AMXT static void fa__vt_pack(const uint32_t *Vp, int np, int Dv, uint32_t *V
 
 /* Ot[t][lanes] += sum_x Vt[t][x] . Pp[x][lanes] for t < Dv, x < np16 (Pp's rows past the block's
    key pairs are 0), nv (1 or 2) lane vectors, Ot and Pp in rows of FA__AMX_LD lanes. Features in
-   16-feature groups, two at a time (C tiles 0, 1 | 2, 3 from Vt tiles 4 | 5). */
+   16-feature groups on fa__mm_amx; the fewer than 16 left on vdpbf16ps. */
 FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf,
                                fa__pf *l1, int l1n)
 {
-    const long sv = (long)(4 * np16), sr = 4 * FA__AMX_LD;
-    int t0, x, two = nv > 1;
-    for (t0 = 0; t0 + 16 <= Dv; t0 += 32) {
-        float *o = O + (int64_t)t0 * FA__AMX_LD;
-        const uint32_t *va = Vt + (int64_t)t0 * np16;
-        int pair = t0 + 32 <= Dv;
-        FA__TLOAD(0, o, sr); if (two) FA__TLOAD(1, o + 16, sr);
-        if (pair) { FA__TLOAD(2, o + 16 * FA__AMX_LD, sr); if (two) FA__TLOAD(3, o + 16 * FA__AMX_LD + 16, sr); }
-        for (x = 0; x < np16; x += 16) {
-            const uint32_t *b = Pp + (int64_t)x * FA__AMX_LD;
-            fa__pf_l1(l1, l1n);
-            FA__TLOAD(4, va + x, sv);
-            FA__TLOAD(6, b, sr);
-            FA__TDP(0, 4, 6);
-            if (pair) { FA__TLOAD(5, va + 16 * np16 + x, sv); FA__TDP(2, 5, 6); }
-            if (two) {
-                FA__TLOAD(7, b + 16, sr);
-                FA__TDP(1, 4, 7);
-                if (pair) FA__TDP(3, 5, 7);
-            }
-        }
-        FA__TSTORE(0, o, sr); if (two) FA__TSTORE(1, o + 16, sr);
-        if (pair) { FA__TSTORE(2, o + 16 * FA__AMX_LD, sr); if (two) FA__TSTORE(3, o + 16 * FA__AMX_LD + 16, sr); }
-        if (!pair) { t0 += 16; break; }
-    }
-    if (t0 < Dv)
-        fa__gemm_bf16_avx512((const unsigned char *)(Vt + (int64_t)t0 * np16), 4 * (int64_t)np16, 4, Dv - t0, np16, Pp,
-                             FA__AMX_LD, O + (int64_t)t0 * FA__AMX_LD, FA__AMX_LD, nv, 1, 1.0f, pf);
+    const int t = Dv / 16 * 16;
+    if (t)
+        fa__mm_amx((const uint16_t *)Vt, 4 * (int64_t)np16, t, 2 * np16, Pp, FA__AMX_LD, O, FA__AMX_LD, 16 * nv, 1, 1.0f, l1,
+                   l1n);
+    if (t < Dv)
+        fa__gemm_bf16_avx512((const unsigned char *)(Vt + (int64_t)t * np16), 4 * (int64_t)np16, 4, Dv - t, np16, Pp,
+                             FA__AMX_LD, O + (int64_t)t * FA__AMX_LD, FA__AMX_LD, nv, 1, 1.0f, pf);
 }
 
-/* The backward's products (section 7b): C [M][N] = scale * A B (acc 0) or C += A B (acc 1), A
-   [M][Kd] bf16 row-major (rows lda bytes apart), B [Kd/2][N] words (pairs of A's columns, rows ldb
-   words apart), C fp32 (rows ldc floats apart); M and N multiples of 16, Kd of 32. 2 x 2 C tiles
-   (0-3) from A tiles 4-5 and B tiles 6-7, as fa__qk_amx. */
-FA__AMXT static void fa__mm_amx(const uint16_t *A, int64_t lda, int M, int Kd, const uint32_t *B, int64_t ldb, float *C,
-                               int64_t ldc, int N, int acc, float scale)
-{
-    const long sb = (long)(4 * ldb), sc = (long)(4 * ldc), sa = (long)lda;
-    const __m512 scv = _mm512_set1_ps(scale);
-    int m, n, k, r, u;
-    for (m = 0; m < M; m += 32) {
-        int m2 = m + 32 <= M;
-        const unsigned char *a0 = (const unsigned char *)A + (int64_t)m * lda, *a1 = a0 + 16 * lda;
-        for (n = 0; n < N; n += 32) {
-            int n2 = n + 32 <= N;
-            float *c0 = C + (int64_t)m * ldc + n, *c2 = c0 + 16 * ldc;
-            if (acc) {
-                FA__TLOAD(0, c0, sc); if (n2) FA__TLOAD(1, c0 + 16, sc);
-                if (m2) { FA__TLOAD(2, c2, sc); if (n2) FA__TLOAD(3, c2 + 16, sc); }
-            } else {
-                FA__TZERO(0); if (n2) FA__TZERO(1);
-                if (m2) { FA__TZERO(2); if (n2) FA__TZERO(3); }
-            }
-            for (k = 0; k < Kd; k += 32) {
-                const uint32_t *b = B + (int64_t)(k / 2) * ldb + n;
-                FA__TLOAD(4, a0 + 2 * k, sa);
-                FA__TLOAD(6, b, sb);
-                FA__TDP(0, 4, 6);
-                if (m2) { FA__TLOAD(5, a1 + 2 * k, sa); FA__TDP(2, 5, 6); }
-                if (n2) {
-                    FA__TLOAD(7, b + 16, sb);
-                    FA__TDP(1, 4, 7);
-                    if (m2) FA__TDP(3, 5, 7);
-                }
-            }
-            FA__TSTORE(0, c0, sc); if (n2) FA__TSTORE(1, c0 + 16, sc);
-            if (m2) { FA__TSTORE(2, c2, sc); if (n2) FA__TSTORE(3, c2 + 16, sc); }
-            if (!n2) n -= 16;
-        }
-        if (!m2) m -= 16;
-    }
-    if (!acc && scale != 1.0f)
-        for (r = 0; r < M; r++)
-            for (u = 0; u < N; u += 16)
-                _mm512_storeu_ps(C + (int64_t)r * ldc + u, _mm512_mul_ps(_mm512_loadu_ps(C + (int64_t)r * ldc + u), scv));
-}
 #endif
 
 /* ---- The kernel table ------------------------------------------------------------------------
@@ -2964,7 +2918,7 @@ typedef struct fa__kernels {
                    int l1n);
     void (*amx_vt)(const uint32_t *Vp, int np, int Dv, uint32_t *Vt, int np16);
     void (*amx_mm)(const uint16_t *A, int64_t lda, int M, int Kd, const uint32_t *B, int64_t ldb, float *C, int64_t ldc,
-                   int N, int acc, float scale);
+                   int N, int acc, float scale, fa__pf *l1, int l1n);
 } fa__kernels;
 
 #ifdef FLASHATTN__X86
@@ -5055,7 +5009,7 @@ static void fa__bwd_mm(const fa__bwd_ctx *c, const void *A, int64_t sa, int64_t 
 {
     const fa__kernels *K = c->K;
 #ifdef FA__HAVE_AMX
-    if (c->amx) { (void)sx; K->amx_mm((const uint16_t *)A, sa, M, Kd, B, ldb, C, ldc, N, acc, scale); return; }
+    if (c->amx) { (void)sx; K->amx_mm((const uint16_t *)A, sa, M, Kd, B, ldb, C, ldc, N, acc, scale, NULL, 0); return; }
 #endif
     K->gemm_bf16((const unsigned char *)A, sa, sx, M, Kd / 2, B, ldb, C, ldc, N / 16, acc, scale, pf);
 }
