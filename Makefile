@@ -339,7 +339,7 @@ bench-mpi: deps mpi-example
 	MPIRUN=$(MPIRUN) MPI_RUN_FLAGS="$(MPI_BENCH_FLAGS)" sh bench/ring_mpi.sh
 
 # ---- CUDA (the GPU machine; CI compiles only) -------------------------------------------------
-# make test compiles the CUDA translation units when nvcc is found (about 4 min on 2 cores) and
+# make test compiles the CUDA translation units when nvcc is found (about 9 min on 2 cores) and
 # CUDA is not 0; it never runs them (make test-cuda does, on a GPU machine).
 test-cuda-compile:
 	-@if [ "$(CUDA)" = 0 ]; then \
@@ -347,7 +347,7 @@ test-cuda-compile:
 	elif ! command -v $(NVCC) >/dev/null 2>&1; then \
 	  $(SKIP_STEP) "CUDA: compile of the .cu translation units" "nvcc not found as $(NVCC)"; \
 	else \
-	  echo; echo "CUDA: compiling the .cu translation units for sm_80, sm_90, sm_90a and PTX, compile only: about 4 min"; \
+	  echo; echo "CUDA: compiling the .cu translation units for sm_80, sm_90, sm_90a and PTX, compile only: about 9 min"; \
 	  echo "on 2 cores, with nothing printed meanwhile (make test CUDA=0 skips this step)"; \
 	  $(STEP) "CUDA: compile of the .cu translation units (sm_80, sm_90, sm_90a, PTX; not run)" '$(SUBMAKE) cuda-objs'; \
 	fi
