@@ -5546,11 +5546,12 @@ struct fa__wg_d64 {
    fa__tc_geom's BQ), the query rows walked in tiles of BK (64 or 32: dS^T is staged through shared
    memory in swizzled 16-byte chunks). DQ, the deterministic dq kernel's: the forward's arrangement
    (16 MT NW query rows a block, key tiles of BK). QREG and PF as in the forward. Why these:
-   bench/RESULTS.md, "CUDA backward (issue 13)", "Tensor-core backward" (the kernels are bound by
-   shared-memory reads: at D = 64, 32 keys a warp (MT 2) halve the B-operand reads per MMA; D = 128
-   has no registers for MT 2; PF, 8-warp dq blocks and 32-key dq tiles measured no change). */
+   bench/RESULTS.md, "CUDA backward (issue 13)", "Tensor-core backward" and "round 2" (the kernels
+   are bound by shared-memory reads: at D = 64, 32 keys or rows a warp (MT 2) halve the B-operand
+   reads per MMA, in either kernel; D = 128 has no registers for MT 2; PF, 8-warp dq blocks and
+   32-key dq tiles measured no change). */
 struct fa__tcb_kv_d64 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 0, PF = 0, MINB = 2 }; };
-struct fa__tcb_dq_d64 { enum { D = 64, NW = 4, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 2 }; };
+struct fa__tcb_dq_d64 { enum { D = 64, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 0, MINB = 2 }; };
 struct fa__tcb_kv_d128 { enum { D = 128, NW = 8, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 1 }; };
 struct fa__tcb_dq_d128 { enum { D = 128, NW = 4, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 2 }; };
 struct fa__tcb_d64 { typedef fa__tcb_kv_d64 KV; typedef fa__tcb_dq_d64 DQ; };
@@ -7833,7 +7834,7 @@ fa__cu_bwd_dq(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, cons
    fa__tcb_dkv, one block per (key block of 16 MT NW keys, batch, kv head), K and V of the block in
    shared memory, walking the query heads of the GQA group and, for each, the query rows that see
    the block (fa__key_rows) in tiles of BK rows, whose Q, dO, lse and delta stream in by cp.async
-   one tile ahead. Each warp owns 16 MT keys and computes, all in registers with mma.sync:
+   one tile ahead (lse and delta too: no thread waits on a global load inside the loop). Each warp owns 16 MT keys and computes, all in registers with mma.sync:
    S^T = K Q^T (fa__tc_qk with K as the row tile), P^T = 2^(s log2 e - lse log2 e) (fa__tcb_p:
    8b's modifier rule, the mask by fa__cu_row_keys where the tile is not fa__keys_full), dV += P^T dO
    (fa__tc_pv: the accumulator layout of S^T is the A layout of P^T, no transpose needed),
@@ -7865,9 +7866,17 @@ template <class C> struct fa__tcb_qgeom {
     enum { LSE = (2 * BQ * D + 4 * BK * D) * 2, SMEM = LSE + 2 * BQ * 4 };
 };
 
-/* The Q and dO tiles of query rows [i0, i0 + R) of (b, h) (rows past Sq zero-filled) into sQ, sO
-   (one cp.async group), and their lse in log2 units (+INFINITY for a row with no visible key and
-   past Sq, so that its P is 0) and delta (0 past Sq) into sL, sDl. */
+/* One 4-byte cp.async (lse and delta: their rows need not be 16-byte aligned), zero-filling when
+   bytes is 0. */
+static __device__ __forceinline__ void fa__tcb_cp4(unsigned dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+/* The Q and dO tiles of query rows [i0, i0 + R) of (b, h) (rows past Sq zero-filled) into sQ, sO,
+   and their lse and delta as stored (0 past Sq) into sL, sDl: one cp.async group, so that no
+   thread waits on a global load here. Once the group has landed (cp.async.wait_group), the same
+   thread passes sL through fa__tcb_lse2 before the block's barrier. */
 template <int D, int R, int NT, typename T>
 static __device__ __forceinline__ void fa__tcb_load_q(const fa__tcb_args &a, unsigned sQ, unsigned sO, float *sL,
                                                       float *sDl, int b, int h, int i0, int tid)
@@ -7877,11 +7886,24 @@ static __device__ __forceinline__ void fa__tcb_load_q(const fa__tcb_args &a, uns
     const int64_t bh = (int64_t)b * d.Hq + h;
     fa__tc_load<D, R, NT>(sQ, (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i0 * d.qs[2], d.qs[2], nq, tid);
     fa__tc_load<D, R, NT>(sO, (const T *)a.d_o + b * d.os[0] + h * d.os[1] + (int64_t)i0 * d.os[2], d.os[2], nq, tid);
+    for (int x = tid; x < 2 * R; x += NT) {
+        const int r = x < R ? x : x - R;
+        const bool ok = r < nq;
+        const float *src = x < R ? d.lse + bh * d.Sq + i0 : a.delta + bh * d.Sq + i0;
+        fa__tcb_cp4(fa__cu_sa(x < R ? sL + r : sDl + r), ok ? (const void *)(src + r) : (const void *)src, ok ? 4 : 0);
+    }
     fa__cu_commit();
+}
+
+/* After fa__tcb_load_q's group landed: the tile's lse in place in log2 units, the reference of its
+   exps; +INFINITY for a row with no visible key (lse -INFINITY) and for a row past Sq (x >= nq), so
+   that its P is 0. Each thread converts the entries it copied itself (the wait made those visible
+   to it); the caller's barrier publishes them. */
+template <int R, int NT> static __device__ __forceinline__ void fa__tcb_lse2(float *sL, int nq, int tid)
+{
     for (int x = tid; x < R; x += NT) {
-        const float l = x < nq ? d.lse[bh * d.Sq + i0 + x] : -INFINITY;
-        sL[x] = l == -INFINITY ? INFINITY : l * FA__CU_LOG2E;
-        sDl[x] = x < nq ? a.delta[bh * d.Sq + i0 + x] : 0.0f;
+        const float l = sL[x];
+        sL[x] = x < nq && l != -INFINITY ? l * FA__CU_LOG2E : INFINITY;
     }
 }
 
@@ -7975,6 +7997,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
         const unsigned st = (unsigned)(t & 1) * BQ * D * 2;
         const float *tL = sL + (t & 1) * BQ, *tD = sDl + (t & 1) * BQ;
         fa__cu_wait<0>();
+        fa__tcb_lse2<BQ, NT>(sL + (t & 1) * BQ, nq, tid);
         __syncthreads();   /* tile t landed; every warp is done with tile t-1 (its stage and sS) */
         if (t + 1 < tiles) {
             const int h2 = (t + 1) / nqb, i2 = r0 + (t + 1 - h2 * nqb) * BQ;
@@ -8101,8 +8124,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
     typedef fa__tc_geom<C> G;
     typedef fa__tcb_qgeom<C> Q;
     typedef fa__tc_type<T> X;
-    enum { BQ = G::BQ, BK = G::BK, D = G::D, NN = G::NN, KB = G::KB, CH = G::CH, NT = G::NT };
-    static_assert(C::MT == 1, "tc backward dq tile");
+    enum { BQ = G::BQ, BK = G::BK, D = G::D, NN = G::NN, KB = G::KB, CH = G::CH, NT = G::NT, MT = G::MT };
     extern __shared__ __align__(128) unsigned char fa__tc_smem[];
     const fa__dims &d = a.d;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -8116,12 +8138,14 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
     const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
     const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
     const int t0 = (int)kr.lo / BK, t1 = kr.hi > kr.lo ? ((int)kr.hi + BK - 1) / BK : t0;
-    const int lr = warp * 16 + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's rows i0 + lr, + 8 */
+    const int lr = warp * 16 * MT + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's rows i0 + lr + 16 mt + 8 hf */
 
-    float acc[1][CH][4];
+    float acc[MT][CH][4];
 #pragma unroll
-    for (int n = 0; n < CH; n++) acc[0][n][0] = acc[0][n][1] = acc[0][n][2] = acc[0][n][3] = 0.0f;
-    unsigned qf[1][G::KD][4];   /* unused (QREG 0) */
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < CH; n++) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+    unsigned qf[MT][G::KD][4];   /* unused (QREG 0) */
     enum { OKV = 2 * BK * D * 2 };   /* V's tiles lie OKV bytes after K's; dO's rows BQ D 2 after Q's */
     unsigned aQ[4], bK[4], tK[4], aO[4];
     fa__tc_bases<C>(sQ, sK, sK, warp, lane, aQ, bK, tK);
@@ -8135,43 +8159,49 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
         const int k0 = t * BK;
         const unsigned st = (unsigned)((t - t0) & 1) * BK * D * 2;
         fa__cu_wait<0>();
+        if (t == t0) fa__tcb_lse2<BQ, NT>(sL, nq, tid);
         __syncthreads();   /* tile t landed; every warp is done with tile t-1's stage */
         if (t + 1 < t1) fa__tc_load_kv<C>(sK, sV, BK * D * 2 - st, gk, gv, d, k0 + BK, tid);
         const bool full = fa__keys_full(&kr, k0, k0 + BK) != 0;
-        float s[1][NN][4], dp[1][NN][4];
-        unsigned pa[1][KB][4];
+        float s[MT][NN][4], dp[MT][NN][4];
+        unsigned pa[MT][KB][4];
         fa__tc_qk<T, C>(s, qf, aQ, bK, st);
         fa__tc_qk<T, C>(dp, qf, aO, bK, st + OKV);
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int i = i0 + lr + 8 * hf;
-            const float lse2 = sL[lr + 8 * hf], dl = sDl[lr + 8 * hf];
-            int lo = 0, hi = d.Sk;
-            if (!full) fa__cu_row_keys(d, i, &lo, &hi);
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int n = 0; n < NN; n++) {
-                float v2[2];
+            for (int hf = 0; hf < 2; hf++) {
+                const int i = i0 + lr + 16 * mt + 8 * hf;
+                const float lse2 = sL[lr + 16 * mt + 8 * hf], dl = sDl[lr + 16 * mt + 8 * hf];
+                int lo = 0, hi = d.Sk;
+                if (!full) fa__cu_row_keys(d, i, &lo, &hi);
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int j = k0 + cq + 8 * n + e;
-                    float p;
-                    const float pg = fa__tcb_p<MODS>(d, md, sc, al, bi, s[0][n][2 * hf + e], f, lse2, i, j, j >= lo && j < hi, &p);
-                    v2[e] = fa__tcb_ds(pg, dp[0][n][2 * hf + e], dl);
+                for (int n = 0; n < NN; n++) {
+                    float v2[2];
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int j = k0 + cq + 8 * n + e;
+                        float p;
+                        const float pg = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, lse2, i, j,
+                                                         j >= lo && j < hi, &p);
+                        v2[e] = fa__tcb_ds(pg, dp[mt][n][2 * hf + e], dl);
+                    }
+                    pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(v2[0], v2[1]);
                 }
-                pa[0][n >> 1][(n & 1) * 2 + hf] = X::pack(v2[0], v2[1]);
             }
-        }
         fa__tc_pv<T, C>(acc, pa, tK, st);   /* dq += dS K */
     }
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int i = i0 + lr + 8 * hf;
-        if (i >= d.Sq) continue;
-        T *pq = (T *)a.dq + b * d.qs[0] + h * d.qs[1] + (int64_t)i * d.qs[2] + cq;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int n = 0; n < CH; n++)
-            *(unsigned *)(pq + 8 * n) = X::pack(acc[0][n][2 * hf] * d.scale, acc[0][n][2 * hf + 1] * d.scale);
-    }
+        for (int hf = 0; hf < 2; hf++) {
+            const int i = i0 + lr + 16 * mt + 8 * hf;
+            if (i >= d.Sq) continue;
+            T *pq = (T *)a.dq + b * d.qs[0] + h * d.qs[1] + (int64_t)i * d.qs[2] + cq;
+#pragma unroll
+            for (int n = 0; n < CH; n++)
+                *(unsigned *)(pq + 8 * n) = X::pack(acc[mt][n][2 * hf] * d.scale, acc[mt][n][2 * hf + 1] * d.scale);
+        }
 }
 
 /* ---- 8f. CUDA: the kernel picker and the launches --------------------------------------------- */
@@ -8648,9 +8678,12 @@ static fa_status fa__cu_bwd_launch(const fa__dims *d, const fa__cu_bwd_plan *pl,
 template <typename T, class C, bool MODS, bool DQ>
 static fa_status fa__tcb_go_dkv(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
 {
-    const fa_status s = fa__cu(cudaFuncSetAttribute(fa__tcb_dkv<T, C, MODS, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    (int)fa__tcb_kgeom<C>::SMEM));
+    fa_status s = fa__cu(cudaFuncSetAttribute(fa__tcb_dkv<T, C, MODS, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)fa__tcb_kgeom<C>::SMEM));
     if (s != FA_OK) return s;
+    if (C::MINB > 1 &&   /* all of the unified L1 as shared memory, so that MINB blocks fit beside each other */
+        (s = fa__cu(cudaFuncSetAttribute(fa__tcb_dkv<T, C, MODS, DQ>, cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
+        return s;
     fa__tcb_dkv<T, C, MODS, DQ><<<grid, C::NW * 32, fa__tcb_kgeom<C>::SMEM, st>>>(a);
     return fa__cu(cudaGetLastError());
 }
