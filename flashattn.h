@@ -7834,7 +7834,8 @@ fa__cu_bwd_dq(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, cons
    fa__tcb_dkv, one block per (key block of 16 MT NW keys, batch, kv head), K and V of the block in
    shared memory, walking the query heads of the GQA group and, for each, the query rows that see
    the block (fa__key_rows) in tiles of BK rows, whose Q, dO, lse and delta stream in by cp.async
-   one tile ahead (lse and delta too: no thread waits on a global load inside the loop). Each warp owns 16 MT keys and computes, all in registers with mma.sync:
+   one tile ahead (lse and delta too: no thread waits on a global load inside the loop). Each warp
+   owns 16 MT keys and computes, all in registers with mma.sync:
    S^T = K Q^T (fa__tc_qk with K as the row tile), P^T = 2^(s log2 e - lse log2 e) (fa__tcb_p:
    8b's modifier rule, the mask by fa__cu_row_keys where the tile is not fa__keys_full), dV += P^T dO
    (fa__tc_pv: the accumulator layout of S^T is the A layout of P^T, no transpose needed),
