@@ -5548,10 +5548,11 @@ struct fa__wg_d64 {
    (16 MT NW query rows a block, key tiles of BK). QREG and PF as in the forward. Why these:
    bench/RESULTS.md, "CUDA backward (issue 13)", "Tensor-core backward" and "round 2" (the kernels
    are bound by shared-memory reads: at D = 64, 32 keys or rows a warp (MT 2) halve the B-operand
-   reads per MMA, in either kernel; D = 128 has no registers for MT 2; PF, 8-warp dq blocks and
-   32-key dq tiles measured no change). */
+   reads per MMA, in either kernel, the dq pass with key tiles of 32 (64 spill at 255 registers);
+   D = 128 has no registers for MT 2; PF, 8-warp dq blocks and 32-key dq tiles at D = 128 measured
+   no change). */
 struct fa__tcb_kv_d64 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 0, PF = 0, MINB = 2 }; };
-struct fa__tcb_dq_d64 { enum { D = 64, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 0, MINB = 2 }; };
+struct fa__tcb_dq_d64 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 0, PF = 0, MINB = 2 }; };
 struct fa__tcb_kv_d128 { enum { D = 128, NW = 8, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 1 }; };
 struct fa__tcb_dq_d128 { enum { D = 128, NW = 4, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 2 }; };
 struct fa__tcb_d64 { typedef fa__tcb_kv_d64 KV; typedef fa__tcb_dq_d64 DQ; };
@@ -7834,8 +7835,7 @@ fa__cu_bwd_dq(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, cons
    fa__tcb_dkv, one block per (key block of 16 MT NW keys, batch, kv head), K and V of the block in
    shared memory, walking the query heads of the GQA group and, for each, the query rows that see
    the block (fa__key_rows) in tiles of BK rows, whose Q, dO, lse and delta stream in by cp.async
-   one tile ahead (lse and delta too: no thread waits on a global load inside the loop). Each warp
-   owns 16 MT keys and computes, all in registers with mma.sync:
+   one tile ahead. Each warp owns 16 MT keys and computes, all in registers with mma.sync:
    S^T = K Q^T (fa__tc_qk with K as the row tile), P^T = 2^(s log2 e - lse log2 e) (fa__tcb_p:
    8b's modifier rule, the mask by fa__cu_row_keys where the tile is not fa__keys_full), dV += P^T dO
    (fa__tc_pv: the accumulator layout of S^T is the A layout of P^T, no transpose needed),
@@ -7867,17 +7867,9 @@ template <class C> struct fa__tcb_qgeom {
     enum { LSE = (2 * BQ * D + 4 * BK * D) * 2, SMEM = LSE + 2 * BQ * 4 };
 };
 
-/* One 4-byte cp.async (lse and delta: their rows need not be 16-byte aligned), zero-filling when
-   bytes is 0. */
-static __device__ __forceinline__ void fa__tcb_cp4(unsigned dst, const void *src, int bytes)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-
-/* The Q and dO tiles of query rows [i0, i0 + R) of (b, h) (rows past Sq zero-filled) into sQ, sO,
-   and their lse and delta as stored (0 past Sq) into sL, sDl: one cp.async group, so that no
-   thread waits on a global load here. Once the group has landed (cp.async.wait_group), the same
-   thread passes sL through fa__tcb_lse2 before the block's barrier. */
+/* The Q and dO tiles of query rows [i0, i0 + R) of (b, h) (rows past Sq zero-filled) into sQ, sO
+   (one cp.async group), and their lse in log2 units (+INFINITY for a row with no visible key and
+   past Sq, so that its P is 0) and delta (0 past Sq) into sL, sDl. */
 template <int D, int R, int NT, typename T>
 static __device__ __forceinline__ void fa__tcb_load_q(const fa__tcb_args &a, unsigned sQ, unsigned sO, float *sL,
                                                       float *sDl, int b, int h, int i0, int tid)
@@ -7887,24 +7879,11 @@ static __device__ __forceinline__ void fa__tcb_load_q(const fa__tcb_args &a, uns
     const int64_t bh = (int64_t)b * d.Hq + h;
     fa__tc_load<D, R, NT>(sQ, (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i0 * d.qs[2], d.qs[2], nq, tid);
     fa__tc_load<D, R, NT>(sO, (const T *)a.d_o + b * d.os[0] + h * d.os[1] + (int64_t)i0 * d.os[2], d.os[2], nq, tid);
-    for (int x = tid; x < 2 * R; x += NT) {
-        const int r = x < R ? x : x - R;
-        const bool ok = r < nq;
-        const float *src = x < R ? d.lse + bh * d.Sq + i0 : a.delta + bh * d.Sq + i0;
-        fa__tcb_cp4(fa__cu_sa(x < R ? sL + r : sDl + r), ok ? (const void *)(src + r) : (const void *)src, ok ? 4 : 0);
-    }
     fa__cu_commit();
-}
-
-/* After fa__tcb_load_q's group landed: the tile's lse in place in log2 units, the reference of its
-   exps; +INFINITY for a row with no visible key (lse -INFINITY) and for a row past Sq (x >= nq), so
-   that its P is 0. Each thread converts the entries it copied itself (the wait made those visible
-   to it); the caller's barrier publishes them. */
-template <int R, int NT> static __device__ __forceinline__ void fa__tcb_lse2(float *sL, int nq, int tid)
-{
     for (int x = tid; x < R; x += NT) {
-        const float l = sL[x];
-        sL[x] = x < nq && l != -INFINITY ? l * FA__CU_LOG2E : INFINITY;
+        const float l = x < nq ? d.lse[bh * d.Sq + i0 + x] : -INFINITY;
+        sL[x] = l == -INFINITY ? INFINITY : l * FA__CU_LOG2E;
+        sDl[x] = x < nq ? a.delta[bh * d.Sq + i0 + x] : 0.0f;
     }
 }
 
@@ -7998,7 +7977,6 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
         const unsigned st = (unsigned)(t & 1) * BQ * D * 2;
         const float *tL = sL + (t & 1) * BQ, *tD = sDl + (t & 1) * BQ;
         fa__cu_wait<0>();
-        fa__tcb_lse2<BQ, NT>(sL + (t & 1) * BQ, nq, tid);
         __syncthreads();   /* tile t landed; every warp is done with tile t-1 (its stage and sS) */
         if (t + 1 < tiles) {
             const int h2 = (t + 1) / nqb, i2 = r0 + (t + 1 - h2 * nqb) * BQ;
@@ -8160,7 +8138,6 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
         const int k0 = t * BK;
         const unsigned st = (unsigned)((t - t0) & 1) * BK * D * 2;
         fa__cu_wait<0>();
-        if (t == t0) fa__tcb_lse2<BQ, NT>(sL, nq, tid);
         __syncthreads();   /* tile t landed; every warp is done with tile t-1's stage */
         if (t + 1 < t1) fa__tc_load_kv<C>(sK, sV, BK * D * 2 - st, gk, gv, d, k0 + BK, tid);
         const bool full = fa__keys_full(&kr, k0, k0 + BK) != 0;
@@ -8679,12 +8656,9 @@ static fa_status fa__cu_bwd_launch(const fa__dims *d, const fa__cu_bwd_plan *pl,
 template <typename T, class C, bool MODS, bool DQ>
 static fa_status fa__tcb_go_dkv(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
 {
-    fa_status s = fa__cu(cudaFuncSetAttribute(fa__tcb_dkv<T, C, MODS, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              (int)fa__tcb_kgeom<C>::SMEM));
+    const fa_status s = fa__cu(cudaFuncSetAttribute(fa__tcb_dkv<T, C, MODS, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)fa__tcb_kgeom<C>::SMEM));
     if (s != FA_OK) return s;
-    if (C::MINB > 1 &&   /* all of the unified L1 as shared memory, so that MINB blocks fit beside each other */
-        (s = fa__cu(cudaFuncSetAttribute(fa__tcb_dkv<T, C, MODS, DQ>, cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
-        return s;
     fa__tcb_dkv<T, C, MODS, DQ><<<grid, C::NW * 32, fa__tcb_kgeom<C>::SMEM, st>>>(a);
     return fa__cu(cudaGetLastError());
 }
