@@ -186,8 +186,8 @@ struct TuneImpl { const char *name; int D; bwd_fn fn; };
 static const TuneImpl tune_impls[] = {
     { "k8m1", 64, tune_call<Tcfg<64, 8, 1, 64, 1, 4, 64, 0, 2> > },    /* the first cut's D = 64 */
     { "k4m2", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 4, 64, 0, 2> > },    /* fa__tcb_kv_d64, the first dq pass */
-    { "q4m2", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 4, 64, 0, 2, 2> > }, /* fa__tcb_dq_d64: 32 rows a warp */
-    { "q4m2k32", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 4, 32, 0, 2, 2> > },
+    { "q4m2", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 4, 64, 0, 2, 2> > }, /* dq: 32 rows a warp */
+    { "q4m2k32", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 4, 32, 0, 2, 2> > }, /* fa__tcb_dq_d64: and key tiles of 32 */
     { "q8m2", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 8, 64, 0, 1, 2> > },
     { "q4m2b1", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 4, 64, 0, 1, 2> > },
     { "k4m2b1", 64, tune_call<Tcfg<64, 4, 2, 32, 1, 4, 64, 0, 2> > },
