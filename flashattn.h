@@ -243,7 +243,7 @@
    by fp32 atomics, or with p->deterministic by a second pass in a fixed order: bitwise the same
    gradients every run). fp16/bf16 at head_dim = head_dim_v = 64 or 128 with 16-byte aligned rows
    of q, k, v, d_o, dq, dk, dv (sm_80+) run on a tensor-core backward (mma.sync, the
-   FlashAttention-2 arrangement; deterministic mode 0.8-1.3x the default's time); everything else
+   FlashAttention-2 arrangement; deterministic mode 0.8-1.25x the default's time); everything else
    on an exact-fp32 FFMA kernel (head_dim <= 256; deterministic 1.25-1.6x).
 */
 #ifndef FLASHATTN_H
