@@ -243,7 +243,7 @@
    by fp32 atomics, or with p->deterministic by a second pass in a fixed order: bitwise the same
    gradients every run). fp16/bf16 at head_dim = head_dim_v = 64 or 128 with 16-byte aligned rows
    of q, k, v, d_o, dq, dk, dv (sm_80+) run on a tensor-core backward (mma.sync, the
-   FlashAttention-2 arrangement; deterministic mode 0.8-1.3x the default's time); everything else
+   FlashAttention-2 arrangement; deterministic mode 0.8-1.25x the default's time); everything else
    on an exact-fp32 FFMA kernel (head_dim <= 256; deterministic 1.25-1.6x).
    fa_cuda_naive_backward_workspace_bytes and fa_cuda_tiled_backward_workspace_bytes give the
    bytes of the one stream-ordered allocation each backward makes for the same p (its
@@ -5508,11 +5508,13 @@ struct fa__wg_d64 {
    fa__tc_geom's BQ), the query rows walked in tiles of BK (64 or 32: dS^T is staged through shared
    memory in swizzled 16-byte chunks). DQ, the deterministic dq kernel's: the forward's arrangement
    (16 MT NW query rows a block, key tiles of BK). QREG and PF as in the forward. Why these:
-   bench/RESULTS.md, "CUDA backward (issue 13)", "Tensor-core backward" (the kernels are bound by
-   shared-memory reads: at D = 64, 32 keys a warp (MT 2) halve the B-operand reads per MMA; D = 128
-   has no registers for MT 2; PF, 8-warp dq blocks and 32-key dq tiles measured no change). */
+   bench/RESULTS.md, "CUDA backward (issue 13)", "Tensor-core backward" and "round 2" (the kernels
+   are bound by shared-memory reads: at D = 64, 32 keys or rows a warp (MT 2) halve the B-operand
+   reads per MMA, in either kernel, the dq pass with key tiles of 32 (64 spill at 255 registers);
+   D = 128 has no registers for MT 2; PF, 8-warp dq blocks and 32-key dq tiles at D = 128 measured
+   no change). */
 struct fa__tcb_kv_d64 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 0, PF = 0, MINB = 2 }; };
-struct fa__tcb_dq_d64 { enum { D = 64, NW = 4, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 2 }; };
+struct fa__tcb_dq_d64 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 0, PF = 0, MINB = 2 }; };
 struct fa__tcb_kv_d128 { enum { D = 128, NW = 8, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 1 }; };
 struct fa__tcb_dq_d128 { enum { D = 128, NW = 4, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 2 }; };
 struct fa__tcb_d64 { typedef fa__tcb_kv_d64 KV; typedef fa__tcb_dq_d64 DQ; };
@@ -8063,8 +8065,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
     typedef fa__tc_geom<C> G;
     typedef fa__tcb_qgeom<C> Q;
     typedef fa__tc_type<T> X;
-    enum { BQ = G::BQ, BK = G::BK, D = G::D, NN = G::NN, KB = G::KB, CH = G::CH, NT = G::NT };
-    static_assert(C::MT == 1, "tc backward dq tile");
+    enum { BQ = G::BQ, BK = G::BK, D = G::D, NN = G::NN, KB = G::KB, CH = G::CH, NT = G::NT, MT = G::MT };
     extern __shared__ __align__(128) unsigned char fa__tc_smem[];
     const fa__dims &d = a.d;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -8078,12 +8079,14 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
     const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
     const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
     const int t0 = (int)kr.lo / BK, t1 = kr.hi > kr.lo ? ((int)kr.hi + BK - 1) / BK : t0;
-    const int lr = warp * 16 + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's rows i0 + lr, + 8 */
+    const int lr = warp * 16 * MT + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's rows i0 + lr + 16 mt + 8 hf */
 
-    float acc[1][CH][4];
+    float acc[MT][CH][4];
 #pragma unroll
-    for (int n = 0; n < CH; n++) acc[0][n][0] = acc[0][n][1] = acc[0][n][2] = acc[0][n][3] = 0.0f;
-    unsigned qf[1][G::KD][4];   /* unused (QREG 0) */
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < CH; n++) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+    unsigned qf[MT][G::KD][4];   /* unused (QREG 0) */
     enum { OKV = 2 * BK * D * 2 };   /* V's tiles lie OKV bytes after K's; dO's rows BQ D 2 after Q's */
     unsigned aQ[4], bK[4], tK[4], aO[4];
     fa__tc_bases<C>(sQ, sK, sK, warp, lane, aQ, bK, tK);
@@ -8100,40 +8103,45 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
         __syncthreads();   /* tile t landed; every warp is done with tile t-1's stage */
         if (t + 1 < t1) fa__tc_load_kv<C>(sK, sV, BK * D * 2 - st, gk, gv, d, k0 + BK, tid);
         const bool full = fa__keys_full(&kr, k0, k0 + BK) != 0;
-        float s[1][NN][4], dp[1][NN][4];
-        unsigned pa[1][KB][4];
+        float s[MT][NN][4], dp[MT][NN][4];
+        unsigned pa[MT][KB][4];
         fa__tc_qk<T, C>(s, qf, aQ, bK, st);
         fa__tc_qk<T, C>(dp, qf, aO, bK, st + OKV);
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int i = i0 + lr + 8 * hf;
-            const float lse2 = sL[lr + 8 * hf], dl = sDl[lr + 8 * hf];
-            int lo = 0, hi = d.Sk;
-            if (!full) fa__cu_row_keys(d, i, &lo, &hi);
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int n = 0; n < NN; n++) {
-                float v2[2];
+            for (int hf = 0; hf < 2; hf++) {
+                const int i = i0 + lr + 16 * mt + 8 * hf;
+                const float lse2 = sL[lr + 16 * mt + 8 * hf], dl = sDl[lr + 16 * mt + 8 * hf];
+                int lo = 0, hi = d.Sk;
+                if (!full) fa__cu_row_keys(d, i, &lo, &hi);
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int j = k0 + cq + 8 * n + e;
-                    float p;
-                    const float pg = fa__tcb_p<MODS>(d, md, sc, al, bi, s[0][n][2 * hf + e], f, lse2, i, j, j >= lo && j < hi, &p);
-                    v2[e] = fa__tcb_ds(pg, dp[0][n][2 * hf + e], dl);
+                for (int n = 0; n < NN; n++) {
+                    float v2[2];
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int j = k0 + cq + 8 * n + e;
+                        float p;
+                        const float pg = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, lse2, i, j,
+                                                         j >= lo && j < hi, &p);
+                        v2[e] = fa__tcb_ds(pg, dp[mt][n][2 * hf + e], dl);
+                    }
+                    pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(v2[0], v2[1]);
                 }
-                pa[0][n >> 1][(n & 1) * 2 + hf] = X::pack(v2[0], v2[1]);
             }
-        }
         fa__tc_pv<T, C>(acc, pa, tK, st);   /* dq += dS K */
     }
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int i = i0 + lr + 8 * hf;
-        if (i >= d.Sq) continue;
-        T *pq = (T *)a.dq + b * d.qs[0] + h * d.qs[1] + (int64_t)i * d.qs[2] + cq;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int n = 0; n < CH; n++)
-            *(unsigned *)(pq + 8 * n) = X::pack(acc[0][n][2 * hf] * d.scale, acc[0][n][2 * hf + 1] * d.scale);
-    }
+        for (int hf = 0; hf < 2; hf++) {
+            const int i = i0 + lr + 16 * mt + 8 * hf;
+            if (i >= d.Sq) continue;
+            T *pq = (T *)a.dq + b * d.qs[0] + h * d.qs[1] + (int64_t)i * d.qs[2] + cq;
+#pragma unroll
+            for (int n = 0; n < CH; n++)
+                *(unsigned *)(pq + 8 * n) = X::pack(acc[mt][n][2 * hf] * d.scale, acc[mt][n][2 * hf + 1] * d.scale);
+        }
 }
 
 /* ---- 8f. CUDA: the kernel picker and the launches --------------------------------------------- */

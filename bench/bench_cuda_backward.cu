@@ -95,6 +95,7 @@ static void diff2(const void *a, const void *b, size_t n, fa_dtype dt, double *n
 static const char *dname(fa_dtype dt) { return dt == FA_F32 ? "fp32" : dt == FA_F16 ? "fp16" : "bf16"; }
 
 static double opt_budget = 0.08;
+static int only_d = 0;   /* --d: one head dim (the table and --tune) */
 
 typedef fa_status (*bwd_fn)(const fa_params *, const void *, const void *, const void *, const void *, const void *,
                            void *, void *, void *);
@@ -135,10 +136,11 @@ static double time_bwd(const fa_params &p, void *q, void *k, void *v, void *o, v
 /* The tensor-core backward's configuration sweep (--tune, bf16, no modifiers): each pair of
    traits through the library's own kernels and workspace steps (fa__cu_tbwd_run's, restated here
    so that the configuration can vary). KNW, KMT, KBK, KMB: the dK/dV kernel's warps, m16 tiles a
-   warp, query tile, blocks per SM; QNW, QBK, QPF, QMB: the dq kernel's warps, key tile, PF, blocks per SM. */
-template <int DD, int KNW, int KMT, int KBK, int KMB, int QNW, int QBK, int QPF, int QMB> struct Tcfg {
+   warp, query tile, blocks per SM; QNW, QBK, QPF, QMB, QMT: the dq kernel's warps, key tile, PF, blocks
+   per SM, m16 tiles a warp. */
+template <int DD, int KNW, int KMT, int KBK, int KMB, int QNW, int QBK, int QPF, int QMB, int QMT = 1> struct Tcfg {
     struct KV { enum { D = DD, NW = KNW, MT = KMT, BK = KBK, QREG = 0, PF = 0, MINB = KMB }; };
-    struct DQ { enum { D = DD, NW = QNW, MT = 1, BK = QBK, QREG = 0, PF = QPF, MINB = QMB }; };
+    struct DQ { enum { D = DD, NW = QNW, MT = QMT, BK = QBK, QREG = 0, PF = QPF, MINB = QMB }; };
 };
 
 template <class CFG>
@@ -183,7 +185,11 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
 struct TuneImpl { const char *name; int D; bwd_fn fn; };
 static const TuneImpl tune_impls[] = {
     { "k8m1", 64, tune_call<Tcfg<64, 8, 1, 64, 1, 4, 64, 0, 2> > },    /* the first cut's D = 64 */
-    { "k4m2", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 4, 64, 0, 2> > },    /* fa__tcb_kv_d64 */
+    { "k4m2", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 4, 64, 0, 2> > },    /* fa__tcb_kv_d64, the first dq pass */
+    { "q4m2", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 4, 64, 0, 2, 2> > }, /* dq: 32 rows a warp */
+    { "q4m2k32", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 4, 32, 0, 2, 2> > }, /* fa__tcb_dq_d64: and key tiles of 32 */
+    { "q8m2", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 8, 64, 0, 1, 2> > },
+    { "q4m2b1", 64, tune_call<Tcfg<64, 4, 2, 32, 2, 4, 64, 0, 1, 2> > },
     { "k4m2b1", 64, tune_call<Tcfg<64, 4, 2, 32, 1, 4, 64, 0, 2> > },
     { "k8m2", 64, tune_call<Tcfg<64, 8, 2, 32, 1, 4, 64, 0, 2> > },
     { "k8m1", 128, tune_call<Tcfg<128, 8, 1, 64, 1, 4, 64, 0, 2> > },  /* fa__tcb_kv_d128 */
@@ -195,7 +201,7 @@ static void tune(void)
 {
     const int shapes[3][2] = { { 4096, 0 }, { 4096, 1 }, { 16384, 0 } };
     for (int D : { 64, 128 })
-        for (int c = 0; c < 3; c++) {
+        for (int c = 0; c < 3 && (!only_d || D == only_d); c++) {
             const int S = shapes[c][0], causal = shapes[c][1], H = 2048 / D, B = 16384 / S;
             const size_t n = (size_t)B * H * S * D, es = 2;
             void *q, *k, *v, *o, *d_o, *g[3], *h[3];
@@ -234,7 +240,7 @@ static void tune(void)
 
 int main(int argc, char **argv)
 {
-    int quick = 0, i, only_d = 0, only_s = 0, only_c = -1;
+    int quick = 0, i, only_s = 0, only_c = -1;
     std::vector<int> Ss;
     std::vector<fa_dtype> dts;
     cudaDeviceProp prop;
@@ -242,7 +248,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--budget") && i + 1 < argc) opt_budget = atof(argv[++i]);
 #ifdef FA_BENCH_TUNE
-        else if (!strcmp(argv[i], "--tune")) { tune(); return 0; }
+        else if (!strcmp(argv[i], "--tune")) { tune(); return 0; }   /* --d before --tune picks one head dim */
 #endif
         else if (!strcmp(argv[i], "--d") && i + 1 < argc) only_d = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--s") && i + 1 < argc) only_s = atoi(argv[++i]);

@@ -455,6 +455,9 @@ static void test_tc_semantics(void **state)
     p = shape(1, 2, 2, 150, 60, 128, 128);
     p.causal = 1;
     run_case("tc causal Sq > Sk (hidden rows), D=128", p, NOBIAS, 0, 6, ALL_PATHS);
+    p = shape(1, 2, 2, 300, 170, 64, 64);   /* the dq pass's 128-row blocks: a ragged one, hidden rows */
+    p.causal = 1; p.window_left = 40;
+    run_case("tc causal window 40 Sq > Sk (hidden rows), D=64", p, NOBIAS, 0, 6, ALL_PATHS);
     p = shape(2, 2, 1, 120, 200, 64, 64);
     p.window_left = 17; p.window_right = 9;
     run_case("tc window 17/9 Sq < Sk, D=64", p, NOBIAS, 0, 6, ALL_PATHS);
