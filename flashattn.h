@@ -514,14 +514,10 @@ extern "C" {
 #define FA__TILE_ROWS { 480, 384, 288, 192, 96, 48, 32, 16 }
 #define FA__BLOCK_K 64
 /* ... and its key block on AMX-BF16 tiles (bf16, section 3) when block_k is 0 (on the Xeon 128 ran
-   0.89-1.46x as fast as 64 at 2 threads, 0.97-1.25x at 16); FA__AMX_L1PF 1: the AMX products
-   prefetch each panel's O and the next panel's Q toward L1 as they run (there up to 1.6x slower at
-   S >= 2048: off) [RESULTS, CPU half precision, "AMX forward restructured"] */
+   0.89-1.46x as fast as 64 at 2 threads, 0.97-1.25x at 16) [RESULTS, CPU half precision, "AMX
+   forward restructured"] */
 #ifndef FA__AMX_BLOCK_K
 #define FA__AMX_BLOCK_K 128
-#endif
-#ifndef FA__AMX_L1PF
-#define FA__AMX_L1PF 0
 #endif
 /* ... and FA__AMX_VT_ALL 1: V transposed once per call for all the tiles of a kv head (fa__tiled_vt),
    not once per tile and block, when a kv head has more than one tile and Sq Sk >= 2^20 */
@@ -2759,25 +2755,13 @@ FA__AMXT static void fa__amx_end(void)
 #endif
 }
 
-/* n lines of a prefetch stream toward L1 (the tile loads of the next steps: a tile load that misses
-   L1 waits on its 16 lines) */
-static inline void fa__pf_l1(fa__pf *p, int n)
-{
-    for (; n > 0; n--) {
-        uintptr_t a = fa__pf_next(p);
-        if (!a) return;
-        _mm_prefetch((const char *)a, _MM_HINT_T0);
-    }
-}
-
 /* The one AMX product, the forward's two (fa__qk_amx, fa__pv_amx) and the backward's five (section
    7b): C [M][N] = scale * A B (acc 0) or C += A B (acc 1), A [M][Kd] bf16 row-major (rows lda bytes
    apart), B [Kd/2][N] words (pairs of A's columns, rows ldb words apart), C fp32 (rows ldc floats
    apart); M and N multiples of 16, Kd of 32. 2 x 2 C tiles (0-3) from A tiles 4-5 and B tiles 6-7:
-   32 rows by 32 columns at a time, 16 at the edges. Each k-step first prefetches l1n lines of the
-   stream l1 toward L1 (FA__AMX_L1PF; 0 lines: none). */
+   32 rows by 32 columns at a time, 16 at the edges. */
 FA__AMXT static void fa__mm_amx(const uint16_t *A, int64_t lda, int M, int Kd, const uint32_t *B, int64_t ldb, float *C,
-                               int64_t ldc, int N, int acc, float scale, fa__pf *l1, int l1n)
+                               int64_t ldc, int N, int acc, float scale)
 {
     const long sb = (long)(4 * ldb), sc = (long)(4 * ldc), sa = (long)lda;
     const __m512 scv = _mm512_set1_ps(scale);
@@ -2797,7 +2781,6 @@ FA__AMXT static void fa__mm_amx(const uint16_t *A, int64_t lda, int M, int Kd, c
             }
             for (k = 0; k < Kd; k += 32) {
                 const uint32_t *b = B + (int64_t)(k / 2) * ldb + n;
-                fa__pf_l1(l1, l1n);
                 FA__TLOAD(4, a0 + 2 * k, sa);
                 FA__TLOAD(6, b, sb);
                 FA__TDP(0, 4, 6);
@@ -2824,10 +2807,10 @@ FA__AMXT static void fa__mm_amx(const uint16_t *A, int64_t lda, int M, int Kd, c
    St [nk] in rows of FA__AMX_LD lanes (S, Qp at the first lane); D % 32 == 0. Keys in 16-key groups
    on fa__mm_amx; the fewer than 16 left on vdpbf16ps. */
 FA__AMXT static void fa__qk_amx(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, float *S, int nv,
-                               float scale, fa__pf *pf, fa__pf *l1, int l1n)
+                               float scale, fa__pf *pf)
 {
     const int g = nk / 16 * 16;
-    if (g) fa__mm_amx(K, 2 * ks, g, D, Qp, FA__AMX_LD, S, FA__AMX_LD, 16 * nv, 0, scale, l1, l1n);
+    if (g) fa__mm_amx(K, 2 * ks, g, D, Qp, FA__AMX_LD, S, FA__AMX_LD, 16 * nv, 0, scale);
     if (g < nk)
         fa__gemm_bf16_avx512((const unsigned char *)(K + (int64_t)g * ks), 2 * ks, 4, nk - g, D / 2, Qp, FA__AMX_LD,
                              S + (int64_t)g * FA__AMX_LD, FA__AMX_LD, nv, 0, scale, pf);
@@ -2853,13 +2836,10 @@ FA__AMXT static void fa__vt_pack(const uint32_t *Vp, int np, int Dv, uint32_t *V
 /* Ot[t][lanes] += sum_x Vt[t][x] . Pp[x][lanes] for t < Dv, x < np16 (Pp's rows past the block's
    key pairs are 0), nv (1 or 2) lane vectors, Ot and Pp in rows of FA__AMX_LD lanes. Features in
    16-feature groups on fa__mm_amx; the fewer than 16 left on vdpbf16ps. */
-FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf,
-                               fa__pf *l1, int l1n)
+FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf)
 {
     const int t = Dv / 16 * 16;
-    if (t)
-        fa__mm_amx((const uint16_t *)Vt, 4 * (int64_t)np16, t, 2 * np16, Pp, FA__AMX_LD, O, FA__AMX_LD, 16 * nv, 1, 1.0f, l1,
-                   l1n);
+    if (t) fa__mm_amx((const uint16_t *)Vt, 4 * (int64_t)np16, t, 2 * np16, Pp, FA__AMX_LD, O, FA__AMX_LD, 16 * nv, 1, 1.0f);
     if (t < Dv)
         fa__gemm_bf16_avx512((const unsigned char *)(Vt + (int64_t)t * np16), 4 * (int64_t)np16, 4, Dv - t, np16, Pp,
                              FA__AMX_LD, O + (int64_t)t * FA__AMX_LD, FA__AMX_LD, nv, 1, 1.0f, pf);
@@ -2913,12 +2893,11 @@ typedef struct fa__kernels {
     void (*pv_rows_h)(fa_dtype dt, const float *P, int64_t lds, int nr, const uint16_t *V, int64_t vs, int nk, float *O, int Dv);
     /* bf16 products on AMX-BF16 tiles (fa__qk_amx, fa__pv_amx, fa__vt_pack); NULL without */
     void (*amx_qk)(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, float *S, int nv, float scale,
-                   fa__pf *pf, fa__pf *l1, int l1n);
-    void (*amx_pv)(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf, fa__pf *l1,
-                   int l1n);
+                   fa__pf *pf);
+    void (*amx_pv)(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf);
     void (*amx_vt)(const uint32_t *Vp, int np, int Dv, uint32_t *Vt, int np16);
     void (*amx_mm)(const uint16_t *A, int64_t lda, int M, int Kd, const uint32_t *B, int64_t ldb, float *C, int64_t ldc,
-                   int N, int acc, float scale, fa__pf *l1, int l1n);
+                   int N, int acc, float scale);
 } fa__kernels;
 
 #ifdef FLASHATTN__X86
@@ -4214,22 +4193,15 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             /* panels of two lane vectors (an even first one), each on its own rows of 32 lanes: scores
                of the block's keys from f0 in whole 16-key groups, the rule and the online step on the
                tile's keys [k0, k1), P rounded to bf16 with 0 outside them, P V on the tiles */
-            int nf = (int)(f1 - f0), off = (int)(k0 - f0), nkq = (off + nk + 15) / 16 * 16, pv, i, it, l1n;
-            fa__pf l1;
+            int nf = (int)(f1 - f0), off = (int)(k0 - f0), nkq = (off + nk + 15) / 16 * 16, pv, i;
             if (nkq > nf) nkq = nf;
-            /* toward L1 during each panel's products: its Ot (for its P V), then the next panel's Qp,
-               spread over the products' steps (FA__AMX_L1PF) */
-            it = (nkq + 31) / 32 * (D / 32) + (Dv + 31) / 32 * (pl->np16 / 16);
-            l1n = FA__AMX_L1PF && it > 0 ? (2 * Dv + D + it - 1) / it : 0;
             for (pv = v0 & ~1; pv < v1; pv += 2) {
                 int va = pv > v0 ? pv : v0, vb = pv + 2 < v1 ? pv + 2 : v1, lo = 16 * (va - pv), nvec = vb - va, a, e, x;
                 const uint32_t *qp = Qp + (size_t)(pv / 2) * 32 * (D / 2) + lo;
                 float *op = Ot + (size_t)(pv / 2) * 32 * Dv + lo, *sp = St + lo, *s0 = sp + (size_t)off * 32;
                 uint32_t *pp = Pp + lo;
                 for (i = 0; i < amx_pf; i++) fa__pf_step(&pf);
-                fa__pf_set_es(&l1, 0, op - lo, 0, 0, 1, 32 * Dv, sizeof(float));
-                fa__pf_set_es(&l1, 1, qp - lo + 32 * (D / 2), 0, 0, pv + 2 < v1, 32 * (D / 2), sizeof(uint32_t));
-                K->amx_qk(khb + f0 * ks, ks, nkq, D, qp, sp, nvec, d->scale, &pf, &l1, l1n);
+                K->amx_qk(khb + f0 * ks, ks, nkq, D, qp, sp, nvec, d->scale, &pf);
                 if (ln.mods || mask) fa__modify_tile(K, &ln, 16 * va, s0, 32, nvec, k0, nk, mask);
                 K->online(s0, 32, nk, nvec, m + 16 * va, l + 16 * va, op, 32, Dv, tmp);
                 if (!vfin) {        /* the fp32 kernels on the converted block, as on vdpbf16ps below */
@@ -4244,7 +4216,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                     if (j < off || j >= off + nk) memset(sp + (size_t)j * 32, 0, 16 * (size_t)nvec * sizeof(float));
                 K->ppack_bf16(sp, 32, nf, nvec, pp);
                 for (x = (nf + 1) / 2; x < pl->np16; x++) memset(pp + (size_t)x * 32, 0, 16 * (size_t)nvec * sizeof(uint32_t));
-                K->amx_pv(Vt, pl->np16, Dv, pp, op, nvec, &pf, &l1, l1n);
+                K->amx_pv(Vt, pl->np16, Dv, pp, op, nvec, &pf);
             }
             continue;
         }
@@ -5009,7 +4981,7 @@ static void fa__bwd_mm(const fa__bwd_ctx *c, const void *A, int64_t sa, int64_t 
 {
     const fa__kernels *K = c->K;
 #ifdef FA__HAVE_AMX
-    if (c->amx) { (void)sx; K->amx_mm((const uint16_t *)A, sa, M, Kd, B, ldb, C, ldc, N, acc, scale, NULL, 0); return; }
+    if (c->amx) { (void)sx; K->amx_mm((const uint16_t *)A, sa, M, Kd, B, ldb, C, ldc, N, acc, scale); return; }
 #endif
     K->gemm_bf16((const unsigned char *)A, sa, sx, M, Kd / 2, B, ldb, C, ldc, N / 16, acc, scale, pf);
 }

@@ -61,9 +61,8 @@ int main(int argc, char **argv)
             uint32_t *Vt = (uint32_t *)malloc((size_t)D * np16 * 4);
             float m[LD * NPAN], l[LD * NPAN], tmp[LD * NPAN], *f = (float *)malloc((size_t)bk * D * 4);
             double t0, tq = 0, to = 0, tp = 0, tv = 0, tk = 0, ts = 0, flops = 4.0 * LANES * bk * D;
-            fa__pf pf, l1;
-            int l1n = 0;
-            memset(&pf, 0, sizeof pf); memset(&l1, 0, sizeof l1);
+            fa__pf pf;
+            memset(&pf, 0, sizeof pf);
             bench_fill_normal(f, (size_t)bk * D);
             for (i = 0; i < (size_t)bk * D; i++) K[i] = bf(f[i]);
             bench_fill_normal(f, (size_t)bk * D);
@@ -85,8 +84,8 @@ int main(int argc, char **argv)
 #define SP(p) (St + (size_t)(p) * LANES * bk)
 #define OP(p) (Ot + (size_t)(p) * LANES * D)
 #define PP(p) (Pp + (size_t)(p) * LANES * np16)
-#define QK(p) fa__qk_amx(K, D, bk, D, QP(p), SP(p), 2, 0.088f, &pf, &l1, l1n)
-#define PV(p) fa__pv_amx(Vt, np16, D, PP(p), OP(p), 2, &pf, &l1, l1n)
+#define QK(p) fa__qk_amx(K, D, bk, D, QP(p), SP(p), 2, 0.088f, &pf)
+#define PV(p) fa__pv_amx(Vt, np16, D, PP(p), OP(p), 2, &pf)
 #define NV 2
 #endif
             for (r = 0; r < 2; r++) {      /* round 0 warms up */
@@ -111,12 +110,6 @@ int main(int argc, char **argv)
                 for (k = 0; k < n; k++) {
                     j = fa__vpack_bf16(V, D, bk, D, Vp); fa__vt_pack(Vp, (bk + 1) / 2, D, Vt, np16);
                     for (p = 0; p < NPAN; p++) {
-#ifndef PROBE_OLD
-                        int it = bk / 32 * (D / 32) + D / 32 * (np16 / 16);    /* as fa__tiled_item */
-                        l1n = FA__AMX_L1PF ? (3 * D + it - 1) / it : 0;
-                        fa__pf_set_es(&l1, 0, OP(p), 0, 0, 1, 32 * D, 4);
-                        fa__pf_set_es(&l1, 1, QP(p + 1), 0, 0, p + 1 < NPAN, 32 * (D / 2), 4);
-#endif
                         QK(p);
                         fa__online_avx512(SP(p), LD, bk, NV, m + p * LANES, l + p * LANES, OP(p), LD, D, tmp);
                         fa__ppack_bf16(SP(p), LD, bk, NV, PP(p));
@@ -124,7 +117,6 @@ int main(int argc, char **argv)
                     }
                 }
                 a = tnow() - t0; if (r) ts = a / n / NPAN;
-                l1n = 0;
                 memset(Ot, 0, (size_t)NPAN * LD * D * 4);
                 for (i = 0; i < (size_t)LD * NPAN; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
             }
