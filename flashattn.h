@@ -244,7 +244,9 @@
    gradients every run). fp16/bf16 at head_dim = head_dim_v = 64 or 128 with 16-byte aligned rows
    of q, k, v, d_o, dq, dk, dv (sm_80+) run on a tensor-core backward (mma.sync, the
    FlashAttention-2 arrangement; deterministic mode 0.8-1.25x the default's time); everything else
-   on an exact-fp32 FFMA kernel (head_dim <= 256; deterministic 1.25-1.6x).
+   on an exact-fp32 FFMA kernel (head_dim <= 256; deterministic 1.25-1.6x). A NaN or inf reaches
+   only the gradients it reaches, as on the CPU: the first pass (delta) also reads q and k, and a
+   call whose q, d_o or k holds a non-finite value runs the FFMA kernel's variant for it instead.
    fa_cuda_naive_backward_workspace_bytes and fa_cuda_tiled_backward_workspace_bytes give the
    bytes of the one stream-ordered allocation each backward makes for the same p (its
    deterministic flag included; 0 for an invalid p or an empty call; SIZE_MAX on overflow), as
@@ -5570,8 +5572,13 @@ static __device__ __forceinline__ void fa__st(float *p, float x) { *p = x; }
 static __device__ __forceinline__ void fa__st(__half *p, float x) { *p = __float2half_rn(x); }
 static __device__ __forceinline__ void fa__st(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 
-/* max that lets NaN through (a NaN row stays NaN, as on the CPU) */
-static __device__ __forceinline__ float fa__nmax(float a, float b) { return (b <= a) ? a : b; }
+/* max that keeps a NaN: once either operand is NaN the result is NaN, whatever follows (a later
+   finite or -INFINITY element must not replace it, or a NaN row followed by hidden keys would look
+   empty; as the CPU's fa__row_max_c) */
+static __device__ __forceinline__ float fa__nmax(float a, float b) { return (a != a || b <= a) ? a : b; }
+
+/* x where it is finite, else 0: the backward's tiles of q, d_o and k (section 8e2) */
+static __device__ __forceinline__ float fa__cu_fin(float x) { return isfinite(x) ? x : 0.0f; }
 
 /* cp.async (sm_80+), for both tiled kernels: a shared-memory address, one 16-byte copy that
    zero-fills when bytes is 0 (src must still be a valid address), a group commit and a wait for
@@ -5774,8 +5781,8 @@ static __device__ __forceinline__ void fa__cu_async_tile(float *dst, const float
 
 /* A tile of NROW rows of a [.][D] tensor (token stride ts, base at the tile's first row) into fp32
    rows of LD floats in shared memory: columns [0, D) times mul, zeros elsewhere up to DC and in
-   rows >= nvalid. Loads go out in batches into registers before any store, so that many are in
-   flight at once. The 16-byte path (fp32 whose rows are 16-byte aligned, D % 4 == 0) splits into
+   rows >= nvalid (FIN: a non-finite value as 0, the backward's rule in 8e2). Loads go out in
+   batches into registers before any store, so that many are in flight at once. The 16-byte path (fp32 whose rows are 16-byte aligned, D % 4 == 0) splits into
    load() and store() so that the K and V tiles travel together. */
 template <int NROW, int DC> struct fa__cu_vec {
     enum { N4 = NROW * DC / 4, U = (N4 + FA__CU_THREADS - 1) / FA__CU_THREADS };
@@ -5800,7 +5807,7 @@ template <int NROW, int DC> struct fa__cu_vec {
     }
 };
 
-template <typename T, int NROW, int DC, int LD>
+template <typename T, int NROW, int DC, int LD, bool FIN = false>
 static __device__ __forceinline__ void fa__cu_tile(float *dst, const T *src, int64_t ts, int nvalid, int D,
                                                    float mul)
 {
@@ -5816,7 +5823,7 @@ static __device__ __forceinline__ void fa__cu_tile(float *dst, const T *src, int
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int e = base + (int)threadIdx.x + u * FA__CU_THREADS, r = e / DC, c = e % DC;
-            if (e < N) dst[r * LD + c] = x[u] * mul;
+            if (e < N) dst[r * LD + c] = (FIN ? fa__cu_fin(x[u]) : x[u]) * mul;
         }
     }
 }
@@ -7313,12 +7320,24 @@ __global__ void fa__cu_merge(int rows, int dv, int parts, fa__cu_parts pp, float
        delta_i = dot(d_o_i, o_i),  dP_ij = dot(d_o_i, v_j),  dS_ij = P_ij (dP_ij - delta_i) g_ij
        dv_j += P_ij d_o_i,  dq_i += scale dS_ij k_j,  dk_j += scale dS_ij q_i
    with g_ij = 1 - t^2 for t the tanh that fa__cu_modify keeps (softcap), else 1, and dS = 0 where
-   P = 0. The naive path (fa_cuda_naive_backward, 8g) gathers q (times scale), k, v and d_o into
+   P = 0 (selected, never multiplied). A NaN or inf reaches only what it reaches (API.md): in a
+   product such as dk_j += dS_ij q_i, a hidden (i, j) has dS = 0 but 0 x NaN is NaN, so the second
+   operands of the gradient products (q, d_o, k) enter with their non-finite values as 0, and the
+   row or key that held one is marked instead: P is NaN at every visible entry of a row whose q
+   or d_o held one, and of a key whose k held one, so that the NaN reaches through P and dS every
+   gradient it reaches and no other (a -INFINITY bias still hides the entry). v, o and lse need
+   no rule (they enter dP, delta and P, whose hidden entries are selected away). The naive path
+   zeroes in its fp32 copies and adds the marks (NaN or 0) to the raw scores in fa__cu_bwd_rows;
+   the tiled path marks in fa__cu_bwd_prep (a row by a NaN lse, a key by kbad added to the raw
+   score, and a flag for the call) and zeroes in the tiles of the FFMA kernels' FIN variant, which
+   serves every flagged call (the tensor-core and plain FFMA kernels return at once when the flag
+   is set, the FIN ones when it is clear).
+   The naive path (fa_cuda_naive_backward, 8g) gathers q (times scale), k, v and d_o into
    packed fp32 copies per query head, runs five cuBLAS GEMMs in exact fp32 over materialised S, dP
    (dS in place) and, with softcap, G, with fa__cu_bwd_rows in between (modifiers, mask, softmax
    from the scores themselves: it needs no lse), and scatters the fp32 gradients into p->dtype,
    dk and dv summed over the group in head order. The tiled path (fa_cuda_tiled_backward) never
-   holds an Sq x Sk matrix: fa__cu_bwd_delta first; then fa__cu_bwd_dkv, one block of 256 threads
+   holds an Sq x Sk matrix: fa__cu_bwd_prep first (delta); then fa__cu_bwd_dkv, one block of 256 threads
    per (key block, batch, kv head) with K (times scale) and V in shared memory, walking the query
    heads of the group and, for each, the query rows that see the block (fa__key_rows) in blocks of
    BQ: Q, d_o, lse and delta into shared memory, S and dP by FFMA (thread (ty, tx) owns rows
@@ -7352,24 +7371,33 @@ __global__ void fa__cu_bwd_zero(T *x, int H, int S, int W, int64_t s0, int64_t s
 }
 
 /* A strided [B][H/group][S][W] tensor of T into packed fp32 [B][H][S][W], times mul: query head
-   h's row takes kv head h / group's (group 1: a copy). */
+   h's row takes kv head h / group's (group 1: a copy). bad not NULL: a non-finite element is
+   copied as 0 and its row's bad[r] set to NaN (bad[] is zero before; the rule of section 8e2). */
 template <typename T>
 __global__ void fa__cu_bwd_in(const T *src, float *dst, int H, int group, int S, int W, int64_t s0, int64_t s1,
-                              int64_t s2, int64_t rows, float mul)
+                              int64_t s2, int64_t rows, float mul, float *bad)
 {
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const int64_t bh = r / S, i = r % S;
         const T *a = src + (bh / H) * s0 + (bh % H / group) * s1 + i * s2;
-        for (int t = threadIdx.x; t < W; t += blockDim.x) dst[r * W + t] = fa__ld(a + t) * mul;
+        int nf = 0;
+        for (int t = threadIdx.x; t < W; t += blockDim.x) {
+            const float x = fa__ld(a + t);
+            nf |= !isfinite(x);
+            dst[r * W + t] = (bad ? fa__cu_fin(x) : x) * mul;
+        }
+        if (bad && __syncthreads_or(nf) && threadIdx.x == 0) bad[r] = NAN;
     }
 }
 
 /* Packed fp32 [B][H group][S][W] into a strided [B][H][S][W] tensor of T: row (b, h, i) is mul
-   times the sum over the group's rows (b, h group + u, i), u in order. */
+   times the sum over the group's rows (b, h group + u, i), u in order; mul 1 instead where fb is
+   not NULL and *fb is set (the tensor-core backward's dq buffer written by the FFMA fallback). */
 template <typename T>
 __global__ void fa__cu_bwd_out(const float *src, T *dst, int H, int group, int S, int W, int64_t s0, int64_t s1,
-                               int64_t s2, int64_t rows, float mul)
+                               int64_t s2, int64_t rows, float mul, const unsigned *fb)
 {
+    if (fb && *fb) mul = 1.0f;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const int64_t bh = r / S, i = r % S, b = bh / H, h = bh % H;
         T *o = dst + b * s0 + h * s1 + i * s2;
@@ -7382,10 +7410,13 @@ __global__ void fa__cu_bwd_out(const float *src, T *dst, int H, int group, int S
 }
 
 /* The naive backward's row step, one (batch, head, row) a block: S (scale Q K^T) and dP (dO V^T)
-   from cuBLAS; modifiers and mask on S (G = softcap's derivative), the softmax into S (P), delta
-   from d_o (packed fp32) and o (strided T), dS into dP. A row with no visible key gets P = dS = 0. */
+   from cuBLAS; rbad[r] + kbad[j] (NaN for a row or key that held a non-finite value, else 0) on
+   the raw score, then modifiers and mask on S (G = softcap's derivative), the softmax into S (P,
+   exactly 0 where hidden), delta from d_o (packed fp32) and o (strided T), dS into dP. A row with
+   no visible key gets P = dS = 0. */
 template <typename T>
-__global__ void fa__cu_bwd_rows(fa__dims d, float *S, float *dP, float *G, const float *dO, const T *o, int64_t rows)
+__global__ void fa__cu_bwd_rows(fa__dims d, float *S, float *dP, float *G, const float *dO, const T *o,
+                                const float *rbad, const float *kbad, int64_t rows)
 {
     __shared__ float red[32];
     const bool sc = d.softcap > 0.0f, al = d.alibi != NULL, bi = d.bias != NULL, mods = sc || al || bi;
@@ -7395,10 +7426,11 @@ __global__ void fa__cu_bwd_rows(fa__dims d, float *S, float *dP, float *G, const
         const fa__cu_mods md = fa__cu_mods_of(d, b, h, 1.0f, 1.0f, sc, al, false);
         const T *orow = o + (int64_t)b * d.os[0] + (int64_t)h * d.os[1] + i * d.os[2];
         float *s = S + r * Sk, *dp = dP + r * Sk, *g = G ? G + r * Sk : NULL, mx = -INFINITY, sum = 0.0f, delta = 0.0f;
+        const float rb = rbad[r], *kb = kbad + bh * Sk;
         int64_t lo, hi;
         fa__key_range(&d, i, &lo, &hi);
         for (int64_t j = threadIdx.x; j < Sk; j += blockDim.x) {
-            float x = s[j], t = 0.0f;
+            float x = s[j] + (rb + kb[j]), t = 0.0f;
             if (mods) x = fa__cu_modify<fa__cu_tanh, false>(md, x, sc, al, bi, (float)(i + d.Sk - d.Sq - j), i, j, &t);
             if (j < lo || j >= hi) x = -INFINITY;
             s[j] = x;
@@ -7415,39 +7447,95 @@ __global__ void fa__cu_bwd_rows(fa__dims d, float *S, float *dP, float *G, const
         for (int64_t j = threadIdx.x; j < Sk; j += blockDim.x) sum += expf(s[j] - mx);
         sum = fa__cu_bsum(sum, red);
         for (int64_t j = threadIdx.x; j < Sk; j += blockDim.x) {
-            const float pj = expf(s[j] - mx) / sum;
+            const float pj = s[j] == -INFINITY ? 0.0f : expf(s[j] - mx) / sum;   /* a NaN mx or sum: hidden stay 0 */
             s[j] = pj;
             dp[j] = pj == 0.0f ? 0.0f : pj * (dp[j] - delta) * (g ? g[j] : 1.0f);
         }
     }
 }
 
-/* delta_i = dot(d_o_i, o_i) of every row, [B][Hq][Sq] fp32; a warp a row. */
-template <typename T>
-__global__ void fa__cu_bwd_delta(fa__dims d, const T *o, const T *dO, float *delta, int64_t rows)
+/* VEC elements of a row of T at x (16-byte aligned when VEC > 1) as fp32 */
+template <typename T, int VEC>
+static __device__ __forceinline__ void fa__cu_ldv(const T *x, float (&f)[VEC])
 {
-    const int lane = threadIdx.x & 31;
-    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
-         r += (int64_t)gridDim.x * (blockDim.x >> 5)) {
-        const int64_t bh = r / d.Sq, i = r % d.Sq;
-        const int64_t off = (bh / d.Hq) * d.os[0] + (bh % d.Hq) * d.os[1] + i * d.os[2];
-        float x = 0.0f;
-        for (int t = lane; t < d.Dv; t += 32) x += fa__ld(dO + off + t) * fa__ld(o + off + t);
-        for (int w = 16; w > 0; w >>= 1) x += __shfl_xor_sync(0xffffffffu, x, w);
-        if (lane == 0) delta[r] = x;
+    if (VEC == 1) {
+        f[0] = fa__ld(x);
+    } else {
+        const uint4 u = *(const uint4 *)x;
+        const T *h = (const T *)&u;
+#pragma unroll
+        for (int e = 0; e < VEC; e++) f[e] = fa__ld(h + e);
+    }
+}
+
+/* The tiled backward's first pass, L lanes a row (L a power of two <= 32: 32 / L rows a warp),
+   each lane VEC elements at a time (VEC 16 / sizeof(T) where fa__cu_bwd_vec holds for q, k, o and
+   d_o, else 1). Query row r < rows ([B][Hq][Sq]): delta_r = dot(d_o_r, o_r), and lx_r, the lse
+   the tiles use: NaN where q_r or d_o_r holds a non-finite value, else the forward's. Key row
+   r - rows ([B][Hkv][Sk]): kbad = NaN where k holds one, else 0. *flag = 1 when any row or key is
+   so marked (section 8e2's rule). */
+template <typename T, int VEC>
+__global__ void fa__cu_bwd_prep(fa__dims d, const T *q, const T *k, const T *o, const T *dO, float *delta, float *lx,
+                                float *kbad, unsigned *flag, int64_t rows, int64_t keys, int L)
+{
+    const int lane = threadIdx.x & 31, li = lane & (L - 1), rpw = 32 / L;
+    const int64_t total = rows + keys, nw = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t w = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); w * rpw < total; w += nw) {
+        const int64_t r = w * rpw + lane / L;
+        float x = 0.0f, f[VEC], g[VEC];
+        int nf = 0;
+        if (r < rows) {
+            const int64_t bh = r / d.Sq, i = r % d.Sq, b = bh / d.Hq, h = bh % d.Hq;
+            const int64_t off = b * d.os[0] + h * d.os[1] + i * d.os[2];
+            const T *qr = q + b * d.qs[0] + h * d.qs[1] + i * d.qs[2];
+            for (int t = li * VEC; t < d.Dv; t += L * VEC) {
+                fa__cu_ldv<T, VEC>(dO + off + t, g);
+                fa__cu_ldv<T, VEC>(o + off + t, f);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) {
+                    nf |= !isfinite(g[e]);
+                    x += g[e] * f[e];
+                }
+            }
+            for (int t = li * VEC; t < d.D; t += L * VEC) {
+                fa__cu_ldv<T, VEC>(qr + t, f);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) nf |= !isfinite(f[e]);
+            }
+        } else if (r < total) {
+            const int64_t bg = (r - rows) / d.Sk, j = (r - rows) % d.Sk;
+            const T *kj = k + (bg / d.Hkv) * d.ks[0] + (bg % d.Hkv) * d.ks[1] + j * d.ks[2];
+            for (int t = li * VEC; t < d.D; t += L * VEC) {
+                fa__cu_ldv<T, VEC>(kj + t, f);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) nf |= !isfinite(f[e]);
+            }
+        }
+        for (int m = L >> 1; m > 0; m >>= 1) {             /* within the row's L lanes */
+            x += __shfl_xor_sync(0xffffffffu, x, m);
+            nf |= __shfl_xor_sync(0xffffffffu, nf, m);
+        }
+        if (li == 0 && r < rows) {
+            delta[r] = x;
+            lx[r] = nf ? NAN : d.lse[r];
+        } else if (li == 0 && r < total) {
+            kbad[r - rows] = nf ? NAN : 0.0f;
+        }
+        if (li == 0 && nf && r < total) atomicOr(flag, 1u);
     }
 }
 
 /* One query block x key block of the tiled backward, from shared memory: sQ, sO (dO) [BQ][LD],
    sK (k times scale), sV [BK][LD], sL (lse, -inf past the block's rows) and sDl (delta) [BQ].
    Out: p and ds of rows i0 + ty + 16r, keys k0 + tx + 16c, 0 where hidden. full: every row sees
-   keys [k0, k0 + BK) (fa__keys_full), so no mask. */
-template <class CFG>
+   keys [k0, k0 + BK) (fa__keys_full), so no mask. FIN: kb, fa__cu_bwd_prep's kbad of (b, kv head),
+   added to the raw score of key j (NaN for a key whose k the tiles hold as 0). */
+template <class CFG, bool FIN>
 static __device__ __forceinline__ void fa__cu_bwd_tile(const fa__dims &d, const fa__cu_mods &md, bool sc, bool al,
                                                        bool bi, const float *sQ, const float *sO, const float *sK,
-                                                       const float *sV, const float *sL, const float *sDl, int i0,
-                                                       int k0, bool full, float (&p)[CFG::RM][CFG::CN],
-                                                       float (&ds)[CFG::RM][CFG::CN])
+                                                       const float *sV, const float *sL, const float *sDl,
+                                                       const float *kb, int i0, int k0, bool full,
+                                                       float (&p)[CFG::RM][CFG::CN], float (&ds)[CFG::RM][CFG::CN])
 {
     typedef fa__cu_bgeom<CFG> G;
     enum { RM = G::RM, CN = G::CN, LD = G::LD };
@@ -7498,8 +7586,8 @@ static __device__ __forceinline__ void fa__cu_bwd_tile(const fa__dims &d, const 
 #pragma unroll
         for (int c = 0; c < CN; c++) {
             const int j = k0 + tx + 16 * c;
-            float x = p[r][c], t = 0.0f, pj;
             const bool in = i < d.Sq && j < d.Sk;
+            float x = FIN ? p[r][c] + (j < d.Sk ? kb[j] : 0.0f) : p[r][c], t = 0.0f, pj;
             if (mods && in) x = fa__cu_modify<fa__cu_tanh, false>(md, x, sc, al, bi, (float)(i + d.Sk - d.Sq - j), i, j, &t);
             pj = !in || j < lo || j >= hi || L == -INFINITY || x == -INFINITY ? 0.0f : expf(x - L);
             p[r][c] = pj;
@@ -7510,14 +7598,15 @@ static __device__ __forceinline__ void fa__cu_bwd_tile(const fa__dims &d, const 
 
 /* fa__cu_tile's result by 16-byte loads (16 / sizeof(T) elements each), for tensors whose rows
    start 16-byte aligned and whose width is a multiple of that (fa__cu_bwd_vec); all loads of the
-   tile are in flight before the first store. vec false: fa__cu_tile itself. */
-template <typename T, int NROW, int DC, int LD>
+   tile are in flight before the first store. vec false: fa__cu_tile itself. FIN: a non-finite
+   element stored as 0 (q, d_o and k: section 8e2's rule). */
+template <typename T, int NROW, int DC, int LD, bool FIN>
 static __device__ __forceinline__ void fa__cu_bwd_in_tile(float *dst, const T *src, int64_t ts, int nvalid, int D,
                                                           float mul, bool vec)
 {
     enum { EPV = 16 / sizeof(T), NV = NROW * DC / EPV, U = (NV + FA__CU_THREADS - 1) / FA__CU_THREADS };
     if (!vec) {
-        fa__cu_tile<T, NROW, DC, LD>(dst, src, ts, nvalid, D, mul);
+        fa__cu_tile<T, NROW, DC, LD, FIN>(dst, src, ts, nvalid, D, mul);
         return;
     }
     uint4 x[U];
@@ -7534,23 +7623,23 @@ static __device__ __forceinline__ void fa__cu_bwd_in_tile(float *dst, const T *s
             const T *h = (const T *)&x[u];
             float *o = dst + r * LD + c;
 #pragma unroll
-            for (int i = 0; i < EPV; i++) o[i] = fa__ld(h + i) * mul;
+            for (int i = 0; i < EPV; i++) o[i] = (FIN ? fa__cu_fin(fa__ld(h + i)) : fa__ld(h + i)) * mul;
         }
     }
 }
 
 /* Q, dO, lse and delta of query rows [i0, i0 + nq) of (b, h) into shared memory (lse -inf past nq);
-   vec: q and d_o take fa__cu_bwd_in_tile's 16-byte loads. */
-template <typename T, class CFG>
+   vec: q and d_o take fa__cu_bwd_in_tile's 16-byte loads; FIN: their non-finite values as 0. */
+template <typename T, class CFG, bool FIN>
 static __device__ __forceinline__ void fa__cu_bwd_load_q(const fa__dims &d, const T *q, const T *dO,
                                                          const float *delta, int b, int h, int i0, int nq, float *sQ,
                                                          float *sO, float *sL, float *sDl, bool vec)
 {
     typedef fa__cu_bgeom<CFG> G;
     const int64_t bh = (int64_t)b * d.Hq + h;
-    fa__cu_bwd_in_tile<T, G::BQ, G::DC, G::LD>(sQ, q + (int64_t)b * d.qs[0] + (int64_t)h * d.qs[1] + (int64_t)i0 * d.qs[2],
+    fa__cu_bwd_in_tile<T, G::BQ, G::DC, G::LD, FIN>(sQ, q + (int64_t)b * d.qs[0] + (int64_t)h * d.qs[1] + (int64_t)i0 * d.qs[2],
                                                d.qs[2], nq, d.D, 1.0f, vec);
-    fa__cu_bwd_in_tile<T, G::BQ, G::DC, G::LD>(sO, dO + (int64_t)b * d.os[0] + (int64_t)h * d.os[1] + (int64_t)i0 * d.os[2],
+    fa__cu_bwd_in_tile<T, G::BQ, G::DC, G::LD, FIN>(sO, dO + (int64_t)b * d.os[0] + (int64_t)h * d.os[1] + (int64_t)i0 * d.os[2],
                                                d.os[2], nq, d.Dv, 1.0f, vec);
     for (int x = threadIdx.x; x < G::BQ; x += blockDim.x) {
         sL[x] = x < nq ? d.lse[bh * d.Sq + i0 + x] : -INFINITY;
@@ -7589,10 +7678,12 @@ static __device__ __forceinline__ void fa__cu_bwd_dsk(float (&aq)[fa__cu_bgeom<C
     }
 }
 
-template <typename T, class CFG, bool DQ>
-__global__ void __launch_bounds__(FA__CU_THREADS, CFG::MINB)
-fa__cu_bwd_dkv(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
-               const T *__restrict__ dO, const float *__restrict__ delta, float *dqacc, T *dk, T *dv, int vec)
+template <typename T, class CFG, bool DQ, bool FIN>
+static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, const T *__restrict__ q,
+                                                            const T *__restrict__ k, const T *__restrict__ v,
+                                                            const T *__restrict__ dO, const float *__restrict__ delta,
+                                                            const float *__restrict__ kbad, float *dqacc, T *dk, T *dv,
+                                                            int vec, int64_t blk)
 {
     typedef fa__cu_bgeom<CFG> G;
     enum { RM = G::RM, CN = G::CN, NC = G::NC, BQ = G::BQ, BK = G::BK, LD = G::LD, LDT = G::LDT };
@@ -7601,19 +7692,20 @@ fa__cu_bwd_dkv(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
     float *sPT = sO + BQ * LD, *sST = sPT + BK * LDT, *sL = sST + BK * LDT, *sDl = sL + BQ;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int64_t nbg = (int64_t)d.B * d.Hkv;
-    const int kb = (int)(blockIdx.x / nbg), bg = (int)(blockIdx.x % nbg), b = bg / d.Hkv, g = bg % d.Hkv;
+    const int kb = (int)(blk / nbg), bg = (int)(blk % nbg), b = bg / d.Hkv, g = bg % d.Hkv;
     const int k0 = kb * BK, nk = min((int)BK, d.Sk - k0);
     const bool sc = d.softcap > 0.0f, al = d.alibi != NULL, bi = d.bias != NULL;
+    const float *kbg = kbad + (int64_t)bg * d.Sk;
     float adk[CN][4 * NC], adv[CN][4 * NC];
     int64_t r0, r1;
 #pragma unroll
     for (int r = 0; r < CN; r++)
 #pragma unroll
         for (int c = 0; c < 4 * NC; c++) adk[r][c] = adv[r][c] = 0.0f;
-    fa__cu_bwd_in_tile<T, BK, G::DC, LD>(sK, k + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1] + (int64_t)k0 * d.ks[2],
-                                         d.ks[2], nk, d.D, d.scale, (vec & 2) != 0);
-    fa__cu_bwd_in_tile<T, BK, G::DC, LD>(sV, v + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1] + (int64_t)k0 * d.vs[2],
-                                         d.vs[2], nk, d.Dv, 1.0f, (vec & 2) != 0);
+    fa__cu_bwd_in_tile<T, BK, G::DC, LD, FIN>(sK, k + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1] + (int64_t)k0 * d.ks[2],
+                                              d.ks[2], nk, d.D, d.scale, (vec & 2) != 0);
+    fa__cu_bwd_in_tile<T, BK, G::DC, LD, false>(sV, v + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1] + (int64_t)k0 * d.vs[2],
+                                                d.vs[2], nk, d.Dv, 1.0f, (vec & 2) != 0);
     fa__key_rows(&d, k0, k0 + nk, &r0, &r1);
     for (int hh = 0; hh < d.group && r0 < r1; hh++) {
         const int h = g * d.group + hh;
@@ -7623,9 +7715,9 @@ fa__cu_bwd_dkv(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
             const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
             float p[RM][CN], ds[RM][CN];
             __syncthreads();                              /* the last block's Q, dO, P^T, dS^T are consumed */
-            fa__cu_bwd_load_q<T, CFG>(d, q, dO, delta, b, h, i0, nq, sQ, sO, sL, sDl, (vec & 1) != 0);
+            fa__cu_bwd_load_q<T, CFG, FIN>(d, q, dO, delta, b, h, i0, nq, sQ, sO, sL, sDl, (vec & 1) != 0);
             __syncthreads();
-            fa__cu_bwd_tile<CFG>(d, md, sc, al, bi, sQ, sO, sK, sV, sL, sDl, i0, k0,
+            fa__cu_bwd_tile<CFG, FIN>(d, md, sc, al, bi, sQ, sO, sK, sV, sL, sDl, kbg, i0, k0,
                                  fa__keys_full(&kr, k0, k0 + BK) != 0, p, ds);
 #pragma unroll
             for (int r = 0; r < RM; r++)
@@ -7705,13 +7797,32 @@ fa__cu_bwd_dkv(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
     }
 }
 
+template <typename T, class CFG, bool DQ, bool FIN>
+__global__ void __launch_bounds__(FA__CU_THREADS, CFG::MINB)
+fa__cu_bwd_dkv(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+               const T *__restrict__ dO, const float *__restrict__ delta, const float *__restrict__ kbad,
+               const unsigned *flag, int64_t nblk, float *dqacc, T *dk, T *dv, int vec)
+{
+    if ((*flag != 0) != FIN) return;   /* FIN: only a call with a non-finite q, d_o or k; else only one without */
+    if (!FIN) {                                            /* a block a tile */
+        fa__cu_bwd_dkv_block<T, CFG, DQ, FIN>(d, q, k, v, dO, delta, kbad, dqacc, dk, dv, vec, (int64_t)blockIdx.x);
+    } else {                                               /* a few blocks walk the tiles */
+        for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
+            fa__cu_bwd_dkv_block<T, CFG, DQ, FIN>(d, q, k, v, dO, delta, kbad, dqacc, dk, dv, vec, blk);
+            __syncthreads();                               /* this tile's shared memory is consumed */
+        }
+    }
+}
+
 /* Deterministic dq: one (batch, head, query block), its key blocks walked in order from the first
    visible key, dq = sum dS K in registers, written once (0 for a row that sees no key). The last
    query blocks (the longest under causal) first. */
-template <typename T, class CFG>
-__global__ void __launch_bounds__(FA__CU_THREADS, 1)
-fa__cu_bwd_dq(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
-              const T *__restrict__ dO, const float *__restrict__ delta, T *dq, int qblocks, int vec)
+template <typename T, class CFG, bool FIN>
+static __device__ __forceinline__ void fa__cu_bwd_dq_block(const fa__dims &d, const T *__restrict__ q,
+                                                           const T *__restrict__ k, const T *__restrict__ v,
+                                                           const T *__restrict__ dO, const float *__restrict__ delta,
+                                                           const float *__restrict__ kbad, T *dq, int qblocks, int vec,
+                                                           int64_t blk)
 {
     typedef fa__cu_bgeom<CFG> G;
     enum { RM = G::RM, CN = G::CN, NC = G::NC, BQ = G::BQ, BK = G::BK, LD = G::LD, LDT = G::LDT };
@@ -7720,26 +7831,27 @@ fa__cu_bwd_dq(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, cons
     float *sST = sO + BQ * LD + BK * LDT, *sL = sST + BK * LDT, *sDl = sL + BQ;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int64_t nbh = (int64_t)d.B * d.Hq;
-    const int qb = qblocks - 1 - (int)(blockIdx.x / nbh), bh = (int)(blockIdx.x % nbh), b = bh / d.Hq, h = bh % d.Hq;
+    const int qb = qblocks - 1 - (int)(blk / nbh), bh = (int)(blk % nbh), b = bh / d.Hq, h = bh % d.Hq;
     const int g = h / d.group, i0 = qb * BQ, nq = min((int)BQ, d.Sq - i0);
     const bool sc = d.softcap > 0.0f, al = d.alibi != NULL, bi = d.bias != NULL;
     const fa__cu_mods md = fa__cu_mods_of(d, b, h, 1.0f, 1.0f, sc, al, false);
     const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
     const T *kb = k + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1], *vb = v + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1];
+    const float *kbg = kbad + ((int64_t)b * d.Hkv + g) * d.Sk;
     float aq[RM][4 * NC];
 #pragma unroll
     for (int r = 0; r < RM; r++)
 #pragma unroll
         for (int c = 0; c < 4 * NC; c++) aq[r][c] = 0.0f;
-    fa__cu_bwd_load_q<T, CFG>(d, q, dO, delta, b, h, i0, nq, sQ, sO, sL, sDl, (vec & 1) != 0);
+    fa__cu_bwd_load_q<T, CFG, FIN>(d, q, dO, delta, b, h, i0, nq, sQ, sO, sL, sDl, (vec & 1) != 0);
     for (int k0 = (int)kr.lo; k0 < kr.hi; k0 += BK) {
         const int nk = min((int)BK, d.Sk - k0);
         float p[RM][CN], ds[RM][CN];
         __syncthreads();                                  /* the last block's K, V and dS^T are consumed */
-        fa__cu_bwd_in_tile<T, BK, G::DC, LD>(sK, kb + (int64_t)k0 * d.ks[2], d.ks[2], nk, d.D, d.scale, (vec & 2) != 0);
-        fa__cu_bwd_in_tile<T, BK, G::DC, LD>(sV, vb + (int64_t)k0 * d.vs[2], d.vs[2], nk, d.Dv, 1.0f, (vec & 2) != 0);
+        fa__cu_bwd_in_tile<T, BK, G::DC, LD, FIN>(sK, kb + (int64_t)k0 * d.ks[2], d.ks[2], nk, d.D, d.scale, (vec & 2) != 0);
+        fa__cu_bwd_in_tile<T, BK, G::DC, LD, false>(sV, vb + (int64_t)k0 * d.vs[2], d.vs[2], nk, d.Dv, 1.0f, (vec & 2) != 0);
         __syncthreads();
-        fa__cu_bwd_tile<CFG>(d, md, sc, al, bi, sQ, sO, sK, sV, sL, sDl, i0, k0, fa__keys_full(&kr, k0, k0 + BK) != 0,
+        fa__cu_bwd_tile<CFG, FIN>(d, md, sc, al, bi, sQ, sO, sK, sV, sL, sDl, kbg, i0, k0, fa__keys_full(&kr, k0, k0 + BK) != 0,
                              p, ds);
         (void)p;
 #pragma unroll
@@ -7764,8 +7876,25 @@ fa__cu_bwd_dq(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, cons
     }
 }
 
+template <typename T, class CFG, bool FIN>
+__global__ void __launch_bounds__(FA__CU_THREADS, 1)
+fa__cu_bwd_dq(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+              const T *__restrict__ dO, const float *__restrict__ delta, const float *__restrict__ kbad,
+              const unsigned *flag, int64_t nblk, T *dq, int qblocks, int vec)
+{
+    if ((*flag != 0) != FIN) return;   /* FIN: only a call with a non-finite q, d_o or k; else only one without */
+    if (!FIN) {                                            /* a block a tile */
+        fa__cu_bwd_dq_block<T, CFG, FIN>(d, q, k, v, dO, delta, kbad, dq, qblocks, vec, (int64_t)blockIdx.x);
+    } else {                                               /* a few blocks walk the tiles */
+        for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
+            fa__cu_bwd_dq_block<T, CFG, FIN>(d, q, k, v, dO, delta, kbad, dq, qblocks, vec, blk);
+            __syncthreads();                               /* this tile's shared memory is consumed */
+        }
+    }
+}
+
 /* ---- 8e2 (continued). The tensor-core backward (fp16/bf16, D = Dv = 64 or 128, sm_80+) ----------
-   The FlashAttention-2 arrangement on 8d's steps. fa__cu_bwd_delta first (as the FFMA path). Then
+   The FlashAttention-2 arrangement on 8d's steps. fa__cu_bwd_prep first (as the FFMA path). Then
    fa__tcb_dkv, one block per (key block of 16 MT NW keys, batch, kv head), K and V of the block in
    shared memory, walking the query heads of the GQA group and, for each, the query rows that see
    the block (fa__key_rows) in tiles of BK rows, whose Q, dO, lse and delta stream in by cp.async
@@ -7785,6 +7914,7 @@ struct fa__tcb_args {
     const void *q, *k, *v, *d_o;
     const float *delta;
     float *dqacc;              /* fp32 dq [B][Hq][Sq][D] (atomic mode), else NULL */
+    const unsigned *flag;      /* fa__cu_bwd_prep's: set, the FFMA fallback runs instead (8e2) */
     void *dq, *dk, *dv;
     int qblocks;               /* the deterministic dq kernel's query blocks per (batch, head) */
     fa__dims d;
@@ -7874,6 +8004,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
     const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
     const int kr0 = k0 + warp * 16 * MT + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's keys kr0 + 16 mt + 8 hf */
     int64_t r0_, r1_;
+    if (*a.flag) return;   /* a non-finite q, d_o or k: the FFMA fallback computes this call */
     fa__key_rows(&d, k0, k0 + nk, &r0_, &r1_);
     const int r0 = (int)r0_, nqb = r1_ > r0_ ? (int)((r1_ - r0_ + BQ - 1) / BQ) : 0, tiles = nqb * d.group;
 
@@ -8052,6 +8183,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
     const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
     const int t0 = (int)kr.lo / BK, t1 = kr.hi > kr.lo ? ((int)kr.hi + BK - 1) / BK : t0;
     const int lr = warp * 16 * MT + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's rows i0 + lr + 16 mt + 8 hf */
+    if (*a.flag) return;   /* a non-finite q, d_o or k: the FFMA fallback computes this call */
 
     float acc[MT][CH][4];
 #pragma unroll
@@ -8459,6 +8591,7 @@ typedef struct fa__cu_bwd_plan {
     fa__cu_bwd_kernel kernel;
     int bq, bk, smem;
     int64_t kblocks, qblocks;
+    int sms;                   /* the device's multiprocessors: 2 sms blocks for the flagged kernels */
 } fa__cu_bwd_plan;
 
 static const char *fa__cu_bwd_kernel_name(fa__cu_bwd_kernel k)
@@ -8497,23 +8630,45 @@ template <class CFG> static void fa__tcb_plan_of(const fa__dims *d, fa__cu_bwd_p
     pl->qblocks = ((int64_t)d->Sq + Q::BQ - 1) / Q::BQ;
 }
 
+/* The FFMA backward's plan for head-dim class dc (the kernel fa__cu_pick_backward names for it,
+   and the tensor-core backward's fallback for calls with non-finite inputs, 8e2). */
+static fa__cu_bwd_kernel fa__cu_bwd_ffma_of(const fa__dims *d, int dc, fa__cu_bwd_plan *pl)
+{
+    const fa__cu_bwd_kernel k = dc <= 64 ? FA__CU_BWD_D64 : dc <= 128 ? FA__CU_BWD_D128 : FA__CU_BWD_D256;
+    memset(pl, 0, sizeof *pl);
+    if (k == FA__CU_BWD_D64) fa__cu_bwd_plan_of<fa__cu_bwd_d64>(d, pl);
+    else if (k == FA__CU_BWD_D128) fa__cu_bwd_plan_of<fa__cu_bwd_d128>(d, pl);
+    else fa__cu_bwd_plan_of<fa__cu_bwd_d256>(d, pl);
+    pl->kernel = k;
+    return k;
+}
+
+/* 1 when plan pl's shared memory fits (optin bytes) and its grids stay within 2^31 - 1 blocks */
+static int fa__cu_bwd_fits(const fa__dims *d, const fa__cu_bwd_plan *pl, int optin)
+{
+    int64_t a, b;
+    return pl->smem <= optin && fa__mul64(pl->kblocks, (int64_t)d->B * d->Hkv, &a) && a <= INT_MAX &&
+           fa__mul64(pl->qblocks, (int64_t)d->B * d->Hq, &b) && b <= INT_MAX;
+}
+
 /* Picks the backward kernel for a request that fa__cu_bwd_resolve accepted, with Sq, Sk > 0, by
    rule: the tensor-core backward for fp16/bf16 at D = Dv = 64 or 128 where q, k, v, d_o and the
    gradients have 16-byte aligned rows and the device is sm_80+ (every modifier, mask and GQA
    included); else the FFMA backward of the head-dim class of max(D, Dv) (<= 64, <= 128, <= 256),
-   any dtype and layout. FA_ERR_UNSUPPORTED when its shared memory does not fit this device or a
-   grid would pass 2^31 - 1 blocks; FA_ERR_DEVICE when the device cannot be queried. It launches
-   nothing. */
+   any dtype and layout. FA_ERR_UNSUPPORTED when its shared memory (or, for the tensor-core
+   backward, that of its FFMA fallback) does not fit this device or a grid would pass 2^31 - 1
+   blocks; FA_ERR_DEVICE when the device cannot be queried. It launches nothing. */
 static fa_status fa__cu_pick_backward(const fa__dims *d, const void *q, const void *k, const void *v, const void *d_o,
                                       const void *dq, const void *dk, const void *dv, fa__cu_bwd_plan *pl)
 {
     const int dc = d->D > d->Dv ? d->D : d->Dv;
-    int dev = 0, optin = 0, major = 0;
-    int64_t a, b;
+    int dev = 0, optin = 0, major = 0, sms = 1;
+    fa__cu_bwd_plan fb;
     memset(pl, 0, sizeof *pl);
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
         (void)cudaGetLastError();
         return FA_ERR_DEVICE;
     }
@@ -8524,16 +8679,13 @@ static fa_status fa__cu_pick_backward(const fa__dims *d, const void *q, const vo
         pl->kernel = d->D == 64 ? FA__CU_BWD_TC_D64 : FA__CU_BWD_TC_D128;
         if (d->D == 64) fa__tcb_plan_of<fa__tcb_d64>(d, pl);
         else fa__tcb_plan_of<fa__tcb_d128>(d, pl);
+        fa__cu_bwd_ffma_of(d, dc, &fb);
+        if (!fa__cu_bwd_fits(d, &fb, optin)) return FA_ERR_UNSUPPORTED;
     } else {
-        pl->kernel = dc <= 64 ? FA__CU_BWD_D64 : dc <= 128 ? FA__CU_BWD_D128 : FA__CU_BWD_D256;
-        if (pl->kernel == FA__CU_BWD_D64) fa__cu_bwd_plan_of<fa__cu_bwd_d64>(d, pl);
-        else if (pl->kernel == FA__CU_BWD_D128) fa__cu_bwd_plan_of<fa__cu_bwd_d128>(d, pl);
-        else fa__cu_bwd_plan_of<fa__cu_bwd_d256>(d, pl);
+        fa__cu_bwd_ffma_of(d, dc, pl);
     }
-    if (pl->smem > optin || !fa__mul64(pl->kblocks, (int64_t)d->B * d->Hkv, &a) || a > INT_MAX ||
-        !fa__mul64(pl->qblocks, (int64_t)d->B * d->Hq, &b) || b > INT_MAX)
-        return FA_ERR_UNSUPPORTED;
-    return FA_OK;
+    pl->sms = sms;
+    return fa__cu_bwd_fits(d, pl, optin) ? FA_OK : FA_ERR_UNSUPPORTED;
 }
 
 /* 1 when every row of a tensor of es-byte elements starts 16-byte aligned and its width is whole
@@ -8544,45 +8696,52 @@ static int fa__cu_bwd_vec(const void *x, const int64_t s[3], int width, size_t e
     return ((uintptr_t)x & 15) == 0 && width % n == 0 && s[0] % n == 0 && s[1] % n == 0 && s[2] % n == 0;
 }
 
-/* Launches the tiled backward's kernels in configuration CFG (fa__cu_pick_backward has checked
-   that they fit): fa__cu_bwd_dkv with dq by atomics into dqacc, or (det) without, then fa__cu_bwd_dq. */
-template <typename T, class CFG>
+/* Launches the FFMA backward's kernels in configuration CFG (fa__cu_pick_backward has checked
+   that they fit): fa__cu_bwd_dkv with dq by atomics into dqacc, or (det) without, then fa__cu_bwd_dq.
+   FIN false: they run only for a call whose flag is clear (no non-finite q, d_o or k), a block a
+   tile; FIN true: only for a call whose flag is set (section 8e2's rule for non-finite inputs), on
+   at most cap blocks that walk the tiles, so that they return at once, and cheaply, when it is clear. */
+template <typename T, class CFG, bool FIN>
 static fa_status fa__cu_bwd_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q,
-                                   const void *k, const void *v, const void *d_o, const float *delta, float *dqacc,
-                                   void *dq, void *dk, void *dv, cudaStream_t st)
+                                   const void *k, const void *v, const void *d_o, const float *delta,
+                                   const float *kbad, const unsigned *flag, int64_t cap, float *dqacc, void *dq,
+                                   void *dk, void *dv, cudaStream_t st)
 {
     typedef fa__cu_bgeom<CFG> G;
-    const unsigned kgrid = (unsigned)(pl->kblocks * d->B * d->Hkv), qgrid = (unsigned)(pl->qblocks * d->B * d->Hq);
+    const int64_t nk = pl->kblocks * d->B * d->Hkv, nq = pl->qblocks * d->B * d->Hq;
+    const unsigned kgrid = (unsigned)(FIN && nk > cap ? cap : nk), qgrid = (unsigned)(FIN && nq > cap ? cap : nq);
     const int vec = (fa__cu_bwd_vec(q, d->qs, d->D, sizeof(T)) && fa__cu_bwd_vec(d_o, d->os, d->Dv, sizeof(T))) |
                     (fa__cu_bwd_vec(k, d->ks, d->D, sizeof(T)) && fa__cu_bwd_vec(v, d->vs, d->Dv, sizeof(T))) << 1;
+    auto dkv = det ? fa__cu_bwd_dkv<T, CFG, false, FIN> : fa__cu_bwd_dkv<T, CFG, true, FIN>;
     fa_status s;
-    if (det) {
-        if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dkv<T, CFG, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)G::SMEM))) != FA_OK ||
-            (s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dq<T, CFG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)G::SMEM))) != FA_OK)
-            return s;
-        if (CFG::MINB > 1 &&
-            (s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dkv<T, CFG, false>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                             100))) != FA_OK)
-            return s;
-        fa__cu_bwd_dkv<T, CFG, false><<<kgrid, FA__CU_THREADS, G::SMEM, st>>>(
-            *d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, dqacc, (T *)dk, (T *)dv, vec);
-        if ((s = fa__cu(cudaGetLastError())) != FA_OK) return s;
-        fa__cu_bwd_dq<T, CFG><<<qgrid, FA__CU_THREADS, G::SMEM, st>>>(
-            *d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, (T *)dq, (int)pl->qblocks, vec);
-        return fa__cu(cudaGetLastError());
-    }
-    if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dkv<T, CFG, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)G::SMEM))) != FA_OK)
+    if ((s = fa__cu(cudaFuncSetAttribute(dkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM))) != FA_OK)
         return s;
     if (CFG::MINB > 1 &&
-        (s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dkv<T, CFG, true>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         100))) != FA_OK)
+        (s = fa__cu(cudaFuncSetAttribute(dkv, cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
         return s;
-    fa__cu_bwd_dkv<T, CFG, true><<<kgrid, FA__CU_THREADS, G::SMEM, st>>>(
-        *d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, dqacc, (T *)dk, (T *)dv, vec);
+    dkv<<<kgrid, FA__CU_THREADS, G::SMEM, st>>>(*d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, kbad,
+                                              flag, nk, dqacc, (T *)dk, (T *)dv, vec);
+    if ((s = fa__cu(cudaGetLastError())) != FA_OK || !det) return s;
+    if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dq<T, CFG, FIN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)G::SMEM))) != FA_OK)
+        return s;
+    fa__cu_bwd_dq<T, CFG, FIN><<<qgrid, FA__CU_THREADS, G::SMEM, st>>>(
+        *d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, kbad, flag, nq, (T *)dq, (int)pl->qblocks, vec);
     return fa__cu(cudaGetLastError());
+}
+
+/* The FFMA backward in configuration CFG for a call: the kernels for finite inputs, then the ones
+   for a flagged call (one of the two returns at once); cap as for fa__cu_bwd_launch. */
+template <typename T, class CFG>
+static fa_status fa__cu_bwd_launch2(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q,
+                                    const void *k, const void *v, const void *d_o, const float *delta,
+                                    const float *kbad, const unsigned *flag, int64_t cap, float *dqacc, void *dq,
+                                    void *dk, void *dv, cudaStream_t st)
+{
+    const fa_status s = fa__cu_bwd_launch<T, CFG, false>(d, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq,
+                                                         dk, dv, st);
+    if (s != FA_OK) return s;
+    return fa__cu_bwd_launch<T, CFG, true>(d, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, st);
 }
 
 /* Launches the tensor-core dK/dV kernel (DQ: with dq by atomics) or the deterministic dq kernel
@@ -8615,8 +8774,8 @@ static fa_status fa__tcb_go_dq(const fa__tcb_args &a, unsigned grid, cudaStream_
    variants: none (the scale folded into the exp), or softcap, ALiBi, bias decided at run time. */
 template <typename T, class CFG>
 static fa_status fa__tcb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q, const void *k,
-                                const void *v, const void *d_o, const float *delta, float *dqacc, void *dq, void *dk,
-                                void *dv, cudaStream_t st)
+                                const void *v, const void *d_o, const float *delta, const unsigned *flag,
+                                float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
 {
     typedef typename CFG::KV KV;
     typedef typename CFG::DQ DQ;
@@ -8624,7 +8783,8 @@ static fa_status fa__tcb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, in
     const bool mods = d->softcap > 0.0f || d->alibi != NULL || d->bias != NULL;
     fa__tcb_args a;
     fa_status s;
-    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = dqacc; a.dq = dq; a.dk = dk; a.dv = dv;
+    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = dqacc; a.flag = flag;
+    a.dq = dq; a.dk = dk; a.dv = dv;
     a.qblocks = (int)pl->qblocks;
     a.d = *d;
     if (!det) return mods ? fa__tcb_go_dkv<T, KV, true, true>(a, kgrid, st) : fa__tcb_go_dkv<T, KV, false, true>(a, kgrid, st);
@@ -8637,18 +8797,18 @@ static fa_status fa__tcb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, in
    for fp32). */
 template <typename T>
 static fa_status fa__tcb_dispatch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q, const void *k,
-                                  const void *v, const void *d_o, const float *delta, float *dqacc, void *dq, void *dk,
-                                  void *dv, cudaStream_t st)
+                                  const void *v, const void *d_o, const float *delta, const unsigned *flag,
+                                  float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
 {
     if (pl->kernel == FA__CU_BWD_TC_D64)
-        return fa__tcb_launch<T, fa__tcb_d64>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, st);
-    return fa__tcb_launch<T, fa__tcb_d128>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, st);
+        return fa__tcb_launch<T, fa__tcb_d64>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
+    return fa__tcb_launch<T, fa__tcb_d128>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
 }
 
 template <>
 fa_status fa__tcb_dispatch<float>(const fa__dims *, const fa__cu_bwd_plan *, int, const void *, const void *,
-                                  const void *, const void *, const float *, float *, void *, void *, void *,
-                                  cudaStream_t)
+                                  const void *, const void *, const float *, const unsigned *, float *, void *,
+                                  void *, void *, cudaStream_t)
 {
     return FA_ERR_UNSUPPORTED;
 }
@@ -9104,9 +9264,10 @@ static fa_status fa__cu_bwd_empty(const fa__dims *d, void *dq, void *dk, void *d
 
 /* The naive backward's workspace, packed fp32 (offsets in bytes, each 256-byte aligned): S, dP, G
    (softcap only) [B*Hq][Sq][Sk]; scale*Q, dO, dQ [B*Hq][Sq][D or Dv]; K, V, dK, dV per query head
-   [B*Hq][Sk][D or Dv]; cuBLAS's workspace last. SIZE_MAX when a count overflows. */
+   [B*Hq][Sk][D or Dv]; the row and key flags rbad [B*Hq][Sq], kbad [B*Hq][Sk] (fa__cu_bwd_in's
+   bad, adjacent: one memset); cuBLAS's workspace last. SIZE_MAX when a count overflows. */
 typedef struct fa__cu_nbwd_plan {
-    size_t s, dp, g, q, o, dq, k, v, dk, dv, ws, total;
+    size_t s, dp, g, q, o, dq, k, v, dk, dv, rb, kb, ws, total;
 } fa__cu_nbwd_plan;
 
 static void fa__cu_nbwd_plan_make(const fa__dims *d, fa__cu_nbwd_plan *pl)
@@ -9125,6 +9286,8 @@ static void fa__cu_nbwd_plan_make(const fa__dims *d, fa__cu_nbwd_plan *pl)
     FA__CU_NBWD_AT(v, fa__mul_size(nk, (size_t)d->Dv));
     FA__CU_NBWD_AT(dk, fa__mul_size(nk, (size_t)d->D));
     FA__CU_NBWD_AT(dv, fa__mul_size(nk, (size_t)d->Dv));
+    FA__CU_NBWD_AT(rb, nq);
+    FA__CU_NBWD_AT(kb, nk);
 #undef FA__CU_NBWD_AT
     pl->ws = at;
     pl->total = fa__add_size(at, FA__CU_CUBLAS_WS);
@@ -9143,13 +9306,17 @@ static fa_status fa__cu_nbwd_run(const fa__dims *d, const fa__cu_nbwd_plan *pl, 
     float *S = (float *)(mem + pl->s), *dP = (float *)(mem + pl->dp), *G = d->softcap > 0.0f ? (float *)(mem + pl->g) : NULL;
     float *Q = (float *)(mem + pl->q), *O = (float *)(mem + pl->o), *dQ = (float *)(mem + pl->dq);
     float *K = (float *)(mem + pl->k), *V = (float *)(mem + pl->v), *dK = (float *)(mem + pl->dk), *dV = (float *)(mem + pl->dv);
+    float *rb = (float *)(mem + pl->rb), *kb = (float *)(mem + pl->kb);
     const float one = 1.0f, zero = 0.0f;
     cublasHandle_t hd = NULL;
     fa_status st, st2;
-    fa__cu_bwd_in<T><<<fa__cu_rows_grid(rq), 128, 0, s>>>((const T *)q, Q, d->Hq, 1, Sq, D, d->qs[0], d->qs[1], d->qs[2], rq, d->scale);
-    fa__cu_bwd_in<T><<<fa__cu_rows_grid(rq), 128, 0, s>>>((const T *)d_o, O, d->Hq, 1, Sq, Dv, d->os[0], d->os[1], d->os[2], rq, 1.0f);
-    fa__cu_bwd_in<T><<<fa__cu_rows_grid(rk), 128, 0, s>>>((const T *)k, K, d->Hq, d->group, Sk, D, d->ks[0], d->ks[1], d->ks[2], rk, 1.0f);
-    fa__cu_bwd_in<T><<<fa__cu_rows_grid(rk), 128, 0, s>>>((const T *)v, V, d->Hq, d->group, Sk, Dv, d->vs[0], d->vs[1], d->vs[2], rk, 1.0f);
+    /* section 8e2's rule: q, d_o and k copied with non-finite values as 0, their rows and keys
+       flagged in rb, kb (v as it is) */
+    if ((st = fa__cu(cudaMemsetAsync(rb, 0, pl->ws - pl->rb, s))) != FA_OK) return st;
+    fa__cu_bwd_in<T><<<fa__cu_rows_grid(rq), 128, 0, s>>>((const T *)q, Q, d->Hq, 1, Sq, D, d->qs[0], d->qs[1], d->qs[2], rq, d->scale, rb);
+    fa__cu_bwd_in<T><<<fa__cu_rows_grid(rq), 128, 0, s>>>((const T *)d_o, O, d->Hq, 1, Sq, Dv, d->os[0], d->os[1], d->os[2], rq, 1.0f, rb);
+    fa__cu_bwd_in<T><<<fa__cu_rows_grid(rk), 128, 0, s>>>((const T *)k, K, d->Hq, d->group, Sk, D, d->ks[0], d->ks[1], d->ks[2], rk, 1.0f, kb);
+    fa__cu_bwd_in<T><<<fa__cu_rows_grid(rk), 128, 0, s>>>((const T *)v, V, d->Hq, d->group, Sk, Dv, d->vs[0], d->vs[1], d->vs[2], rk, 1.0f, (float *)NULL);
     st = fa__cu(cudaGetLastError());
     if (st == FA_OK) st = fa__cublas(cublasCreate(&hd));
     if (st == FA_OK) st = fa__cublas(cublasSetStream(hd, s));
@@ -9165,7 +9332,7 @@ static fa_status fa__cu_nbwd_run(const fa__dims *d, const fa__cu_nbwd_plan *pl, 
                                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (st == FA_OK) {
         const int threads = Sk >= FA__CU_NAIVE_THREADS ? FA__CU_NAIVE_THREADS : ((Sk + 31) / 32) * 32;
-        fa__cu_bwd_rows<T><<<fa__cu_rows_grid(rq), threads, 0, s>>>(*d, S, dP, G, O, (const T *)o, rq);
+        fa__cu_bwd_rows<T><<<fa__cu_rows_grid(rq), threads, 0, s>>>(*d, S, dP, G, O, (const T *)o, rb, kb, rq);
         st = fa__cu(cudaGetLastError());
     }
     /* dQ^T = scale K^T dS^T, dK^T = (scale Q)^T dS, dV^T = dO^T P */
@@ -9182,9 +9349,9 @@ static fa_status fa__cu_nbwd_run(const fa__dims *d, const fa__cu_nbwd_plan *pl, 
                                                    CUDA_R_32F, Sk, sS, &zero, dV, CUDA_R_32F, Dv, sV, (int)nbh,
                                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (st == FA_OK) {
-        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rq), 128, 0, s>>>(dQ, (T *)dq, d->Hq, 1, Sq, D, d->qs[0], d->qs[1], d->qs[2], rq, 1.0f);
-        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rkv), 128, 0, s>>>(dK, (T *)dk, d->Hkv, d->group, Sk, D, d->ks[0], d->ks[1], d->ks[2], rkv, 1.0f);
-        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rkv), 128, 0, s>>>(dV, (T *)dv, d->Hkv, d->group, Sk, Dv, d->vs[0], d->vs[1], d->vs[2], rkv, 1.0f);
+        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rq), 128, 0, s>>>(dQ, (T *)dq, d->Hq, 1, Sq, D, d->qs[0], d->qs[1], d->qs[2], rq, 1.0f, (const unsigned *)NULL);
+        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rkv), 128, 0, s>>>(dK, (T *)dk, d->Hkv, d->group, Sk, D, d->ks[0], d->ks[1], d->ks[2], rkv, 1.0f, (const unsigned *)NULL);
+        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rkv), 128, 0, s>>>(dV, (T *)dv, d->Hkv, d->group, Sk, Dv, d->vs[0], d->vs[1], d->vs[2], rkv, 1.0f, (const unsigned *)NULL);
         st = fa__cu(cudaGetLastError());
     }
     if (hd) {
@@ -9228,38 +9395,92 @@ FLASHATTN_DEF fa_status fa_cuda_naive_backward(const fa_params *p, const void *q
     return st != FA_OK ? st : st2;
 }
 
-/* The tiled backward's workspace: delta [B][Hq][Sq] fp32, and (unless deterministic) dq's fp32
-   accumulator [B][Hq][Sq][D]; O(Sq D), never O(Sq x Sk). */
-static size_t fa__cu_tbwd_bytes(const fa__dims *d, int det, size_t *off_dq)
+/* The tiled backward's workspace (byte offsets, each 256-aligned): delta and lx [B][Hq][Sq] fp32
+   at 0 and lx, kbad [B][Hkv][Sk] fp32, the flag (one unsigned, its 256 bytes zeroed with dq's
+   buffer), and (unless deterministic) dq's fp32 accumulator [B][Hq][Sq][D]; O(Sq D + Sk), never
+   O(Sq x Sk). total 0 for an empty call, SIZE_MAX when a count overflows. */
+typedef struct fa__cu_tbwd_ws {
+    size_t lx, kbad, flag, dq, total;
+} fa__cu_tbwd_ws;
+
+static void fa__cu_tbwd_layout(const fa__dims *d, int det, fa__cu_tbwd_ws *w)
 {
     const size_t rows = fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq);
-    *off_dq = fa__cu_round(fa__mul_size(rows, sizeof(float)));
-    if (d->Sq == 0 || d->Sk == 0) return 0;
-    return det ? *off_dq : fa__add_size(*off_dq, fa__mul_size(fa__mul_size(rows, (size_t)d->D), sizeof(float)));
+    const size_t keys = fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hkv), (size_t)d->Sk);
+    const size_t rb = fa__cu_round(fa__mul_size(rows, sizeof(float)));
+    w->lx = rb;
+    w->kbad = fa__add_size(rb, rb);
+    w->flag = fa__add_size(w->kbad, fa__cu_round(fa__mul_size(keys, sizeof(float))));
+    w->dq = fa__add_size(w->flag, 256);
+    w->total = d->Sq == 0 || d->Sk == 0 ? 0
+             : det ? w->dq : fa__add_size(w->dq, fa__mul_size(fa__mul_size(rows, (size_t)d->D), sizeof(float)));
 }
 
+/* fa__cu_bwd_prep on stream s: 16-byte loads where q, k, o and d_o allow them, lanes a row for
+   max(D, Dv) */
 template <typename T>
-static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, char *mem, size_t off_dq,
-                                 const void *q, const void *k, const void *v, const void *o, const void *d_o, void *dq,
-                                 void *dk, void *dv, cudaStream_t s)
+static fa_status fa__cu_bwd_prep_launch(const fa__dims *d, const void *q, const void *k, const void *o,
+                                        const void *d_o, float *delta, float *lx, float *kbad, unsigned *flag,
+                                        cudaStream_t s)
+{
+    enum { V = 16 / sizeof(T) };
+    const int64_t rows = (int64_t)d->B * d->Hq * d->Sq, keys = (int64_t)d->B * d->Hkv * d->Sk;
+    const int dc = d->D > d->Dv ? d->D : d->Dv;
+    const int vec = fa__cu_bwd_vec(q, d->qs, d->D, sizeof(T)) && fa__cu_bwd_vec(k, d->ks, d->D, sizeof(T)) &&
+                    fa__cu_bwd_vec(o, d->os, d->Dv, sizeof(T)) && fa__cu_bwd_vec(d_o, d->os, d->Dv, sizeof(T));
+    int L = 1;
+    while (L < 32 && L * (vec ? (int)V : 1) < dc) L *= 2;
+    {
+        const int64_t warps = (rows + keys + 32 / L - 1) / (32 / L);
+        const unsigned grid = (unsigned)(warps < 8 * 65536 ? (warps + 7) / 8 : 65536);
+        if (vec)
+            fa__cu_bwd_prep<T, V><<<grid, 256, 0, s>>>(*d, (const T *)q, (const T *)k, (const T *)o, (const T *)d_o, delta,
+                                                      lx, kbad, flag, rows, keys, L);
+        else
+            fa__cu_bwd_prep<T, 1><<<grid, 256, 0, s>>>(*d, (const T *)q, (const T *)k, (const T *)o, (const T *)d_o, delta,
+                                                      lx, kbad, flag, rows, keys, L);
+    }
+    return fa__cu(cudaGetLastError());
+}
+
+/* The tiled backward's launches on T: fa__cu_bwd_prep, then the picked kernels on dims whose lse
+   is prep's lx, each kernel in two variants of which one returns at once (by prep's flag): for a
+   call without a non-finite q, d_o or k the picked kernel as it is (the FFMA one, or the tensor
+   cores); for one with, the FFMA kernel of section 8e2's rule (FIN). Then, with dq by atomics,
+   fa__cu_bwd_out. */
+template <typename T>
+static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, char *mem,
+                                 const fa__cu_tbwd_ws *w, const void *q, const void *k, const void *v, const void *o,
+                                 const void *d_o, void *dq, void *dk, void *dv, cudaStream_t s)
 {
     const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
-    float *delta = (float *)mem, *dqacc = det ? NULL : (float *)(mem + off_dq);
+    float *delta = (float *)mem, *lx = (float *)(mem + w->lx), *kbad = (float *)(mem + w->kbad);
+    float *dqacc = det ? NULL : (float *)(mem + w->dq);
+    unsigned *flag = (unsigned *)(mem + w->flag);
+    const int tc = pl->kernel >= FA__CU_BWD_TC_D64;
+    const int64_t cap = 2 * (int64_t)pl->sms;
+    fa__dims dl = *d;
     fa_status st;
-    fa__cu_bwd_delta<T><<<(unsigned)(rows < 8 * 65536 ? (rows + 7) / 8 : 65536), 256, 0, s>>>(*d, (const T *)o, (const T *)d_o,
-                                                                                            delta, rows);
-    if ((st = fa__cu(cudaGetLastError())) != FA_OK) return st;
-    if (!det && (st = fa__cu(cudaMemsetAsync(dqacc, 0, (size_t)rows * d->D * sizeof(float), s))) != FA_OK) return st;
+    dl.lse = lx;
+    if ((st = fa__cu(cudaMemsetAsync(flag, 0, w->total - w->flag, s))) != FA_OK) return st;
+    if ((st = fa__cu_bwd_prep_launch<T>(d, q, k, o, d_o, delta, lx, kbad, flag, s)) != FA_OK) return st;
     switch (pl->kernel) {
-    case FA__CU_BWD_D64: st = fa__cu_bwd_launch<T, fa__cu_bwd_d64>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, s); break;
-    case FA__CU_BWD_D128: st = fa__cu_bwd_launch<T, fa__cu_bwd_d128>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, s); break;
-    case FA__CU_BWD_D256: st = fa__cu_bwd_launch<T, fa__cu_bwd_d256>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, s); break;
-    default: st = fa__tcb_dispatch<T>(d, pl, det, q, k, v, d_o, delta, dqacc, dq, dk, dv, s); break;
+    case FA__CU_BWD_D64: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d64>(&dl, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
+    case FA__CU_BWD_D128: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d128>(&dl, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
+    case FA__CU_BWD_D256: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d256>(&dl, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
+    default: st = fa__tcb_dispatch<T>(&dl, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, s); break;
+    }
+    if (st == FA_OK && tc) {   /* the tensor-core backward's fallback */
+        fa__cu_bwd_plan fb;
+        if (fa__cu_bwd_ffma_of(d, d->D, &fb) == FA__CU_BWD_D64)
+            st = fa__cu_bwd_launch<T, fa__cu_bwd_d64, true>(&dl, &fb, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s);
+        else
+            st = fa__cu_bwd_launch<T, fa__cu_bwd_d128, true>(&dl, &fb, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s);
     }
     if (st != FA_OK || det) return st;
     /* the FFMA kernels' K carries the scale; the tensor-core kernel's dq buffer does not */
     fa__cu_bwd_out<T><<<fa__cu_rows_grid(rows), 128, 0, s>>>(dqacc, (T *)dq, d->Hq, 1, d->Sq, d->D, d->qs[0], d->qs[1],
-                                                           d->qs[2], rows, pl->kernel >= FA__CU_BWD_TC_D64 ? d->scale : 1.0f);
+                                                           d->qs[2], rows, tc ? d->scale : 1.0f, tc ? flag : NULL);
     return fa__cu(cudaGetLastError());
 }
 
@@ -9271,9 +9492,9 @@ FLASHATTN_DEF fa_status fa_cuda_tiled_backward(const fa_params *p, const void *q
 {
     fa__dims d;
     fa__cu_bwd_plan pl;
+    fa__cu_tbwd_ws w;
     cudaStream_t s;
     char *mem = NULL;
-    size_t bytes, off_dq;
     int pooled = 0, det;
     fa_status st = fa__cu_bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d), st2;
     if (st != FA_OK) return st;
@@ -9281,13 +9502,13 @@ FLASHATTN_DEF fa_status fa_cuda_tiled_backward(const fa_params *p, const void *q
     det = p->deterministic != 0;
     if (d.Sq == 0 || d.Sk == 0) return fa__cu_bwd_empty(&d, dq, dk, dv, s);
     if ((st = fa__cu_pick_backward(&d, q, k, v, d_o, dq, dk, dv, &pl)) != FA_OK) return st;
-    bytes = fa__cu_tbwd_bytes(&d, det, &off_dq);
-    if (bytes == SIZE_MAX) return FA_ERR_NO_MEMORY;
+    fa__cu_tbwd_layout(&d, det, &w);
+    if (w.total == SIZE_MAX) return FA_ERR_NO_MEMORY;
     (void)cudaGetLastError();
-    if ((st = fa__cu_alloc((void **)&mem, bytes, s, &pooled)) != FA_OK) return st;
-    if (d.dtype == FA_F16) st = fa__cu_tbwd_run<__half>(&d, &pl, det, mem, off_dq, q, k, v, o, d_o, dq, dk, dv, s);
-    else if (d.dtype == FA_BF16) st = fa__cu_tbwd_run<__nv_bfloat16>(&d, &pl, det, mem, off_dq, q, k, v, o, d_o, dq, dk, dv, s);
-    else st = fa__cu_tbwd_run<float>(&d, &pl, det, mem, off_dq, q, k, v, o, d_o, dq, dk, dv, s);
+    if ((st = fa__cu_alloc((void **)&mem, w.total, s, &pooled)) != FA_OK) return st;
+    if (d.dtype == FA_F16) st = fa__cu_tbwd_run<__half>(&d, &pl, det, mem, &w, q, k, v, o, d_o, dq, dk, dv, s);
+    else if (d.dtype == FA_BF16) st = fa__cu_tbwd_run<__nv_bfloat16>(&d, &pl, det, mem, &w, q, k, v, o, d_o, dq, dk, dv, s);
+    else st = fa__cu_tbwd_run<float>(&d, &pl, det, mem, &w, q, k, v, o, d_o, dq, dk, dv, s);
     st2 = fa__cu_free(mem, s, pooled);
     return st != FA_OK ? st : st2;
 }
@@ -9312,9 +9533,10 @@ FLASHATTN_DEF size_t fa_cuda_naive_backward_workspace_bytes(const fa_params *p)
 FLASHATTN_DEF size_t fa_cuda_tiled_backward_workspace_bytes(const fa_params *p)
 {
     fa__dims d;
-    size_t off_dq;
+    fa__cu_tbwd_ws w;
     if (!fa__cu_ws_dims(p, &d)) return 0;
-    return fa__cu_tbwd_bytes(&d, p->deterministic != 0, &off_dq);
+    fa__cu_tbwd_layout(&d, p->deterministic != 0, &w);
+    return w.total;
 }
 #endif
 

@@ -150,7 +150,7 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
     typedef __nv_bfloat16 T;
     fa__dims d;
     fa__cu_bwd_plan pl;
-    size_t off_dq, bytes;
+    fa__cu_tbwd_ws w;
     char *mem = NULL;
     int pooled = 0;
     const int det = p->deterministic != 0;
@@ -158,17 +158,21 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
     if (st != FA_OK) return st;
     memset(&pl, 0, sizeof pl);
     fa__tcb_plan_of<CFG>(&d, &pl);
-    bytes = fa__cu_tbwd_bytes(&d, det, &off_dq);
-    if ((st = fa__cu_alloc((void **)&mem, bytes, 0, &pooled)) != FA_OK) return st;
+    fa__cu_tbwd_layout(&d, det, &w);
+    if ((st = fa__cu_alloc((void **)&mem, w.total, 0, &pooled)) != FA_OK) return st;
     const int64_t rows = (int64_t)d.B * d.Hq * d.Sq;
-    float *delta = (float *)mem, *dqacc = det ? NULL : (float *)(mem + off_dq);
+    float *delta = (float *)mem, *dqacc = det ? NULL : (float *)(mem + w.dq);
+    unsigned *flag = (unsigned *)(mem + w.flag);
     fa__tcb_args a;
-    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = dqacc; a.dq = dq; a.dk = dk; a.dv = dv;
+    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = dqacc; a.flag = flag;
+    a.dq = dq; a.dk = dk; a.dv = dv;
     a.qblocks = (int)pl.qblocks;
     a.d = d;
+    a.d.lse = (float *)(mem + w.lx);
     const unsigned kgrid = (unsigned)(pl.kblocks * d.B * d.Hkv), qgrid = (unsigned)(pl.qblocks * d.B * d.Hq);
-    fa__cu_bwd_delta<T><<<(unsigned)(rows < 8 * 65536 ? (rows + 7) / 8 : 65536), 256>>>(d, (const T *)o, (const T *)d_o, delta, rows);
-    if (!det) CK(cudaMemsetAsync(dqacc, 0, (size_t)rows * d.D * sizeof(float), 0));
+    CK(cudaMemsetAsync(flag, 0, w.total - w.flag, 0));
+    CK(fa__cu_bwd_prep_launch<T>(&d, q, k, o, d_o, delta, a.d.lse, (float *)(mem + w.kbad), flag, 0) == FA_OK
+           ? cudaSuccess : cudaErrorUnknown);
     if (det) {
         st = fa__tcb_go_dkv<T, typename CFG::KV, false, false>(a, kgrid, 0);
         if (st == FA_OK) st = fa__tcb_go_dq<T, typename CFG::DQ, false>(a, qgrid, 0);
@@ -176,7 +180,7 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
         st = fa__tcb_go_dkv<T, typename CFG::KV, false, true>(a, kgrid, 0);
         if (st == FA_OK)
             fa__cu_bwd_out<T><<<fa__cu_rows_grid(rows), 128>>>(dqacc, (T *)dq, d.Hq, 1, d.Sq, d.D, d.qs[0], d.qs[1], d.qs[2],
-                                                              rows, d.scale);
+                                                              rows, d.scale, (const unsigned *)NULL);
     }
     fa__cu_free(mem, 0, pooled);
     return st;

@@ -104,17 +104,21 @@ static fa__cu_bwd_kernel want_kernel(const fa__dims *d, const void *q, const voi
 }
 
 /* The gradient x (device, strided like its input, n_elems elements) against the packed reference:
-   every byte outside its rows still poisoned, and the rows within the dtype's tolerance. */
+   every byte outside its rows still poisoned, and the rows within the dtype's tolerance. nan_rows:
+   a row (of width elements) holds a NaN exactly where the reference's row does, and the other rows
+   are compared (test_nan_isolation). */
 static int check_grad(const char *name, const char *what, fa_dtype dt, const void *x, size_t n_elems, int64_t n0,
-                      int64_t n1, int64_t n2, int width, const int64_t st[3], const float *ref, size_t n)
+                      int64_t n1, int64_t n2, int width, const int64_t st[3], const float *ref0, size_t n,
+                      int nan_rows = 0)
 {
     const size_t es = esize(dt);
     unsigned char *raw = (unsigned char *)malloc(n_elems * es + 1), *in_row = (unsigned char *)calloc(n_elems + 1, 1);
-    float *h = ref_alloc(n_elems), *packed = ref_alloc(n);
+    float *h = ref_alloc(n_elems), *packed = ref_alloc(n), *ref = ref_alloc(n);
     int64_t a, b, c;
     size_t e;
     int ok = 1;
-    assert_true(raw && in_row && h && packed);
+    assert_true(raw && in_row && h && packed && ref);
+    if (n) memcpy(ref, ref0, n * sizeof(float));
     download(h, x, n_elems, dt, raw);
     for (a = 0; a < n0; a++)
         for (b = 0; b < n1; b++)
@@ -126,6 +130,21 @@ static int check_grad(const char *name, const char *what, fa_dtype dt, const voi
             break;
         }
     ref_gather(h, n0, n1, n2, width, st, packed);
+    if (nan_rows && width > 0) {
+        size_t r, t, bad = 0;
+        for (r = 0; r < n / (size_t)width; r++) {
+            int want = 0, got = 0;
+            for (t = 0; t < (size_t)width; t++) {
+                want |= ref[r * width + t] != ref[r * width + t];
+                got |= packed[r * width + t] != packed[r * width + t];
+            }
+            if (want != got && bad++ < 4)
+                print_error("  FAIL %s: %s row %zu %s\n", name, what, r, want ? "lost its NaN" : "is NaN, unreached");
+            if (want || got)
+                for (t = 0; t < (size_t)width; t++) ref[r * width + t] = packed[r * width + t] = 0.0f;
+        }
+        if (bad) ok = 0;
+    }
     if (n > 0) {
         if (dt == FA_F32) {
             if (!fa_allclose(packed, ref, n, 1e-4f, 1e-5f)) {
@@ -153,7 +172,7 @@ static int check_grad(const char *name, const char *what, fa_dtype dt, const voi
             }
         }
     }
-    free(raw); free(in_row); free(h); free(packed);
+    free(raw); free(in_row); free(h); free(packed); free(ref);
     return ok;
 }
 
@@ -491,6 +510,104 @@ static void test_empty(void **state)
     end_test();
 }
 
+
+/* ---- NaN isolation ------------------------------------------------------------------------------
+   API.md: a NaN in the inputs may make the rows it reaches NaN, and no others; and it is never lost.
+   One non-finite element in q (a NaN; a +inf in a row that sees many keys), d_o, k or v, hidden from
+   some rows of its tiles by causal or by a window, at head dims that reach the FFMA kernels and (fp16,
+   bf16 at D = 64) the tensor-core backward, whose call then runs its FFMA fallback: every path, every
+   dtype. o and lse come from the float64 forward (ref_attention) on the same inputs, so that only
+   the backward is under test. A row of dq, dk or dv holds a NaN exactly where the float64 reference's
+   (ref_attention_backward, which leaves hidden keys out) does, and the other rows match it. The
+   last spot, a NaN in q of a call with more tiles than twice the multiprocessors, makes the
+   flagged kernels walk several tiles a block. */
+static void test_nan_isolation(void **state)
+{
+    static const fa_dtype dtl[3] = { FA_F32, FA_F16, FA_BF16 };
+    static const char *const spot_name[6] = { "q NaN", "q +inf", "d_o NaN", "k NaN", "v NaN", "q NaN, many tiles" };
+    int di, Di, mask, spot, path;
+    (void)state;
+    for (di = 0; di < 3; di++)
+        for (Di = 0; Di < 2; Di++)
+            for (mask = 0; mask < 2; mask++)
+                for (spot = 0; spot < 6; spot++) {
+                    const fa_dtype dt = dtl[di];
+                    const int D = Di ? 64 : 40, big = spot == 5, B = big ? 8 : 1, HQ = big ? 8 : 4, HKV = big ? 8 : 2;
+                    const int S = big ? 300 : 200;
+                    const size_t es = esize(dt), nq = (size_t)B * HQ * S * D, nk = (size_t)B * HKV * S * D;
+                    const size_t rows = (size_t)B * HQ * S;
+                    fa_params p = shape(B, HQ, HKV, S, S, D, D), pd;
+                    ref_rng r;
+                    char name[160];
+                    float *hq = ref_alloc(nq), *hk = ref_alloc(nk), *hv = ref_alloc(nk), *hdo = ref_alloc(nq);
+                    float *ho = ref_alloc(nq), *hl = ref_alloc(rows), *rdq = ref_alloc(nq), *rdk = ref_alloc(nk),
+                          *rdv = ref_alloc(nk);
+                    void *xq, *xk, *xv, *xdo, *xo, *gq, *gk, *gv;
+                    float *xl;
+                    int ok = 1;
+                    if (!(g_dtypes & (1 << di)) || (big && (mask || g_small))) continue;
+                    assert_true(hq && hk && hv && hdo && ho && hl && rdq && rdk && rdv);
+                    p.dtype = dt;
+                    if (mask == 0) p.causal = 1;
+                    else { p.window_left = 30; p.window_right = 10; }
+                    snprintf(name, sizeof name, "nan: %s, %s, D=%d [%s]", spot_name[spot], mask ? "window" : "causal", D,
+                             dt_name(dt));
+                    ref_seed(&r, name_seed(name));
+                    ref_fill_normal(&r, hq, nq); ref_fill_normal(&r, hk, nk); ref_fill_normal(&r, hv, nk);
+                    ref_fill_normal(&r, hdo, nq);
+                    ref_round_to(dt, hq, nq); ref_round_to(dt, hk, nk); ref_round_to(dt, hv, nk); ref_round_to(dt, hdo, nq);
+                    if (spot == 0) hq[((size_t)1 * S + 70) * D + 2] = NAN;        /* head 1, row 70 */
+                    if (spot == 1) hq[((size_t)0 * S + 150) * D + 5] = INFINITY;  /* head 0, row 150 */
+                    if (spot == 2) hdo[((size_t)2 * S + 130) * D + 1] = NAN;      /* head 2, row 130 */
+                    if (spot == 3) hk[((size_t)0 * S + 150) * D + 3] = NAN;       /* kv head 0, key 150 */
+                    if (spot == 4) hv[((size_t)1 * S + 100) * D + 7] = NAN;       /* kv head 1, key 100 */
+                    if (spot == 5) hq[((size_t)(5 * HQ + 3) * S + 170) * D + 9] = NAN;   /* batch 5, head 3, row 170 */
+                    assert_true(ref_attention(&p, hq, hk, hv, ho, hl, NULL));
+                    assert_true(ref_attention_backward(&p, hq, hk, hv, hdo, rdq, rdk, rdv));
+                    xq = upload(hq, nq, dt); xk = upload(hk, nk, dt); xv = upload(hv, nk, dt); xdo = upload(hdo, nq, dt);
+                    xo = upload(ho, nq, dt); xl = (float *)upload(hl, rows, FA_F32);
+                    gq = dalloc(nq * es); gk = dalloc(nk * es); gv = dalloc(nk * es);
+                    pd = p;
+                    pd.lse = xl;
+                    for (path = 0; path < 3; path++) {
+                        char pname[220];
+                        fa_status st;
+                        snprintf(pname, sizeof pname, "%s %s", name, path_name[path]);
+                        pd.deterministic = path == P_DET;
+                        CU(cudaMemset(gq, 0xFF, nq * es)); CU(cudaMemset(gk, 0xFF, nk * es)); CU(cudaMemset(gv, 0xFF, nk * es));
+                        if (path != P_NAIVE) {
+                            fa__dims dd;
+                            fa__cu_bwd_plan plan;
+                            assert_int_equal(fa__cu_bwd_resolve(&pd, xq, xk, xv, xo, xdo, gq, gk, gv, 1, &dd), FA_OK);
+                            assert_int_equal(fa__cu_pick_backward(&dd, xq, xk, xv, xdo, gq, gk, gv, &plan), FA_OK);
+                            assert_int_equal(plan.kernel, want_kernel(&dd, xq, xk, xv, xdo, gq, gk, gv));
+                            g_served[plan.kernel]++;
+                        }
+                        st = path == P_NAIVE ? fa_cuda_naive_backward(&pd, xq, xk, xv, xo, xdo, gq, gk, gv)
+                                             : fa_cuda_tiled_backward(&pd, xq, xk, xv, xo, xdo, gq, gk, gv);
+                        CU(cudaDeviceSynchronize());
+                        if (st != FA_OK) {
+                            print_error("  FAIL %s: status %s\n", pname, fa_status_string(st));
+                            ok = 0;
+                            continue;
+                        }
+                        {
+                            fa__dims dd;
+                            assert_int_equal(fa__cu_bwd_resolve(&pd, xq, xk, xv, xo, xdo, gq, gk, gv, 1, &dd), FA_OK);
+                            ok &= check_grad(pname, "dq", dt, gq, nq, B, HQ, S, D, dd.qs, rdq, nq, 1);
+                            ok &= check_grad(pname, "dk", dt, gk, nk, B, HKV, S, D, dd.ks, rdk, nk, 1);
+                            ok &= check_grad(pname, "dv", dt, gv, nk, B, HKV, S, D, dd.vs, rdv, nk, 1);
+                        }
+                    }
+                    cudaFree(xq); cudaFree(xk); cudaFree(xv); cudaFree(xdo); cudaFree(xo); cudaFree(xl);
+                    cudaFree(gq); cudaFree(gk); cudaFree(gv);
+                    free(hq); free(hk); free(hv); free(hdo); free(ho); free(hl); free(rdq); free(rdk); free(rdv);
+                    if (!ok) g_failed++;
+                    else if (getenv("VERBOSE")) printf("  ok %s\n", name);
+                }
+    end_test();
+}
+
 /* ---- determinism, errors, memory --------------------------------------------------------------- */
 
 /* p.deterministic = 1: ten runs on a stream of our own give the same bytes in dq, dk and dv. The
@@ -782,6 +899,7 @@ int main(void)
         cmocka_unit_test(test_strides_and_everything),
         cmocka_unit_test(test_tc_semantics),
         cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_nan_isolation),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_naive_without_lse),
