@@ -839,11 +839,13 @@ static void test_nan_hidden(void **state)
             printf("    %-16s %4d %4d\n", k == FA__CU_KERNELS ? "naive (cuBLAS)" : fa__cu_kernel_name((fa__cu_kernel)k),
                    g_nan_served[k][0], g_nan_served[k][1]);
     /* every forward kernel family was reached */
-    n = g_nan_served[FA__CU_GENERIC_D64][0] && g_nan_served[FA__CU_F32_D64][0] && g_nan_served[FA__CU_F32_D128][0] &&
-        g_nan_served[FA__CU_TC_D64][0] && g_nan_served[FA__CU_TC_D128][0] && g_nan_served[FA__CU_DEC_TC_D64][0] &&
-        g_nan_served[FA__CU_DEC_TC_D128][0] && g_nan_served[FA__CU_DEC_D64][0] && g_nan_served[FA__CU_KERNELS][0] &&
-        (g_small || g_nan_served[FA__CU_DEC_D128][0]) &&
-        (!g_hopper || (g_nan_served[FA__CU_WG_D64][0] && (g_small || g_nan_served[FA__CU_WG_D128][0])));
+    n = g_nan_served[FA__CU_GENERIC_D64][0] && g_nan_served[FA__CU_F32_D64][0] && g_nan_served[FA__CU_TC_D64][0] &&
+        g_nan_served[FA__CU_DEC_TC_D64][0] && g_nan_served[FA__CU_DEC_D64][0] && g_nan_served[FA__CU_KERNELS][0] &&
+        (!g_hopper || g_nan_served[FA__CU_WG_D64][0]) &&
+        (g_small || (g_nan_served[FA__CU_F32_D128][0] && g_nan_served[FA__CU_TC_D128][0] &&   /* D = 128: full grid */
+                     g_nan_served[FA__CU_DEC_TC_D128][0] && g_nan_served[FA__CU_DEC_D128][0] &&
+                     g_nan_served[FA__CU_F32_D64_Q64K32][0] && g_nan_served[FA__CU_F32_D128_K32][0] &&
+                     (!g_hopper || (g_nan_served[FA__CU_WG_D128][0] && g_nan_served[FA__CU_F32_D128_Q128][0]))));
     if (!n) print_error("  test_nan_hidden: a kernel family was not reached\n");
     assert_true(n);
     assert_int_equal(fails, 0);
