@@ -5574,10 +5574,6 @@ static __device__ __forceinline__ void fa__st(float *p, float x) { *p = x; }
 static __device__ __forceinline__ void fa__st(__half *p, float x) { *p = __float2half_rn(x); }
 static __device__ __forceinline__ void fa__st(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 
-/* max that keeps a NaN: once either operand is NaN the result is NaN, whatever follows (a later
-   finite or -INFINITY element must not replace it, or a NaN row followed by hidden keys would look
-   empty; as the CPU's fa__row_max_c) */
-static __device__ __forceinline__ float fa__nmax(float a, float b) { return (a != a || b <= a) ? a : b; }
 
 /* x where it is finite, else 0: the backward's tiles of q, d_o and k (section 8e2) */
 static __device__ __forceinline__ float fa__cu_fin(float x) { return isfinite(x) ? x : 0.0f; }
@@ -5753,7 +5749,10 @@ static __device__ __forceinline__ float fa__cu_merge_elem(const V &v, int parts,
    output accumulator stay in registers (register-blocked like an SGEMM, FFMA only); P goes
    through shared memory for P V. Online softmax in fp32, with the guards the contract needs (a
    tile or a row with no visible key). Tiles outside the mask are never visited; tiles wholly
-   inside it skip the per-element mask. The configuration C is one of 8a's fa__cu_* traits. */
+   inside it skip the per-element mask. A partial tile (some row hides some key, or a bias) also
+   checks its V tile for an inf or a NaN (a block vote): such a tile reads them as 0 and makes NaN
+   the rows that give their keys weight (fa__cu_fix_v), so that a NaN reaches only the rows that see
+   its key. The configuration C is one of 8a's fa__cu_* traits. */
 
 /* The shared-memory layout of configuration C: a buffer is a K region (K, or P over K) and a V
    tile (BSTR floats); PIPE 1 and 2 hold two buffers, PIPE 1 also a P region of its own. */
@@ -5828,6 +5827,43 @@ static __device__ __forceinline__ void fa__cu_tile(float *dst, const T *src, int
             if (e < N) dst[r * LD + c] = (FIN ? fa__cu_fin(x[u]) : x[u]) * mul;
         }
     }
+}
+
+/* 1 when x is an inf or a NaN */
+static __device__ __forceinline__ bool fa__cu_bad(float x) { return (__float_as_uint(x) & 0x7F800000u) == 0x7F800000u; }
+
+/* The rare case of a partial tile (some row hides some key, or a bias) whose V tile holds an inf or
+   a NaN (a block vote found it): P V would form 0 * NaN = NaN, or 0 * inf, for the rows that do
+   not see that key, and a NaN must reach only the rows that see it (API.md). fa__cu_fix_v, called
+   by the whole block (barriers inside), reads the tile's infs and NaNs as 0 (NROW x DC floats,
+   rows LD apart, NT threads), marking their keys in the rows' padding column DC (an int, which
+   P V never reads), and returns bit r set when this thread's row r (P row row0 + r * rstep, ldp
+   floats apart, rows < 32) gives a marked key nonzero weight: the caller makes that row's sum l
+   NaN, so that its o and lse end NaN (API.md lets a NaN reach the whole row), and runs its P V
+   unchanged. Out of line, its loops rolled, so that the kernels' register allocation does not pay
+   for it. */
+template <int NROW, int DC, int LD, int NT>
+static __device__ __noinline__ unsigned fa__cu_fix_v(float *v, const float *p, int ldp, int row0, int rstep, int rows,
+                                                     int tid)
+{
+    unsigned hit = 0;
+    if (tid < NROW) ((int *)v)[tid * LD + DC] = 0;
+    __syncthreads();
+#pragma unroll 1
+    for (int e = tid; e < NROW * DC; e += NT) {
+        float *x = v + (e / DC) * LD + e % DC;
+        if (fa__cu_bad(*x)) {
+            *x = 0.0f;
+            atomicOr((int *)(v + (e / DC) * LD + DC), 1);
+        }
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int r = 0; r < rows; r++)
+#pragma unroll 1
+        for (int j = 0; j < NROW; j++)
+            if (p[(row0 + r * rstep) * ldp + j] != 0.0f && ((const int *)v)[j * LD + DC] != 0) hit |= 1u << r;
+    return hit;
 }
 
 template <typename T, class CFG>
@@ -5947,11 +5983,11 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
                     x = fa__cu_modify<fa__cu_tanh, false>(md, x, sc, al, bi, (float)(i + d.Sk - d.Sq - j), i, j);
                 if (!full && (j < lo || j >= hi)) x = -INFINITY;
                 s[r][c] = x;
-                mx = fa__nmax(mx, x);
+                mx = fa__lse_max(mx, x);
             }
 #pragma unroll
-            for (int off = 8; off > 0; off >>= 1) mx = fa__nmax(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-            mnew = fa__nmax(m[r], mx);
+            for (int off = 8; off > 0; off >>= 1) mx = fa__lse_max(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            mnew = fa__lse_max(m[r], mx);
             ref = fa__online_ref(mnew) * FA__CU_LOG2E;               /* the frame of this tile */
             alpha = exp2f(ml[r] - ref);                              /* from the last frame; -inf: 0 */
 #pragma unroll
@@ -5973,7 +6009,29 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
         for (int r = 0; r < RM; r++)
 #pragma unroll
             for (int c = 0; c < CN; c++) sP[(ty + 16 * r) * C::LDP + tx + 16 * c] = s[r][c];
-        __syncthreads();
+        const int part = bi || !full;   /* a partial tile whose V holds an inf or a NaN: fa__cu_fix_v's rare case */
+        int bad = 0;
+        if (part) {   /* this thread's share of the V tile, voted on at the barrier before P V */
+            enum { N4 = C::BK * DC / 4, U4 = (N4 + FA__CU_THREADS - 1) / FA__CU_THREADS };
+#pragma unroll 1
+            for (int u = 0; u < U4; u++) {
+                const int e = (int)threadIdx.x + u * FA__CU_THREADS, r = e / (DC / 4), c = (e % (DC / 4)) * 4;
+                if (e < N4) {
+                    const float4 x = *(const float4 *)(sVb + r * C::LD + c);
+                    bad |= fa__cu_bad(x.x) | fa__cu_bad(x.y) | fa__cu_bad(x.z) | fa__cu_bad(x.w);
+                }
+            }
+            bad = __syncthreads_or(bad);
+        } else {
+            __syncthreads();
+        }
+        if (bad) {   /* the rare case: the rows that give weight to a key with an inf or a NaN end NaN */
+            const unsigned hit = fa__cu_fix_v<C::BK, DC, C::LD, FA__CU_THREADS>(sV + buf * C::BSTR, sP, C::LDP, ty, 16, RM,
+                                                                                (int)threadIdx.x);
+#pragma unroll
+            for (int r = 0; r < RM; r++)
+                if (hit >> r & 1u) l[r] = NAN;   /* (o and lse) */
+        }
         /* acc += P V */
 #pragma unroll 2
         for (int j = 0; j < C::BK; j += 4) {
@@ -6026,7 +6084,9 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
    in a 4-thread quad: its max is two butterfly shuffles, its sum is kept per thread and reduced once
    at the end. The online softmax runs in the log2 domain with the scale folded into one FFMA before
    EX2. Only tiles that cross the mask edge (causal diagonal, window edges, the ragged end of the
-   keys) pay for per-element masking; tiles wholly outside it are never loaded.
+   keys) pay for per-element masking, and (with the tiles of a bias) for a check of V for an inf or
+   a NaN, whose rare hit takes fa__tc_clean_v (a NaN reaches only the rows that see its key); tiles
+   wholly outside the mask are never loaded.
    Served (fa__cu_pick): fp16/bf16, head_dim == head_dim_v in {64, 128}, 16-byte aligned rows
    (cp.async), sm_80+; every mask and modifier of the API (softcap alone and ALiBi alone have
    compile-time variants; bias, a non-positive scale and combinations one run-time variant).
@@ -6374,6 +6434,169 @@ static __device__ __forceinline__ void fa__tc_pv(float (&o)[C::MT][C::D / 8][4],
     }
 }
 
+/* A V tile that holds an inf or a NaN (rare), in a tile where some row hides some key (the mask
+   cuts it, or a bias may hide keys): P V on the MMAs would form 0 * NaN = NaN, or 0 * inf, for the
+   rows that do not see that key, and a NaN must reach only the rows that see it (API.md). Such a
+   tile makes NaN the rows that give such a key weight (fa__tc_hits: API.md lets a NaN reach the
+   whole row) and reads the infs and NaNs as 0 (fa__tc_clean_v in 8d and 8d2, fa__tc_pv_clean in
+   8d3). Partial tiles alone pay for the check (a scan of the V chunks each thread copied,
+   fa__tc_scan, and a vote); tiles every row sees unmasked run as they were. fa__tc_bad: a 16-byte
+   chunk of 16-bit elements holds an inf or a NaN (exponent bits all set); fa__tc_clean: a pair of
+   them with those read as 0. */
+static __device__ __forceinline__ unsigned fa__tc_emask(const __half *) { return 0x7C00u; }
+static __device__ __forceinline__ unsigned fa__tc_emask(const __nv_bfloat16 *) { return 0x7F80u; }
+
+static __device__ __forceinline__ uint4 fa__tc_lds16(unsigned addr)
+{
+    uint4 u;
+    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "r"(addr) : "memory");
+    return u;
+}
+
+template <typename T> static __device__ __forceinline__ bool fa__tc_bad(uint4 u)
+{
+    const unsigned e = fa__tc_emask((const T *)0), w[4] = { u.x, u.y, u.z, u.w };
+    bool bad = false;
+#pragma unroll
+    for (int k = 0; k < 4; k++) bad |= (w[k] & e) == e || ((w[k] >> 16) & e) == e;
+    return bad;
+}
+
+template <typename T> static __device__ __forceinline__ unsigned fa__tc_clean(unsigned w)
+{
+    const unsigned e = fa__tc_emask((const T *)0);
+    if ((w & e) == e) w &= 0xFFFF0000u;
+    if (((w >> 16) & e) == e) w &= 0x0000FFFFu;
+    return w;
+}
+
+/* 1 when one of the 16-byte chunks that fa__tc_load<D, R, NT> has thread tid copy into the tile at
+   src holds an inf or a NaN (after the thread's cp.async wait: its own copies have landed). Over
+   all NT threads these are every chunk of the tile's R x D elements, whatever their layout. */
+template <int D, int R, int NT, typename T> static __device__ __forceinline__ bool fa__tc_scan(unsigned src, int tid)
+{
+    enum { CH = D / 8, IT = R * CH / NT };
+    bool bad = false;
+#pragma unroll 2
+    for (int it = 0; it < IT; it++) {
+        const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
+        bad |= fa__tc_bad<T>(fa__tc_lds16(src + (unsigned)(r * D + ((c ^ (r & 7)) << 3)) * 2u));
+    }
+    return bad;
+}
+
+/* The shared address of the 16-byte chunk c (columns 8c .. 8c+7) of key r of a V tile: 8d's
+   swizzled rows of D elements (fa__tc_load), or 8d3's TMA panels (64 columns, BK rows of 128
+   bytes, the 128-byte swizzle). */
+template <int D> struct fa__tc_vrows {
+    unsigned base;
+    __device__ __forceinline__ unsigned at(int r, int c) const { return base + (unsigned)(r * D + ((c ^ (r & 7)) << 3)) * 2u; }
+};
+template <int BK> struct fa__wg_vrows {
+    unsigned base;
+    __device__ __forceinline__ unsigned at(int r, int c) const
+    {
+        return base + (unsigned)((c >> 3) * BK * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+    }
+};
+
+template <typename T> static __device__ __forceinline__ float fa__tc_half(unsigned u, int hi);
+template <> __device__ __forceinline__ float fa__tc_half<__half>(unsigned u, int hi)
+{
+    return __half2float(__ushort_as_half((unsigned short)(hi ? u >> 16 : u & 0xFFFFu)));
+}
+template <> __device__ __forceinline__ float fa__tc_half<__nv_bfloat16>(unsigned u, int hi)
+{
+    return __uint_as_float(hi ? u & 0xFFFF0000u : u << 16);
+}
+
+/* Bit 2 mt + hf set when this thread's row (mt, hf) gives nonzero weight (its P fragments pa) to a
+   key of the V tile at va whose row holds an inf or a NaN (each thread reads its own keys' rows;
+   the quad's four shares ORed: every thread of the quad gets its rows' bits). */
+template <typename T, class C, class VA>
+static __device__ __forceinline__ unsigned fa__tc_hits(const unsigned (&pa)[C::MT][C::BK / 16][4], const VA &va, int lane)
+{
+    enum { MT = C::MT, NN = C::BK / 8, CH = C::D / 8 };
+    const int cq = 2 * (lane & 3);
+    unsigned hit = 0;
+#pragma unroll
+    for (int n = 0; n < NN; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            bool kbad = false;   /* key 8n + cq + e of the tile */
+#pragma unroll 1
+            for (int c = 0; c < CH; c++) kbad |= fa__tc_bad<T>(fa__tc_lds16(va.at(8 * n + cq + e, c)));
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++)
+                    if (kbad && fa__tc_half<T>(pa[mt][n >> 1][(n & 1) * 2 + hf], e) != 0.0f) hit |= 1u << (2 * mt + hf);
+        }
+    hit |= __shfl_xor_sync(0xffffffffu, hit, 1);
+    return hit | __shfl_xor_sync(0xffffffffu, hit, 2);
+}
+
+/* The rows whose bit is set in hit (fa__tc_hits) made NaN. */
+template <class C> static __device__ __forceinline__ void fa__tc_nan_rows(float (&o)[C::MT][C::D / 8][4], unsigned hit)
+{
+#pragma unroll
+    for (int mt = 0; mt < C::MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++)
+            if (hit >> (2 * mt + hf) & 1u)
+#pragma unroll
+                for (int n = 0; n < C::D / 8; n++) o[mt][n][2 * hf] = o[mt][n][2 * hf + 1] = NAN;
+}
+
+/* The rare case on the cp.async kernels (8d, 8d2), whose threads own the tile they copied: called
+   by all NT threads that share the V tile at src (barriers inside: the block, or the warp when NT
+   is 32) after fa__tc_hits has read it, it reads the tile's infs and NaNs as 0 (each thread
+   rewrites the chunks it copied, fa__tc_scan's), so that 8d's P V runs unchanged on it. */
+template <typename T, int D, int R, int NT> static __device__ __forceinline__ void fa__tc_clean_v(unsigned src, int tid)
+{
+    enum { CH = D / 8, IT = R * CH / NT };
+    if (NT == 32) __syncwarp();
+    else __syncthreads();
+#pragma unroll 1
+    for (int it = 0; it < IT; it++) {
+        const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
+        const unsigned addr = src + (unsigned)(r * D + ((c ^ (r & 7)) << 3)) * 2u;
+        const uint4 u = fa__tc_lds16(addr);
+        if (fa__tc_bad<T>(u))
+            asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(fa__tc_clean<T>(u.x)),
+                         "r"(fa__tc_clean<T>(u.y)), "r"(fa__tc_clean<T>(u.z)), "r"(fa__tc_clean<T>(u.w))
+                         : "memory");
+    }
+    if (NT == 32) __syncwarp();
+    else __syncthreads();
+}
+
+/* Step, the rare case on 8d3's kernel, whose V stage the TMA wrote and two consumers read (it is
+   never written): O += P V' on mma.sync for V' the tile at va with its infs and NaNs read as 0
+   (ldmatrix, the fragments cleaned in registers), then fa__tc_hits' rows made NaN. */
+template <typename T, class C, class VA>
+static __device__ __forceinline__ void fa__tc_pv_clean(float (&o)[C::MT][C::D / 8][4],
+                                                       const unsigned (&pa)[C::MT][C::BK / 16][4], const VA &va, int lane)
+{
+    typedef fa__tc_type<T> X;
+    enum { MT = C::MT, KB = C::BK / 16, CH = C::D / 8 };
+    const int lr = (lane & 7) + ((lane >> 3) & 1) * 8, lc = lane >> 4;
+#pragma unroll
+    for (int kk = 0; kk < KB; kk++)
+#pragma unroll
+        for (int n = 0; n < CH; n += 2) {
+            unsigned b0, b1, b2, b3;
+            fa__tc_ldsm_t(va.at(16 * kk + lr, n + lc), b0, b1, b2, b3);
+            b0 = fa__tc_clean<T>(b0); b1 = fa__tc_clean<T>(b1); b2 = fa__tc_clean<T>(b2); b3 = fa__tc_clean<T>(b3);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                X::mma(o[mt][n], pa[mt][kk], b0, b1);
+                X::mma(o[mt][n + 1], pa[mt][kk], b2, b3);
+            }
+        }
+    fa__tc_nan_rows<C>(o, fa__tc_hits<T, C>(pa, va, lane));
+}
+
 /* The end of a row of the tensor-core kernels (the forward and the decode kernel): the quad's sum
    of this thread's shares l, then 8b's end of row on it: returns o's factor 1 / l and sets lse,
    from the row's running max m (its unit turned into log2 units by f) as the exps' reference.
@@ -6521,6 +6744,14 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tc_fwd(const fa__tc_a
         fa__tc_qk<T, C>(s, qf, aq, ak, st);
         fa__tc_scores<C, MOD>(s, d, md, sc, al, bi, i0 + r0, cq, k0, fa__keys_full(&kr, k0, k0 + BK));
         fa__tc_softmax<T, C>(s, m, l, o, pa, f);
+        /* the rare case: a partial tile (some row hides some key, or a bias) whose V holds an inf
+           or a NaN (a block vote on the chunks each thread copied, landed at the wait above): the
+           rows that give such a key weight are made NaN, the tile's infs and NaNs read as 0, and
+           P V runs as always */
+        if ((bi || !fa__keys_full(&kr, k0, k0 + BK)) && __syncthreads_or(fa__tc_scan<D, BK, G::NT, T>(sV + st, tid))) {
+            fa__tc_nan_rows<C>(o, fa__tc_hits<T, C>(pa, fa__tc_vrows<D>{ sV + st }, lane));
+            fa__tc_clean_v<T, D, BK, G::NT>(sV + st, tid);
+        }
         fa__tc_pv<T, C>(o, pa, av, st);
     }
     fa__tc_write<T, C>(a, o, m, l, f, sQ, b, h, i0, warp, lane);
@@ -6712,17 +6943,23 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
     fa__tc_q_frags<C>(qf, aq);
 
     for (int u = 0; u < nt; u++) {
+        const int kt = (t0 + warp + NW * u) * BK;
+        const unsigned st = (unsigned)(u % ST) * BK * D * 2;
+        const bool full = fa__keys_full(&kr, kt, kt + BK);
         fa__cu_wait<ST - 2>();   /* tile u landed (every lane's part: the warp barrier) */
         __syncwarp();
         if (u + ST - 1 < nt) fa__dec_load<C>(sK, sV, (u + ST - 1) % ST, gk, gv, d, (t0 + warp + NW * (u + ST - 1)) * BK, lane);
         fa__cu_commit();
-        const int kt = (t0 + warp + NW * u) * BK;
-        const unsigned st = (unsigned)(u % ST) * BK * D * 2;
         float s[1][G::NN][4];
         unsigned pa[1][G::KB][4];
         fa__tc_qk<T, C>(s, qf, aq, ak, st);
-        fa__dec_scores<C, MOD>(s, d, md, sc, al, bi, qi, rok, lo, hi, kt + cq, fa__keys_full(&kr, kt, kt + BK));
+        fa__dec_scores<C, MOD>(s, d, md, sc, al, bi, qi, rok, lo, hi, kt + cq, full);
         fa__tc_softmax<T, C>(s, m, l, o, pa, f);
+        /* 8d's rare case (fa__tc_clean_v), voted by the warp that owns the tile */
+        if ((bi || !full) && __any_sync(0xffffffffu, fa__tc_scan<D, BK, 32, T>(sV + st, lane))) {
+            fa__tc_nan_rows<C>(o, fa__tc_hits<T, C>(pa, fa__tc_vrows<D>{ sV + st }, lane));
+            fa__tc_clean_v<T, D, BK, 32>(sV + st, lane);
+        }
         fa__tc_pv<T, C>(o, pa, av, st);
     }
     fa__cu_wait<0>();
@@ -6833,8 +7070,8 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__dec_ffma(const fa__dec
             if (!full && (j < lo[r] || j >= hi[r])) x = -INFINITY;
             mx = x;
 #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) mx = fa__nmax(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-            mnew = fa__nmax(m[r], mx);
+            for (int off = 16; off > 0; off >>= 1) mx = fa__lse_max(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            mnew = fa__lse_max(m[r], mx);
             ref = fa__online_ref(mnew) * FA__CU_LOG2E;
             alpha = exp2f(ml[r] - ref);
             e = exp2f(fmaf(x, FA__CU_LOG2E, -ref));
@@ -6849,6 +7086,23 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__dec_ffma(const fa__dec
             sP[(warp + 4 * r) * 33 + lane] = e;
         }
         __syncwarp();
+        if (bi || !full) {   /* 8c's rare case (fa__cu_fix_v): the V elements this thread stored, voted on */
+            int bad = 0;
+#pragma unroll 1
+            for (int e = tid; e < BKF * DC; e += FA__CU_DEC_THREADS) bad |= fa__cu_bad(sV[(e / DC) * LD + e % DC]);
+            bad = __any_sync(0xffffffffu, bad);   /* the warps' votes through P's padding column */
+            if (lane == 0) ((int *)sP)[warp * 33 + 32] = bad;
+            __syncthreads();
+            bad = 0;
+#pragma unroll
+            for (int w = 0; w < FA__CU_DEC_THREADS / 32; w++) bad |= ((const int *)sP)[w * 33 + 32];
+            if (bad) {
+                const unsigned hit = fa__cu_fix_v<BKF, DC, LD, FA__CU_DEC_THREADS>(sV, sP, 33, warp, 4, RW, tid);
+#pragma unroll
+                for (int r = 0; r < RW; r++)
+                    if (hit >> r & 1u) l[r] = NAN;   /* the row ends NaN (o and lse) */
+            }
+        }
         for (int jj = 0; jj < BKF; jj++) {                  /* acc += P V: columns lane + 32 n */
 #pragma unroll
             for (int n = 0; n < NC; n++) {
@@ -6920,7 +7174,13 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
      other's wgmma (measured level with no turns at all, PP = 0: bench/RESULTS.md, "Hopper forward
      (issue 15)"; kept as FlashAttention-3's schedule, not for a measured gain).
    The key tiles are 8d's: fa__cu_tile_keys of the block's rows, fa__keys_full for the tiles that
-   need no mask, the longest (causal) blocks first. Served (fa__cu_pick, fa__wg_pick): fp16/bf16,
+   need no mask, the longest (causal) blocks first. 8d's rare case too: before the P V of a partial
+   tile (some row hides some key, or a bias) each consumer scans the V stage (its warpgroup's
+   vote on a named barrier of its own, then a warp vote, so that ptxas sees a uniform branch around
+   the wgmma); a stage with an inf or a NaN skips the P V wgmma and takes fa__tc_pv_clean (mma.sync)
+   on the same fragments after the step's wait, reading the stage (which only the TMA writes)
+   before the warp's "empty" arrival.
+   Served (fa__cu_pick, fa__wg_pick): fp16/bf16,
    D = Dv in {64, 128}, Sk >= 1, q, k, v in layouts TMA takes (fa__wg_tma_ok), o rows 16-byte aligned, a
    device of compute capability 9.0 running this build's sm_90a code (fa__wg_built); the modifier
    variants are fa__tc_fwd's. Elsewhere (and under a CUDA older than 12.0) fa__tc_fwd serves.
@@ -6984,9 +7244,11 @@ static __device__ __forceinline__ void fa__tma_load(unsigned dst, const CUtensor
 }
 
 /* Named barriers among the two consumer warpgroups (id 0 is __syncthreads'): the end of the loop,
-   and one turn barrier per consumer for the ping-pong. */
+   one turn barrier per consumer for the ping-pong (2, 3), and one vote barrier per consumer (4, 5:
+   its 128 threads, fa__wg_vote). */
 #define FA__WG_BAR_END 1
 #define FA__WG_BAR_TURN 2
+#define FA__WG_BAR_VOTE 4
 static __device__ __forceinline__ void fa__wg_bar_sync(int id)
 {
     asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
@@ -6995,6 +7257,15 @@ static __device__ __forceinline__ void fa__wg_bar_sync(int id)
 static __device__ __forceinline__ void fa__wg_bar_arrive(int id)
 {
     asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+
+/* 1 on every thread of a consumer warpgroup when x is 1 on one of them (barrier id, 128 threads) */
+static __device__ __forceinline__ bool fa__wg_vote(int id, bool x)
+{
+    unsigned r;
+    asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 q, %1, 0;\nbar.red.or.pred p, %2, 128, q;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(r) : "r"((unsigned)x), "r"(id) : "memory");
+    return r != 0;
 }
 
 /* A wgmma shared-memory descriptor (PTX 9.7.15.5.1.2): address, leading and stride byte offsets
@@ -7134,15 +7405,21 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
         l[0][0] = l[0][1] = 0.0f;
         if (nt > 0) fa__mb_wait(qbar, 0);
         if (C::PP && cw == 1) fa__wg_bar_arrive(FA__WG_BAR_TURN);   /* consumer 0 takes the first turn */
+        bool ppart = false;   /* tile j-1 is partial (some row hides some key, or a bias) */
         for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
             const bool qk = j < nt, pv = j > 0;
             const int sq = j % ST, sp = (j + ST - 1) % ST;
+            /* 8d's rare case: a partial tile whose V holds an inf or a NaN takes fa__tc_pv_clean, voted
+               by the warpgroup over the stage (which no thread writes: the TMA's alone) */
+            bool bad = false;
+            if (pv && ppart)   /* (the warp vote on top lets ptxas see a warp-uniform branch) */
+                bad = __any_sync(0xffffffffu, fa__wg_vote(FA__WG_BAR_VOTE + cw, fa__tc_scan<D, BK, 128, T>(sV + sp * G::KB, tid & 127)));
             if (qk) fa__mb_wait(full + 8 * sq, (unsigned)(j / ST) & 1u);
             if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
             fa__wg_keep(o);
             fa__wg_keep(s);
             fa__wg_fence();
-            if (pv) {
+            if (pv && !bad) {
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; kk++) {
                     const unsigned long long dv = fa__wg_desc(sV + sp * G::KB + kk * 2048, BK * 128, 1024);
@@ -7162,12 +7439,15 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
             fa__wg_keep(o);
             fa__wg_keep(s);
             if (pv) {   /* this warp is done with stage sp (K and V of tile j-1) */
+                if (bad) fa__tc_pv_clean<T, C>(o, pa, fa__wg_vrows<BK>{ sV + sp * G::KB }, lane);
                 __syncwarp();
                 if (lane == 0) fa__mb_arrive(empty + 8 * sp);
             }
             if (qk) {
                 const int k0 = (t0 + j) * BK;
-                fa__tc_scores<C, MOD>(s, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, fa__keys_full(&kr, k0, k0 + BK));
+                const bool kfull = fa__keys_full(&kr, k0, k0 + BK);
+                ppart = mv.bi || !kfull;
+                fa__tc_scores<C, MOD>(s, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, kfull);
                 fa__tc_softmax<T, C>(s, m, l, o, pa, mv.f);
             }
         }
@@ -7187,16 +7467,17 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
 
 /* ---- 8e. CUDA: the naive path's kernels and merge's ------------------------------------------ */
 
-/* Block-wide reductions for up to 1024 threads (red holds 32 floats). */
+/* Block-wide reductions for up to 1024 threads (red holds 32 floats). The max is section 1's
+   (fa__lse_max): a NaN sticks, from any lane and any warp. */
 static __device__ __forceinline__ float fa__cu_bmax(float x, float *red)
 {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    for (int off = 16; off > 0; off >>= 1) x = fa__nmax(x, __shfl_xor_sync(0xffffffffu, x, off));
+    for (int off = 16; off > 0; off >>= 1) x = fa__lse_max(x, __shfl_xor_sync(0xffffffffu, x, off));
     __syncthreads();
     if (lane == 0) red[w] = x;
     __syncthreads();
     x = -INFINITY;
-    for (int i = 0; i < nw; i++) x = fa__nmax(x, red[i]);
+    for (int i = 0; i < nw; i++) x = fa__lse_max(x, red[i]);
     return x;
 }
 
@@ -7235,7 +7516,7 @@ __global__ void fa__cu_softmax(fa__dims d, float *S, TP *P, float *scores)
         if (j < lo || j >= hi) x = -INFINITY;
         if (ROW) row[j] = x; else s[j] = x;
         if (scores) scores[r * Sk + j] = x;
-        mx = fa__nmax(mx, x);
+        mx = fa__lse_max(mx, x);   /* a NaN score sticks: the row is NaN, never taken for an empty one */
     }
     mx = fa__cu_bmax(mx, red);
     if (mx == -INFINITY) {                                 /* no visible key: P = 0, lse = -inf */
@@ -7252,6 +7533,45 @@ __global__ void fa__cu_softmax(fa__dims d, float *S, TP *P, float *scores)
     inv = 1.0f / sum;
     for (int64_t j = threadIdx.x; j < Sk; j += blockDim.x) fa__st(pr + j, (ROW ? row[j] : s[j]) * inv);
     if (d.lse && threadIdx.x == 0) d.lse[r] = mx + logf(sum);
+}
+
+/* P V's rare case on the naive path: cuBLAS forms 0 * v for the keys a row does not see, NaN when
+   v is an inf or a NaN, and a NaN must reach only the rows that see its key (API.md). fa__cu_vbad
+   sets flag[b * Hkv + g] (zeroed before) when kv head (b, g) of v (strides s, as the GEMM reads it)
+   holds an inf or a NaN: one read of v, beside the GEMMs' many; EM the exponent bits of the storage
+   type. fa__cu_pv_fix, after the GEMM, recomputes the rows of a flagged head from P in FFMA, zero
+   weights skipped (as the CPU does); other rows return at once. */
+template <typename T, typename U, unsigned EM>
+__global__ void fa__cu_vbad(const T *v, int Hkv, int Sk, int Dv, int64_t s0, int64_t s1, int64_t s2, int64_t rows,
+                            int *flag)
+{
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {   /* r = (b * Hkv + g) * Sk + j */
+        const int64_t bg = r / Sk, j = r % Sk, b = bg / Hkv, g = bg % Hkv;
+        const U *row = (const U *)(v + b * s0 + g * s1 + j * s2);
+        int bad = 0;
+        for (int t = threadIdx.x; t < Dv; t += blockDim.x) bad |= ((unsigned)row[t] & EM) == EM;
+        if (bad) flag[bg] = 1;
+    }
+}
+
+template <typename T, typename TP>
+__global__ void fa__cu_pv_fix(fa__dims d, const T *v, int64_t s0, int64_t s1, int64_t s2, const TP *P, T *o,
+                              const int *flag)
+{
+    const int64_t r = blockIdx.x, bh = r / d.Sq, i = r % d.Sq;
+    const int b = (int)(bh / d.Hq), h = (int)(bh % d.Hq), g = h / d.group;
+    if (!flag[(int64_t)b * d.Hkv + g]) return;
+    const TP *pr = P + r * d.Sk;
+    const T *vb = v + b * s0 + g * s1;
+    T *orow = o + b * d.os[0] + h * d.os[1] + i * d.os[2];
+    for (int t = threadIdx.x; t < d.Dv; t += blockDim.x) {
+        float a = 0.0f;
+        for (int64_t j = 0; j < d.Sk; j++) {
+            const float p = fa__ld(pr + j);
+            if (p != 0.0f) a = fmaf(p, fa__ld(vb + j * s2 + t), a);
+        }
+        fa__st(orow + t, a);
+    }
 }
 
 /* o = 0 and lse = -inf for every row (Sk == 0) */
@@ -7437,7 +7757,7 @@ __global__ void fa__cu_bwd_rows(fa__dims d, float *S, float *dP, float *G, const
             if (j < lo || j >= hi) x = -INFINITY;
             s[j] = x;
             if (g) g[j] = 1.0f - t * t;
-            mx = fa__nmax(mx, x);
+            mx = fa__lse_max(mx, x);
         }
         for (int t = threadIdx.x; t < d.Dv; t += blockDim.x) delta += dO[r * d.Dv + t] * fa__ld(orow + t);
         mx = fa__cu_bmax(mx, red);
@@ -9084,7 +9404,7 @@ FLASHATTN_DEF fa_status fa_cuda_naive(const fa_params *p, const void *q, const v
     cudaStream_t s;
     cublasHandle_t hd = NULL;
     cudaDataType_t ty;
-    size_t es, esp, n, nbh, off_p, off_ptr, off_q, off_k, off_v, off_ws, total;
+    size_t es, esp, n, nbh, off_p, off_ptr, off_flag, off_q, off_k, off_v, off_ws, total;
     int ldq, ldk, ldv, ldo, pack_q, pack_k, pack_v, pooled = 0, threads, row_smem;
     char *mem = NULL;
     const void **arr;
@@ -9114,12 +9434,14 @@ FLASHATTN_DEF fa_status fa_cuda_naive(const fa_params *p, const void *q, const v
     if (pack_q) ldq = d.D;
     if (pack_k) ldk = d.D;
     if (pack_v) ldv = d.Dv;
-    /* workspace: S fp32 [B*Hq][Sq][Sk] | P (fp16/bf16 only) | 6 pointer arrays | packed q, k, v | cuBLAS */
+    /* workspace: S fp32 [B*Hq][Sq][Sk] | P (fp16/bf16 only) | 6 pointer arrays | v's flags (fa__cu_vbad,
+       B*Hkv ints) | packed q, k, v | cuBLAS */
     n = fa__mul_size(fa__mul_size(nbh, (size_t)d.Sq), (size_t)d.Sk);
     esp = d.dtype == FA_F32 ? 0 : 2;
     off_p = fa__cu_round(fa__mul_size(n, 4));
     off_ptr = fa__add_size(off_p, fa__cu_round(fa__mul_size(n, esp)));
-    off_q = fa__add_size(off_ptr, fa__cu_round(fa__mul_size(nbh, 6 * sizeof(void *))));
+    off_flag = fa__add_size(off_ptr, fa__cu_round(fa__mul_size(nbh, 6 * sizeof(void *))));
+    off_q = fa__add_size(off_flag, fa__cu_round(fa__mul_size((size_t)d.B * d.Hkv, sizeof(int))));
     off_k = fa__add_size(off_q, pack_q ? fa__cu_round(fa__mul_size(fa__mul_size(nbh, (size_t)d.Sq), (size_t)d.D * es)) : 0);
     off_v = fa__add_size(off_k, pack_k ? fa__cu_round(fa__mul_size(fa__mul_size((size_t)d.B * d.Hkv, (size_t)d.Sk), (size_t)d.D * es)) : 0);
     off_ws = fa__add_size(off_v, pack_v ? fa__cu_round(fa__mul_size(fa__mul_size((size_t)d.B * d.Hkv, (size_t)d.Sk), (size_t)d.Dv * es)) : 0);
@@ -9155,6 +9477,20 @@ FLASHATTN_DEF fa_status fa_cuda_naive(const fa_params *p, const void *q, const v
                                                               d.dtype == FA_F32 ? mem : mem + off_p, (int)es,
                                                               d.dtype == FA_F32 ? 4 : 2, arr);
     st = fa__cu(cudaGetLastError());
+    /* the kv heads whose v holds an inf or a NaN (P V's rare case, fa__cu_pv_fix) */
+    if (st == FA_OK) st = fa__cu(cudaMemsetAsync(mem + off_flag, 0, (size_t)d.B * d.Hkv * sizeof(int), s));
+    if (st == FA_OK) {
+        const int64_t vrows = (int64_t)d.B * d.Hkv * d.Sk;
+        const unsigned vg = (unsigned)(vrows < 65536 ? vrows : 65536);
+        int *flag = (int *)(mem + off_flag);
+        if (d.dtype == FA_F32)
+            fa__cu_vbad<float, unsigned, 0x7F800000u><<<vg, 64, 0, s>>>((const float *)vv, d.Hkv, d.Sk, d.Dv, w.vs[0], w.vs[1], w.vs[2], vrows, flag);
+        else if (d.dtype == FA_F16)
+            fa__cu_vbad<unsigned short, unsigned short, 0x7C00u><<<vg, 64, 0, s>>>((const unsigned short *)vv, d.Hkv, d.Sk, d.Dv, w.vs[0], w.vs[1], w.vs[2], vrows, flag);
+        else
+            fa__cu_vbad<unsigned short, unsigned short, 0x7F80u><<<vg, 64, 0, s>>>((const unsigned short *)vv, d.Hkv, d.Sk, d.Dv, w.vs[0], w.vs[1], w.vs[2], vrows, flag);
+        st = fa__cu(cudaGetLastError());
+    }
     /* S^T (col-major Sk x Sq) = K Q^T, scaled, fp32 out */
     if (st == FA_OK) st = fa__cublas(cublasCreate(&hd));
     if (st == FA_OK) st = fa__cublas(cublasSetStream(hd, s));
@@ -9186,6 +9522,17 @@ FLASHATTN_DEF fa_status fa_cuda_naive(const fa_params *p, const void *q, const v
                                             arr + 3 * nbh, ty, ldv, arr + 4 * nbh, ty, d.Sk, &zero,
                                             (void *const *)(arr + 5 * nbh), ty, ldo, (int)nbh,
                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (st == FA_OK) {   /* the rows of a kv head whose v holds an inf or a NaN, recomputed */
+        const unsigned rows = (unsigned)(nbh * d.Sq);
+        const int *flag = (const int *)(mem + off_flag);
+        if (d.dtype == FA_F32)
+            fa__cu_pv_fix<float, float><<<rows, 64, 0, s>>>(d, (const float *)vv, w.vs[0], w.vs[1], w.vs[2], (const float *)mem, (float *)o, flag);
+        else if (d.dtype == FA_F16)
+            fa__cu_pv_fix<__half, __half><<<rows, 64, 0, s>>>(d, (const __half *)vv, w.vs[0], w.vs[1], w.vs[2], (const __half *)(mem + off_p), (__half *)o, flag);
+        else
+            fa__cu_pv_fix<__nv_bfloat16, __nv_bfloat16><<<rows, 64, 0, s>>>(d, (const __nv_bfloat16 *)vv, w.vs[0], w.vs[1], w.vs[2], (const __nv_bfloat16 *)(mem + off_p), (__nv_bfloat16 *)o, flag);
+        st = fa__cu(cudaGetLastError());
+    }
     if (hd) {
         st2 = fa__cublas(cublasDestroy(hd));
         if (st == FA_OK) st = st2;

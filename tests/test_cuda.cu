@@ -629,6 +629,228 @@ static void test_decode_nan(void **state)
     }
 }
 
+/* ---- a NaN or inf hidden from some rows reaches only the rows that see it (every forward kernel) --
+
+   API.md: "A NaN in the inputs may make the rows it reaches NaN, and no others." One bad element
+   (NaN in q, k or v, or +inf in v) in a key that the mask (causal, a window, a -inf bias entry)
+   hides from some rows of the tiles that hold it; or no mask, where it reaches every row of its
+   (batch, kv head). Prefill (several tiles) and decode (few rows, GQA packed, split keys) shapes,
+   fp32/fp16/bf16, head dims and layouts that reach every forward kernel (the generic kernel at an
+   odd D, the aligned fp32 kernels, the mma.sync kernel through k and v broadcast over the batch,
+   which TMA refuses, the Hopper kernel, the decode kernels) and fa_cuda_naive. The rows the float64
+   reference leaves finite must be finite and match it within API.md's tolerance; in the rows it
+   does not, every element it makes non-finite must be non-finite (never lost; the rest of such a
+   row may be NaN too). */
+enum { NB_Q = 0, NB_K, NB_V, NB_VINF, NB_KINDS };
+enum { NM_NONE = 0, NM_CAUSAL, NM_WINDOW, NM_BIAS, NM_MASKS };
+
+typedef struct nan_case {
+    int decode, D, mask, bad, bcast, tiled, block_q, block_k;
+    fa_dtype dt;
+} nan_case;
+
+static int g_nan_served[FA__CU_KERNELS + 1][2];   /* runs, failures; [FA__CU_KERNELS]: fa_cuda_naive */
+
+/* One case; 1 when it passes. *kern: the kernel that served (FA__CU_KERNELS for the naive path). */
+static int nan_run(const nan_case *nc, fa__cu_kernel *kern)
+{
+    static const char *const mname[NM_MASKS] = { "none", "causal", "window", "bias" };
+    static const char *const bname[NB_KINDS] = { "nan q", "nan k", "nan v", "inf v" };
+    const int B = 2, Hq = nc->decode ? 8 : 4, Hkv = 2;
+    const int Sq = nc->decode ? (nc->mask == NM_NONE ? 1 : nc->mask == NM_CAUSAL ? 4 : nc->mask == NM_WINDOW ? 2 : 3) : 200;
+    const int Sk = nc->decode ? 2000 : 200, D = nc->D;
+    /* the bad key: causal hides it from the rows above its diagonal, the window from all but a few */
+    const int kj = nc->mask == NM_WINDOW ? (nc->decode ? Sk - Sq - 300 + 1 : 150) : (nc->decode ? Sk - 2 : 150);
+    fa_params p, pd;
+    ref_dims rd;
+    ref_rng r;
+    ref_tensors t;
+    char name[200];
+    float *bias = NULL, *oref, *lref, *ob, *og, *lo, *fo, *fr, *fl, *flr;
+    void *dq, *dk, *dv, *dout, *dbias = NULL;
+    float *dlse;
+    size_t rows, nbias = 0, e, nf = 0, nfinite_rows = 0, nreached = 0;
+    int ok = 1, b, h, i, tt;
+    fa_status st;
+
+    snprintf(name, sizeof name, "%s %s D=%d %s mask %s%s block_q=%d block_k=%d", nc->tiled ? "tiled" : "naive",
+             dt_name(nc->dt), D, nc->decode ? "decode" : "prefill", mname[nc->mask], nc->bcast ? " kv-broadcast" : "",
+             nc->block_q, nc->block_k);
+    memset(&p, 0, sizeof p);
+    p.batch = B; p.heads = Hq; p.kv_heads = Hkv; p.seq_q = Sq; p.seq_k = Sk; p.head_dim = D; p.dtype = nc->dt;
+    p.causal = nc->mask == NM_CAUSAL || (nc->decode && nc->mask == NM_WINDOW);
+    if (nc->mask == NM_WINDOW) {
+        if (nc->decode) p.window_left = 300;
+        else { p.window_left = 5; p.window_right = 3; }
+    }
+    if (nc->bcast) {   /* k and v shared by the batch: stride 0 (TMA refuses it, mma.sync takes it) */
+        p.k_stride[0] = 0; p.k_stride[1] = (int64_t)Sk * D; p.k_stride[2] = D;
+        p.v_stride[0] = 0; p.v_stride[1] = (int64_t)Sk * D; p.v_stride[2] = D;
+    }
+    ref_dims_of(&p, &rd);
+    ref_seed(&r, name_seed(name) + 31u * (uint64_t)nc->bad);
+    assert_true(ref_tensors_make(&p, &r, &t));
+    ref_round_to(nc->dt, t.q, t.nq);
+    ref_round_to(nc->dt, t.k, t.nk);
+    ref_round_to(nc->dt, t.v, t.nv);
+    if (nc->bad == NB_Q) t.q[1 * rd.qs[0] + 2 * rd.qs[1] + (int64_t)(Sq - 1 - (nc->decode ? 0 : 30)) * rd.qs[2] + 3] = NAN;
+    if (nc->bad == NB_K) t.k[0 * rd.ks[0] + 1 * rd.ks[1] + (int64_t)kj * rd.ks[2] + D / 2] = NAN;
+    if (nc->bad == NB_V) t.v[1 * rd.vs[0] + 0 * rd.vs[1] + (int64_t)kj * rd.vs[2] + 0] = NAN;
+    if (nc->bad == NB_VINF) t.v[1 * rd.vs[0] + 0 * rd.vs[1] + (int64_t)kj * rd.vs[2] + 1] = INFINITY;
+    if (nc->mask == NM_BIAS) {   /* packed [B][Hq][Sq][Sk], N(0,1), the bad key hidden from half the rows */
+        nbias = (size_t)B * Hq * Sq * Sk;
+        bias = ref_alloc(nbias);
+        assert_non_null(bias);
+        ref_fill_normal(&r, bias, nbias);
+        for (b = 0; b < B; b++)
+            for (h = 0; h < Hq; h++)
+                for (i = 0; i < Sq; i++)
+                    if ((h + i) % 2 == 0) bias[(((size_t)b * Hq + h) * Sq + i) * Sk + kj] = -INFINITY;
+        p.bias = bias;
+    }
+    rows = (size_t)B * Hq * Sq;
+    oref = ref_alloc(rows * D); lref = ref_alloc(rows); ob = ref_alloc(t.no); og = ref_alloc(rows * D);
+    lo = ref_alloc(rows); fo = ref_alloc(rows * D); fr = ref_alloc(rows * D); fl = ref_alloc(rows); flr = ref_alloc(rows);
+    assert_true(oref && lref && ob && og && lo && fo && fr && fl && flr);
+    assert_true(ref_attention(&p, t.q, t.k, t.v, oref, lref, NULL));
+
+    dq = upload(t.q, t.nq, nc->dt); dk = upload(t.k, t.nk, nc->dt); dv = upload(t.v, t.nv, nc->dt);
+    dout = dalloc(t.no * esize(nc->dt));
+    dlse = (float *)dalloc(rows * 4);
+    if (bias) dbias = upload(bias, nbias, FA_F32);
+    pd = p;
+    pd.lse = dlse; pd.bias = (const float *)dbias; pd.block_q = nc->block_q; pd.block_k = nc->block_k;
+    *kern = FA__CU_KERNELS;
+    if (nc->tiled) {
+        fa__dims dd;
+        fa__cu_plan plan;
+        assert_int_equal(fa__resolve(&pd, dq, dk, dv, dout, &dd, NULL), FA_OK);
+        assert_int_equal(fa__cu_pick(&dd, dq, dk, dv, dout, &plan), FA_OK);
+        *kern = plan.kernel;
+    }
+    st = nc->tiled ? fa_cuda_tiled(&pd, dq, dk, dv, dout) : fa_cuda_naive(&pd, dq, dk, dv, dout, NULL);
+    CU(cudaDeviceSynchronize());
+    assert_int_equal(st, FA_OK);
+    download(ob, dout, t.no, nc->dt, NULL);
+    ref_gather_o(&p, ob, og);
+    download(lo, dlse, rows, FA_F32, NULL);
+    for (e = 0; e < rows; e++) {
+        int reached = !isfinite(lref[e]);
+        for (tt = 0; tt < D; tt++) reached |= !isfinite(oref[e * D + tt]);
+        if (reached) {   /* never lost: what the reference makes non-finite stays so */
+            nreached++;
+            if (lref[e] != lref[e] && lo[e] == lo[e]) {
+                if (ok) print_error("  FAIL %s %s: row %zu lse %g, want NaN\n", name, bname[nc->bad], e, (double)lo[e]);
+                ok = 0;
+            }
+            for (tt = 0; tt < D; tt++)
+                if (!isfinite(oref[e * D + tt]) && isfinite(og[e * D + tt])) {
+                    if (ok) print_error("  FAIL %s %s: row %zu col %d = %g, want %g\n", name, bname[nc->bad], e, tt,
+                                        (double)og[e * D + tt], (double)oref[e * D + tt]);
+                    ok = 0;
+                }
+            continue;
+        }
+        for (tt = 0; tt < D; tt++) {
+            if (!isfinite(og[e * D + tt])) {
+                if (nf++ == 0)
+                    print_error("  FAIL %s %s: row %zu (unreached) col %d = %g, want %g\n", name, bname[nc->bad], e, tt,
+                                (double)og[e * D + tt], (double)oref[e * D + tt]);
+                ok = 0;
+            }
+            fo[nfinite_rows * D + tt] = og[e * D + tt];
+            fr[nfinite_rows * D + tt] = oref[e * D + tt];
+        }
+        fl[nfinite_rows] = lo[e];
+        flr[nfinite_rows] = lref[e];
+        nfinite_rows++;
+    }
+    if (nf) print_error("  FAIL %s %s: %zu non-finite elements in %zu rows the bad element does not reach\n", name,
+                        bname[nc->bad], nf, nfinite_rows);
+    /* the bad element reached some rows and left others; the rest matches the reference */
+    assert_true(nreached > 0 && nfinite_rows > 0);
+    if (nf == 0) {
+        if (nc->dt == FA_F32) ok &= close_or_report("o", name, fo, fr, nfinite_rows * D, 1e-5, 1e-5);
+        else {
+            const double rel = ref_rel_error(fo, fr, nfinite_rows * D), tol = nc->dt == FA_F16 ? 1e-3 : 5e-3;
+            if (!(rel <= tol)) {
+                print_error("  FAIL %s %s o: relative error %g > %g\n", name, bname[nc->bad], rel, tol);
+                ok = 0;
+            }
+        }
+        ok &= close_or_report("lse", name, fl, flr, nfinite_rows, nc->dt == FA_F32 ? 1e-5 : 1e-4,
+                              nc->dt == FA_F32 ? 1e-5 : 1e-4);
+    }
+    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout); cudaFree(dlse);
+    if (dbias) cudaFree(dbias);
+    free(bias); free(oref); free(lref); free(ob); free(og); free(lo); free(fo); free(fr); free(fl); free(flr);
+    ref_tensors_free(&t);
+    return ok;
+}
+
+static void test_nan_hidden(void **state)
+{
+    static const int dims[3] = { 64, 128, 33 };
+    int dec, di, k, mask, bad, bc, tiled, n, fails = 0, runs = 0;
+    (void)state;
+    memset(g_nan_served, 0, sizeof g_nan_served);
+    for (dec = 0; dec <= 1; dec++)
+        for (di = 0; di < 3; di++)
+            for (k = 0; k < 3; k++)
+                for (bc = 0; bc <= 1; bc++)
+                    for (tiled = 0; tiled <= 1; tiled++)
+                        for (mask = 0; mask < NM_MASKS; mask++)
+                            for (bad = 0; bad < NB_KINDS; bad++) {
+                                nan_case nc;
+                                fa__cu_kernel kern;
+                                int good;
+                                /* broadcast k/v: the half kernels' prefill shapes (mma.sync on a Hopper) */
+                                if (bc && (dec || k_all[k] == FA_F32 || dims[di] == 33 || !tiled)) continue;
+                                if (g_small && (di == 1 || bad == NB_VINF || (bad == NB_Q && mask != NM_CAUSAL))) continue;
+                                if (bad == NB_VINF && (mask == NM_NONE || mask == NM_WINDOW)) continue;
+                                nc.decode = dec; nc.D = dims[di]; nc.mask = mask; nc.bad = bad; nc.bcast = bc;
+                                nc.tiled = tiled; nc.block_q = 0; nc.block_k = 0; nc.dt = k_all[k];
+                                good = nan_run(&nc, &kern);
+                                g_nan_served[kern][0]++;
+                                g_nan_served[kern][1] += !good;
+                                fails += !good;
+                                runs++;
+                            }
+    {   /* the other fp32 kernels' pipelines (8c: PIPE 1 with BK 32, PIPE 2) */
+        static const int qk[3][3] = { { 64, 64, 32 }, { 128, 128, 0 }, { 128, 0, 32 } };   /* D, block_q, block_k */
+        for (k = 0; k < 3; k++)
+            for (mask = NM_CAUSAL; mask < NM_MASKS; mask++) {
+                nan_case nc;
+                fa__cu_kernel kern;
+                int good;
+                if (g_small && k > 0) continue;
+                nc.decode = 0; nc.D = qk[k][0]; nc.mask = mask; nc.bad = NB_V; nc.bcast = 0; nc.tiled = 1;
+                nc.block_q = qk[k][1]; nc.block_k = qk[k][2]; nc.dt = FA_F32;
+                good = nan_run(&nc, &kern);
+                g_nan_served[kern][0]++;
+                g_nan_served[kern][1] += !good;
+                fails += !good;
+                runs++;
+            }
+    }
+    printf("  test_nan_hidden: %d of %d runs failed; by kernel (runs, failures):\n", fails, runs);
+    for (k = 0; k <= FA__CU_KERNELS; k++)
+        if (g_nan_served[k][0])
+            printf("    %-16s %4d %4d\n", k == FA__CU_KERNELS ? "naive (cuBLAS)" : fa__cu_kernel_name((fa__cu_kernel)k),
+                   g_nan_served[k][0], g_nan_served[k][1]);
+    /* every forward kernel family was reached */
+    n = g_nan_served[FA__CU_GENERIC_D64][0] && g_nan_served[FA__CU_F32_D64][0] && g_nan_served[FA__CU_TC_D64][0] &&
+        g_nan_served[FA__CU_DEC_TC_D64][0] && g_nan_served[FA__CU_DEC_D64][0] && g_nan_served[FA__CU_KERNELS][0] &&
+        (!g_hopper || g_nan_served[FA__CU_WG_D64][0]) &&
+        (g_small || (g_nan_served[FA__CU_F32_D128][0] && g_nan_served[FA__CU_TC_D128][0] &&   /* D = 128: full grid */
+                     g_nan_served[FA__CU_DEC_TC_D128][0] && g_nan_served[FA__CU_DEC_D128][0] &&
+                     g_nan_served[FA__CU_F32_D64_Q64K32][0] && g_nan_served[FA__CU_F32_D128_K32][0] &&
+                     (!g_hopper || (g_nan_served[FA__CU_WG_D128][0] && g_nan_served[FA__CU_F32_D128_Q128][0]))));
+    if (!n) print_error("  test_nan_hidden: a kernel family was not reached\n");
+    assert_true(n);
+    assert_int_equal(fails, 0);
+}
+
 /* ---- errors: statuses, and o, lse, scores untouched ------------------------------------------- */
 
 static void test_errors(void **state)
@@ -1024,20 +1246,28 @@ static double time_call(int tiled, const fa_params *p, void *q, void *k, void *v
 
 static void test_timing(void **state)
 {
-    static const struct { int tiled; fa_dtype dt; int D, S, causal, bk, bq; } runs[] = {
-        { 1, FA_F32, 64, 4096, 0, 0, 0 }, { 1, FA_F32, 64, 4096, 1, 0, 0 }, { 1, FA_F32, 64, 4096, 0, 64, 0 },
-        { 1, FA_F32, 128, 4096, 0, 0, 0 }, { 1, FA_F32, 128, 4096, 1, 0, 0 }, { 1, FA_F32, 128, 4096, 0, 32, 0 },
-        { 1, FA_F32, 128, 4096, 0, 64, 0 }, { 1, FA_F32, 128, 4096, 1, 64, 0 }, { 1, FA_F32, 64, 4096, 1, 64, 0 },
-        { 1, FA_F32, 128, 1024, 0, 0, 0 }, { 1, FA_F32, 64, 16384, 1, 0, 0 },
-        { 1, FA_F16, 128, 4096, 0, 0, 0 }, { 1, FA_BF16, 64, 4096, 0, 0, 0 },
-        { 0, FA_F32, 64, 4096, 0, 0, 0 }, { 0, FA_F32, 128, 4096, 0, 0, 0 }, { 0, FA_F32, 128, 4096, 1, 0, 0 },
-        { 0, FA_F16, 128, 4096, 0, 0, 0 }, { 0, FA_BF16, 128, 4096, 0, 0, 0 }, { 0, FA_F16, 64, 4096, 0, 0, 0 },
+    static const struct { int tiled; fa_dtype dt; int D, S, causal, bk, bq, kind; } runs[] = {   /* kind: 1 k/v broadcast, 2 decode, 3 bias */
+        { 1, FA_F32, 64, 4096, 0, 0, 0, 0 }, { 1, FA_F32, 64, 4096, 1, 0, 0, 0 }, { 1, FA_F32, 64, 4096, 0, 64, 0, 0 },
+        { 1, FA_F32, 128, 4096, 0, 0, 0, 0 }, { 1, FA_F32, 128, 4096, 1, 0, 0, 0 }, { 1, FA_F32, 128, 4096, 0, 32, 0, 0 },
+        { 1, FA_F32, 128, 4096, 0, 64, 0, 0 }, { 1, FA_F32, 128, 4096, 1, 64, 0, 0 }, { 1, FA_F32, 64, 4096, 1, 64, 0, 0 },
+        { 1, FA_F32, 128, 1024, 0, 0, 0, 0 }, { 1, FA_F32, 64, 16384, 1, 0, 0, 0 },
+        { 1, FA_F16, 128, 4096, 0, 0, 0, 0 }, { 1, FA_BF16, 64, 4096, 0, 0, 0, 0 },
+        { 0, FA_F32, 64, 4096, 0, 0, 0, 0 }, { 0, FA_F32, 128, 4096, 0, 0, 0, 0 }, { 0, FA_F32, 128, 4096, 1, 0, 0, 0 },
+        { 0, FA_F16, 128, 4096, 0, 0, 0, 0 }, { 0, FA_BF16, 128, 4096, 0, 0, 0, 0 }, { 0, FA_F16, 64, 4096, 0, 0, 0, 0 },
         /* the fp32 kernels with several blocks per SM (block_q set) */
-        { 1, FA_F32, 64, 4096, 0, 0, 64 }, { 1, FA_F32, 64, 4096, 0, 32, 64 }, { 1, FA_F32, 64, 4096, 0, 32, 128 },
-        { 1, FA_F32, 64, 4096, 1, 0, 64 }, { 1, FA_F32, 64, 4096, 1, 32, 64 }, { 1, FA_F32, 64, 4096, 1, 32, 128 },
-        { 1, FA_F32, 128, 4096, 0, 0, 64 }, { 1, FA_F32, 128, 4096, 0, 64, 64 },
-        { 1, FA_F32, 128, 4096, 1, 0, 64 }, { 1, FA_F32, 128, 4096, 1, 64, 64 },
-        { 1, FA_F32, 128, 1024, 0, 0, 64 }, { 1, FA_F32, 64, 16384, 1, 0, 64 },
+        { 1, FA_F32, 64, 4096, 0, 0, 64, 0 }, { 1, FA_F32, 64, 4096, 0, 32, 64, 0 }, { 1, FA_F32, 64, 4096, 0, 32, 128, 0 },
+        { 1, FA_F32, 64, 4096, 1, 0, 64, 0 }, { 1, FA_F32, 64, 4096, 1, 32, 64, 0 }, { 1, FA_F32, 64, 4096, 1, 32, 128, 0 },
+        { 1, FA_F32, 128, 4096, 0, 0, 64, 0 }, { 1, FA_F32, 128, 4096, 0, 64, 64, 0 },
+        { 1, FA_F32, 128, 4096, 1, 0, 64, 0 }, { 1, FA_F32, 128, 4096, 1, 64, 64, 0 },
+        { 1, FA_F32, 128, 1024, 0, 0, 64, 0 }, { 1, FA_F32, 64, 16384, 1, 0, 64, 0 },
+        /* causal half precision (the partial tiles' check, test_nan_hidden): the Hopper kernel, then
+           the mma.sync kernel (k and v broadcast over the batch: TMA refuses a zero stride), the
+           generic kernel (fp16 at D = 80), the decode kernels (B = 4, Sq = 4, Sk = S, GQA 4); then a
+           key-padding bias (zeros: every tile checked, none hit) */
+        { 1, FA_F16, 128, 4096, 1, 0, 0, 0 }, { 1, FA_BF16, 64, 4096, 1, 0, 0, 0 }, { 1, FA_BF16, 128, 16384, 1, 0, 0, 0 },
+        { 1, FA_F16, 128, 4096, 1, 0, 0, 1 }, { 1, FA_BF16, 64, 4096, 1, 0, 0, 1 }, { 1, FA_F16, 80, 4096, 1, 0, 0, 0 },
+        { 1, FA_BF16, 128, 16384, 1, 0, 0, 2 }, { 1, FA_F32, 128, 16384, 1, 0, 0, 2 },
+        { 1, FA_BF16, 128, 4096, 0, 0, 0, 3 }, { 1, FA_F32, 64, 4096, 0, 0, 0, 3 },
     };
     size_t i;
     void *q, *k, *v, *o;
@@ -1056,11 +1286,17 @@ static void test_timing(void **state)
         p.batch = 16384 / runs[i].S; p.heads = 2048 / runs[i].D; p.seq_q = p.seq_k = runs[i].S;
         p.head_dim = runs[i].D; p.dtype = runs[i].dt; p.causal = runs[i].causal; p.block_k = runs[i].bk;
         p.block_q = runs[i].bq;
-        ms = time_call(runs[i].tiled, &p, q, k, v, o, runs[i].S >= 16384 ? 2 : 5);
-        fl = 4.0 * p.batch * p.heads * (double)p.seq_q * p.seq_k * p.head_dim * (runs[i].causal ? 0.5 : 1.0);
-        printf("TIMING %s %s D=%d S=%d causal=%d bk=%d bq=%d: %.3f ms %.1f TFLOP/s\n",
+        if (runs[i].kind == 1) {   /* k, v [1][H][S][D] read by every batch */
+            p.k_stride[0] = p.v_stride[0] = 0; p.k_stride[1] = p.v_stride[1] = (int64_t)p.seq_k * p.head_dim;
+            p.k_stride[2] = p.v_stride[2] = p.head_dim;
+        }
+        if (runs[i].kind == 2) { p.seq_q = 4; p.kv_heads = p.heads / 4; p.batch = 4; }   /* decode: 4 rows, GQA 4 */
+        if (runs[i].kind == 3) { p.bias = (const float *)q; p.bias_stride[0] = p.seq_k; p.bias_stride[3] = 1; }   /* q's zeros */
+        ms = time_call(runs[i].tiled, &p, q, k, v, o, runs[i].kind == 2 ? 50 : runs[i].S >= 16384 ? 2 : 5);
+        fl = 4.0 * p.batch * p.heads * (double)p.seq_q * p.seq_k * p.head_dim * (runs[i].causal && !runs[i].kind ? 0.5 : 1.0);
+        printf("TIMING %s %s D=%d S=%d causal=%d bk=%d bq=%d kind=%d: %.3f ms %.1f TFLOP/s\n",
                runs[i].tiled ? "tiled" : "naive", dt_name(runs[i].dt), runs[i].D, runs[i].S, runs[i].causal, runs[i].bk,
-               runs[i].bq, ms, ms > 0 ? fl / ms * 1e-9 : 0.0);
+               runs[i].bq, runs[i].kind, ms, ms > 0 ? fl / ms * 1e-9 : 0.0);
         fflush(stdout);
     }
     cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o);
@@ -1082,6 +1318,7 @@ int main(void)
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_decode_batch_invariance),
         cmocka_unit_test(test_decode_nan),
+        cmocka_unit_test(test_nan_hidden),
         cmocka_unit_test(test_reproducible),
         cmocka_unit_test(test_kernels_served),
         cmocka_unit_test(test_timing),
