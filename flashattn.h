@@ -7847,6 +7847,30 @@ __global__ void fa__cu_bwd_prep(fa__dims d, const T *q, const T *k, const T *o, 
     }
 }
 
+/* acc[r][c] += dot(A's row ty + 16 r, B's row tx + 16 c) over [0, n), n a multiple of 4, rows LD
+   floats apart in shared memory: the FFMA backward's S = Q K^T and dP = dO V^T. */
+template <int RM, int CN, int LD>
+static __device__ __forceinline__ void fa__cu_bwd_dots(float (&acc)[RM][CN], const float *A, const float *B, int n,
+                                                       int tx, int ty)
+{
+    for (int t = 0; t < n; t += 4) {
+        float4 bb[CN];
+#pragma unroll
+        for (int c = 0; c < CN; c++) bb[c] = *(const float4 *)(B + (tx + 16 * c) * LD + t);
+#pragma unroll
+        for (int r = 0; r < RM; r++) {
+            const float4 aa = *(const float4 *)(A + (ty + 16 * r) * LD + t);
+#pragma unroll
+            for (int c = 0; c < CN; c++) {
+                acc[r][c] = fmaf(aa.x, bb[c].x, acc[r][c]);
+                acc[r][c] = fmaf(aa.y, bb[c].y, acc[r][c]);
+                acc[r][c] = fmaf(aa.z, bb[c].z, acc[r][c]);
+                acc[r][c] = fmaf(aa.w, bb[c].w, acc[r][c]);
+            }
+        }
+    }
+}
+
 /* One query block x key block of the tiled backward, from shared memory: sQ, sO (dO) [BQ][LD],
    sK (k times scale), sV [BK][LD], sL (lse, -inf past the block's rows) and sDl (delta) [BQ].
    Out: p and ds of rows i0 + ty + 16r, keys k0 + tx + 16c, 0 where hidden. full: every row sees
@@ -7867,38 +7891,8 @@ static __device__ __forceinline__ void fa__cu_bwd_tile(const fa__dims &d, const 
     for (int r = 0; r < RM; r++)
 #pragma unroll
         for (int c = 0; c < CN; c++) p[r][c] = ds[r][c] = 0.0f;
-    for (int t = 0; t < Dp; t += 4) {                     /* S = Q K^T (K carries the scale) */
-        float4 kk[CN];
-#pragma unroll
-        for (int c = 0; c < CN; c++) kk[c] = *(const float4 *)(sK + (tx + 16 * c) * LD + t);
-#pragma unroll
-        for (int r = 0; r < RM; r++) {
-            const float4 qq = *(const float4 *)(sQ + (ty + 16 * r) * LD + t);
-#pragma unroll
-            for (int c = 0; c < CN; c++) {
-                p[r][c] = fmaf(qq.x, kk[c].x, p[r][c]);
-                p[r][c] = fmaf(qq.y, kk[c].y, p[r][c]);
-                p[r][c] = fmaf(qq.z, kk[c].z, p[r][c]);
-                p[r][c] = fmaf(qq.w, kk[c].w, p[r][c]);
-            }
-        }
-    }
-    for (int t = 0; t < Dvp; t += 4) {                    /* dP = dO V^T */
-        float4 vv[CN];
-#pragma unroll
-        for (int c = 0; c < CN; c++) vv[c] = *(const float4 *)(sV + (tx + 16 * c) * LD + t);
-#pragma unroll
-        for (int r = 0; r < RM; r++) {
-            const float4 oo = *(const float4 *)(sO + (ty + 16 * r) * LD + t);
-#pragma unroll
-            for (int c = 0; c < CN; c++) {
-                ds[r][c] = fmaf(oo.x, vv[c].x, ds[r][c]);
-                ds[r][c] = fmaf(oo.y, vv[c].y, ds[r][c]);
-                ds[r][c] = fmaf(oo.z, vv[c].z, ds[r][c]);
-                ds[r][c] = fmaf(oo.w, vv[c].w, ds[r][c]);
-            }
-        }
-    }
+    fa__cu_bwd_dots<RM, CN, LD>(p, sQ, sK, Dp, tx, ty);    /* S = Q K^T (K carries the scale) */
+    fa__cu_bwd_dots<RM, CN, LD>(ds, sO, sV, Dvp, tx, ty);  /* dP = dO V^T */
 #pragma unroll
     for (int r = 0; r < RM; r++) {
         const int64_t i = (int64_t)i0 + ty + 16 * r;

@@ -176,6 +176,38 @@ static int check_grad(const char *name, const char *what, fa_dtype dt, const voi
     return ok;
 }
 
+/* One backward call on path (after the gradients were poisoned): a tiled call first asserts that the
+   kernel the documented rules name serves it (want_kernel, counted in g_served). Returns 1 when the
+   call succeeded; else prints, clears *ok and returns 0. */
+static int call_path(const char *pname, const fa_params *pd, int path, const void *xq, const void *xk,
+                     const void *xv, const void *xo, const void *xdo, void *gq, void *gk, void *gv, int *ok)
+{
+    fa_status st;
+    if (path != P_NAIVE && pd->seq_q > 0 && pd->seq_k > 0) {
+        fa__dims dd;
+        fa__cu_bwd_plan plan;
+        assert_int_equal(fa__cu_bwd_resolve(pd, xq, xk, xv, xo, xdo, gq, gk, gv, 1, &dd), FA_OK);
+        const fa__cu_bwd_kernel want = want_kernel(&dd, xq, xk, xv, xdo, gq, gk, gv);
+        assert_int_equal(fa__cu_pick_backward(&dd, xq, xk, xv, xdo, gq, gk, gv, &plan), FA_OK);
+        if (plan.kernel != want) {
+            print_error("  FAIL %s: served by %s, want %s\n", pname, fa__cu_bwd_kernel_name(plan.kernel),
+                        fa__cu_bwd_kernel_name(want));
+            *ok = 0;
+        }
+        if (getenv("VERBOSE")) printf("  %s: %s\n", pname, fa__cu_bwd_kernel_name(plan.kernel));
+        g_served[plan.kernel]++;
+    }
+    st = path == P_NAIVE ? fa_cuda_naive_backward(pd, xq, xk, xv, xo, xdo, gq, gk, gv)
+                         : fa_cuda_tiled_backward(pd, xq, xk, xv, xo, xdo, gq, gk, gv);
+    CU(cudaDeviceSynchronize());
+    if (st != FA_OK) {
+        print_error("  FAIL %s: status %s\n", pname, fa_status_string(st));
+        *ok = 0;
+        return 0;
+    }
+    return 1;
+}
+
 /* One case on every dtype of dts (bits 1 f32, 2 f16, 4 bf16) and every path of paths (bits 1 naive,
    2 tiled, 4 deterministic). Failures are printed and counted; the test fails at its end. */
 static void run_case(const char *name0, fa_params p0, bspec bs, int alibi, int dts, int paths)
@@ -257,28 +289,7 @@ static void run_case(const char *name0, fa_params p0, bspec bs, int alibi, int d
             snprintf(pname, sizeof pname, "%s %s", name, path_name[path]);
             pd.deterministic = path == P_DET;
             CU(cudaMemset(gq, 0xFF, t.nq * es)); CU(cudaMemset(gk, 0xFF, t.nk * es)); CU(cudaMemset(gv, 0xFF, t.nv * es));
-            if (path != P_NAIVE && rd.Sq > 0 && rd.Sk > 0) {   /* the kernel the rules name serves it */
-                fa__dims dd;
-                fa__cu_bwd_plan plan;
-                assert_int_equal(fa__cu_bwd_resolve(&pd, xq, xk, xv, go, gdo, gq, gk, gv, 1, &dd), FA_OK);
-                const fa__cu_bwd_kernel want = want_kernel(&dd, xq, xk, xv, gdo, gq, gk, gv);
-                assert_int_equal(fa__cu_pick_backward(&dd, xq, xk, xv, gdo, gq, gk, gv, &plan), FA_OK);
-                if (plan.kernel != want) {
-                    print_error("  FAIL %s: served by %s, want %s\n", pname, fa__cu_bwd_kernel_name(plan.kernel),
-                                fa__cu_bwd_kernel_name(want));
-                    ok = 0;
-                }
-                if (getenv("VERBOSE")) printf("  %s: %s\n", pname, fa__cu_bwd_kernel_name(plan.kernel));
-                g_served[plan.kernel]++;
-            }
-            st = path == P_NAIVE ? fa_cuda_naive_backward(&pd, xq, xk, xv, go, gdo, gq, gk, gv)
-                                 : fa_cuda_tiled_backward(&pd, xq, xk, xv, go, gdo, gq, gk, gv);
-            CU(cudaDeviceSynchronize());
-            if (st != FA_OK) {
-                print_error("  FAIL %s: status %s\n", pname, fa_status_string(st));
-                ok = 0;
-                continue;
-            }
+            if (!call_path(pname, &pd, path, xq, xk, xv, go, gdo, gq, gk, gv, &ok)) continue;
             ok &= check_grad(pname, "dq", dt, gq, t.nq, rd.B, rd.Hq, rd.Sq, rd.D, rd.qs, rdq, ndq);
             ok &= check_grad(pname, "dk", dt, gk, t.nk, rd.B, rd.Hkv, rd.Sk, rd.D, rd.ks, rdk, ndk);
             ok &= check_grad(pname, "dv", dt, gv, t.nv, rd.B, rd.Hkv, rd.Sk, rd.Dv, rd.vs, rdv, ndv);
@@ -571,26 +582,10 @@ static void test_nan_isolation(void **state)
                     pd.lse = xl;
                     for (path = 0; path < 3; path++) {
                         char pname[220];
-                        fa_status st;
                         snprintf(pname, sizeof pname, "%s %s", name, path_name[path]);
                         pd.deterministic = path == P_DET;
                         CU(cudaMemset(gq, 0xFF, nq * es)); CU(cudaMemset(gk, 0xFF, nk * es)); CU(cudaMemset(gv, 0xFF, nk * es));
-                        if (path != P_NAIVE) {
-                            fa__dims dd;
-                            fa__cu_bwd_plan plan;
-                            assert_int_equal(fa__cu_bwd_resolve(&pd, xq, xk, xv, xo, xdo, gq, gk, gv, 1, &dd), FA_OK);
-                            assert_int_equal(fa__cu_pick_backward(&dd, xq, xk, xv, xdo, gq, gk, gv, &plan), FA_OK);
-                            assert_int_equal(plan.kernel, want_kernel(&dd, xq, xk, xv, xdo, gq, gk, gv));
-                            g_served[plan.kernel]++;
-                        }
-                        st = path == P_NAIVE ? fa_cuda_naive_backward(&pd, xq, xk, xv, xo, xdo, gq, gk, gv)
-                                             : fa_cuda_tiled_backward(&pd, xq, xk, xv, xo, xdo, gq, gk, gv);
-                        CU(cudaDeviceSynchronize());
-                        if (st != FA_OK) {
-                            print_error("  FAIL %s: status %s\n", pname, fa_status_string(st));
-                            ok = 0;
-                            continue;
-                        }
+                        if (!call_path(pname, &pd, path, xq, xk, xv, xo, xdo, gq, gk, gv, &ok)) continue;
                         {
                             fa__dims dd;
                             assert_int_equal(fa__cu_bwd_resolve(&pd, xq, xk, xv, xo, xdo, gq, gk, gv, 1, &dd), FA_OK);
