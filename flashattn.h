@@ -83,9 +83,9 @@
        o_i   = sum_j softmax(s_i)_j v_j over visible keys,  lse_i = log sum_j exp(s_ij)
        A row with no visible key gets o_i = 0 and lse_i = -INFINITY, never NaN. A NaN in q, k or
        v makes NaN the rows (and, for v, the columns) it reaches, and no others; it never turns a
-       row into an empty one (fa_merge and the key split likewise keep a NaN part's NaN). Known
-       exception: the CUDA forward kernels let a NaN or inf in the v of a key hidden from a row
-       inside that row's key tile reach the row (0 x NaN in P V; see the README).
+       row into an empty one (fa_merge and the key split likewise keep a NaN part's NaN). The
+       CUDA forward kernels make the whole row NaN (not only its columns) when the v they reach
+       holds an inf or NaN in a tile where some row hides some key.
 
    WINDOW vs flash-attn's window_size = (left, right): there -1 means unbounded and 0 means no key
    on that side; here 0 means unbounded, and a positive W means the same as there (W keys on that
