@@ -5575,8 +5575,11 @@ static __device__ __forceinline__ void fa__st(__half *p, float x) { *p = __float
 static __device__ __forceinline__ void fa__st(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 
 
+/* 1 when x is an inf or a NaN (the forward's V checks, 8c-8d3; the backward's marks, 8e2) */
+static __device__ __forceinline__ bool fa__cu_bad(float x) { return (__float_as_uint(x) & 0x7F800000u) == 0x7F800000u; }
+
 /* x where it is finite, else 0: the backward's tiles of q, d_o and k (section 8e2) */
-static __device__ __forceinline__ float fa__cu_fin(float x) { return isfinite(x) ? x : 0.0f; }
+static __device__ __forceinline__ float fa__cu_fin(float x) { return fa__cu_bad(x) ? 0.0f : x; }
 
 /* cp.async (sm_80+), for both tiled kernels: a shared-memory address, one 16-byte copy that
    zero-fills when bytes is 0 (src must still be a valid address), a group commit and a wait for
@@ -5828,9 +5831,6 @@ static __device__ __forceinline__ void fa__cu_tile(float *dst, const T *src, int
         }
     }
 }
-
-/* 1 when x is an inf or a NaN */
-static __device__ __forceinline__ bool fa__cu_bad(float x) { return (__float_as_uint(x) & 0x7F800000u) == 0x7F800000u; }
 
 /* The rare case of a partial tile (some row hides some key, or a bias) whose V tile holds an inf or
    a NaN (a block vote found it): P V would form 0 * NaN = NaN, or 0 * inf, for the rows that do
@@ -7705,7 +7705,7 @@ __global__ void fa__cu_bwd_in(const T *src, float *dst, int H, int group, int S,
         int nf = 0;
         for (int t = threadIdx.x; t < W; t += blockDim.x) {
             const float x = fa__ld(a + t);
-            nf |= !isfinite(x);
+            nf |= fa__cu_bad(x);
             dst[r * W + t] = (bad ? fa__cu_fin(x) : x) * mul;
         }
         if (bad && __syncthreads_or(nf) && threadIdx.x == 0) bad[r] = NAN;
@@ -7815,14 +7815,14 @@ __global__ void fa__cu_bwd_prep(fa__dims d, const T *q, const T *k, const T *o, 
                 fa__cu_ldv<T, VEC>(o + off + t, f);
 #pragma unroll
                 for (int e = 0; e < VEC; e++) {
-                    nf |= !isfinite(g[e]);
+                    nf |= fa__cu_bad(g[e]);
                     x += g[e] * f[e];
                 }
             }
             for (int t = li * VEC; t < d.D; t += L * VEC) {
                 fa__cu_ldv<T, VEC>(qr + t, f);
 #pragma unroll
-                for (int e = 0; e < VEC; e++) nf |= !isfinite(f[e]);
+                for (int e = 0; e < VEC; e++) nf |= fa__cu_bad(f[e]);
             }
         } else if (r < total) {
             const int64_t bg = (r - rows) / d.Sk, j = (r - rows) % d.Sk;
@@ -7830,7 +7830,7 @@ __global__ void fa__cu_bwd_prep(fa__dims d, const T *q, const T *k, const T *o, 
             for (int t = li * VEC; t < d.D; t += L * VEC) {
                 fa__cu_ldv<T, VEC>(kj + t, f);
 #pragma unroll
-                for (int e = 0; e < VEC; e++) nf |= !isfinite(f[e]);
+                for (int e = 0; e < VEC; e++) nf |= fa__cu_bad(f[e]);
             }
         }
         for (int m = L >> 1; m > 0; m >>= 1) {             /* within the row's L lanes */
