@@ -132,6 +132,36 @@ static double time_bwd(const fa_params &p, void *q, void *k, void *v, void *o, v
     return ts[ts.size() / 2];
 }
 
+/* One timed shape on the device: q, k, v, d_o drawn N(0,1) (seeds 1-4), o and lse from fa_cuda_tiled,
+   two sets of gradient buffers (g, h) to compare two runs by diff2; p is the call's. */
+struct Case {
+    size_t n;
+    void *q, *k, *v, *o, *d_o, *g[3], *h[3];
+    float *lse;
+    fa_params p;
+};
+
+static void case_make(Case &c, fa_dtype dt, int B, int H, int S, int D, int causal)
+{
+    const size_t es = dt == FA_F32 ? 4 : 2;
+    c.n = (size_t)B * H * S * D;
+    CK(cudaMalloc(&c.q, c.n * es)); CK(cudaMalloc(&c.k, c.n * es)); CK(cudaMalloc(&c.v, c.n * es));
+    CK(cudaMalloc(&c.o, c.n * es)); CK(cudaMalloc(&c.d_o, c.n * es));
+    CK(cudaMalloc(&c.lse, (size_t)B * H * S * 4));
+    for (int u = 0; u < 3; u++) { CK(cudaMalloc(&c.g[u], c.n * es)); CK(cudaMalloc(&c.h[u], c.n * es)); }
+    randn(c.q, c.n, dt, 1); randn(c.k, c.n, dt, 2); randn(c.v, c.n, dt, 3); randn(c.d_o, c.n, dt, 4);
+    memset(&c.p, 0, sizeof c.p);
+    c.p.batch = B; c.p.heads = H; c.p.seq_q = S; c.p.seq_k = S; c.p.head_dim = D; c.p.dtype = dt; c.p.causal = causal;
+    c.p.lse = c.lse;
+    if (fa_cuda_tiled(&c.p, c.q, c.k, c.v, c.o) != FA_OK) { fprintf(stderr, "forward failed\n"); exit(1); }
+}
+
+static void case_free(Case &c)
+{
+    cudaFree(c.q); cudaFree(c.k); cudaFree(c.v); cudaFree(c.o); cudaFree(c.d_o); cudaFree(c.lse);
+    for (int u = 0; u < 3; u++) { cudaFree(c.g[u]); cudaFree(c.h[u]); }
+}
+
 #ifdef FA_BENCH_TUNE
 /* The tensor-core backward's configuration sweep (--tune, bf16, no modifiers): each pair of
    traits through the library's own kernels and workspace steps (fa__cu_tbwd_run's, restated here
@@ -207,37 +237,26 @@ static void tune(void)
     for (int D : { 64, 128 })
         for (int c = 0; c < 3 && (!only_d || D == only_d); c++) {
             const int S = shapes[c][0], causal = shapes[c][1], H = 2048 / D, B = 16384 / S;
-            const size_t n = (size_t)B * H * S * D, es = 2;
-            void *q, *k, *v, *o, *d_o, *g[3], *h[3];
-            float *lse;
-            fa_params p;
             const double fl = 2.5 * 4.0 * B * H * (double)S * S * D * (causal ? 0.5 : 1.0);
-            CK(cudaMalloc(&q, n * es)); CK(cudaMalloc(&k, n * es)); CK(cudaMalloc(&v, n * es));
-            CK(cudaMalloc(&o, n * es)); CK(cudaMalloc(&d_o, n * es));
-            CK(cudaMalloc(&lse, (size_t)B * H * S * 4));
-            for (int u = 0; u < 3; u++) { CK(cudaMalloc(&g[u], n * es)); CK(cudaMalloc(&h[u], n * es)); }
-            randn(q, n, FA_BF16, 1); randn(k, n, FA_BF16, 2); randn(v, n, FA_BF16, 3); randn(d_o, n, FA_BF16, 4);
-            memset(&p, 0, sizeof p);
-            p.batch = B; p.heads = H; p.seq_q = S; p.seq_k = S; p.head_dim = D; p.dtype = FA_BF16; p.causal = causal;
-            p.lse = lse;
-            if (fa_cuda_tiled(&p, q, k, v, o) != FA_OK) { fprintf(stderr, "forward failed\n"); exit(1); }
+            Case cs;
+            case_make(cs, FA_BF16, B, H, S, D, causal);
+            fa_params &p = cs.p;
             p.deterministic = 1;
-            if (fa_cuda_tiled_backward(&p, q, k, v, o, d_o, h[0], h[1], h[2]) != FA_OK) exit(1);
+            if (fa_cuda_tiled_backward(&p, cs.q, cs.k, cs.v, cs.o, cs.d_o, cs.h[0], cs.h[1], cs.h[2]) != FA_OK) exit(1);
             for (const TuneImpl &im : tune_impls) {
                 if (im.D != D) continue;
                 double ms[2], num = 0.0, den = 0.0;
                 for (int det = 0; det < 2; det++) {
                     p.deterministic = det;
-                    ms[det] = time_bwd(p, q, k, v, o, d_o, g[0], g[1], g[2], im.fn);
+                    ms[det] = time_bwd(p, cs.q, cs.k, cs.v, cs.o, cs.d_o, cs.g[0], cs.g[1], cs.g[2], im.fn);
                     CK(cudaDeviceSynchronize());
-                    for (int u = 0; u < 3; u++) diff2(g[u], h[u], n, FA_BF16, &num, &den);
+                    for (int u = 0; u < 3; u++) diff2(cs.g[u], cs.h[u], cs.n, FA_BF16, &num, &den);
                 }
                 printf("TUNE %-6s %4d %2d %6d %4d %3d %9.3f %8.1f %9.3f %8.1f %9.2e\n", im.name, D, causal, S, B, H, ms[0],
                        fl / ms[0] / 1e9, ms[1], fl / ms[1] / 1e9, sqrt(num / den));
                 fflush(stdout);
             }
-            cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(d_o); cudaFree(lse);
-            for (int u = 0; u < 3; u++) { cudaFree(g[u]); cudaFree(h[u]); }
+            case_free(cs);
         }
 }
 #endif
@@ -276,40 +295,30 @@ int main(int argc, char **argv)
             for (int causal = 0; causal < 2; causal++)
                 for (fa_dtype dt : dts) {
                     if (only_c >= 0 && causal != only_c) continue;
-                    const size_t n = (size_t)B * H * S * D, es = dt == FA_F32 ? 4 : 2;
-                    void *q, *k, *v, *o, *d_o, *g[3], *h[3];
-                    float *lse;
-                    fa_params p;
                     double ms[2], num = 0.0, den = 0.0;
                     const double fl = 2.5 * 4.0 * B * H * (double)S * S * D * (causal ? 0.5 : 1.0);
                     char impl[2][32] = { "fa_tiled_bwd", "fa_tiled_bwd_det" };
                     fa__dims dd;
                     fa__cu_bwd_plan plan;
-                    CK(cudaMalloc(&q, n * es)); CK(cudaMalloc(&k, n * es)); CK(cudaMalloc(&v, n * es));
-                    CK(cudaMalloc(&o, n * es)); CK(cudaMalloc(&d_o, n * es));
-                    CK(cudaMalloc(&lse, (size_t)B * H * S * 4));
-                    for (int u = 0; u < 3; u++) { CK(cudaMalloc(&g[u], n * es)); CK(cudaMalloc(&h[u], n * es)); }
-                    randn(q, n, dt, 1); randn(k, n, dt, 2); randn(v, n, dt, 3); randn(d_o, n, dt, 4);
-                    memset(&p, 0, sizeof p);
-                    p.batch = B; p.heads = H; p.seq_q = S; p.seq_k = S; p.head_dim = D; p.dtype = dt; p.causal = causal;
-                    p.lse = lse;
-                    if (fa_cuda_tiled(&p, q, k, v, o) != FA_OK) { fprintf(stderr, "forward failed\n"); return 1; }
+                    Case cs;
+                    case_make(cs, dt, B, H, S, D, causal);
+                    fa_params &p = cs.p;
                     for (int det = 0; det < 2; det++) {
+                        void *const *gr = det ? cs.h : cs.g;
                         p.deterministic = det;
-                        ms[det] = time_bwd(p, q, k, v, o, d_o, det ? h[0] : g[0], det ? h[1] : g[1], det ? h[2] : g[2]);
+                        ms[det] = time_bwd(p, cs.q, cs.k, cs.v, cs.o, cs.d_o, gr[0], gr[1], gr[2]);
                     }
                     CK(cudaDeviceSynchronize());
-                    for (int u = 0; u < 3; u++) diff2(g[u], h[u], n, dt, &num, &den);
-                    fa__resolve(&p, q, k, v, o, &dd, NULL);
-                    fa__cu_pick_backward(&dd, q, k, v, d_o, g[0], g[1], g[2], &plan);
+                    for (int u = 0; u < 3; u++) diff2(cs.g[u], cs.h[u], cs.n, dt, &num, &den);
+                    fa__resolve(&p, cs.q, cs.k, cs.v, cs.o, &dd, NULL);
+                    fa__cu_pick_backward(&dd, cs.q, cs.k, cs.v, cs.d_o, cs.g[0], cs.g[1], cs.g[2], &plan);
                     for (int det = 0; det < 2; det++)
                         printf("ROW %-16s %-5s %4d %2d %6d %4d %3d %-10s %9.3f %8.1f %9.2e %s\n", impl[det], dname(dt), D, causal,
                                S, B, H, fa__cu_bwd_kernel_name(plan.kernel), ms[det], fl / ms[det] / 1e9, sqrt(num / den),
                                sqrt(num / den) <= 1e-3 ? "OK" : "DIFF");
                     printf("# det/default time ratio %.3f\n", ms[1] / ms[0]);
                     fflush(stdout);
-                    cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(d_o); cudaFree(lse);
-                    for (int u = 0; u < 3; u++) { cudaFree(g[u]); cudaFree(h[u]); }
+                    case_free(cs);
                 }
         }
     }
