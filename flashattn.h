@@ -23,7 +23,8 @@
        >>cuda       8. CUDA: 8a kernels and tile traits, 8b device pieces, the modifier and merge rules,
                        8c generic kernel, 8d tensor-core kernel, 8d2 split-key decode kernels,
                        8d3 the Hopper kernel (sm_90a: wgmma, TMA), 8e naive and merge kernels,
-                       8e2 the backward, 8f the kernel pickers, 8g entry points
+                       8e2 the backward, 8e3 the Hopper backward (sm_90a: wgmma), 8f the kernel
+                       pickers, 8g entry points
        >>license    the MIT licence
 
    USAGE
@@ -5375,7 +5376,9 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
    TMA into an mbarrier ring, a producer warpgroup and two ping-ponging consumers, on 8d's steps);
    8e the naive path's and merge's kernels;
    8e2 the backward (the naive path's kernels, the FFMA tiled backward and its deterministic dq
-   pass, the tensor-core tiled backward and its deterministic dq pass); 8f the kernel pickers (forward and backward) and the launches; 8g the entry points. */
+   pass, the tensor-core tiled backward and its deterministic dq pass); 8e3 the Hopper backward
+   (sm_90a: a wgmma dK/dV kernel on 8e2's element steps); 8f the kernel pickers (forward and
+   backward) and the launches; 8g the entry points. */
 
 #if defined(FLASHATTN_CUDA) && defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -5411,9 +5414,10 @@ typedef enum fa__cu_kernel {
     FA__CU_KERNELS
 } fa__cu_kernel;
 
-/* Every kernel fa_cuda_tiled_backward can run (8e2), picked by fa__cu_pick_backward (8f): the FFMA
-   backward of each head-dim class (D and Dv padded up to it), any storage type and layout, and the
-   tensor-core backward (fp16/bf16, D = Dv = 64 or 128, 16-byte aligned rows, sm_80+). A separate
+/* Every kernel fa_cuda_tiled_backward can run (8e2, 8e3), picked by fa__cu_pick_backward (8f): the
+   FFMA backward of each head-dim class (D and Dv padded up to it), any storage type and layout, the
+   tensor-core backward (fp16/bf16, D = Dv = 64 or 128, 16-byte aligned rows, sm_80+), and on
+   compute capability 9.0 with this build's sm_90a code the Hopper one (the same requests). A separate
    enum from the forward's, so that the forward's "every kernel served" count stays its own. */
 typedef enum fa__cu_bwd_kernel {
     FA__CU_BWD_D64 = 0,     /* D, Dv <= 64 */
@@ -5421,6 +5425,8 @@ typedef enum fa__cu_bwd_kernel {
     FA__CU_BWD_D256,        /* D, Dv <= 256 */
     FA__CU_BWD_TC_D64,      /* tensor cores (mma.sync), fp16/bf16, D = Dv = 64, 16-byte aligned rows */
     FA__CU_BWD_TC_D128,     /*   the same at D = Dv = 128 */
+    FA__CU_BWD_WG_D64,      /* Hopper (8e3, sm_90a): wgmma dK/dV kernel, fp16/bf16, D = Dv = 64, 16-byte aligned rows */
+    FA__CU_BWD_WG_D128,     /*   the same at D = Dv = 128 */
     FA__CU_BWD_KERNELS
 } fa__cu_bwd_kernel;
 
@@ -5495,6 +5501,17 @@ struct fa__tcb_kv_d128 { enum { D = 128, NW = 8, MT = 1, BK = 64, QREG = 0, PF =
 struct fa__tcb_dq_d128 { enum { D = 128, NW = 4, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 2 }; };
 struct fa__tcb_d64 { typedef fa__tcb_kv_d64 KV; typedef fa__tcb_dq_d64 DQ; };
 struct fa__tcb_d128 { typedef fa__tcb_kv_d128 KV; typedef fa__tcb_dq_d128 DQ; };
+
+/* The Hopper backward's configurations (8e3), one per FA__CU_BWD_WG_* kernel: its dK/dV kernel's
+   two warpgroups (NT = 256 threads) own a key block of BKV = 128 keys (64 a warpgroup, 16 a warp),
+   the query rows walked in tiles of BQ = 64; DQW: the warpgroups that form dq = dS K of a tile
+   (2: each D / 2 columns, one 64-column panel of K at D = 128; 1: the first alone, so that no
+   wgmma operand starts inside a 128-byte swizzle row at D = 64). DQB: dq's tile goes out through
+   shared memory by bulk reductions (cp.reduce.async.bulk .add.f32, a row a thread), else by
+   float2 atomics from the registers. DQ: the deterministic dq pass (8e2's fa__tcb_dq) that follows
+   it with p->deterministic. */
+struct fa__wgb_d64 { enum { D = 64, BKV = 128, BQ = 64, NT = 256, DQW = 1, DQB = 0 }; typedef fa__tcb_dq_d64 DQ; };
+struct fa__wgb_d128 { enum { D = 128, BKV = 128, BQ = 64, NT = 256, DQW = 2, DQB = 0 }; typedef fa__tcb_dq_d128 DQ; };
 
 /* The split-key decode kernels' configurations (8d2). The tensor-core one is an fa__tc_* trait
    (one m16 tile of packed query rows, MT = 1, shared by NW warps that each walk their own key
@@ -6500,6 +6517,23 @@ template <int BK> struct fa__wg_vrows {
     }
 };
 
+/* R rows of D 16-bit elements from global (row stride st) into 8d3's panels (fa__wg_vrows<R>: the
+   layout a TMA box writes, which the wgmma descriptors read) by cp.async; rows >= n zero-filled.
+   8e3's loads. */
+template <int D, int R, int NT, typename T>
+static __device__ __forceinline__ void fa__wg_load(unsigned dst, const T *src, int64_t st, int n, int tid)
+{
+    enum { CH = D / 8, IT = R * CH / NT };
+    static_assert(R * CH % NT == 0, "tile load must split evenly over the threads");
+    const fa__wg_vrows<R> l = { dst };
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
+        const bool ok = r < n;
+        fa__cu_cp16(l.at(r, c), ok ? (const void *)(src + r * st + c * 8) : (const void *)src, ok ? 16 : 0);
+    }
+}
+
 template <typename T> static __device__ __forceinline__ float fa__tc_half(unsigned u, int hi);
 template <> __device__ __forceinline__ float fa__tc_half<__half>(unsigned u, int hi)
 {
@@ -7300,7 +7334,8 @@ template <int N> static __device__ __forceinline__ void fa__wg_keep(float (&c)[1
 /* The m64nNk16 wgmmas of each 16-bit type, accumulating into the N / 2 fp32 registers c (8d's
    [1][N / 8][4] accumulator, flattened): ss, N = 128, with A and B from shared memory (acc 0:
    D = A B, else D += A B); rs128 and rs64, N = 128 and 64, with A from four registers (8d's A
-   fragment) and B N-major (transposed). */
+   fragment) and B N-major (transposed); for the backward (8e3) ss64, N = 64, both K-major, and
+   sst64 and sst32, N = 64 and 32, A M-major and B N-major (both transposed). */
 #define FA__WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
                    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "       \
                    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "       \
@@ -7312,6 +7347,8 @@ template <int N> static __device__ __forceinline__ void fa__wg_keep(float (&c)[1
 #define FA__WG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
                    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FA__WG_C32(c) FA__WG_C8(c, 0), FA__WG_C8(c, 8), FA__WG_C8(c, 16), FA__WG_C8(c, 24)
+#define FA__WG_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define FA__WG_C16(c) FA__WG_C8(c, 0), FA__WG_C8(c, 8)
 template <typename T> struct fa__wg_mma;
 #define FA__WG_MMA(T, PTX)                                                                                         \
     template <> struct fa__wg_mma<T> {                                                                             \
@@ -7335,6 +7372,27 @@ template <typename T> struct fa__wg_mma;
                          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FA__WG_D32                 \
                          ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                           \
                          : FA__WG_C32(c) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));          \
+        }                                                                                                          \
+        static __device__ __forceinline__ void ss64(float *c, unsigned long long da, unsigned long long db, int acc) \
+        {                                                                                                          \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                              \
+                         "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FA__WG_D32                 \
+                         ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                         \
+                         : FA__WG_C32(c) : "l"(da), "l"(db), "r"(acc));                                            \
+        }                                                                                                          \
+        static __device__ __forceinline__ void sst64(float *c, unsigned long long da, unsigned long long db, int acc) \
+        {                                                                                                          \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                              \
+                         "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FA__WG_D32                 \
+                         ", %32, %33, p, 1, 1, 1, 1;\n}\n"                                                         \
+                         : FA__WG_C32(c) : "l"(da), "l"(db), "r"(acc));                                            \
+        }                                                                                                          \
+        static __device__ __forceinline__ void sst32(float *c, unsigned long long da, unsigned long long db, int acc) \
+        {                                                                                                          \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                              \
+                         "wgmma.mma_async.sync.aligned.m64n32k16.f32." PTX "." PTX " " FA__WG_D16                 \
+                         ", %16, %17, p, 1, 1, 1, 1;\n}\n"                                                         \
+                         : FA__WG_C16(c) : "l"(da), "l"(db), "r"(acc));                                            \
         }                                                                                                          \
     };
 FA__WG_MMA(__nv_bfloat16, "bf16")
@@ -8248,17 +8306,25 @@ template <class C> struct fa__tcb_qgeom {
 };
 
 /* The Q and dO tiles of query rows [i0, i0 + R) of (b, h) (rows past Sq zero-filled) into sQ, sO
-   (one cp.async group), and their lse in log2 units (+INFINITY for a row with no visible key and
-   past Sq, so that its P is 0) and delta (0 past Sq) into sL, sDl. */
-template <int D, int R, int NT, typename T>
+   (one cp.async group; 8d's swizzled rows, or with PANEL 8d3's panels), and their lse in log2 units
+   (+INFINITY for a row with no visible key and past Sq, so that its P is 0) and delta (0 past Sq)
+   into sL, sDl. */
+template <int D, int R, int NT, typename T, bool PANEL = false>
 static __device__ __forceinline__ void fa__tcb_load_q(const fa__tcb_args &a, unsigned sQ, unsigned sO, float *sL,
                                                       float *sDl, int b, int h, int i0, int tid)
 {
     const fa__dims &d = a.d;
     const int nq = min(R, d.Sq - i0);
     const int64_t bh = (int64_t)b * d.Hq + h;
-    fa__tc_load<D, R, NT>(sQ, (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i0 * d.qs[2], d.qs[2], nq, tid);
-    fa__tc_load<D, R, NT>(sO, (const T *)a.d_o + b * d.os[0] + h * d.os[1] + (int64_t)i0 * d.os[2], d.os[2], nq, tid);
+    const T *gq = (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i0 * d.qs[2];
+    const T *go = (const T *)a.d_o + b * d.os[0] + h * d.os[1] + (int64_t)i0 * d.os[2];
+    if (PANEL) {
+        fa__wg_load<D, R, NT>(sQ, gq, d.qs[2], nq, tid);
+        fa__wg_load<D, R, NT>(sO, go, d.os[2], nq, tid);
+    } else {
+        fa__tc_load<D, R, NT>(sQ, gq, d.qs[2], nq, tid);
+        fa__tc_load<D, R, NT>(sO, go, d.os[2], nq, tid);
+    }
     fa__cu_commit();
     for (int x = tid; x < R; x += NT) {
         const float l = x < nq ? d.lse[bh * d.Sq + i0 + x] : -INFINITY;
@@ -8295,6 +8361,115 @@ static __device__ __forceinline__ float fa__tcb_ds(float pg, float dp, float dl)
 template <int BQ> static __device__ __forceinline__ int fa__tcb_swz(int r, int c)
 {
     return BQ == 64 ? c ^ (r & 7) : c ^ ((r >> 1) & 3);
+}
+
+/* The element steps of a warp's S^T fragments (MT m16 tiles of keys kr0 + 16 mt + 8 hf (+ lane / 4
+   in kr0), NN n8 tiles of query columns i0 + cq + 8 n + e), shared by the dK/dV kernels (fa__tcb_dkv,
+   and 8e3's fa__wgb_dkv, whose m64 wgmma accumulator is this layout warp by warp). fa__tcb_pt: s (raw
+   dot products) becomes P g and pa the packed P^T A fragments (fa__tcb_p; the mask by
+   fa__cu_row_keys unless the block is full for the tile); tL: the tile's lse in log2 units. */
+template <typename T, int MT, int NN, bool MODS>
+static __device__ __forceinline__ void fa__tcb_pt(float (&s)[MT][NN][4], unsigned (&pa)[MT][NN / 2][4], const fa__dims &d,
+                                                  const fa__cu_mods &md, bool sc, bool al, bool bi, float f,
+                                                  const float *tL, int i0, int cq, int kr0, bool full)
+{
+#pragma unroll
+    for (int n = 0; n < NN; n++) {
+        int lo[2] = { 0, 0 }, hi[2] = { d.Sk, d.Sk };
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            if (!full) fa__cu_row_keys(d, i0 + cq + 8 * n + e, &lo[e], &hi[e]);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int j = kr0 + 16 * mt + 8 * hf;
+                float p[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int c = cq + 8 * n + e;
+                    s[mt][n][2 * hf + e] = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, tL[c], i0 + c, j,
+                                                           j >= lo[e] && j < hi[e], &p[e]);
+                }
+                pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(p[0], p[1]);
+            }
+    }
+}
+
+/* dS^T = P g (dP^T - delta) of the same fragments (s: fa__tcb_pt's P g, dp: dP^T), packed into pa;
+   tD: the tile's delta */
+template <typename T, int MT, int NN>
+static __device__ __forceinline__ void fa__tcb_dst(const float (&s)[MT][NN][4], const float (&dp)[MT][NN][4],
+                                                   unsigned (&pa)[MT][NN / 2][4], const float *tD, int cq)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const float d0 = fa__tcb_ds(s[mt][n][2 * hf], dp[mt][n][2 * hf], tD[cq + 8 * n]);
+                const float d1 = fa__tcb_ds(s[mt][n][2 * hf + 1], dp[mt][n][2 * hf + 1], tD[cq + 8 * n + 1]);
+                pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(d0, d1);
+            }
+}
+
+/* dS^T (pa) into the staging tile sS ([key][query], BQ / 8 chunks of 8 a key, fa__tcb_swz; at BQ =
+   64 this is the 128-byte swizzle of 8d3's panels, which 8e3's dq wgmma reads); kw: the warp's
+   first key row in the block */
+template <int MT, int NN, int BQ>
+static __device__ __forceinline__ void fa__tcb_stage(unsigned sS, const unsigned (&pa)[MT][NN / 2][4], int kw, int lane)
+{
+    const int cq = 2 * (lane & 3);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int rr = kw + 16 * mt + (lane >> 2) + 8 * hf;
+                const unsigned addr = sS + (unsigned)(rr * BQ + (fa__tcb_swz<BQ>(rr, n) << 3) + cq) * 2u;
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pa[mt][n >> 1][(n & 1) * 2 + hf]) : "memory");
+            }
+}
+
+/* dq's atomic accumulation: row hf of a thread's N n8 fragments of an m16 accumulator (columns
+   8 n + cq, + 1; dst at column cq) added into the fp32 buffer */
+template <int N>
+static __device__ __forceinline__ void fa__tcb_dq_add(float *dst, const float (&acc)[N][4], int hf)
+{
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900   /* one 8-byte reduction (sm_90's float2 atomicAdd) */
+        atomicAdd((float2 *)(dst + 8 * n), make_float2(acc[n][2 * hf], acc[n][2 * hf + 1]));
+#else
+        atomicAdd(dst + 8 * n, acc[n][2 * hf]);
+        atomicAdd(dst + 8 * n + 1, acc[n][2 * hf + 1]);
+#endif
+    }
+}
+
+/* The end of a dK/dV kernel: dk = scale dK, dv = dV of a thread's keys kr0 + 16 mt + 8 hf, columns
+   8 n + cq (0 for a key no row sees; keys past Sk not written) */
+template <typename T, int MT, int CH>
+static __device__ __forceinline__ void fa__tcb_write_kv(const fa__tcb_args &a, const float (&dk)[MT][CH][4],
+                                                        const float (&dv)[MT][CH][4], int b, int g, int kr0, int cq)
+{
+    const fa__dims &d = a.d;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int j = kr0 + 16 * mt + 8 * hf;
+            if (j >= d.Sk) continue;
+            T *pk = (T *)a.dk + b * d.ks[0] + g * d.ks[1] + (int64_t)j * d.ks[2] + cq;
+            T *pv = (T *)a.dv + b * d.vs[0] + g * d.vs[1] + (int64_t)j * d.vs[2] + cq;
+#pragma unroll
+            for (int n = 0; n < CH; n++) {
+                *(unsigned *)(pk + 8 * n) = fa__tc_type<T>::pack(dk[mt][n][2 * hf] * d.scale, dk[mt][n][2 * hf + 1] * d.scale);
+                *(unsigned *)(pv + 8 * n) = fa__tc_type<T>::pack(dv[mt][n][2 * hf], dv[mt][n][2 * hf + 1]);
+            }
+        }
 }
 
 /* The dK/dV kernel (see above). C: an fa__tcb_kv_* trait; MODS: softcap, ALiBi or bias present;
@@ -8371,56 +8546,13 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
         unsigned pa[MT][KB][4];
 
         fa__tc_qk<T, C>(s, qf, aK, bQ, st);   /* S^T: this warp's keys x the tile's query rows */
-#pragma unroll
-        for (int n = 0; n < NN; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int c = cq + 8 * n + e, i = i0 + c;
-                int lo = 0, hi = d.Sk;
-                if (!full) fa__cu_row_keys(d, i, &lo, &hi);
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int hf = 0; hf < 2; hf++) {
-                        const int j = kr0 + 16 * mt + 8 * hf;
-                        float p;
-                        s[mt][n][2 * hf + e] = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, tL[c], i, j,
-                                                               j >= lo && j < hi, &p);
-                        dp[mt][n][2 * hf + e] = p;   /* P, packed below; dp is overwritten by dO V^T */
-                    }
-            }
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int n = 0; n < NN; n++)
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++)
-                    pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(dp[mt][n][2 * hf], dp[mt][n][2 * hf + 1]);
+        fa__tcb_pt<T, MT, NN, MODS>(s, pa, d, md, sc, al, bi, f, tL, i0, cq, kr0, full);
         fa__tc_pv<T, C>(dv, pa, tO, st);            /* dV += P^T dO */
         fa__tc_qk<T, C>(dp, qf, aV, bQ, st + OQO);  /* dP^T = V dO^T */
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int n = 0; n < NN; n++)
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++) {
-                    const float d0 = fa__tcb_ds(s[mt][n][2 * hf], dp[mt][n][2 * hf], tD[cq + 8 * n]);
-                    const float d1 = fa__tcb_ds(s[mt][n][2 * hf + 1], dp[mt][n][2 * hf + 1], tD[cq + 8 * n + 1]);
-                    pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(d0, d1);
-                }
+        fa__tcb_dst<T, MT, NN>(s, dp, pa, tD, cq);
         fa__tc_pv<T, C>(dk, pa, tO, st - OQO);      /* dK += dS^T Q */
         if (DQ) {
-            /* dS^T into sS ([key][query], BQ/8 chunks of 8 a key, fa__tcb_swz) */
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int n = 0; n < NN; n++)
-#pragma unroll
-                    for (int hf = 0; hf < 2; hf++) {
-                        const int rr = warp * 16 * MT + 16 * mt + (lane >> 2) + 8 * hf;
-                        const unsigned addr = sS + (unsigned)(rr * BQ + (fa__tcb_swz<BQ>(rr, n) << 3) + cq) * 2u;
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pa[mt][n >> 1][(n & 1) * 2 + hf]) : "memory");
-                    }
+            fa__tcb_stage<MT, NN, BQ>(sS, pa, warp * 16 * MT, lane);   /* dS^T into sS */
             __syncthreads();
             /* dq rows 16 rg .. +15 of the tile, n8 tiles cs NCW .. +NCW-1: dS (A, .trans of dS^T) K (B, .trans) */
             float acc[NCW][4];
@@ -8443,34 +8575,11 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
             for (int hf = 0; hf < 2; hf++) {
                 const int i = i0 + 16 * rg + (lane >> 2) + 8 * hf;
                 if (i >= d.Sq) continue;
-                float *dst = a.dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i) * D + cq;
-#pragma unroll
-                for (int nl = 0; nl < NCW; nl++) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900   /* one 8-byte reduction (sm_90's float2 atomicAdd) */
-                    atomicAdd((float2 *)(dst + 8 * (cs * NCW + nl)), make_float2(acc[nl][2 * hf], acc[nl][2 * hf + 1]));
-#else
-                    atomicAdd(dst + 8 * (cs * NCW + nl), acc[nl][2 * hf]);
-                    atomicAdd(dst + 8 * (cs * NCW + nl) + 1, acc[nl][2 * hf + 1]);
-#endif
-                }
+                fa__tcb_dq_add<NCW>(a.dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i) * D + cq + 8 * cs * NCW, acc, hf);
             }
         }
     }
-    /* dk = scale dK, dv = dV of this thread's keys (0 for a key no row sees) */
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int j = kr0 + 16 * mt + 8 * hf;
-            if (j >= d.Sk) continue;
-            T *pk = (T *)a.dk + b * d.ks[0] + g * d.ks[1] + (int64_t)j * d.ks[2] + cq;
-            T *pv = (T *)a.dv + b * d.vs[0] + g * d.vs[1] + (int64_t)j * d.vs[2] + cq;
-#pragma unroll
-            for (int n = 0; n < CH; n++) {
-                *(unsigned *)(pk + 8 * n) = X::pack(dk[mt][n][2 * hf] * d.scale, dk[mt][n][2 * hf + 1] * d.scale);
-                *(unsigned *)(pv + 8 * n) = X::pack(dv[mt][n][2 * hf], dv[mt][n][2 * hf + 1]);
-            }
-        }
+    fa__tcb_write_kv<T, MT, CH>(a, dk, dv, b, g, kr0, cq);
 }
 
 /* The deterministic dq kernel: one block per (query block, batch, head), the last query blocks
@@ -8563,6 +8672,213 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
                 *(unsigned *)(pq + 8 * n) = X::pack(acc[mt][n][2 * hf] * d.scale, acc[mt][n][2 * hf + 1] * d.scale);
         }
 }
+
+/* ---- 8e3. CUDA: the Hopper backward (sm_90a: wgmma) ------------------------------------------
+   FlashAttention-3's dK/dV arrangement for fp16/bf16 at D = Dv in {64, 128} on compute capability
+   9.0: fa__wgb_dkv, one block per (key block of BKV = 128 keys, batch, kv head), two warpgroups of
+   64 keys each, walking the GQA group's query heads and the rows that see the block (fa__key_rows)
+   in tiles of BQ = 64 rows, exactly as 8e2's fa__tcb_dkv (whose element steps it calls). The K and V
+   block and each tile's Q and dO (two stages, one tile ahead) arrive by cp.async from every thread
+   into 8d3's 128-byte-swizzled 64-column panels (fa__wg_load), lse and delta beside them
+   (fa__tcb_load_q). Per tile, each warpgroup:
+   - S^T = K Q^T and dP^T = V dO^T: wgmma m64n64k16 (ss64), both operands K-major from shared
+     memory, committed as two groups; a warp's 16 rows of the m64 accumulator are the m16 layout of
+     8e2 (MT = 1), so fa__tcb_pt (P g, P^T packed: 8b's modifier rule, the mask) runs once S^T has
+     landed, under dP^T's wgmma, then fa__tcb_dst (dS^T packed);
+   - dV += P^T dO and dK += dS^T Q: wgmma m64nDk16 with A from registers (rs128 / rs64: P^T and dS^T
+     as the forward's P) and B N-major from the tile's panels; dK and dV stay in registers for the
+     whole walk (fa__tcb_write_kv writes scale dK and dV at the end);
+   - with DQ (dq by atomics): dS^T staged in shared memory (fa__tcb_stage: [key][query] rows of 128
+     bytes, the 128-byte swizzle), then dq = dS K by wgmma sst64 / sst32 (A M-major from the
+     staging tile, B N-major from the K block; DQW warpgroups, 8a) and fa__tcb_dq_add into the fp32
+     buffer (with DQB, 8a: through shared memory by one bulk reduction a row instead); without
+     (p->deterministic), 8e2's fa__tcb_dq pass follows.
+   Each wgmma group is waited before the registers it writes or reads are touched, and before the
+   next tile's barrier releases its stage. The kernel returns at once when fa__cu_bwd_prep's flag
+   is set (the FFMA fallback computes that call, as for fa__tcb_dkv). Served (fa__cu_pick_backward,
+   fa__wgb_pick): the tensor-core backward's requests (every modifier, mask and GQA) on a device of
+   compute capability 9.0 whose loaded code holds the sm_90a bodies (fa__wg_built); elsewhere 8e2's
+   fa__tcb_dkv. The body is compiled only for sm_90a; any other target gets a stub never launched. */
+
+#if FA__WG
+/* The shared memory of configuration C (8a), from a 1024-byte aligned base: the K and V blocks
+   (D / 64 panels of BKV rows each), two stages of the Q and dO tiles (panels of BQ rows), the dS^T
+   staging tile (BKV rows of BQ = 64 elements: one panel), with DQB dq's fp32 rows (RL floats
+   apart, DQW blocks of BQ rows), then two stages of lse and delta. */
+template <class C> struct fa__wgb_geom {
+    enum { D = C::D, BKV = C::BKV, BQ = C::BQ, NT = C::NT, NN = BQ / 8, CH = D / 8 };
+    enum { KB = BKV * D * 2, QB = BQ * D * 2, SB = BKV * BQ * 2 };
+    enum { DN = D / C::DQW, RL = DN + 4, RB = C::DQB ? C::DQW * BQ * RL * 4 : 0 };   /* dq's rows (DQB), padded */
+    enum { LSE = 2 * KB + 4 * QB + SB + RB, SMEM = LSE + 4 * BQ * 4 + 1024 };
+};
+
+/* Generic-proxy shared-memory writes (cp.async's, st.shared) made visible to the async proxy
+   (wgmma's operand reads, bulk copies); the bulk reduction of `bytes` fp32 from shared memory into
+   global memory (dst 16-byte aligned, bytes a multiple of 16), its group commit, and the wait until
+   every committed bulk group has read its source. */
+static __device__ __forceinline__ void fa__wg_proxy_fence(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+static __device__ __forceinline__ void fa__wg_bulk_add(float *dst, unsigned src, unsigned bytes)
+{
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                 ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void fa__wg_bulk_commit(void) { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+static __device__ __forceinline__ void fa__wg_bulk_read_wait(void) { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+
+/* T: __half or __nv_bfloat16. C: fa__wgb_d64 or fa__wgb_d128 (8a). MODS, DQ: as fa__tcb_dkv's. */
+template <typename T, class C, bool MODS, bool DQ>
+__global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const fa__tcb_args a)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef fa__wgb_geom<C> G;
+    typedef fa__wg_mma<T> X;
+    enum { BKV = G::BKV, BQ = G::BQ, D = G::D, NT = G::NT, NN = G::NN, CH = G::CH, DN = D / C::DQW };
+    static_assert(BKV == 128 && BQ == 64 && (D == 64 || D == 128) && NT == 256, "the Hopper backward's tile");
+    extern __shared__ __align__(1024) unsigned char fa__wg_smem[];
+    const fa__dims &d = a.d;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = tid >> 7;
+    const int nbg = d.B * d.Hkv, kb = (int)blockIdx.x / nbg, bg = (int)blockIdx.x - kb * nbg;
+    const int b = bg / d.Hkv, g = bg - b * d.Hkv, k0 = kb * BKV, nk = min((int)BKV, d.Sk - k0);
+    const unsigned s0 = fa__cu_sa(fa__wg_smem), sK = (s0 + 1023u) & ~1023u, sV = sK + G::KB, sQ = sV + G::KB;
+    const unsigned sO = sQ + 2 * G::QB, sS = sO + 2 * G::QB, sR = sS + G::SB + (unsigned)wg * BQ * G::RL * 4;
+    float *sL = (float *)(fa__wg_smem + (sK - s0) + G::LSE), *sDl = sL + 2 * BQ;
+    const float f = d.scale * FA__CU_LOG2E;
+    const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
+    const int kr0 = k0 + warp * 16 + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's keys kr0 + 8 hf */
+    const unsigned ka = (unsigned)wg * 64 * 128;                         /* this warpgroup's 64 key rows, in each panel */
+    int64_t r0_, r1_;
+    if (*a.flag) return;   /* a non-finite q, d_o or k: the FFMA fallback computes this call */
+    fa__key_rows(&d, k0, k0 + nk, &r0_, &r1_);
+    const int r0 = (int)r0_, nqb = r1_ > r0_ ? (int)((r1_ - r0_ + BQ - 1) / BQ) : 0, tiles = nqb * d.group;
+
+    float dk[1][CH][4], dv[1][CH][4], s[1][NN][4], dp[1][NN][4], dq[1][DN / 8][4];
+#pragma unroll
+    for (int n = 0; n < CH; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[0][n][e] = dv[0][n][e] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < NN; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < DN / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dq[0][n][e] = 0.0f;
+    unsigned pp[1][NN / 2][4], ps[1][NN / 2][4];   /* P^T and dS^T, the A fragments of dV's and dK's wgmmas */
+
+    if (tiles > 0) {   /* K, V and the first tile: one cp.async group */
+        fa__wg_load<D, BKV, NT>(sK, (const T *)a.k + b * d.ks[0] + g * d.ks[1] + (int64_t)k0 * d.ks[2], d.ks[2], nk, tid);
+        fa__wg_load<D, BKV, NT>(sV, (const T *)a.v + b * d.vs[0] + g * d.vs[1] + (int64_t)k0 * d.vs[2], d.vs[2], nk, tid);
+        fa__tcb_load_q<D, BQ, NT, T, true>(a, sQ, sO, sL, sDl, b, g * d.group, r0, tid);
+    }
+
+    for (int t = 0; t < tiles; t++) {
+        const int hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ;
+        const unsigned st = (unsigned)(t & 1) * G::QB;
+        const float *tL = sL + (t & 1) * BQ, *tD = sDl + (t & 1) * BQ;
+        fa__cu_wait<0>();
+        if (DQ && C::DQB) fa__wg_bulk_read_wait();   /* tile t-1's dq rows have left sR */
+        fa__wg_proxy_fence();   /* the cp.async writes, visible to the wgmmas' reads */
+        __syncthreads();        /* tile t landed; every wgmma of tile t-1 has retired (its stage, sS) */
+        if (t + 1 < tiles) {
+            const int h2 = (t + 1) / nqb, i2 = r0 + (t + 1 - h2 * nqb) * BQ;
+            fa__tcb_load_q<D, BQ, NT, T, true>(a, sQ + G::QB - st, sO + G::QB - st, sL + ((t + 1) & 1) * BQ,
+                                               sDl + ((t + 1) & 1) * BQ, b, g * d.group + h2, i2, tid);
+        }
+        const fa__keys kr = fa__cu_tile_keys(d, i0, min((int)BQ, d.Sq - i0));
+        const bool full = fa__keys_full(&kr, k0, k0 + BKV) != 0;
+        const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
+
+        fa__wg_keep(s);
+        fa__wg_keep(dp);
+        fa__wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)   /* S^T = K Q^T: this warpgroup's 64 keys x the tile's rows */
+            X::ss64(&s[0][0][0], fa__wg_desc(sK + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
+                    fa__wg_desc(sQ + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
+        fa__wg_commit();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)   /* dP^T = V dO^T */
+            X::ss64(&dp[0][0][0], fa__wg_desc(sV + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
+                    fa__wg_desc(sO + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
+        fa__wg_commit();
+        fa__wg_wait<1>();
+        fa__wg_keep(s);
+        fa__tcb_pt<T, 1, NN, MODS>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, full);
+        fa__wg_wait<0>();
+        fa__wg_keep(dp);
+        fa__tcb_dst<T, 1, NN>(s, dp, ps, tD, cq);
+        if (DQ) fa__tcb_stage<1, NN, BQ>(sS, ps, warp * 16, lane);   /* dS^T into sS (before ps is a wgmma's operand) */
+        fa__wg_keep(dk);
+        fa__wg_keep(dv);
+        fa__wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {   /* dV += P^T dO, dK += dS^T Q */
+            const unsigned long long dO_ = fa__wg_desc(sO + st + kk * 2048, BQ * 128, 1024);
+            if (D == 128) X::rs128(&dv[0][0][0], pp[0][kk], dO_);
+            else X::rs64(&dv[0][0][0], pp[0][kk], dO_);
+        }
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            const unsigned long long dQ_ = fa__wg_desc(sQ + st + kk * 2048, BQ * 128, 1024);
+            if (D == 128) X::rs128(&dk[0][0][0], ps[0][kk], dQ_);
+            else X::rs64(&dk[0][0][0], ps[0][kk], dQ_);
+        }
+        fa__wg_commit();
+        if (DQ) {
+            fa__wg_proxy_fence();
+            __syncthreads();   /* both warpgroups' rows of dS^T staged */
+            if (wg < C::DQW) {   /* dq rows of the tile x columns wg DN .. + DN - 1 = dS K */
+                fa__wg_keep(dq);
+                fa__wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < BKV / 16; kk++) {
+                    const unsigned long long da = fa__wg_desc(sS + kk * 2048, BKV * 128, 1024);
+                    const unsigned long long db = fa__wg_desc(sK + wg * BKV * 128 + kk * 2048, BKV * 128, 1024);
+                    if (DN == 64) X::sst64(&dq[0][0][0], da, db, kk);
+                    else X::sst32(&dq[0][0][0], da, db, kk);
+                }
+                fa__wg_commit();
+                fa__wg_wait<0>();
+                fa__wg_keep(dq);
+                float *gq = a.dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i0) * D + wg * DN;   /* the tile's row 0 */
+                if (C::DQB) {   /* the rows into sR, then a bulk reduction a row */
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++) {
+                        const int r = (warp & 3) * 16 + (lane >> 2) + 8 * hf;
+#pragma unroll
+                        for (int n = 0; n < DN / 8; n++)
+                            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(sR + (unsigned)(r * G::RL + 8 * n + cq) * 4u),
+                                         "f"(dq[0][n][2 * hf]), "f"(dq[0][n][2 * hf + 1]) : "memory");
+                    }
+                    fa__wg_proxy_fence();
+                    asm volatile("bar.sync %0, 128;\n" ::"r"(FA__WG_BAR_VOTE + wg) : "memory");   /* this warpgroup's rows staged */
+                    const int r = tid & 127;
+                    if (r < BQ && i0 + r < d.Sq) {
+                        fa__wg_bulk_add(gq + (int64_t)r * D, sR + (unsigned)(r * G::RL) * 4u, DN * 4);
+                        fa__wg_bulk_commit();
+                    }
+                } else {
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++) {
+                        const int r = (warp & 3) * 16 + (lane >> 2) + 8 * hf;
+                        if (i0 + r < d.Sq) fa__tcb_dq_add<DN / 8>(gq + (int64_t)r * D + cq, dq[0], hf);
+                    }
+                }
+            }
+        }
+        fa__wg_wait<0>();
+        fa__wg_keep(dk);
+        fa__wg_keep(dv);
+    }
+    if (DQ && C::DQB) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+    fa__tcb_write_kv<T, 1, CH>(a, dk, dv, b, g, kr0, cq);
+#else
+    /* another target: never launched */
+    if (a.d.Sq < 0 && *a.flag) asm volatile("trap;\n");
+#endif
+}
+#endif
 
 /* ---- 8f. CUDA: the kernel picker and the launches --------------------------------------------- */
 
@@ -8918,6 +9234,8 @@ static const char *fa__cu_bwd_kernel_name(fa__cu_bwd_kernel k)
     case FA__CU_BWD_D256: return "bwd_ffma_d256";
     case FA__CU_BWD_TC_D64: return "bwd_tc_d64";
     case FA__CU_BWD_TC_D128: return "bwd_tc_d128";
+    case FA__CU_BWD_WG_D64: return "bwd_wg_d64";
+    case FA__CU_BWD_WG_D128: return "bwd_wg_d128";
     case FA__CU_BWD_KERNELS: break;
     }
     return "none";
@@ -8946,6 +9264,42 @@ template <class CFG> static void fa__tcb_plan_of(const fa__dims *d, fa__cu_bwd_p
     pl->qblocks = ((int64_t)d->Sq + Q::BQ - 1) / Q::BQ;
 }
 
+#if FA__WG
+/* The Hopper backward's plan (8e3): bq, bk its query tile and key block; qblocks the deterministic
+   dq pass's (8e2's fa__tcb_dq, configuration C::DQ); smem the larger of the two kernels'. */
+template <class C> static void fa__wgb_plan_of(const fa__dims *d, fa__cu_bwd_plan *pl)
+{
+    typedef fa__wgb_geom<C> K;
+    typedef fa__tcb_qgeom<typename C::DQ> Q;
+    pl->bq = K::BQ;
+    pl->bk = K::BKV;
+    pl->smem = (int)K::SMEM > (int)Q::SMEM ? (int)K::SMEM : (int)Q::SMEM;
+    pl->kblocks = ((int64_t)d->Sk + K::BKV - 1) / K::BKV;
+    pl->qblocks = ((int64_t)d->Sq + Q::BQ - 1) / Q::BQ;
+}
+
+/* Nonzero: fa__cu_pick_backward never names the Hopper backward, so that the tests and the bench
+   run the mma.sync kernels on an H100/H200 too (an internal switch of this translation unit, not
+   part of the API; 0 by default). */
+static int fa__cu_bwd_mma_only = 0;
+
+/* The Hopper backward for a request the tensor-core backward serves, on a device of compute
+   capability major.minor = 9.0 whose loaded code holds the sm_90a bodies (fa__wg_built) and whose
+   opt-in shared memory (optin) holds its plan: 1 with *pl set, else 0 (*pl untouched). */
+static int fa__wgb_pick(const fa__dims *d, int optin, int major, int minor, fa__cu_bwd_plan *pl)
+{
+    fa__cu_bwd_plan w;
+    if (fa__cu_bwd_mma_only || major != 9 || minor != 0 || !fa__wg_built()) return 0;
+    memset(&w, 0, sizeof w);
+    if (d->D == 64) fa__wgb_plan_of<fa__wgb_d64>(d, &w);
+    else fa__wgb_plan_of<fa__wgb_d128>(d, &w);
+    if (w.smem > optin) return 0;
+    w.kernel = d->D == 64 ? FA__CU_BWD_WG_D64 : FA__CU_BWD_WG_D128;
+    *pl = w;
+    return 1;
+}
+#endif
+
 /* The FFMA backward's plan for head-dim class dc (the kernel fa__cu_pick_backward names for it,
    and the tensor-core backward's fallback for calls with non-finite inputs, 8e2). */
 static fa__cu_bwd_kernel fa__cu_bwd_ffma_of(const fa__dims *d, int dc, fa__cu_bwd_plan *pl)
@@ -8970,7 +9324,8 @@ static int fa__cu_bwd_fits(const fa__dims *d, const fa__cu_bwd_plan *pl, int opt
 /* Picks the backward kernel for a request that fa__cu_bwd_resolve accepted, with Sq, Sk > 0, by
    rule: the tensor-core backward for fp16/bf16 at D = Dv = 64 or 128 where q, k, v, d_o and the
    gradients have 16-byte aligned rows and the device is sm_80+ (every modifier, mask and GQA
-   included); else the FFMA backward of the head-dim class of max(D, Dv) (<= 64, <= 128, <= 256),
+   included), on a compute capability 9.0 device running this build's sm_90a code its Hopper
+   dK/dV kernel (fa__wgb_pick, 8e3), elsewhere the mma.sync one; else the FFMA backward of the head-dim class of max(D, Dv) (<= 64, <= 128, <= 256),
    any dtype and layout. FA_ERR_UNSUPPORTED when its shared memory (or, for the tensor-core
    backward, that of its FFMA fallback) does not fit this device or a grid would pass 2^31 - 1
    blocks; FA_ERR_DEVICE when the device cannot be queried. It launches nothing. */
@@ -8978,12 +9333,13 @@ static fa_status fa__cu_pick_backward(const fa__dims *d, const void *q, const vo
                                       const void *dq, const void *dk, const void *dv, fa__cu_bwd_plan *pl)
 {
     const int dc = d->D > d->Dv ? d->D : d->Dv;
-    int dev = 0, optin = 0, major = 0, sms = 1;
+    int dev = 0, optin = 0, major = 0, minor = 0, sms = 1;
     fa__cu_bwd_plan fb;
     memset(pl, 0, sizeof *pl);
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
         (void)cudaGetLastError();
         return FA_ERR_DEVICE;
@@ -8995,6 +9351,11 @@ static fa_status fa__cu_pick_backward(const fa__dims *d, const void *q, const vo
         pl->kernel = d->D == 64 ? FA__CU_BWD_TC_D64 : FA__CU_BWD_TC_D128;
         if (d->D == 64) fa__tcb_plan_of<fa__tcb_d64>(d, pl);
         else fa__tcb_plan_of<fa__tcb_d128>(d, pl);
+#if FA__WG
+        (void)fa__wgb_pick(d, optin, major, minor, pl);   /* on an H100/H200: the Hopper backward (8e3) */
+#else
+        (void)minor;
+#endif
         fa__cu_bwd_ffma_of(d, dc, &fb);
         if (!fa__cu_bwd_fits(d, &fb, optin)) return FA_ERR_UNSUPPORTED;
     } else {
@@ -9109,6 +9470,40 @@ static fa_status fa__tcb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, in
     return mods ? fa__tcb_go_dq<T, DQ, true>(a, qgrid, st) : fa__tcb_go_dq<T, DQ, false>(a, qgrid, st);
 }
 
+#if FA__WG
+/* The Hopper backward in configuration C (fa__cu_pick_backward has checked that it fits): its dK/dV
+   kernel with dq by atomics into dqacc, or (det) without, then 8e2's deterministic dq kernel. */
+template <typename T, class C, bool MODS, bool DQ>
+static fa_status fa__wgb_go_dkv(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
+{
+    const fa_status s = fa__cu(cudaFuncSetAttribute(fa__wgb_dkv<T, C, MODS, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)fa__wgb_geom<C>::SMEM));
+    if (s != FA_OK) return s;
+    fa__wgb_dkv<T, C, MODS, DQ><<<grid, C::NT, fa__wgb_geom<C>::SMEM, st>>>(a);
+    return fa__cu(cudaGetLastError());
+}
+
+template <typename T, class C>
+static fa_status fa__wgb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q, const void *k,
+                                const void *v, const void *d_o, const float *delta, const unsigned *flag,
+                                float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
+{
+    typedef typename C::DQ DQ;
+    const unsigned kgrid = (unsigned)(pl->kblocks * d->B * d->Hkv), qgrid = (unsigned)(pl->qblocks * d->B * d->Hq);
+    const bool mods = d->softcap > 0.0f || d->alibi != NULL || d->bias != NULL;
+    fa__tcb_args a;
+    fa_status s;
+    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = dqacc; a.flag = flag;
+    a.dq = dq; a.dk = dk; a.dv = dv;
+    a.qblocks = (int)pl->qblocks;
+    a.d = *d;
+    if (!det) return mods ? fa__wgb_go_dkv<T, C, true, true>(a, kgrid, st) : fa__wgb_go_dkv<T, C, false, true>(a, kgrid, st);
+    s = mods ? fa__wgb_go_dkv<T, C, true, false>(a, kgrid, st) : fa__wgb_go_dkv<T, C, false, false>(a, kgrid, st);
+    if (s != FA_OK) return s;
+    return mods ? fa__tcb_go_dq<T, DQ, true>(a, qgrid, st) : fa__tcb_go_dq<T, DQ, false>(a, qgrid, st);
+}
+#endif
+
 /* The tensor-core backward's kernels exist for the 16-bit types only (the picker never names them
    for fp32). */
 template <typename T>
@@ -9116,6 +9511,12 @@ static fa_status fa__tcb_dispatch(const fa__dims *d, const fa__cu_bwd_plan *pl, 
                                   const void *v, const void *d_o, const float *delta, const unsigned *flag,
                                   float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
 {
+#if FA__WG
+    if (pl->kernel == FA__CU_BWD_WG_D64)
+        return fa__wgb_launch<T, fa__wgb_d64>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
+    if (pl->kernel == FA__CU_BWD_WG_D128)
+        return fa__wgb_launch<T, fa__wgb_d128>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
+#endif
     if (pl->kernel == FA__CU_BWD_TC_D64)
         return fa__tcb_launch<T, fa__tcb_d64>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
     return fa__tcb_launch<T, fa__tcb_d128>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);

@@ -12,8 +12,10 @@
 
    Options: --quick (S = 1024, 4096, 16384), --budget SEC (per timed row, default 0.08), --dtype
    bf16|fp16|fp32 (repeatable; default all three), --d D, --s S, --causal 0|1 (one row set, for
-   ncu). The kernel column names what the picker chose
-   (bwd_tc_* the tensor-core backward, bwd_ffma_* the FFMA one).
+   ncu), --mma (each 16-bit row again through the mma.sync kernels, fa__cu_bwd_mma_only: rows
+   fa_tiled_bwd_mma*, relerr against the default's gradients), --prefix P before --tune (the
+   sweep's rows named P* only; the wg* rows are the Hopper backward's variants). The kernel column names what the
+   picker chose (bwd_wg_* the Hopper backward, bwd_tc_* the mma.sync one, bwd_ffma_* the FFMA one).
    Row format (shared with bench/torch_sdpa.py): ROW impl dtype D causal S B H extra ms TFLOP/s relerr status */
 #define FLASHATTN_IMPLEMENTATION
 #define FLASHATTN_CUDA
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
+#include <type_traits>
 
 #define CK(x)                                                                                        \
     do {                                                                                             \
@@ -96,6 +99,7 @@ static const char *dname(fa_dtype dt) { return dt == FA_F32 ? "fp32" : dt == FA_
 
 static double opt_budget = 0.08;
 static int only_d = 0;   /* --d: one head dim (the table and --tune) */
+static const char *tune_prefix = "";   /* --prefix: the --tune rows whose name starts so */
 
 typedef fa_status (*bwd_fn)(const fa_params *, const void *, const void *, const void *, const void *, const void *,
                            void *, void *, void *);
@@ -216,6 +220,58 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
     return st;
 }
 
+#if FA__WG
+/* The Hopper backward (8e3) in trait C, the same steps (no modifiers): the dK/dV kernel, then the
+   dq conversion or (det) the mma.sync dq pass. Wcfg: fa__wgb_d* with DQW and DQB varied. */
+template <int DD, int W, int B> struct Wcfg {
+    enum { D = DD, BKV = 128, BQ = 64, NT = 256, DQW = W, DQB = B };
+    typedef typename std::conditional<DD == 64, fa__tcb_dq_d64, fa__tcb_dq_d128>::type DQ;
+};
+
+template <class C>
+static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
+                              const void *d_o, void *dq, void *dk, void *dv)
+{
+    typedef __nv_bfloat16 T;
+    fa__dims d;
+    fa__cu_bwd_plan pl;
+    fa__cu_tbwd_ws w;
+    char *mem = NULL;
+    int pooled = 0;
+    const int det = p->deterministic != 0;
+    fa_status st = fa__cu_bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d);
+    if (st != FA_OK) return st;
+    memset(&pl, 0, sizeof pl);
+    fa__wgb_plan_of<C>(&d, &pl);
+    fa__cu_tbwd_layout(&d, det, &w);
+    if ((st = fa__cu_alloc((void **)&mem, w.total, 0, &pooled)) != FA_OK) return st;
+    const int64_t rows = (int64_t)d.B * d.Hq * d.Sq;
+    float *delta = (float *)mem, *dqacc = det ? NULL : (float *)(mem + w.dq);
+    unsigned *flag = (unsigned *)(mem + w.flag);
+    fa__tcb_args a;
+    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = dqacc; a.flag = flag;
+    a.dq = dq; a.dk = dk; a.dv = dv;
+    a.qblocks = (int)pl.qblocks;
+    a.d = d;
+    a.d.lse = (float *)(mem + w.lx);
+    const unsigned kgrid = (unsigned)(pl.kblocks * d.B * d.Hkv), qgrid = (unsigned)(pl.qblocks * d.B * d.Hq);
+    CK(cudaMemsetAsync(flag, 0, w.total - w.flag, 0));
+    CK(fa__cu_bwd_prep_launch<T>(&d, q, k, o, d_o, delta, a.d.lse, (float *)(mem + w.kbad), flag, 0) == FA_OK
+           ? cudaSuccess : cudaErrorUnknown);
+    if (det) {
+        st = fa__wgb_go_dkv<T, C, false, false>(a, kgrid, 0);
+        if (st == FA_OK) st = fa__tcb_go_dq<T, typename C::DQ, false>(a, qgrid, 0);
+    } else {
+        st = fa__wgb_go_dkv<T, C, false, true>(a, kgrid, 0);
+        if (st == FA_OK)
+            fa__cu_bwd_out<T><<<fa__cu_rows_grid(rows), 128>>>(dqacc, (T *)dq, d.Hq, 1, d.Sq, d.D, d.qs[0], d.qs[1], d.qs[2],
+                                                              rows, d.scale, (const unsigned *)NULL);
+    }
+    fa__cu_free(mem, 0, pooled);
+    return st;
+}
+#endif
+
 struct TuneImpl { const char *name; int D; bwd_fn fn; };
 static const TuneImpl tune_impls[] = {
     { "k8m1", 64, tune_call<Tcfg<64, 8, 1, 64, 1, 4, 64, 0, 2> > },    /* the first cut's D = 64 */
@@ -228,6 +284,13 @@ static const TuneImpl tune_impls[] = {
     { "k8m2", 64, tune_call<Tcfg<64, 8, 2, 32, 1, 4, 64, 0, 2> > },
     { "k8m1", 128, tune_call<Tcfg<128, 8, 1, 64, 1, 4, 64, 0, 2> > },  /* fa__tcb_kv_d128 */
     { "k8m1q8", 128, tune_call<Tcfg<128, 8, 1, 64, 1, 8, 64, 1, 1> > },
+#if FA__WG
+    { "wg", 64, wg_tune_call<fa__wgb_d64> },          /* the Hopper backward as shipped */
+    { "wgbulk", 64, wg_tune_call<Wcfg<64, 1, 1> > },  /* dq by bulk reductions */
+    { "wg", 128, wg_tune_call<fa__wgb_d128> },
+    { "wgbulk", 128, wg_tune_call<Wcfg<128, 2, 1> > },
+    { "wgw1", 128, wg_tune_call<Wcfg<128, 1, 0> > },  /* dq by the first warpgroup alone */
+#endif
 };
 
 /* TUNE name D causal S B H default_ms TFLOP/s det_ms TFLOP/s relerr (each mode against the library's default) */
@@ -244,7 +307,7 @@ static void tune(void)
             p.deterministic = 1;
             if (fa_cuda_tiled_backward(&p, cs.q, cs.k, cs.v, cs.o, cs.d_o, cs.h[0], cs.h[1], cs.h[2]) != FA_OK) exit(1);
             for (const TuneImpl &im : tune_impls) {
-                if (im.D != D) continue;
+                if (im.D != D || strncmp(im.name, tune_prefix, strlen(tune_prefix)) != 0) continue;
                 double ms[2], num = 0.0, den = 0.0;
                 for (int det = 0; det < 2; det++) {
                     p.deterministic = det;
@@ -263,7 +326,7 @@ static void tune(void)
 
 int main(int argc, char **argv)
 {
-    int quick = 0, i, only_s = 0, only_c = -1;
+    int quick = 0, i, only_s = 0, only_c = -1, both = 0;
     std::vector<int> Ss;
     std::vector<fa_dtype> dts;
     cudaDeviceProp prop;
@@ -273,14 +336,19 @@ int main(int argc, char **argv)
 #ifdef FA_BENCH_TUNE
         else if (!strcmp(argv[i], "--tune")) { tune(); return 0; }   /* --d before --tune picks one head dim */
 #endif
+#if FA__WG
+        else if (!strcmp(argv[i], "--mma")) both = 1;   /* each 16-bit row also through the mma.sync kernels */
+#endif
+        else if (!strcmp(argv[i], "--prefix") && i + 1 < argc) tune_prefix = argv[++i];   /* before --tune */
         else if (!strcmp(argv[i], "--d") && i + 1 < argc) only_d = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--s") && i + 1 < argc) only_s = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--causal") && i + 1 < argc) only_c = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "bf16")) dts.push_back(FA_BF16), i++;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "fp16")) dts.push_back(FA_F16), i++;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "fp32")) dts.push_back(FA_F32), i++;
-        else { fprintf(stderr, "usage: %s [--quick] [--budget s] [--dtype bf16|fp16|fp32 ...] [--d D] [--s S] [--causal 0|1]\n", argv[0]); return 2; }
+        else { fprintf(stderr, "usage: %s [--quick] [--budget s] [--dtype bf16|fp16|fp32 ...] [--d D] [--s S] [--causal 0|1] [--mma]\n", argv[0]); return 2; }
     }
+    (void)both;
     if (dts.empty()) dts = { FA_BF16, FA_F16, FA_F32 };
     if (quick) Ss = { 1024, 4096, 16384 };
     else Ss = { 1024, 2048, 4096, 8192, 16384 };
@@ -318,6 +386,27 @@ int main(int argc, char **argv)
                                sqrt(num / den) <= 1e-3 ? "OK" : "DIFF");
                     printf("# det/default time ratio %.3f\n", ms[1] / ms[0]);
                     fflush(stdout);
+#if FA__WG
+                    if (both && dt != FA_F32) {   /* the same row with the picker kept off the Hopper backward */
+                        const char *mname[2] = { "fa_tiled_bwd_mma", "fa_tiled_bwd_mma_det" };
+                        double mm[2];
+                        fa__cu_bwd_mma_only = 1;
+                        fa__cu_pick_backward(&dd, cs.q, cs.k, cs.v, cs.d_o, cs.g[0], cs.g[1], cs.g[2], &plan);
+                        for (int det = 0; det < 2; det++) {
+                            double n2 = 0.0, d2 = 0.0;
+                            p.deterministic = det;
+                            mm[det] = time_bwd(p, cs.q, cs.k, cs.v, cs.o, cs.d_o, cs.h[0], cs.h[1], cs.h[2]);
+                            CK(cudaDeviceSynchronize());
+                            for (int u = 0; u < 3; u++) diff2(cs.h[u], cs.g[u], cs.n, dt, &n2, &d2);   /* against the default's */
+                            printf("ROW %-16s %-5s %4d %2d %6d %4d %3d %-10s %9.3f %8.1f %9.2e %s\n", mname[det], dname(dt), D,
+                                   causal, S, B, H, fa__cu_bwd_kernel_name(plan.kernel), mm[det], fl / mm[det] / 1e9,
+                                   sqrt(n2 / d2), sqrt(n2 / d2) <= 1e-2 ? "OK" : "DIFF");
+                        }
+                        printf("# default/mma time ratio %.3f, det %.3f\n", ms[0] / mm[0], ms[1] / mm[1]);
+                        fflush(stdout);
+                        fa__cu_bwd_mma_only = 0;
+                    }
+#endif
                     case_free(cs);
                 }
         }
