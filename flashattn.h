@@ -5510,8 +5510,23 @@ struct fa__tcb_d128 { typedef fa__tcb_kv_d128 KV; typedef fa__tcb_dq_d128 DQ; };
    shared memory by bulk reductions (cp.reduce.async.bulk .add.f32, a row a thread), else by
    float2 atomics from the registers. DQ: the deterministic dq pass (8e2's fa__tcb_dq) that follows
    it with p->deterministic. */
-struct fa__wgb_d64 { enum { D = 64, BKV = 128, BQ = 64, NT = 256, DQW = 1, DQB = 0 }; typedef fa__tcb_dq_d64 DQ; };
-struct fa__wgb_d128 { enum { D = 128, BKV = 128, BQ = 64, NT = 256, DQW = 2, DQB = 0 }; typedef fa__tcb_dq_d128 DQ; };
+struct fa__wgb_d64 { enum { D = 64, BKV = 128, BQ = 64, NT = 256, DQW = 1, DQB = 0, WS = 0 }; typedef fa__tcb_dq_d64 DQ; };
+struct fa__wgb_d128 { enum { D = 128, BKV = 128, BQ = 64, NT = 256, DQW = 2, DQB = 0, WS = 0 }; typedef fa__tcb_dq_d128 DQ; };
+/* The warp-specialised variant's (8e3, fa__wgw_dkv): a producer warpgroup and two consumers (NT =
+   384 threads, registers REG_P / REG_C after setmaxnreg, REG_P 128 + REG_C 256 <= 65536), ST stages
+   of Q and dO tiles in the TMA ring (4 at D = 64: 112 KB; 3 at D = 128: 192 KB); DQ its
+   deterministic dq pass, fa__wgq_dq: query blocks of BQ = 128 rows (64 a consumer), key tiles of
+   BK in a ring of ST stages (D = 128: BK 64, so that dq, S, dP and dS fit 240 registers). */
+struct fa__wgq_d64 { enum { D = 64, BQ = 128, BK = 128, ST = 2, NT = 384, REG_P = 24, REG_C = 240 }; };
+struct fa__wgq_d128 { enum { D = 128, BQ = 128, BK = 64, ST = 3, NT = 384, REG_P = 24, REG_C = 240 }; };
+struct fa__wgw_d64 {
+    enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = 4, REG_P = 24, REG_C = 240, WS = 1 };
+    typedef fa__wgq_d64 DQ;
+};
+struct fa__wgw_d128 {
+    enum { D = 128, BKV = 128, BQ = 64, NT = 384, ST = 3, REG_P = 24, REG_C = 240, WS = 1 };
+    typedef fa__wgq_d128 DQ;
+};
 
 /* The split-key decode kernels' configurations (8d2). The tensor-core one is an fa__tc_* trait
    (one m16 tile of packed query rows, MT = 1, shared by NW warps that each walk their own key
@@ -8305,17 +8320,31 @@ template <class C> struct fa__tcb_qgeom {
     enum { LSE = (2 * BQ * D + 4 * BK * D) * 2, SMEM = LSE + 2 * BQ * 4 };
 };
 
+/* The lse in log2 units (+INFINITY for a row with no visible key and past Sq, so that its P is 0)
+   and delta (0 past Sq) of query rows [i0, i0 + R) of (b, h) into sL, sDl, by NT threads. */
+template <int R, int NT>
+static __device__ __forceinline__ void fa__tcb_load_ld(const fa__tcb_args &a, float *sL, float *sDl, int b, int h, int i0,
+                                                       int tid)
+{
+    const fa__dims &d = a.d;
+    const int nq = min(R, d.Sq - i0);
+    const int64_t bh = (int64_t)b * d.Hq + h;
+    for (int x = tid; x < R; x += NT) {
+        const float l = x < nq ? d.lse[bh * d.Sq + i0 + x] : -INFINITY;
+        sL[x] = l == -INFINITY ? INFINITY : l * FA__CU_LOG2E;
+        sDl[x] = x < nq ? a.delta[bh * d.Sq + i0 + x] : 0.0f;
+    }
+}
+
 /* The Q and dO tiles of query rows [i0, i0 + R) of (b, h) (rows past Sq zero-filled) into sQ, sO
-   (one cp.async group; 8d's swizzled rows, or with PANEL 8d3's panels), and their lse in log2 units
-   (+INFINITY for a row with no visible key and past Sq, so that its P is 0) and delta (0 past Sq)
-   into sL, sDl. */
+   (one cp.async group; 8d's swizzled rows, or with PANEL 8d3's panels), and their lse and delta
+   (fa__tcb_load_ld). */
 template <int D, int R, int NT, typename T, bool PANEL = false>
 static __device__ __forceinline__ void fa__tcb_load_q(const fa__tcb_args &a, unsigned sQ, unsigned sO, float *sL,
                                                       float *sDl, int b, int h, int i0, int tid)
 {
     const fa__dims &d = a.d;
     const int nq = min(R, d.Sq - i0);
-    const int64_t bh = (int64_t)b * d.Hq + h;
     const T *gq = (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i0 * d.qs[2];
     const T *go = (const T *)a.d_o + b * d.os[0] + h * d.os[1] + (int64_t)i0 * d.os[2];
     if (PANEL) {
@@ -8326,11 +8355,7 @@ static __device__ __forceinline__ void fa__tcb_load_q(const fa__tcb_args &a, uns
         fa__tc_load<D, R, NT>(sO, go, d.os[2], nq, tid);
     }
     fa__cu_commit();
-    for (int x = tid; x < R; x += NT) {
-        const float l = x < nq ? d.lse[bh * d.Sq + i0 + x] : -INFINITY;
-        sL[x] = l == -INFINITY ? INFINITY : l * FA__CU_LOG2E;
-        sDl[x] = x < nq ? a.delta[bh * d.Sq + i0 + x] : 0.0f;
-    }
+    fa__tcb_load_ld<R, NT>(a, sL, sDl, b, h, i0, tid);
 }
 
 /* One element of the backward: P = 2^(x' - lse2) for the raw dot product x of query row i and key
@@ -8447,6 +8472,61 @@ static __device__ __forceinline__ void fa__tcb_dq_add(float *dst, const float (&
         atomicAdd(dst + 8 * n + 1, acc[n][2 * hf + 1]);
 #endif
     }
+}
+
+/* The element steps of a dq kernel's S and dP fragments (rows = queries i0 + lr + 16 mt + 8 hf,
+   lr with lane / 4 in it; columns = keys k0 + cq + 8 n + e): dS = P g (dP - delta) (fa__tcb_p,
+   fa__tcb_ds; the mask by fa__cu_row_keys unless the tile is full for the block) packed into pa,
+   the A fragments of dq += dS K; sL, sDl: the block's lse (log2 units) and delta, indexed from i0. */
+template <typename T, int MT, int NN, bool MODS>
+static __device__ __forceinline__ void fa__tcb_ds_rows(const float (&s)[MT][NN][4], const float (&dp)[MT][NN][4],
+                                                       unsigned (&pa)[MT][NN / 2][4], const fa__dims &d,
+                                                       const fa__cu_mods &md, bool sc, bool al, bool bi, float f,
+                                                       const float *sL, const float *sDl, int i0, int lr, int k0,
+                                                       int cq, bool full)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int i = i0 + lr + 16 * mt + 8 * hf;
+            const float lse2 = sL[lr + 16 * mt + 8 * hf], dl = sDl[lr + 16 * mt + 8 * hf];
+            int lo = 0, hi = d.Sk;
+            if (!full) fa__cu_row_keys(d, i, &lo, &hi);
+#pragma unroll
+            for (int n = 0; n < NN; n++) {
+                float v2[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = k0 + cq + 8 * n + e;
+                    float p;
+                    const float pg = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, lse2, i, j,
+                                                     j >= lo && j < hi, &p);
+                    v2[e] = fa__tcb_ds(pg, dp[mt][n][2 * hf + e], dl);
+                }
+                pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(v2[0], v2[1]);
+            }
+        }
+}
+
+/* The end of a dq kernel: dq = scale dq of a thread's rows ir0 + 16 mt + 8 hf (ir0 with lane / 4 in
+   it), columns 8 n + cq; rows past Sq not written */
+template <typename T, int MT, int CH>
+static __device__ __forceinline__ void fa__tcb_write_dq(const fa__tcb_args &a, const float (&acc)[MT][CH][4], int b, int h,
+                                                        int ir0, int cq)
+{
+    const fa__dims &d = a.d;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int i = ir0 + 16 * mt + 8 * hf;
+            if (i >= d.Sq) continue;
+            T *pq = (T *)a.dq + b * d.qs[0] + h * d.qs[1] + (int64_t)i * d.qs[2] + cq;
+#pragma unroll
+            for (int n = 0; n < CH; n++)
+                *(unsigned *)(pq + 8 * n) = fa__tc_type<T>::pack(acc[mt][n][2 * hf] * d.scale, acc[mt][n][2 * hf + 1] * d.scale);
+        }
 }
 
 /* The end of a dK/dV kernel: dk = scale dK, dv = dV of a thread's keys kr0 + 16 mt + 8 hf, columns
@@ -8592,7 +8672,6 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
 {
     typedef fa__tc_geom<C> G;
     typedef fa__tcb_qgeom<C> Q;
-    typedef fa__tc_type<T> X;
     enum { BQ = G::BQ, BK = G::BK, D = G::D, NN = G::NN, KB = G::KB, CH = G::CH, NT = G::NT, MT = G::MT };
     extern __shared__ __align__(128) unsigned char fa__tc_smem[];
     const fa__dims &d = a.d;
@@ -8636,41 +8715,10 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
         unsigned pa[MT][KB][4];
         fa__tc_qk<T, C>(s, qf, aQ, bK, st);
         fa__tc_qk<T, C>(dp, qf, aO, bK, st + OKV);
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const int i = i0 + lr + 16 * mt + 8 * hf;
-                const float lse2 = sL[lr + 16 * mt + 8 * hf], dl = sDl[lr + 16 * mt + 8 * hf];
-                int lo = 0, hi = d.Sk;
-                if (!full) fa__cu_row_keys(d, i, &lo, &hi);
-#pragma unroll
-                for (int n = 0; n < NN; n++) {
-                    float v2[2];
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int j = k0 + cq + 8 * n + e;
-                        float p;
-                        const float pg = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, lse2, i, j,
-                                                         j >= lo && j < hi, &p);
-                        v2[e] = fa__tcb_ds(pg, dp[mt][n][2 * hf + e], dl);
-                    }
-                    pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(v2[0], v2[1]);
-                }
-            }
+        fa__tcb_ds_rows<T, MT, NN, MODS>(s, dp, pa, d, md, sc, al, bi, f, sL, sDl, i0, lr, k0, cq, full);
         fa__tc_pv<T, C>(acc, pa, tK, st);   /* dq += dS K */
     }
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int i = i0 + lr + 16 * mt + 8 * hf;
-            if (i >= d.Sq) continue;
-            T *pq = (T *)a.dq + b * d.qs[0] + h * d.qs[1] + (int64_t)i * d.qs[2] + cq;
-#pragma unroll
-            for (int n = 0; n < CH; n++)
-                *(unsigned *)(pq + 8 * n) = X::pack(acc[mt][n][2 * hf] * d.scale, acc[mt][n][2 * hf + 1] * d.scale);
-        }
+    fa__tcb_write_dq<T, MT, CH>(a, acc, b, h, i0 + lr, cq);
 }
 
 /* ---- 8e3. CUDA: the Hopper backward (sm_90a: wgmma) ------------------------------------------
@@ -8876,6 +8924,317 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const fa__tcb_args a)
 #else
     /* another target: never launched */
     if (a.d.Sq < 0 && *a.flag) asm volatile("trap;\n");
+#endif
+}
+
+/* The warp-specialised variant, fa__wgw_dkv (C: fa__wgw_d64 or fa__wgw_d128, 8a): the same per-tile
+   steps on the consumers' 64 keys each, with the loads by TMA from a producer warpgroup (the
+   forward's arrangement): the K and V block once, then each tile's Q and dO panels into a ring of
+   ST stages ("full" mbarriers with the stage's bytes; "empty" ones that the 8 consumer warps
+   arrive on when their wgmmas have retired), lse and delta stored by the producer's first warp
+   beside them (fa__tcb_load_ld) before its "full" arrival. The consumers never meet at a block
+   barrier, so that one's element steps run under the other's wgmmas; hence dq = dS K is formed by
+   each consumer over its own 64 keys (its half of dS^T staged in one of two buffers, tile parity, a
+   named barrier of its 128 threads; 64-column halves of K at D = 128) and both add into the fp32
+   buffer. dV += P^T dO is issued as soon as P^T is packed, under dP^T's wait. */
+struct fa__wgw_args {
+    CUtensorMap tq, to, tk, tv;
+    fa__tcb_args a;
+};
+
+template <class C> struct fa__wgw_geom {
+    enum { D = C::D, BKV = C::BKV, BQ = C::BQ, ST = C::ST, NN = BQ / 8, CH = D / 8 };
+    enum { KB = BKV * D * 2, QB = BQ * D * 2, SB = BKV * BQ * 2 };
+    enum { LSE = 2 * KB + 2 * ST * QB + 2 * SB, BARS = LSE + 2 * ST * BQ * 4, SMEM = BARS + 8 * (2 * ST + 1) + 1024 };
+};
+
+template <typename T, class C, bool MODS, bool DQ>
+__global__ void __launch_bounds__(C::NT, 1) fa__wgw_dkv(const __grid_constant__ fa__wgw_args w)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef fa__wgw_geom<C> G;
+    typedef fa__wg_mma<T> X;
+    enum { BKV = G::BKV, BQ = G::BQ, D = G::D, ST = G::ST, NN = G::NN, CH = G::CH };
+    static_assert(BKV == 128 && BQ == 64 && (D == 64 || D == 128) && C::NT == 384, "the Hopper backward's tile");
+    extern __shared__ __align__(1024) unsigned char fa__wg_smem[];
+    const fa__tcb_args &a = w.a;
+    const fa__dims &d = a.d;
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
+    const int nbg = d.B * d.Hkv, kb = (int)blockIdx.x / nbg, bg = (int)blockIdx.x - kb * nbg;
+    const int b = bg / d.Hkv, g = bg - b * d.Hkv, k0 = kb * BKV, nk = min((int)BKV, d.Sk - k0);
+    const unsigned s0 = fa__cu_sa(fa__wg_smem), sK = (s0 + 1023u) & ~1023u, sV = sK + G::KB, sQ = sV + G::KB;
+    const unsigned sO = sQ + ST * G::QB, sS = sO + ST * G::QB;
+    const unsigned full = sK + G::BARS, empty = full + 8 * ST, kvbar = empty + 8 * ST;   /* + 8 s: stage s */
+    float *sL = (float *)(fa__wg_smem + (sK - s0) + G::LSE), *sDl = sL + ST * BQ;
+    int64_t r0_, r1_;
+    if (*a.flag) return;   /* a non-finite q, d_o or k: the FFMA fallback computes this call */
+    fa__key_rows(&d, k0, k0 + nk, &r0_, &r1_);
+    const int r0 = (int)r0_, nqb = r1_ > r0_ ? (int)((r1_ - r0_ + BQ - 1) / BQ) : 0, tiles = nqb * d.group;
+    if (tid == 0) {
+        for (int s = 0; s < ST; s++) {
+            fa__mb_init(full + 8 * s, 1);
+            fa__mb_init(empty + 8 * s, 8);
+        }
+        fa__mb_init(kvbar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {   /* the producer: its first warp stores lse and delta, its first thread issues the copies */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_P));
+        if (tid < 32 && tiles > 0) {
+            if (tid == 0) {
+                fa__mb_expect(kvbar, 2 * G::KB);
+#pragma unroll
+                for (int p = 0; p < D / 64; p++) {
+                    fa__tma_load(sK + p * BKV * 128, &w.tk, kvbar, 64 * p, k0, g, b);
+                    fa__tma_load(sV + p * BKV * 128, &w.tv, kvbar, 64 * p, k0, g, b);
+                }
+            }
+            for (int t = 0; t < tiles; t++) {
+                const int s = t % ST, hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ;
+                if (t >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(t / ST - 1) & 1u);   /* stage s consumed */
+                fa__tcb_load_ld<BQ, 32>(a, sL + s * BQ, sDl + s * BQ, b, h, i0, tid);
+                __syncwarp();   /* (the warp's stores before the first thread's arrival) */
+                if (tid == 0) {
+                    fa__mb_expect(full + 8 * s, 2 * G::QB);
+#pragma unroll
+                    for (int p = 0; p < D / 64; p++) {
+                        fa__tma_load(sQ + s * G::QB + p * BQ * 128, &w.tq, full + 8 * s, 64 * p, i0, h, b);
+                        fa__tma_load(sO + s * G::QB + p * BQ * 128, &w.to, full + 8 * s, 64 * p, i0, h, b);
+                    }
+                }
+            }
+        }
+    } else {   /* a consumer: 64 keys, its warps 16 each */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_C));
+        const int c = wg - 1, cw = (tid - 128) >> 5;   /* cw: the warp among the consumers' 8 */
+        const int kr0 = k0 + cw * 16 + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's keys kr0 + 8 hf */
+        const unsigned ka = (unsigned)c * 64 * 128;                         /* its 64 key rows, in each panel */
+        const float f = d.scale * FA__CU_LOG2E;
+        const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
+        float dk[1][CH][4], dv[1][CH][4], s[1][NN][4], dp[1][NN][4], dq[1][8][4];
+#pragma unroll
+        for (int n = 0; n < CH; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[0][n][e] = dv[0][n][e] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = dq[0][n][e] = 0.0f;
+        unsigned pp[1][NN / 2][4], ps[1][NN / 2][4];
+        if (tiles > 0) fa__mb_wait(kvbar, 0);
+        for (int t = 0; t < tiles; t++) {
+            const int sg = t % ST, hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ;
+            const unsigned st = (unsigned)sg * G::QB, sb = sS + (unsigned)(t & 1) * G::SB;
+            const float *tL = sL + sg * BQ, *tD = sDl + sg * BQ;
+            const fa__keys kr = fa__cu_tile_keys(d, i0, min((int)BQ, d.Sq - i0));
+            const bool full_ = fa__keys_full(&kr, k0, k0 + BKV) != 0;
+            const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
+            fa__mb_wait(full + 8 * sg, (unsigned)(t / ST) & 1u);
+            fa__wg_keep(s);
+            fa__wg_keep(dp);
+            fa__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)   /* S^T = K Q^T */
+                X::ss64(&s[0][0][0], fa__wg_desc(sK + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
+                        fa__wg_desc(sQ + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
+            fa__wg_commit();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)   /* dP^T = V dO^T */
+                X::ss64(&dp[0][0][0], fa__wg_desc(sV + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
+                        fa__wg_desc(sO + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
+            fa__wg_commit();
+            fa__wg_wait<1>();
+            fa__wg_keep(s);
+            fa__tcb_pt<T, 1, NN, MODS>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, full_);
+            fa__wg_keep(dv);
+            fa__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++) {   /* dV += P^T dO, under dP^T's wait */
+                const unsigned long long dO_ = fa__wg_desc(sO + st + kk * 2048, BQ * 128, 1024);
+                if (D == 128) X::rs128(&dv[0][0][0], pp[0][kk], dO_);
+                else X::rs64(&dv[0][0][0], pp[0][kk], dO_);
+            }
+            fa__wg_commit();
+            fa__wg_wait<1>();
+            fa__wg_keep(dp);
+            fa__tcb_dst<T, 1, NN>(s, dp, ps, tD, cq);
+            if (DQ) fa__tcb_stage<1, NN, BQ>(sb, ps, cw * 16, lane);   /* this consumer's half of dS^T */
+            fa__wg_keep(dk);
+            fa__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++) {   /* dK += dS^T Q */
+                const unsigned long long dQ_ = fa__wg_desc(sQ + st + kk * 2048, BQ * 128, 1024);
+                if (D == 128) X::rs128(&dk[0][0][0], ps[0][kk], dQ_);
+                else X::rs64(&dk[0][0][0], ps[0][kk], dQ_);
+            }
+            fa__wg_commit();
+            if (DQ) {   /* dq rows of the tile += dS (its 64 keys) K (their rows), 64 columns at a time */
+                fa__wg_proxy_fence();
+                asm volatile("bar.sync %0, 128;\n" ::"r"(FA__WG_BAR_VOTE + c) : "memory");   /* its half staged */
+                float *gq = a.dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i0) * D;   /* the tile's row 0 */
+#pragma unroll
+                for (int p = 0; p < D / 64; p++) {
+                    fa__wg_keep(dq);
+                    fa__wg_fence();
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++)
+                        X::sst64(&dq[0][0][0], fa__wg_desc(sb + ka + kk * 2048, BKV * 128, 1024),
+                                 fa__wg_desc(sK + p * BKV * 128 + ka + kk * 2048, BKV * 128, 1024), kk);
+                    fa__wg_commit();
+                    fa__wg_wait<0>();
+                    fa__wg_keep(dq);
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++) {
+                        const int r = (cw & 3) * 16 + (lane >> 2) + 8 * hf;
+                        if (i0 + r < d.Sq) fa__tcb_dq_add<8>(gq + (int64_t)r * D + 64 * p + cq, dq[0], hf);
+                    }
+                }
+            }
+            fa__wg_wait<0>();
+            fa__wg_keep(dk);
+            fa__wg_keep(dv);
+            __syncwarp();
+            if (lane == 0) fa__mb_arrive(empty + 8 * sg);   /* this warp is done with stage sg */
+        }
+        fa__tcb_write_kv<T, 1, CH>(a, dk, dv, b, g, kr0, cq);
+    }
+#else
+    /* another target: never launched */
+    if (w.a.d.Sq < 0 && *w.a.flag) asm volatile("trap;\n");
+#endif
+}
+
+/* The Hopper deterministic dq kernel, fa__wgq_dq (C: fa__wgq_d64 or fa__wgq_d128, 8a), which
+   follows fa__wgw_dkv with p->deterministic: 8e2's fa__tcb_dq on wgmma in 8d3's arrangement. One
+   block per (query block of BQ = 128 rows, batch, head), the longest (causal) first; the producer
+   warpgroup loads the block's Q and dO (TMA) with lse and delta (its first warp,
+   fa__tcb_load_ld) once, then the BK-key tiles of K and V into a ring of ST stages; each consumer
+   owns 64 rows: S = Q K^T and dP = dO V^T (ss, K-major), dS by fa__tcb_ds_rows straight into A
+   fragments, dq += dS K (rs, K N-major), the tiles in order, so that the sum order is fixed;
+   fa__tcb_write_dq at the end (0 for a row that sees no key). */
+template <class C> struct fa__wgq_geom {
+    enum { D = C::D, BQ = C::BQ, BK = C::BK, ST = C::ST, NN = BK / 8, CH = D / 8 };
+    enum { QB = BQ * D * 2, KB = BK * D * 2, LSE = 2 * QB + 2 * ST * KB, BARS = LSE + 2 * BQ * 4 };
+    enum { SMEM = BARS + 8 * (2 * ST + 1) + 1024 };
+};
+
+template <typename T, class C, bool MODS>
+__global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ fa__wgw_args w)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef fa__wgq_geom<C> G;
+    typedef fa__wg_mma<T> X;
+    enum { BQ = G::BQ, BK = G::BK, D = G::D, ST = G::ST, NN = G::NN, CH = G::CH };
+    static_assert(BQ == 128 && (BK == 64 || BK == 128) && (D == 64 || D == 128) && C::NT == 384, "the Hopper dq tile");
+    extern __shared__ __align__(1024) unsigned char fa__wg_smem[];
+    const fa__tcb_args &a = w.a;
+    const fa__dims &d = a.d;
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
+    const int nbh = d.B * d.Hq, qb = a.qblocks - 1 - (int)blockIdx.x / nbh, bh = (int)blockIdx.x % nbh;
+    const int b = bh / d.Hq, h = bh - b * d.Hq, g = h / d.group, i0 = qb * BQ, nq = min((int)BQ, d.Sq - i0);
+    const unsigned s0 = fa__cu_sa(fa__wg_smem), sQ = (s0 + 1023u) & ~1023u, sO = sQ + G::QB, sK = sO + G::QB;
+    const unsigned sV = sK + ST * G::KB, full = sQ + G::BARS, empty = full + 8 * ST, qbar = empty + 8 * ST;
+    float *sL = (float *)(fa__wg_smem + (sQ - s0) + G::LSE), *sDl = sL + BQ;
+    const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
+    const int t0 = (int)kr.lo / BK, nt = kr.hi > kr.lo ? ((int)kr.hi + BK - 1) / BK - t0 : 0;
+    if (*a.flag) return;   /* a non-finite q, d_o or k: the FFMA fallback computes this call */
+    if (tid == 0) {
+        for (int s = 0; s < ST; s++) {
+            fa__mb_init(full + 8 * s, 1);
+            fa__mb_init(empty + 8 * s, 8);
+        }
+        fa__mb_init(qbar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {   /* the producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_P));
+        if (tid < 32 && nt > 0) {
+            fa__tcb_load_ld<BQ, 32>(a, sL, sDl, b, h, i0, tid);
+            __syncwarp();   /* (the warp's stores before the first thread's arrival) */
+            if (tid == 0) {
+                fa__mb_expect(qbar, 2 * G::QB);
+#pragma unroll
+                for (int p = 0; p < D / 64; p++) {
+                    fa__tma_load(sQ + p * BQ * 128, &w.tq, qbar, 64 * p, i0, h, b);
+                    fa__tma_load(sO + p * BQ * 128, &w.to, qbar, 64 * p, i0, h, b);
+                }
+                for (int j = 0; j < nt; j++) {
+                    const int s = j % ST;
+                    if (j >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(j / ST - 1) & 1u);   /* stage s consumed */
+                    fa__mb_expect(full + 8 * s, 2 * G::KB);
+#pragma unroll
+                    for (int p = 0; p < D / 64; p++) {
+                        fa__tma_load(sK + s * G::KB + p * BK * 128, &w.tk, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
+                        fa__tma_load(sV + s * G::KB + p * BK * 128, &w.tv, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
+                    }
+                }
+            }
+        }
+    } else {   /* a consumer: 64 rows, its warps 16 each */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_C));
+        const int c = wg - 1, lr = (((tid - 128) >> 5) & 3) * 16 + (lane >> 2), cq = 2 * (lane & 3);
+        const int ic = i0 + c * 64;   /* this consumer's first row */
+        const unsigned qa = (unsigned)c * 64 * 128;
+        const float f = d.scale * FA__CU_LOG2E;
+        const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
+        const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
+        float dq[1][CH][4], s[1][NN][4], dp[1][NN][4];
+        unsigned pa[1][NN / 2][4];
+#pragma unroll
+        for (int n = 0; n < CH; n++) dq[0][n][0] = dq[0][n][1] = dq[0][n][2] = dq[0][n][3] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = 0.0f;
+        if (nt > 0) fa__mb_wait(qbar, 0);
+        for (int j = 0; j < nt; j++) {
+            const int sg = j % ST, k0 = (t0 + j) * BK;
+            const unsigned st = (unsigned)sg * G::KB;
+            const bool full_ = fa__keys_full(&kr, k0, k0 + BK) != 0;
+            fa__mb_wait(full + 8 * sg, (unsigned)(j / ST) & 1u);
+            fa__wg_keep(s);
+            fa__wg_keep(dp);
+            fa__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {   /* S = Q K^T, dP = dO V^T */
+                const unsigned long long dk_ = fa__wg_desc(sK + st + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024);
+                const unsigned long long dq_ = fa__wg_desc(sQ + qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024);
+                if (BK == 128) X::ss(&s[0][0][0], dq_, dk_, kk);
+                else X::ss64(&s[0][0][0], dq_, dk_, kk);
+            }
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                const unsigned long long dv_ = fa__wg_desc(sV + st + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024);
+                const unsigned long long do_ = fa__wg_desc(sO + qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024);
+                if (BK == 128) X::ss(&dp[0][0][0], do_, dv_, kk);
+                else X::ss64(&dp[0][0][0], do_, dv_, kk);
+            }
+            fa__wg_commit();
+            fa__wg_wait<0>();
+            fa__wg_keep(s);
+            fa__wg_keep(dp);
+            fa__tcb_ds_rows<T, 1, NN, MODS>(s, dp, pa, d, md, sc, al, bi, f, sL + c * 64, sDl + c * 64, ic, lr, k0, cq, full_);
+            fa__wg_keep(dq);
+            fa__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) {   /* dq += dS K */
+                const unsigned long long dk_ = fa__wg_desc(sK + st + kk * 2048, BK * 128, 1024);
+                if (D == 128) X::rs128(&dq[0][0][0], pa[0][kk], dk_);
+                else X::rs64(&dq[0][0][0], pa[0][kk], dk_);
+            }
+            fa__wg_commit();
+            fa__wg_wait<0>();
+            fa__wg_keep(dq);
+            __syncwarp();
+            if (lane == 0) fa__mb_arrive(empty + 8 * sg);   /* this warp is done with stage sg */
+        }
+        fa__tcb_write_dq<T, 1, CH>(a, dq, b, h, ic + lr, cq);
+    }
+#else
+    /* another target: never launched */
+    if (w.a.d.Sq < 0 && *w.a.flag) asm volatile("trap;\n");
 #endif
 }
 #endif
@@ -9267,10 +9626,9 @@ template <class CFG> static void fa__tcb_plan_of(const fa__dims *d, fa__cu_bwd_p
 #if FA__WG
 /* The Hopper backward's plan (8e3): bq, bk its query tile and key block; qblocks the deterministic
    dq pass's (8e2's fa__tcb_dq, configuration C::DQ); smem the larger of the two kernels'. */
-template <class C> static void fa__wgb_plan_of(const fa__dims *d, fa__cu_bwd_plan *pl)
+template <class C, class K = fa__wgb_geom<C>, class Q = fa__tcb_qgeom<typename C::DQ> >
+static void fa__wgb_plan_of(const fa__dims *d, fa__cu_bwd_plan *pl)
 {
-    typedef fa__wgb_geom<C> K;
-    typedef fa__tcb_qgeom<typename C::DQ> Q;
     pl->bq = K::BQ;
     pl->bk = K::BKV;
     pl->smem = (int)K::SMEM > (int)Q::SMEM ? (int)K::SMEM : (int)Q::SMEM;
@@ -9284,15 +9642,20 @@ template <class C> static void fa__wgb_plan_of(const fa__dims *d, fa__cu_bwd_pla
 static int fa__cu_bwd_mma_only = 0;
 
 /* The Hopper backward for a request the tensor-core backward serves, on a device of compute
-   capability major.minor = 9.0 whose loaded code holds the sm_90a bodies (fa__wg_built) and whose
-   opt-in shared memory (optin) holds its plan: 1 with *pl set, else 0 (*pl untouched). */
-static int fa__wgb_pick(const fa__dims *d, int optin, int major, int minor, fa__cu_bwd_plan *pl)
+   capability major.minor = 9.0 whose loaded code holds the sm_90a bodies (fa__wg_built), whose
+   driver encodes tensor maps and whose opt-in shared memory (optin) holds its plan, with q, k, v
+   and d_o in layouts TMA takes (fa__wg_tma_ok): 1 with *pl set, else 0 (*pl untouched). */
+static int fa__wgb_pick(const fa__dims *d, const void *q, const void *k, const void *v, const void *d_o, int optin,
+                        int major, int minor, fa__cu_bwd_plan *pl)
 {
     fa__cu_bwd_plan w;
-    if (fa__cu_bwd_mma_only || major != 9 || minor != 0 || !fa__wg_built()) return 0;
+    if (fa__cu_bwd_mma_only || major != 9 || minor != 0 || !fa__wg_tma_ok(q, d->qs, d->Sq, d->Hq, d->B) ||
+        !fa__wg_tma_ok(d_o, d->os, d->Sq, d->Hq, d->B) || !fa__wg_tma_ok(k, d->ks, d->Sk, d->Hkv, d->B) ||
+        !fa__wg_tma_ok(v, d->vs, d->Sk, d->Hkv, d->B) || !fa__wg_built() || !fa__wg_encoder())
+        return 0;
     memset(&w, 0, sizeof w);
-    if (d->D == 64) fa__wgb_plan_of<fa__wgb_d64>(d, &w);
-    else fa__wgb_plan_of<fa__wgb_d128>(d, &w);
+    if (d->D == 64) fa__wgb_plan_of<fa__wgw_d64, fa__wgw_geom<fa__wgw_d64>, fa__wgq_geom<fa__wgq_d64> >(d, &w);
+    else fa__wgb_plan_of<fa__wgw_d128, fa__wgw_geom<fa__wgw_d128>, fa__wgq_geom<fa__wgq_d128> >(d, &w);
     if (w.smem > optin) return 0;
     w.kernel = d->D == 64 ? FA__CU_BWD_WG_D64 : FA__CU_BWD_WG_D128;
     *pl = w;
@@ -9352,7 +9715,7 @@ static fa_status fa__cu_pick_backward(const fa__dims *d, const void *q, const vo
         if (d->D == 64) fa__tcb_plan_of<fa__tcb_d64>(d, pl);
         else fa__tcb_plan_of<fa__tcb_d128>(d, pl);
 #if FA__WG
-        (void)fa__wgb_pick(d, optin, major, minor, pl);   /* on an H100/H200: the Hopper backward (8e3) */
+        (void)fa__wgb_pick(d, q, k, v, d_o, optin, major, minor, pl);   /* on an H100/H200: the Hopper backward (8e3) */
 #else
         (void)minor;
 #endif
@@ -9483,6 +9846,62 @@ static fa_status fa__wgb_go_dkv(const fa__tcb_args &a, unsigned grid, cudaStream
     return fa__cu(cudaGetLastError());
 }
 
+/* The warp-specialised variant (fa__wgw_dkv): its tensor maps (q and d_o in boxes of BQ rows, k and
+   v of BKV), then the launch. FA_ERR_DEVICE when the driver cannot encode them. */
+template <typename T, class C, bool MODS, bool DQ>
+static fa_status fa__wgw_go_dkv(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
+{
+    const fa__dims &d = a.d;
+    const fa__wg_encode_fn enc = fa__wg_encoder();
+    fa__wgw_args w;
+    fa_status s;
+    if (!enc || !fa__wg_map(enc, &w.tq, a.q, d.dtype, d.D, d.Sq, d.Hq, d.B, d.qs, C::BQ) ||
+        !fa__wg_map(enc, &w.to, a.d_o, d.dtype, d.D, d.Sq, d.Hq, d.B, d.os, C::BQ) ||
+        !fa__wg_map(enc, &w.tk, a.k, d.dtype, d.D, d.Sk, d.Hkv, d.B, d.ks, C::BKV) ||
+        !fa__wg_map(enc, &w.tv, a.v, d.dtype, d.D, d.Sk, d.Hkv, d.B, d.vs, C::BKV))
+        return FA_ERR_DEVICE;
+    w.a = a;
+    s = fa__cu(cudaFuncSetAttribute(fa__wgw_dkv<T, C, MODS, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)fa__wgw_geom<C>::SMEM));
+    if (s != FA_OK) return s;
+    fa__wgw_dkv<T, C, MODS, DQ><<<grid, C::NT, fa__wgw_geom<C>::SMEM, st>>>(w);
+    return fa__cu(cudaGetLastError());
+}
+
+/* The Hopper deterministic dq kernel (fa__wgq_dq) of configuration C: its tensor maps (q and d_o
+   in boxes of BQ rows, k and v of BK), then the launch. */
+template <typename T, class C, bool MODS>
+static fa_status fa__wgq_go_dq(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
+{
+    const fa__dims &d = a.d;
+    const fa__wg_encode_fn enc = fa__wg_encoder();
+    fa__wgw_args w;
+    fa_status s;
+    if (!enc || !fa__wg_map(enc, &w.tq, a.q, d.dtype, d.D, d.Sq, d.Hq, d.B, d.qs, C::BQ) ||
+        !fa__wg_map(enc, &w.to, a.d_o, d.dtype, d.D, d.Sq, d.Hq, d.B, d.os, C::BQ) ||
+        !fa__wg_map(enc, &w.tk, a.k, d.dtype, d.D, d.Sk, d.Hkv, d.B, d.ks, C::BK) ||
+        !fa__wg_map(enc, &w.tv, a.v, d.dtype, d.D, d.Sk, d.Hkv, d.B, d.vs, C::BK))
+        return FA_ERR_DEVICE;
+    w.a = a;
+    s = fa__cu(cudaFuncSetAttribute(fa__wgq_dq<T, C, MODS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)fa__wgq_geom<C>::SMEM));
+    if (s != FA_OK) return s;
+    fa__wgq_dq<T, C, MODS><<<grid, C::NT, fa__wgq_geom<C>::SMEM, st>>>(w);
+    return fa__cu(cudaGetLastError());
+}
+
+/* The dK/dV kernel of configuration C: fa__wgb_dkv (C::WS 0) or fa__wgw_dkv (1), and its
+   deterministic dq pass: 8e2's fa__tcb_dq (0) or fa__wgq_dq (1). */
+template <typename T, class C, bool MODS, bool DQ, int WS = C::WS> struct fa__wgb_go;
+template <typename T, class C, bool MODS, bool DQ> struct fa__wgb_go<T, C, MODS, DQ, 0> {
+    static fa_status run(const fa__tcb_args &a, unsigned grid, cudaStream_t st) { return fa__wgb_go_dkv<T, C, MODS, DQ>(a, grid, st); }
+    static fa_status dq(const fa__tcb_args &a, unsigned grid, cudaStream_t st) { return fa__tcb_go_dq<T, typename C::DQ, MODS>(a, grid, st); }
+};
+template <typename T, class C, bool MODS, bool DQ> struct fa__wgb_go<T, C, MODS, DQ, 1> {
+    static fa_status run(const fa__tcb_args &a, unsigned grid, cudaStream_t st) { return fa__wgw_go_dkv<T, C, MODS, DQ>(a, grid, st); }
+    static fa_status dq(const fa__tcb_args &a, unsigned grid, cudaStream_t st) { return fa__wgq_go_dq<T, typename C::DQ, MODS>(a, grid, st); }
+};
+
 template <typename T, class C>
 static fa_status fa__wgb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q, const void *k,
                                 const void *v, const void *d_o, const float *delta, const unsigned *flag,
@@ -9497,10 +9916,10 @@ static fa_status fa__wgb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, in
     a.dq = dq; a.dk = dk; a.dv = dv;
     a.qblocks = (int)pl->qblocks;
     a.d = *d;
-    if (!det) return mods ? fa__wgb_go_dkv<T, C, true, true>(a, kgrid, st) : fa__wgb_go_dkv<T, C, false, true>(a, kgrid, st);
-    s = mods ? fa__wgb_go_dkv<T, C, true, false>(a, kgrid, st) : fa__wgb_go_dkv<T, C, false, false>(a, kgrid, st);
+    if (!det) return mods ? fa__wgb_go<T, C, true, true>::run(a, kgrid, st) : fa__wgb_go<T, C, false, true>::run(a, kgrid, st);
+    s = mods ? fa__wgb_go<T, C, true, false>::run(a, kgrid, st) : fa__wgb_go<T, C, false, false>::run(a, kgrid, st);
     if (s != FA_OK) return s;
-    return mods ? fa__tcb_go_dq<T, DQ, true>(a, qgrid, st) : fa__tcb_go_dq<T, DQ, false>(a, qgrid, st);
+    return mods ? fa__wgb_go<T, C, true, false>::dq(a, qgrid, st) : fa__wgb_go<T, C, false, false>::dq(a, qgrid, st);
 }
 #endif
 
@@ -9513,9 +9932,9 @@ static fa_status fa__tcb_dispatch(const fa__dims *d, const fa__cu_bwd_plan *pl, 
 {
 #if FA__WG
     if (pl->kernel == FA__CU_BWD_WG_D64)
-        return fa__wgb_launch<T, fa__wgb_d64>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
+        return fa__wgb_launch<T, fa__wgw_d64>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
     if (pl->kernel == FA__CU_BWD_WG_D128)
-        return fa__wgb_launch<T, fa__wgb_d128>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
+        return fa__wgb_launch<T, fa__wgw_d128>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
 #endif
     if (pl->kernel == FA__CU_BWD_TC_D64)
         return fa__tcb_launch<T, fa__tcb_d64>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);

@@ -221,14 +221,15 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
 }
 
 #if FA__WG
-/* The Hopper backward (8e3) in trait C, the same steps (no modifiers): the dK/dV kernel, then the
-   dq conversion or (det) the mma.sync dq pass. Wcfg: fa__wgb_d* with DQW and DQB varied. */
+/* The Hopper backward (8e3) in trait C (geometry K), the same steps (no modifiers): the dK/dV
+   kernel, then the dq conversion or (det) the mma.sync dq pass. Wcfg: fa__wgb_d* with DQW and DQB
+   varied; fa__wgw_d*: the warp-specialised variant. */
 template <int DD, int W, int B> struct Wcfg {
-    enum { D = DD, BKV = 128, BQ = 64, NT = 256, DQW = W, DQB = B };
+    enum { D = DD, BKV = 128, BQ = 64, NT = 256, DQW = W, DQB = B, WS = 0 };
     typedef typename std::conditional<DD == 64, fa__tcb_dq_d64, fa__tcb_dq_d128>::type DQ;
 };
 
-template <class C>
+template <class C, class K = fa__wgb_geom<C>, class Q = fa__tcb_qgeom<typename C::DQ> >
 static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
                               const void *d_o, void *dq, void *dk, void *dv)
 {
@@ -242,7 +243,7 @@ static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, 
     fa_status st = fa__cu_bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d);
     if (st != FA_OK) return st;
     memset(&pl, 0, sizeof pl);
-    fa__wgb_plan_of<C>(&d, &pl);
+    fa__wgb_plan_of<C, K, Q>(&d, &pl);
     fa__cu_tbwd_layout(&d, det, &w);
     if ((st = fa__cu_alloc((void **)&mem, w.total, 0, &pooled)) != FA_OK) return st;
     const int64_t rows = (int64_t)d.B * d.Hq * d.Sq;
@@ -259,10 +260,10 @@ static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, 
     CK(fa__cu_bwd_prep_launch<T>(&d, q, k, o, d_o, delta, a.d.lse, (float *)(mem + w.kbad), flag, 0) == FA_OK
            ? cudaSuccess : cudaErrorUnknown);
     if (det) {
-        st = fa__wgb_go_dkv<T, C, false, false>(a, kgrid, 0);
-        if (st == FA_OK) st = fa__tcb_go_dq<T, typename C::DQ, false>(a, qgrid, 0);
+        st = fa__wgb_go<T, C, false, false>::run(a, kgrid, 0);
+        if (st == FA_OK) st = fa__wgb_go<T, C, false, false>::dq(a, qgrid, 0);
     } else {
-        st = fa__wgb_go_dkv<T, C, false, true>(a, kgrid, 0);
+        st = fa__wgb_go<T, C, false, true>::run(a, kgrid, 0);
         if (st == FA_OK)
             fa__cu_bwd_out<T><<<fa__cu_rows_grid(rows), 128>>>(dqacc, (T *)dq, d.Hq, 1, d.Sq, d.D, d.qs[0], d.qs[1], d.qs[2],
                                                               rows, d.scale, (const unsigned *)NULL);
@@ -290,10 +291,13 @@ static const TuneImpl tune_impls[] = {
     { "wg", 128, wg_tune_call<fa__wgb_d128> },
     { "wgbulk", 128, wg_tune_call<Wcfg<128, 2, 1> > },
     { "wgw1", 128, wg_tune_call<Wcfg<128, 1, 0> > },  /* dq by the first warpgroup alone */
+    { "wgws", 64, wg_tune_call<fa__wgw_d64, fa__wgw_geom<fa__wgw_d64>, fa__wgq_geom<fa__wgq_d64> > },   /* warp-specialised, TMA */
+    { "wgws", 128, wg_tune_call<fa__wgw_d128, fa__wgw_geom<fa__wgw_d128>, fa__wgq_geom<fa__wgq_d128> > },
 #endif
 };
 
-/* TUNE name D causal S B H default_ms TFLOP/s det_ms TFLOP/s relerr (each mode against the library's default) */
+/* TUNE name D causal S B H default_ms TFLOP/s det_ms TFLOP/s relerr (each mode against the library's deterministic
+   gradients through the mma.sync kernels: fa__cu_bwd_mma_only) */
 static void tune(void)
 {
     const int shapes[3][2] = { { 4096, 0 }, { 4096, 1 }, { 16384, 0 } };
@@ -305,7 +309,13 @@ static void tune(void)
             case_make(cs, FA_BF16, B, H, S, D, causal);
             fa_params &p = cs.p;
             p.deterministic = 1;
+#if FA__WG
+            fa__cu_bwd_mma_only = 1;   /* the reference: the mma.sync kernels' deterministic gradients */
+#endif
             if (fa_cuda_tiled_backward(&p, cs.q, cs.k, cs.v, cs.o, cs.d_o, cs.h[0], cs.h[1], cs.h[2]) != FA_OK) exit(1);
+#if FA__WG
+            fa__cu_bwd_mma_only = 0;
+#endif
             for (const TuneImpl &im : tune_impls) {
                 if (im.D != D || strncmp(im.name, tune_prefix, strlen(tune_prefix)) != 0) continue;
                 double ms[2], num = 0.0, den = 0.0;

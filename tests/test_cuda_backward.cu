@@ -116,7 +116,10 @@ static fa__cu_bwd_kernel want_kernel(const fa__dims *d, const void *q, const voi
         rows16(q, d->qs) && rows16(k, d->ks) && rows16(v, d->vs) && rows16(d_o, d->os) && rows16(dq, d->qs) &&
         rows16(dk, d->ks) && rows16(dv, d->vs)) {
 #if FA__WG
-        if (hopper_bwd() && !fa__cu_bwd_mma_only) return d->D == 64 ? FA__CU_BWD_WG_D64 : FA__CU_BWD_WG_D128;
+        if (hopper_bwd() && !fa__cu_bwd_mma_only && fa__wg_tma_ok(q, d->qs, d->Sq, d->Hq, d->B) &&
+            fa__wg_tma_ok(d_o, d->os, d->Sq, d->Hq, d->B) && fa__wg_tma_ok(k, d->ks, d->Sk, d->Hkv, d->B) &&
+            fa__wg_tma_ok(v, d->vs, d->Sk, d->Hkv, d->B))
+            return d->D == 64 ? FA__CU_BWD_WG_D64 : FA__CU_BWD_WG_D128;
 #endif
         return d->D == 64 ? FA__CU_BWD_TC_D64 : FA__CU_BWD_TC_D128;
     }
@@ -538,6 +541,7 @@ static void test_tc_semantics(void **state)
    with the picker told to keep them (fa__cu_bwd_mma_only; want_kernel follows it). */
 static void test_tc_mma_on_hopper(void **state)
 {
+    (void)state;
     if (!hopper_bwd()) skip();
 #if FA__WG
     fa__cu_bwd_mma_only = 1;
