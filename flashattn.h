@@ -23,8 +23,8 @@
        >>cuda       8. CUDA: 8a kernels and tile traits, 8b device pieces, the modifier and merge rules,
                        8c generic kernel, 8d tensor-core kernel, 8d2 split-key decode kernels,
                        8d3 the Hopper kernel (sm_90a: wgmma, TMA), 8e naive and merge kernels,
-                       8e2 the backward, 8e3 the Hopper backward (sm_90a: wgmma), 8f the kernel
-                       pickers, 8g entry points
+                       8e2 the backward, 8e3 the Hopper backward (sm_90a: wgmma, TMA), 8f the
+                       kernel pickers, 8g entry points
        >>license    the MIT licence
 
    USAGE
@@ -5377,7 +5377,7 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
    8e the naive path's and merge's kernels;
    8e2 the backward (the naive path's kernels, the FFMA tiled backward and its deterministic dq
    pass, the tensor-core tiled backward and its deterministic dq pass); 8e3 the Hopper backward
-   (sm_90a: a wgmma dK/dV kernel on 8e2's element steps); 8f the kernel pickers (forward and
+   (sm_90a: wgmma dK/dV and dq kernels on 8e2's element steps, TMA); 8f the kernel pickers (forward and
    backward) and the launches; 8g the entry points. */
 
 #if defined(FLASHATTN_CUDA) && defined(__CUDACC__)
@@ -5417,7 +5417,8 @@ typedef enum fa__cu_kernel {
 /* Every kernel fa_cuda_tiled_backward can run (8e2, 8e3), picked by fa__cu_pick_backward (8f): the
    FFMA backward of each head-dim class (D and Dv padded up to it), any storage type and layout, the
    tensor-core backward (fp16/bf16, D = Dv = 64 or 128, 16-byte aligned rows, sm_80+), and on
-   compute capability 9.0 with this build's sm_90a code the Hopper one (the same requests). A separate
+   compute capability 9.0 with this build's sm_90a code the Hopper one (the same requests where TMA
+   takes q, k, v and d_o). A separate
    enum from the forward's, so that the forward's "every kernel served" count stays its own. */
 typedef enum fa__cu_bwd_kernel {
     FA__CU_BWD_D64 = 0,     /* D, Dv <= 64 */
@@ -5425,7 +5426,7 @@ typedef enum fa__cu_bwd_kernel {
     FA__CU_BWD_D256,        /* D, Dv <= 256 */
     FA__CU_BWD_TC_D64,      /* tensor cores (mma.sync), fp16/bf16, D = Dv = 64, 16-byte aligned rows */
     FA__CU_BWD_TC_D128,     /*   the same at D = Dv = 128 */
-    FA__CU_BWD_WG_D64,      /* Hopper (8e3, sm_90a): wgmma dK/dV kernel, fp16/bf16, D = Dv = 64, 16-byte aligned rows */
+    FA__CU_BWD_WG_D64,      /* Hopper (8e3, sm_90a): wgmma dK/dV and dq kernels, TMA; fp16/bf16, D = Dv = 64, TMA-able q, k, v, d_o */
     FA__CU_BWD_WG_D128,     /*   the same at D = Dv = 128 */
     FA__CU_BWD_KERNELS
 } fa__cu_bwd_kernel;
@@ -5502,29 +5503,21 @@ struct fa__tcb_dq_d128 { enum { D = 128, NW = 4, MT = 1, BK = 64, QREG = 0, PF =
 struct fa__tcb_d64 { typedef fa__tcb_kv_d64 KV; typedef fa__tcb_dq_d64 DQ; };
 struct fa__tcb_d128 { typedef fa__tcb_kv_d128 KV; typedef fa__tcb_dq_d128 DQ; };
 
-/* The Hopper backward's configurations (8e3), one per FA__CU_BWD_WG_* kernel: its dK/dV kernel's
-   two warpgroups (NT = 256 threads) own a key block of BKV = 128 keys (64 a warpgroup, 16 a warp),
-   the query rows walked in tiles of BQ = 64; DQW: the warpgroups that form dq = dS K of a tile
-   (2: each D / 2 columns, one 64-column panel of K at D = 128; 1: the first alone, so that no
-   wgmma operand starts inside a 128-byte swizzle row at D = 64). DQB: dq's tile goes out through
-   shared memory by bulk reductions (cp.reduce.async.bulk .add.f32, a row a thread), else by
-   float2 atomics from the registers. DQ: the deterministic dq pass (8e2's fa__tcb_dq) that follows
-   it with p->deterministic. */
-struct fa__wgb_d64 { enum { D = 64, BKV = 128, BQ = 64, NT = 256, DQW = 1, DQB = 0, WS = 0 }; typedef fa__tcb_dq_d64 DQ; };
-struct fa__wgb_d128 { enum { D = 128, BKV = 128, BQ = 64, NT = 256, DQW = 2, DQB = 0, WS = 0 }; typedef fa__tcb_dq_d128 DQ; };
-/* The warp-specialised variant's (8e3, fa__wgw_dkv): a producer warpgroup and two consumers (NT =
-   384 threads, registers REG_P / REG_C after setmaxnreg, REG_P 128 + REG_C 256 <= 65536), ST stages
-   of Q and dO tiles in the TMA ring (4 at D = 64: 112 KB; 3 at D = 128: 192 KB); DQ its
-   deterministic dq pass, fa__wgq_dq: query blocks of BQ = 128 rows (64 a consumer), key tiles of
-   BK in a ring of ST stages (D = 128: BK 64, so that dq, S, dP and dS fit 240 registers). */
+/* The Hopper backward's configurations (8e3), one per FA__CU_BWD_WG_* kernel: its dK/dV kernel
+   (fa__wgb_dkv) over key blocks of BKV = 128 keys (64 a consumer warpgroup, 16 a warp), the query
+   rows walked in tiles of BQ = 64, ST stages of Q and dO tiles in the TMA ring (4 at D = 64: 96 KB;
+   3 at D = 128: 160 KB), a producer warpgroup and two consumers (NT = 384 threads; registers
+   REG_P / REG_C after setmaxnreg, REG_P 128 + REG_C 256 <= 65536); DQ its dq kernel (fa__wgq_dq):
+   query blocks of BQ = 128 rows (64 a consumer), key tiles of BK in a ring of ST stages (D = 128:
+   BK 64, so that dq, S, dP and dS fit the consumers' registers). */
 struct fa__wgq_d64 { enum { D = 64, BQ = 128, BK = 128, ST = 2, NT = 384, REG_P = 24, REG_C = 240 }; };
 struct fa__wgq_d128 { enum { D = 128, BQ = 128, BK = 64, ST = 3, NT = 384, REG_P = 24, REG_C = 240 }; };
-struct fa__wgw_d64 {
-    enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = 4, REG_P = 24, REG_C = 240, WS = 1 };
+struct fa__wgb_d64 {
+    enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = 4, REG_P = 24, REG_C = 240 };
     typedef fa__wgq_d64 DQ;
 };
-struct fa__wgw_d128 {
-    enum { D = 128, BKV = 128, BQ = 64, NT = 384, ST = 3, REG_P = 24, REG_C = 240, WS = 1 };
+struct fa__wgb_d128 {
+    enum { D = 128, BKV = 128, BQ = 64, NT = 384, ST = 3, REG_P = 24, REG_C = 240 };
     typedef fa__wgq_d128 DQ;
 };
 
@@ -6532,23 +6525,6 @@ template <int BK> struct fa__wg_vrows {
     }
 };
 
-/* R rows of D 16-bit elements from global (row stride st) into 8d3's panels (fa__wg_vrows<R>: the
-   layout a TMA box writes, which the wgmma descriptors read) by cp.async; rows >= n zero-filled.
-   8e3's loads. */
-template <int D, int R, int NT, typename T>
-static __device__ __forceinline__ void fa__wg_load(unsigned dst, const T *src, int64_t st, int n, int tid)
-{
-    enum { CH = D / 8, IT = R * CH / NT };
-    static_assert(R * CH % NT == 0, "tile load must split evenly over the threads");
-    const fa__wg_vrows<R> l = { dst };
-#pragma unroll
-    for (int it = 0; it < IT; it++) {
-        const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
-        const bool ok = r < n;
-        fa__cu_cp16(l.at(r, c), ok ? (const void *)(src + r * st + c * 8) : (const void *)src, ok ? 16 : 0);
-    }
-}
-
 template <typename T> static __device__ __forceinline__ float fa__tc_half(unsigned u, int hi);
 template <> __device__ __forceinline__ float fa__tc_half<__half>(unsigned u, int hi)
 {
@@ -7349,8 +7325,7 @@ template <int N> static __device__ __forceinline__ void fa__wg_keep(float (&c)[1
 /* The m64nNk16 wgmmas of each 16-bit type, accumulating into the N / 2 fp32 registers c (8d's
    [1][N / 8][4] accumulator, flattened): ss, N = 128, with A and B from shared memory (acc 0:
    D = A B, else D += A B); rs128 and rs64, N = 128 and 64, with A from four registers (8d's A
-   fragment) and B N-major (transposed); for the backward (8e3) ss64, N = 64, both K-major, and
-   sst64 and sst32, N = 64 and 32, A M-major and B N-major (both transposed). */
+   fragment) and B N-major (transposed); ss64, N = 64, both K-major (the backward, 8e3). */
 #define FA__WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
                    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "       \
                    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "       \
@@ -7362,8 +7337,6 @@ template <int N> static __device__ __forceinline__ void fa__wg_keep(float (&c)[1
 #define FA__WG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
                    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FA__WG_C32(c) FA__WG_C8(c, 0), FA__WG_C8(c, 8), FA__WG_C8(c, 16), FA__WG_C8(c, 24)
-#define FA__WG_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-#define FA__WG_C16(c) FA__WG_C8(c, 0), FA__WG_C8(c, 8)
 template <typename T> struct fa__wg_mma;
 #define FA__WG_MMA(T, PTX)                                                                                         \
     template <> struct fa__wg_mma<T> {                                                                             \
@@ -7394,20 +7367,6 @@ template <typename T> struct fa__wg_mma;
                          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FA__WG_D32                 \
                          ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                         \
                          : FA__WG_C32(c) : "l"(da), "l"(db), "r"(acc));                                            \
-        }                                                                                                          \
-        static __device__ __forceinline__ void sst64(float *c, unsigned long long da, unsigned long long db, int acc) \
-        {                                                                                                          \
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                              \
-                         "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FA__WG_D32                 \
-                         ", %32, %33, p, 1, 1, 1, 1;\n}\n"                                                         \
-                         : FA__WG_C32(c) : "l"(da), "l"(db), "r"(acc));                                            \
-        }                                                                                                          \
-        static __device__ __forceinline__ void sst32(float *c, unsigned long long da, unsigned long long db, int acc) \
-        {                                                                                                          \
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                              \
-                         "wgmma.mma_async.sync.aligned.m64n32k16.f32." PTX "." PTX " " FA__WG_D16                 \
-                         ", %16, %17, p, 1, 1, 1, 1;\n}\n"                                                         \
-                         : FA__WG_C16(c) : "l"(da), "l"(db), "r"(acc));                                            \
         }                                                                                                          \
     };
 FA__WG_MMA(__nv_bfloat16, "bf16")
@@ -8337,23 +8296,15 @@ static __device__ __forceinline__ void fa__tcb_load_ld(const fa__tcb_args &a, fl
 }
 
 /* The Q and dO tiles of query rows [i0, i0 + R) of (b, h) (rows past Sq zero-filled) into sQ, sO
-   (one cp.async group; 8d's swizzled rows, or with PANEL 8d3's panels), and their lse and delta
-   (fa__tcb_load_ld). */
-template <int D, int R, int NT, typename T, bool PANEL = false>
+   (one cp.async group), and their lse and delta (fa__tcb_load_ld). */
+template <int D, int R, int NT, typename T>
 static __device__ __forceinline__ void fa__tcb_load_q(const fa__tcb_args &a, unsigned sQ, unsigned sO, float *sL,
                                                       float *sDl, int b, int h, int i0, int tid)
 {
     const fa__dims &d = a.d;
     const int nq = min(R, d.Sq - i0);
-    const T *gq = (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i0 * d.qs[2];
-    const T *go = (const T *)a.d_o + b * d.os[0] + h * d.os[1] + (int64_t)i0 * d.os[2];
-    if (PANEL) {
-        fa__wg_load<D, R, NT>(sQ, gq, d.qs[2], nq, tid);
-        fa__wg_load<D, R, NT>(sO, go, d.os[2], nq, tid);
-    } else {
-        fa__tc_load<D, R, NT>(sQ, gq, d.qs[2], nq, tid);
-        fa__tc_load<D, R, NT>(sO, go, d.os[2], nq, tid);
-    }
+    fa__tc_load<D, R, NT>(sQ, (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i0 * d.qs[2], d.qs[2], nq, tid);
+    fa__tc_load<D, R, NT>(sO, (const T *)a.d_o + b * d.os[0] + h * d.os[1] + (int64_t)i0 * d.os[2], d.os[2], nq, tid);
     fa__cu_commit();
     fa__tcb_load_ld<R, NT>(a, sL, sDl, b, h, i0, tid);
 }
@@ -8439,9 +8390,8 @@ static __device__ __forceinline__ void fa__tcb_dst(const float (&s)[MT][NN][4], 
             }
 }
 
-/* dS^T (pa) into the staging tile sS ([key][query], BQ / 8 chunks of 8 a key, fa__tcb_swz; at BQ =
-   64 this is the 128-byte swizzle of 8d3's panels, which 8e3's dq wgmma reads); kw: the warp's
-   first key row in the block */
+/* fa__tcb_dkv's dq steps: dS^T (pa) into the staging tile sS ([key][query], BQ / 8 chunks of 8 a
+   key, fa__tcb_swz; kw: the warp's first key row in the block), and */
 template <int MT, int NN, int BQ>
 static __device__ __forceinline__ void fa__tcb_stage(unsigned sS, const unsigned (&pa)[MT][NN / 2][4], int kw, int lane)
 {
@@ -8458,8 +8408,8 @@ static __device__ __forceinline__ void fa__tcb_stage(unsigned sS, const unsigned
             }
 }
 
-/* dq's atomic accumulation: row hf of a thread's N n8 fragments of an m16 accumulator (columns
-   8 n + cq, + 1; dst at column cq) added into the fp32 buffer */
+/* the atomic accumulation of row hf of a thread's N n8 fragments of an m16 accumulator (columns
+   8 n + cq, + 1; dst at column cq) into the fp32 dq buffer */
 template <int N>
 static __device__ __forceinline__ void fa__tcb_dq_add(float *dst, const float (&acc)[N][4], int hf)
 {
@@ -8721,238 +8671,87 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
     fa__tcb_write_dq<T, MT, CH>(a, acc, b, h, i0 + lr, cq);
 }
 
-/* ---- 8e3. CUDA: the Hopper backward (sm_90a: wgmma) ------------------------------------------
-   FlashAttention-3's dK/dV arrangement for fp16/bf16 at D = Dv in {64, 128} on compute capability
-   9.0: fa__wgb_dkv, one block per (key block of BKV = 128 keys, batch, kv head), two warpgroups of
-   64 keys each, walking the GQA group's query heads and the rows that see the block (fa__key_rows)
-   in tiles of BQ = 64 rows, exactly as 8e2's fa__tcb_dkv (whose element steps it calls). The K and V
-   block and each tile's Q and dO (two stages, one tile ahead) arrive by cp.async from every thread
-   into 8d3's 128-byte-swizzled 64-column panels (fa__wg_load), lse and delta beside them
-   (fa__tcb_load_q). Per tile, each warpgroup:
-   - S^T = K Q^T and dP^T = V dO^T: wgmma m64n64k16 (ss64), both operands K-major from shared
-     memory, committed as two groups; a warp's 16 rows of the m64 accumulator are the m16 layout of
-     8e2 (MT = 1), so fa__tcb_pt (P g, P^T packed: 8b's modifier rule, the mask) runs once S^T has
-     landed, under dP^T's wgmma, then fa__tcb_dst (dS^T packed);
-   - dV += P^T dO and dK += dS^T Q: wgmma m64nDk16 with A from registers (rs128 / rs64: P^T and dS^T
-     as the forward's P) and B N-major from the tile's panels; dK and dV stay in registers for the
-     whole walk (fa__tcb_write_kv writes scale dK and dV at the end);
-   - with DQ (dq by atomics): dS^T staged in shared memory (fa__tcb_stage: [key][query] rows of 128
-     bytes, the 128-byte swizzle), then dq = dS K by wgmma sst64 / sst32 (A M-major from the
-     staging tile, B N-major from the K block; DQW warpgroups, 8a) and fa__tcb_dq_add into the fp32
-     buffer (with DQB, 8a: through shared memory by one bulk reduction a row instead); without
-     (p->deterministic), 8e2's fa__tcb_dq pass follows.
-   Each wgmma group is waited before the registers it writes or reads are touched, and before the
-   next tile's barrier releases its stage. The kernel returns at once when fa__cu_bwd_prep's flag
-   is set (the FFMA fallback computes that call, as for fa__tcb_dkv). Served (fa__cu_pick_backward,
-   fa__wgb_pick): the tensor-core backward's requests (every modifier, mask and GQA) on a device of
-   compute capability 9.0 whose loaded code holds the sm_90a bodies (fa__wg_built); elsewhere 8e2's
-   fa__tcb_dkv. The body is compiled only for sm_90a; any other target gets a stub never launched. */
+/* ---- 8e3. CUDA: the Hopper backward (sm_90a: wgmma, TMA, an mbarrier ring) -----------------------
+   FlashAttention-3's arrangement of the backward for fp16/bf16 at D = Dv in {64, 128} on compute
+   capability 9.0, in two kernels after fa__cu_bwd_prep, for the default and the deterministic mode
+   alike (no dq atomics: bench/RESULTS.md, "Hopper backward", measured the separate dq pass faster
+   than dq by atomics from the dK/dV kernel):
+   - fa__wgb_dkv, one block per (key block of BKV = 128 keys, batch, kv head), walking the GQA
+     group's query heads and the rows that see the block (fa__key_rows) in tiles of BQ = 64 rows,
+     exactly as 8e2's fa__tcb_dkv. A producer warpgroup (setmaxnreg down) loads by TMA the K and V
+     block once, then each tile's Q and dO (8d3's 128-byte-swizzled 64-column panels) into a ring
+     of ST stages; its first warp stores the tile's lse and delta beside them (fa__tcb_load_ld),
+     each of its lanes arriving on the stage's "full" mbarrier (the first with the stage's bytes).
+     Two consumer warpgroups own 64 keys each (a warp 16) and never meet at a block barrier, so
+     that one's element steps run under the other's wgmmas. Per tile a consumer issues S^T = K Q^T
+     and dP^T = V dO^T (wgmma m64n64k16, ss64, both K-major from shared memory) as two groups; a
+     warp's 16 rows of the m64 accumulator are 8e2's m16 layout (MT = 1), so 8e2's element steps
+     run on it as they are: fa__tcb_pt (P g and P^T packed: 8b's modifier rule, the mask) once S^T
+     has landed, then dV += P^T dO (wgmma m64nDk16, rs128 / rs64: P^T from registers as the
+     forward's P, dO N-major), issued under dP^T's wait; fa__tcb_dst (dS^T packed), then dK +=
+     dS^T Q the same way. dK and dV stay in registers for the whole walk (fa__tcb_write_kv writes
+     scale dK and dV at the end). Every thread arrives on the stage's "empty" mbarrier once its
+     wgmmas reading the stage have retired and its lse/delta reads are done.
+   - fa__wgq_dq, 8e2's fa__tcb_dq on wgmma in the forward's arrangement: one block per (query
+     block of BQ = 128 rows, batch, head), the longest (causal) first; the producer loads the
+     block's Q and dO (TMA) with lse and delta once, then the BK-key tiles of K and V into a ring;
+     each consumer owns 64 rows: S = Q K^T and dP = dO V^T (ss), dS by fa__tcb_ds_rows straight
+     into A fragments, dq += dS K (rs, K N-major), the tiles in order, so that every sum order is
+     fixed; fa__tcb_write_dq at the end (0 for a row that sees no key).
+   Each wgmma group is waited before the registers it writes are read and before its stage is
+   released. Both kernels return at once when fa__cu_bwd_prep's flag is set (the FFMA fallback
+   computes that call, in its deterministic arrangement). Served (fa__cu_pick_backward,
+   fa__wgb_pick): the tensor-core backward's requests (every modifier, mask and GQA) whose q, k, v
+   and d_o TMA takes (fa__wg_tma_ok), on a device of compute capability 9.0 whose loaded code holds
+   the sm_90a bodies (fa__wg_built) and whose driver encodes tensor maps; elsewhere 8e2's kernels.
+   The dq buffer of the default mode's workspace stays allocated (the query cannot see the
+   pointers that pick the kernel) and unused. The bodies are compiled only for sm_90a; any other
+   target gets a stub never launched. */
 
 #if FA__WG
-/* The shared memory of configuration C (8a), from a 1024-byte aligned base: the K and V blocks
-   (D / 64 panels of BKV rows each), two stages of the Q and dO tiles (panels of BQ rows), the dS^T
-   staging tile (BKV rows of BQ = 64 elements: one panel), with DQB dq's fp32 rows (RL floats
-   apart, DQW blocks of BQ rows), then two stages of lse and delta. */
-template <class C> struct fa__wgb_geom {
-    enum { D = C::D, BKV = C::BKV, BQ = C::BQ, NT = C::NT, NN = BQ / 8, CH = D / 8 };
-    enum { KB = BKV * D * 2, QB = BQ * D * 2, SB = BKV * BQ * 2 };
-    enum { DN = D / C::DQW, RL = DN + 4, RB = C::DQB ? C::DQW * BQ * RL * 4 : 0 };   /* dq's rows (DQB), padded */
-    enum { LSE = 2 * KB + 4 * QB + SB + RB, SMEM = LSE + 4 * BQ * 4 + 1024 };
-};
-
-/* Generic-proxy shared-memory writes (cp.async's, st.shared) made visible to the async proxy
-   (wgmma's operand reads, bulk copies); the bulk reduction of `bytes` fp32 from shared memory into
-   global memory (dst 16-byte aligned, bytes a multiple of 16), its group commit, and the wait until
-   every committed bulk group has read its source. */
-static __device__ __forceinline__ void fa__wg_proxy_fence(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-static __device__ __forceinline__ void fa__wg_bulk_add(float *dst, unsigned src, unsigned bytes)
-{
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-                 ::"l"(dst), "r"(src), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void fa__wg_bulk_commit(void) { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-static __device__ __forceinline__ void fa__wg_bulk_read_wait(void) { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-
-/* T: __half or __nv_bfloat16. C: fa__wgb_d64 or fa__wgb_d128 (8a). MODS, DQ: as fa__tcb_dkv's. */
-template <typename T, class C, bool MODS, bool DQ>
-__global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const fa__tcb_args a)
-{
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    typedef fa__wgb_geom<C> G;
-    typedef fa__wg_mma<T> X;
-    enum { BKV = G::BKV, BQ = G::BQ, D = G::D, NT = G::NT, NN = G::NN, CH = G::CH, DN = D / C::DQW };
-    static_assert(BKV == 128 && BQ == 64 && (D == 64 || D == 128) && NT == 256, "the Hopper backward's tile");
-    extern __shared__ __align__(1024) unsigned char fa__wg_smem[];
-    const fa__dims &d = a.d;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = tid >> 7;
-    const int nbg = d.B * d.Hkv, kb = (int)blockIdx.x / nbg, bg = (int)blockIdx.x - kb * nbg;
-    const int b = bg / d.Hkv, g = bg - b * d.Hkv, k0 = kb * BKV, nk = min((int)BKV, d.Sk - k0);
-    const unsigned s0 = fa__cu_sa(fa__wg_smem), sK = (s0 + 1023u) & ~1023u, sV = sK + G::KB, sQ = sV + G::KB;
-    const unsigned sO = sQ + 2 * G::QB, sS = sO + 2 * G::QB, sR = sS + G::SB + (unsigned)wg * BQ * G::RL * 4;
-    float *sL = (float *)(fa__wg_smem + (sK - s0) + G::LSE), *sDl = sL + 2 * BQ;
-    const float f = d.scale * FA__CU_LOG2E;
-    const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
-    const int kr0 = k0 + warp * 16 + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's keys kr0 + 8 hf */
-    const unsigned ka = (unsigned)wg * 64 * 128;                         /* this warpgroup's 64 key rows, in each panel */
-    int64_t r0_, r1_;
-    if (*a.flag) return;   /* a non-finite q, d_o or k: the FFMA fallback computes this call */
-    fa__key_rows(&d, k0, k0 + nk, &r0_, &r1_);
-    const int r0 = (int)r0_, nqb = r1_ > r0_ ? (int)((r1_ - r0_ + BQ - 1) / BQ) : 0, tiles = nqb * d.group;
-
-    float dk[1][CH][4], dv[1][CH][4], s[1][NN][4], dp[1][NN][4], dq[1][DN / 8][4];
-#pragma unroll
-    for (int n = 0; n < CH; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dk[0][n][e] = dv[0][n][e] = 0.0f;
-#pragma unroll
-    for (int n = 0; n < NN; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = 0.0f;
-#pragma unroll
-    for (int n = 0; n < DN / 8; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dq[0][n][e] = 0.0f;
-    unsigned pp[1][NN / 2][4], ps[1][NN / 2][4];   /* P^T and dS^T, the A fragments of dV's and dK's wgmmas */
-
-    if (tiles > 0) {   /* K, V and the first tile: one cp.async group */
-        fa__wg_load<D, BKV, NT>(sK, (const T *)a.k + b * d.ks[0] + g * d.ks[1] + (int64_t)k0 * d.ks[2], d.ks[2], nk, tid);
-        fa__wg_load<D, BKV, NT>(sV, (const T *)a.v + b * d.vs[0] + g * d.vs[1] + (int64_t)k0 * d.vs[2], d.vs[2], nk, tid);
-        fa__tcb_load_q<D, BQ, NT, T, true>(a, sQ, sO, sL, sDl, b, g * d.group, r0, tid);
-    }
-
-    for (int t = 0; t < tiles; t++) {
-        const int hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ;
-        const unsigned st = (unsigned)(t & 1) * G::QB;
-        const float *tL = sL + (t & 1) * BQ, *tD = sDl + (t & 1) * BQ;
-        fa__cu_wait<0>();
-        if (DQ && C::DQB) fa__wg_bulk_read_wait();   /* tile t-1's dq rows have left sR */
-        fa__wg_proxy_fence();   /* the cp.async writes, visible to the wgmmas' reads */
-        __syncthreads();        /* tile t landed; every wgmma of tile t-1 has retired (its stage, sS) */
-        if (t + 1 < tiles) {
-            const int h2 = (t + 1) / nqb, i2 = r0 + (t + 1 - h2 * nqb) * BQ;
-            fa__tcb_load_q<D, BQ, NT, T, true>(a, sQ + G::QB - st, sO + G::QB - st, sL + ((t + 1) & 1) * BQ,
-                                               sDl + ((t + 1) & 1) * BQ, b, g * d.group + h2, i2, tid);
-        }
-        const fa__keys kr = fa__cu_tile_keys(d, i0, min((int)BQ, d.Sq - i0));
-        const bool full = fa__keys_full(&kr, k0, k0 + BKV) != 0;
-        const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
-
-        fa__wg_keep(s);
-        fa__wg_keep(dp);
-        fa__wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)   /* S^T = K Q^T: this warpgroup's 64 keys x the tile's rows */
-            X::ss64(&s[0][0][0], fa__wg_desc(sK + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
-                    fa__wg_desc(sQ + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
-        fa__wg_commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)   /* dP^T = V dO^T */
-            X::ss64(&dp[0][0][0], fa__wg_desc(sV + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
-                    fa__wg_desc(sO + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
-        fa__wg_commit();
-        fa__wg_wait<1>();
-        fa__wg_keep(s);
-        fa__tcb_pt<T, 1, NN, MODS>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, full);
-        fa__wg_wait<0>();
-        fa__wg_keep(dp);
-        fa__tcb_dst<T, 1, NN>(s, dp, ps, tD, cq);
-        if (DQ) fa__tcb_stage<1, NN, BQ>(sS, ps, warp * 16, lane);   /* dS^T into sS (before ps is a wgmma's operand) */
-        fa__wg_keep(dk);
-        fa__wg_keep(dv);
-        fa__wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {   /* dV += P^T dO, dK += dS^T Q */
-            const unsigned long long dO_ = fa__wg_desc(sO + st + kk * 2048, BQ * 128, 1024);
-            if (D == 128) X::rs128(&dv[0][0][0], pp[0][kk], dO_);
-            else X::rs64(&dv[0][0][0], pp[0][kk], dO_);
-        }
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            const unsigned long long dQ_ = fa__wg_desc(sQ + st + kk * 2048, BQ * 128, 1024);
-            if (D == 128) X::rs128(&dk[0][0][0], ps[0][kk], dQ_);
-            else X::rs64(&dk[0][0][0], ps[0][kk], dQ_);
-        }
-        fa__wg_commit();
-        if (DQ) {
-            fa__wg_proxy_fence();
-            __syncthreads();   /* both warpgroups' rows of dS^T staged */
-            if (wg < C::DQW) {   /* dq rows of the tile x columns wg DN .. + DN - 1 = dS K */
-                fa__wg_keep(dq);
-                fa__wg_fence();
-#pragma unroll
-                for (int kk = 0; kk < BKV / 16; kk++) {
-                    const unsigned long long da = fa__wg_desc(sS + kk * 2048, BKV * 128, 1024);
-                    const unsigned long long db = fa__wg_desc(sK + wg * BKV * 128 + kk * 2048, BKV * 128, 1024);
-                    if (DN == 64) X::sst64(&dq[0][0][0], da, db, kk);
-                    else X::sst32(&dq[0][0][0], da, db, kk);
-                }
-                fa__wg_commit();
-                fa__wg_wait<0>();
-                fa__wg_keep(dq);
-                float *gq = a.dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i0) * D + wg * DN;   /* the tile's row 0 */
-                if (C::DQB) {   /* the rows into sR, then a bulk reduction a row */
-#pragma unroll
-                    for (int hf = 0; hf < 2; hf++) {
-                        const int r = (warp & 3) * 16 + (lane >> 2) + 8 * hf;
-#pragma unroll
-                        for (int n = 0; n < DN / 8; n++)
-                            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(sR + (unsigned)(r * G::RL + 8 * n + cq) * 4u),
-                                         "f"(dq[0][n][2 * hf]), "f"(dq[0][n][2 * hf + 1]) : "memory");
-                    }
-                    fa__wg_proxy_fence();
-                    asm volatile("bar.sync %0, 128;\n" ::"r"(FA__WG_BAR_VOTE + wg) : "memory");   /* this warpgroup's rows staged */
-                    const int r = tid & 127;
-                    if (r < BQ && i0 + r < d.Sq) {
-                        fa__wg_bulk_add(gq + (int64_t)r * D, sR + (unsigned)(r * G::RL) * 4u, DN * 4);
-                        fa__wg_bulk_commit();
-                    }
-                } else {
-#pragma unroll
-                    for (int hf = 0; hf < 2; hf++) {
-                        const int r = (warp & 3) * 16 + (lane >> 2) + 8 * hf;
-                        if (i0 + r < d.Sq) fa__tcb_dq_add<DN / 8>(gq + (int64_t)r * D + cq, dq[0], hf);
-                    }
-                }
-            }
-        }
-        fa__wg_wait<0>();
-        fa__wg_keep(dk);
-        fa__wg_keep(dv);
-    }
-    if (DQ && C::DQB) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-    fa__tcb_write_kv<T, 1, CH>(a, dk, dv, b, g, kr0, cq);
-#else
-    /* another target: never launched */
-    if (a.d.Sq < 0 && *a.flag) asm volatile("trap;\n");
-#endif
-}
-
-/* The warp-specialised variant, fa__wgw_dkv (C: fa__wgw_d64 or fa__wgw_d128, 8a): the same per-tile
-   steps on the consumers' 64 keys each, with the loads by TMA from a producer warpgroup (the
-   forward's arrangement): the K and V block once, then each tile's Q and dO panels into a ring of
-   ST stages ("full" mbarriers with the stage's bytes; "empty" ones that the 8 consumer warps
-   arrive on when their wgmmas have retired), lse and delta stored by the producer's first warp
-   beside them (fa__tcb_load_ld) before its "full" arrival. The consumers never meet at a block
-   barrier, so that one's element steps run under the other's wgmmas; hence dq = dS K is formed by
-   each consumer over its own 64 keys (its half of dS^T staged in one of two buffers, tile parity, a
-   named barrier of its 128 threads; 64-column halves of K at D = 128) and both add into the fp32
-   buffer. dV += P^T dO is issued as soon as P^T is packed, under dP^T's wait. */
-struct fa__wgw_args {
+/* What the kernels receive: the tensor maps of q, d_o (boxes of the kernel's query rows), k and v
+   (boxes of its keys), and 8e2's arguments. */
+struct fa__wgb_args {
     CUtensorMap tq, to, tk, tv;
     fa__tcb_args a;
 };
 
-template <class C> struct fa__wgw_geom {
+/* The dK/dV kernel's shared memory (C: fa__wgb_d64 or fa__wgb_d128, 8a), from a 1024-byte aligned
+   base: the K and V blocks (D / 64 panels of BKV rows each), ST stages of the Q and dO tiles
+   (panels of BQ rows), ST stages of lse and delta, the mbarriers (full[ST], empty[ST], kv). */
+template <class C> struct fa__wgb_geom {
     enum { D = C::D, BKV = C::BKV, BQ = C::BQ, ST = C::ST, NN = BQ / 8, CH = D / 8 };
-    enum { KB = BKV * D * 2, QB = BQ * D * 2, SB = BKV * BQ * 2 };
-    enum { LSE = 2 * KB + 2 * ST * QB + 2 * SB, BARS = LSE + 2 * ST * BQ * 4, SMEM = BARS + 8 * (2 * ST + 1) + 1024 };
+    enum { KB = BKV * D * 2, QB = BQ * D * 2, LSE = 2 * KB + 2 * ST * QB, BARS = LSE + 2 * ST * BQ * 4 };
+    enum { SMEM = BARS + 8 * (2 * ST + 1) + 1024 };
 };
 
-template <typename T, class C, bool MODS, bool DQ>
-__global__ void __launch_bounds__(C::NT, 1) fa__wgw_dkv(const __grid_constant__ fa__wgw_args w)
+/* The dq kernel's (C: fa__wgq_d64 or fa__wgq_d128): the Q and dO blocks, ST stages of the K and V
+   tiles, lse and delta, the mbarriers (full[ST], empty[ST], q). */
+template <class C> struct fa__wgq_geom {
+    enum { D = C::D, BQ = C::BQ, BK = C::BK, ST = C::ST, NN = BK / 8, CH = D / 8 };
+    enum { QB = BQ * D * 2, KB = BK * D * 2, LSE = 2 * QB + 2 * ST * KB, BARS = LSE + 2 * BQ * 4 };
+    enum { SMEM = BARS + 8 * (2 * ST + 1) + 1024 };
+};
+
+/* The producer's first warp: the lse and delta of query rows [i0, i0 + R) of (b, h) into sL, sDl
+   (fa__tcb_load_ld), then each lane's arrival on the mbarrier bar (the first lane's also expects
+   `bytes` of the copies it issues next), so that every lane's stores are ordered before the
+   consumers' reads by its own arrival. */
+template <int R>
+static __device__ __forceinline__ void fa__wgb_put_ld(const fa__tcb_args &a, float *sL, float *sDl, int b, int h, int i0,
+                                                      int lane, unsigned bar, unsigned bytes)
+{
+    fa__tcb_load_ld<R, 32>(a, sL, sDl, b, h, i0, lane);
+    if (lane == 0) fa__mb_expect(bar, bytes);
+    else fa__mb_arrive(bar);
+}
+
+/* T: __half or __nv_bfloat16. C: fa__wgb_d64 or fa__wgb_d128 (8a). MODS: as fa__tcb_dkv's. */
+template <typename T, class C, bool MODS>
+__global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ fa__wgb_args w)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    typedef fa__wgw_geom<C> G;
+    typedef fa__wgb_geom<C> G;
     typedef fa__wg_mma<T> X;
     enum { BKV = G::BKV, BQ = G::BQ, D = G::D, ST = G::ST, NN = G::NN, CH = G::CH };
     static_assert(BKV == 128 && BQ == 64 && (D == 64 || D == 128) && C::NT == 384, "the Hopper backward's tile");
@@ -8963,7 +8762,7 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgw_dkv(const __grid_constant__ 
     const int nbg = d.B * d.Hkv, kb = (int)blockIdx.x / nbg, bg = (int)blockIdx.x - kb * nbg;
     const int b = bg / d.Hkv, g = bg - b * d.Hkv, k0 = kb * BKV, nk = min((int)BKV, d.Sk - k0);
     const unsigned s0 = fa__cu_sa(fa__wg_smem), sK = (s0 + 1023u) & ~1023u, sV = sK + G::KB, sQ = sV + G::KB;
-    const unsigned sO = sQ + ST * G::QB, sS = sO + ST * G::QB;
+    const unsigned sO = sQ + ST * G::QB;
     const unsigned full = sK + G::BARS, empty = full + 8 * ST, kvbar = empty + 8 * ST;   /* + 8 s: stage s */
     float *sL = (float *)(fa__wg_smem + (sK - s0) + G::LSE), *sDl = sL + ST * BQ;
     int64_t r0_, r1_;
@@ -8972,8 +8771,8 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgw_dkv(const __grid_constant__ 
     const int r0 = (int)r0_, nqb = r1_ > r0_ ? (int)((r1_ - r0_ + BQ - 1) / BQ) : 0, tiles = nqb * d.group;
     if (tid == 0) {
         for (int s = 0; s < ST; s++) {
-            fa__mb_init(full + 8 * s, 1);
-            fa__mb_init(empty + 8 * s, 8);
+            fa__mb_init(full + 8 * s, 32);    /* the producer's first warp */
+            fa__mb_init(empty + 8 * s, 256);  /* every consumer thread */
         }
         fa__mb_init(kvbar, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -8993,10 +8792,8 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgw_dkv(const __grid_constant__ 
             for (int t = 0; t < tiles; t++) {
                 const int s = t % ST, hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ;
                 if (t >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(t / ST - 1) & 1u);   /* stage s consumed */
-                fa__tcb_load_ld<BQ, 32>(a, sL + s * BQ, sDl + s * BQ, b, h, i0, tid);
-                __syncwarp();   /* (the warp's stores before the first thread's arrival) */
+                fa__wgb_put_ld<BQ>(a, sL + s * BQ, sDl + s * BQ, b, h, i0, tid, full + 8 * s, 2 * G::QB);
                 if (tid == 0) {
-                    fa__mb_expect(full + 8 * s, 2 * G::QB);
 #pragma unroll
                     for (int p = 0; p < D / 64; p++) {
                         fa__tma_load(sQ + s * G::QB + p * BQ * 128, &w.tq, full + 8 * s, 64 * p, i0, h, b);
@@ -9012,7 +8809,7 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgw_dkv(const __grid_constant__ 
         const unsigned ka = (unsigned)c * 64 * 128;                         /* its 64 key rows, in each panel */
         const float f = d.scale * FA__CU_LOG2E;
         const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
-        float dk[1][CH][4], dv[1][CH][4], s[1][NN][4], dp[1][NN][4], dq[1][8][4];
+        float dk[1][CH][4], dv[1][CH][4], s[1][NN][4], dp[1][NN][4];
 #pragma unroll
         for (int n = 0; n < CH; n++)
 #pragma unroll
@@ -9020,22 +8817,22 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgw_dkv(const __grid_constant__ 
 #pragma unroll
         for (int n = 0; n < NN; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = dq[0][n][e] = 0.0f;
-        unsigned pp[1][NN / 2][4], ps[1][NN / 2][4];
+            for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = 0.0f;
+        unsigned pp[1][NN / 2][4], ps[1][NN / 2][4];   /* P^T and dS^T, the A fragments of dV's and dK's wgmmas */
         if (tiles > 0) fa__mb_wait(kvbar, 0);
         for (int t = 0; t < tiles; t++) {
             const int sg = t % ST, hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ;
-            const unsigned st = (unsigned)sg * G::QB, sb = sS + (unsigned)(t & 1) * G::SB;
+            const unsigned st = (unsigned)sg * G::QB;
             const float *tL = sL + sg * BQ, *tD = sDl + sg * BQ;
             const fa__keys kr = fa__cu_tile_keys(d, i0, min((int)BQ, d.Sq - i0));
-            const bool full_ = fa__keys_full(&kr, k0, k0 + BKV) != 0;
+            const bool kfull = fa__keys_full(&kr, k0, k0 + BKV) != 0;
             const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
             fa__mb_wait(full + 8 * sg, (unsigned)(t / ST) & 1u);
             fa__wg_keep(s);
             fa__wg_keep(dp);
             fa__wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++)   /* S^T = K Q^T */
+            for (int kk = 0; kk < D / 16; kk++)   /* S^T = K Q^T: this consumer's 64 keys x the tile's rows */
                 X::ss64(&s[0][0][0], fa__wg_desc(sK + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
                         fa__wg_desc(sQ + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
             fa__wg_commit();
@@ -9046,7 +8843,7 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgw_dkv(const __grid_constant__ 
             fa__wg_commit();
             fa__wg_wait<1>();
             fa__wg_keep(s);
-            fa__tcb_pt<T, 1, NN, MODS>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, full_);
+            fa__tcb_pt<T, 1, NN, MODS>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, kfull);
             fa__wg_keep(dv);
             fa__wg_fence();
 #pragma unroll
@@ -9059,7 +8856,6 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgw_dkv(const __grid_constant__ 
             fa__wg_wait<1>();
             fa__wg_keep(dp);
             fa__tcb_dst<T, 1, NN>(s, dp, ps, tD, cq);
-            if (DQ) fa__tcb_stage<1, NN, BQ>(sb, ps, cw * 16, lane);   /* this consumer's half of dS^T */
             fa__wg_keep(dk);
             fa__wg_fence();
 #pragma unroll
@@ -9069,33 +8865,10 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgw_dkv(const __grid_constant__ 
                 else X::rs64(&dk[0][0][0], ps[0][kk], dQ_);
             }
             fa__wg_commit();
-            if (DQ) {   /* dq rows of the tile += dS (its 64 keys) K (their rows), 64 columns at a time */
-                fa__wg_proxy_fence();
-                asm volatile("bar.sync %0, 128;\n" ::"r"(FA__WG_BAR_VOTE + c) : "memory");   /* its half staged */
-                float *gq = a.dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i0) * D;   /* the tile's row 0 */
-#pragma unroll
-                for (int p = 0; p < D / 64; p++) {
-                    fa__wg_keep(dq);
-                    fa__wg_fence();
-#pragma unroll
-                    for (int kk = 0; kk < 4; kk++)
-                        X::sst64(&dq[0][0][0], fa__wg_desc(sb + ka + kk * 2048, BKV * 128, 1024),
-                                 fa__wg_desc(sK + p * BKV * 128 + ka + kk * 2048, BKV * 128, 1024), kk);
-                    fa__wg_commit();
-                    fa__wg_wait<0>();
-                    fa__wg_keep(dq);
-#pragma unroll
-                    for (int hf = 0; hf < 2; hf++) {
-                        const int r = (cw & 3) * 16 + (lane >> 2) + 8 * hf;
-                        if (i0 + r < d.Sq) fa__tcb_dq_add<8>(gq + (int64_t)r * D + 64 * p + cq, dq[0], hf);
-                    }
-                }
-            }
             fa__wg_wait<0>();
             fa__wg_keep(dk);
             fa__wg_keep(dv);
-            __syncwarp();
-            if (lane == 0) fa__mb_arrive(empty + 8 * sg);   /* this warp is done with stage sg */
+            fa__mb_arrive(empty + 8 * sg);   /* this thread is done with stage sg */
         }
         fa__tcb_write_kv<T, 1, CH>(a, dk, dv, b, g, kr0, cq);
     }
@@ -9105,22 +8878,9 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgw_dkv(const __grid_constant__ 
 #endif
 }
 
-/* The Hopper deterministic dq kernel, fa__wgq_dq (C: fa__wgq_d64 or fa__wgq_d128, 8a), which
-   follows fa__wgw_dkv with p->deterministic: 8e2's fa__tcb_dq on wgmma in 8d3's arrangement. One
-   block per (query block of BQ = 128 rows, batch, head), the longest (causal) first; the producer
-   warpgroup loads the block's Q and dO (TMA) with lse and delta (its first warp,
-   fa__tcb_load_ld) once, then the BK-key tiles of K and V into a ring of ST stages; each consumer
-   owns 64 rows: S = Q K^T and dP = dO V^T (ss, K-major), dS by fa__tcb_ds_rows straight into A
-   fragments, dq += dS K (rs, K N-major), the tiles in order, so that the sum order is fixed;
-   fa__tcb_write_dq at the end (0 for a row that sees no key). */
-template <class C> struct fa__wgq_geom {
-    enum { D = C::D, BQ = C::BQ, BK = C::BK, ST = C::ST, NN = BK / 8, CH = D / 8 };
-    enum { QB = BQ * D * 2, KB = BK * D * 2, LSE = 2 * QB + 2 * ST * KB, BARS = LSE + 2 * BQ * 4 };
-    enum { SMEM = BARS + 8 * (2 * ST + 1) + 1024 };
-};
-
+/* T: __half or __nv_bfloat16. C: fa__wgq_d64 or fa__wgq_d128 (8a). MODS: as fa__tcb_dq's. */
 template <typename T, class C, bool MODS>
-__global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ fa__wgw_args w)
+__global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ fa__wgb_args w)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef fa__wgq_geom<C> G;
@@ -9142,19 +8902,17 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ f
     if (tid == 0) {
         for (int s = 0; s < ST; s++) {
             fa__mb_init(full + 8 * s, 1);
-            fa__mb_init(empty + 8 * s, 8);
+            fa__mb_init(empty + 8 * s, 8);   /* the consumers' warps (the stages hold TMA's writes alone) */
         }
-        fa__mb_init(qbar, 1);
+        fa__mb_init(qbar, 32);   /* the producer's first warp */
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
     if (wg == 0) {   /* the producer */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_P));
         if (tid < 32 && nt > 0) {
-            fa__tcb_load_ld<BQ, 32>(a, sL, sDl, b, h, i0, tid);
-            __syncwarp();   /* (the warp's stores before the first thread's arrival) */
+            fa__wgb_put_ld<BQ>(a, sL, sDl, b, h, i0, tid, qbar, 2 * G::QB);
             if (tid == 0) {
-                fa__mb_expect(qbar, 2 * G::QB);
 #pragma unroll
                 for (int p = 0; p < D / 64; p++) {
                     fa__tma_load(sQ + p * BQ * 128, &w.tq, qbar, 64 * p, i0, h, b);
@@ -9192,7 +8950,7 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ f
         for (int j = 0; j < nt; j++) {
             const int sg = j % ST, k0 = (t0 + j) * BK;
             const unsigned st = (unsigned)sg * G::KB;
-            const bool full_ = fa__keys_full(&kr, k0, k0 + BK) != 0;
+            const bool kfull = fa__keys_full(&kr, k0, k0 + BK) != 0;
             fa__mb_wait(full + 8 * sg, (unsigned)(j / ST) & 1u);
             fa__wg_keep(s);
             fa__wg_keep(dp);
@@ -9215,7 +8973,7 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ f
             fa__wg_wait<0>();
             fa__wg_keep(s);
             fa__wg_keep(dp);
-            fa__tcb_ds_rows<T, 1, NN, MODS>(s, dp, pa, d, md, sc, al, bi, f, sL + c * 64, sDl + c * 64, ic, lr, k0, cq, full_);
+            fa__tcb_ds_rows<T, 1, NN, MODS>(s, dp, pa, d, md, sc, al, bi, f, sL + c * 64, sDl + c * 64, ic, lr, k0, cq, kfull);
             fa__wg_keep(dq);
             fa__wg_fence();
 #pragma unroll
@@ -9624,11 +9382,12 @@ template <class CFG> static void fa__tcb_plan_of(const fa__dims *d, fa__cu_bwd_p
 }
 
 #if FA__WG
-/* The Hopper backward's plan (8e3): bq, bk its query tile and key block; qblocks the deterministic
-   dq pass's (8e2's fa__tcb_dq, configuration C::DQ); smem the larger of the two kernels'. */
-template <class C, class K = fa__wgb_geom<C>, class Q = fa__tcb_qgeom<typename C::DQ> >
-static void fa__wgb_plan_of(const fa__dims *d, fa__cu_bwd_plan *pl)
+/* The Hopper backward's plan (8e3) in configuration C: bq, bk the dK/dV kernel's query tile and
+   key block; qblocks the dq kernel's query blocks; smem the larger of the two kernels'. */
+template <class C> static void fa__wgb_plan_of(const fa__dims *d, fa__cu_bwd_plan *pl)
 {
+    typedef fa__wgb_geom<C> K;
+    typedef fa__wgq_geom<typename C::DQ> Q;
     pl->bq = K::BQ;
     pl->bk = K::BKV;
     pl->smem = (int)K::SMEM > (int)Q::SMEM ? (int)K::SMEM : (int)Q::SMEM;
@@ -9654,8 +9413,8 @@ static int fa__wgb_pick(const fa__dims *d, const void *q, const void *k, const v
         !fa__wg_tma_ok(v, d->vs, d->Sk, d->Hkv, d->B) || !fa__wg_built() || !fa__wg_encoder())
         return 0;
     memset(&w, 0, sizeof w);
-    if (d->D == 64) fa__wgb_plan_of<fa__wgw_d64, fa__wgw_geom<fa__wgw_d64>, fa__wgq_geom<fa__wgq_d64> >(d, &w);
-    else fa__wgb_plan_of<fa__wgw_d128, fa__wgw_geom<fa__wgw_d128>, fa__wgq_geom<fa__wgq_d128> >(d, &w);
+    if (d->D == 64) fa__wgb_plan_of<fa__wgb_d64>(d, &w);
+    else fa__wgb_plan_of<fa__wgb_d128>(d, &w);
     if (w.smem > optin) return 0;
     w.kernel = d->D == 64 ? FA__CU_BWD_WG_D64 : FA__CU_BWD_WG_D128;
     *pl = w;
@@ -9687,9 +9446,10 @@ static int fa__cu_bwd_fits(const fa__dims *d, const fa__cu_bwd_plan *pl, int opt
 /* Picks the backward kernel for a request that fa__cu_bwd_resolve accepted, with Sq, Sk > 0, by
    rule: the tensor-core backward for fp16/bf16 at D = Dv = 64 or 128 where q, k, v, d_o and the
    gradients have 16-byte aligned rows and the device is sm_80+ (every modifier, mask and GQA
-   included), on a compute capability 9.0 device running this build's sm_90a code its Hopper
-   dK/dV kernel (fa__wgb_pick, 8e3), elsewhere the mma.sync one; else the FFMA backward of the head-dim class of max(D, Dv) (<= 64, <= 128, <= 256),
-   any dtype and layout. FA_ERR_UNSUPPORTED when its shared memory (or, for the tensor-core
+   included): on a compute capability 9.0 device running this build's sm_90a code, with q, k, v
+   and d_o in layouts TMA takes, its Hopper kernels (fa__wgb_pick, 8e3), elsewhere the mma.sync
+   ones; else the FFMA backward of the head-dim class of max(D, Dv) (<= 64, <= 128, <= 256), any
+   dtype and layout. FA_ERR_UNSUPPORTED when its shared memory (or, for the tensor-core
    backward, that of its FFMA fallback) does not fit this device or a grid would pass 2^31 - 1
    blocks; FA_ERR_DEVICE when the device cannot be queried. It launches nothing. */
 static fa_status fa__cu_pick_backward(const fa__dims *d, const void *q, const void *k, const void *v, const void *d_o,
@@ -9834,55 +9594,40 @@ static fa_status fa__tcb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, in
 }
 
 #if FA__WG
-/* The Hopper backward in configuration C (fa__cu_pick_backward has checked that it fits): its dK/dV
-   kernel with dq by atomics into dqacc, or (det) without, then 8e2's deterministic dq kernel. */
-template <typename T, class C, bool MODS, bool DQ>
-static fa_status fa__wgb_go_dkv(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
-{
-    const fa_status s = fa__cu(cudaFuncSetAttribute(fa__wgb_dkv<T, C, MODS, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    (int)fa__wgb_geom<C>::SMEM));
-    if (s != FA_OK) return s;
-    fa__wgb_dkv<T, C, MODS, DQ><<<grid, C::NT, fa__wgb_geom<C>::SMEM, st>>>(a);
-    return fa__cu(cudaGetLastError());
-}
-
-/* The warp-specialised variant (fa__wgw_dkv): its tensor maps (q and d_o in boxes of BQ rows, k and
-   v of BKV), then the launch. FA_ERR_DEVICE when the driver cannot encode them. */
-template <typename T, class C, bool MODS, bool DQ>
-static fa_status fa__wgw_go_dkv(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
+/* The tensor maps of the Hopper backward's kernels (8e3): q and d_o in boxes of bq rows, k and v of
+   bk; 0 when the driver cannot encode them. */
+static int fa__wgb_maps(const fa__tcb_args &a, int bq, int bk, fa__wgb_args *w)
 {
     const fa__dims &d = a.d;
     const fa__wg_encode_fn enc = fa__wg_encoder();
-    fa__wgw_args w;
+    w->a = a;
+    return enc && fa__wg_map(enc, &w->tq, a.q, d.dtype, d.D, d.Sq, d.Hq, d.B, d.qs, bq) &&
+           fa__wg_map(enc, &w->to, a.d_o, d.dtype, d.D, d.Sq, d.Hq, d.B, d.os, bq) &&
+           fa__wg_map(enc, &w->tk, a.k, d.dtype, d.D, d.Sk, d.Hkv, d.B, d.ks, bk) &&
+           fa__wg_map(enc, &w->tv, a.v, d.dtype, d.D, d.Sk, d.Hkv, d.B, d.vs, bk);
+}
+
+/* Launches the Hopper dK/dV kernel or dq kernel of configuration C (FA_ERR_DEVICE when the tensor
+   maps cannot be had). */
+template <typename T, class C, bool MODS>
+static fa_status fa__wgb_go_dkv(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
+{
+    fa__wgb_args w;
     fa_status s;
-    if (!enc || !fa__wg_map(enc, &w.tq, a.q, d.dtype, d.D, d.Sq, d.Hq, d.B, d.qs, C::BQ) ||
-        !fa__wg_map(enc, &w.to, a.d_o, d.dtype, d.D, d.Sq, d.Hq, d.B, d.os, C::BQ) ||
-        !fa__wg_map(enc, &w.tk, a.k, d.dtype, d.D, d.Sk, d.Hkv, d.B, d.ks, C::BKV) ||
-        !fa__wg_map(enc, &w.tv, a.v, d.dtype, d.D, d.Sk, d.Hkv, d.B, d.vs, C::BKV))
-        return FA_ERR_DEVICE;
-    w.a = a;
-    s = fa__cu(cudaFuncSetAttribute(fa__wgw_dkv<T, C, MODS, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)fa__wgw_geom<C>::SMEM));
+    if (!fa__wgb_maps(a, C::BQ, C::BKV, &w)) return FA_ERR_DEVICE;
+    s = fa__cu(cudaFuncSetAttribute(fa__wgb_dkv<T, C, MODS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)fa__wgb_geom<C>::SMEM));
     if (s != FA_OK) return s;
-    fa__wgw_dkv<T, C, MODS, DQ><<<grid, C::NT, fa__wgw_geom<C>::SMEM, st>>>(w);
+    fa__wgb_dkv<T, C, MODS><<<grid, C::NT, fa__wgb_geom<C>::SMEM, st>>>(w);
     return fa__cu(cudaGetLastError());
 }
 
-/* The Hopper deterministic dq kernel (fa__wgq_dq) of configuration C: its tensor maps (q and d_o
-   in boxes of BQ rows, k and v of BK), then the launch. */
 template <typename T, class C, bool MODS>
 static fa_status fa__wgq_go_dq(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
 {
-    const fa__dims &d = a.d;
-    const fa__wg_encode_fn enc = fa__wg_encoder();
-    fa__wgw_args w;
+    fa__wgb_args w;
     fa_status s;
-    if (!enc || !fa__wg_map(enc, &w.tq, a.q, d.dtype, d.D, d.Sq, d.Hq, d.B, d.qs, C::BQ) ||
-        !fa__wg_map(enc, &w.to, a.d_o, d.dtype, d.D, d.Sq, d.Hq, d.B, d.os, C::BQ) ||
-        !fa__wg_map(enc, &w.tk, a.k, d.dtype, d.D, d.Sk, d.Hkv, d.B, d.ks, C::BK) ||
-        !fa__wg_map(enc, &w.tv, a.v, d.dtype, d.D, d.Sk, d.Hkv, d.B, d.vs, C::BK))
-        return FA_ERR_DEVICE;
-    w.a = a;
+    if (!fa__wgb_maps(a, C::BQ, C::BK, &w)) return FA_ERR_DEVICE;
     s = fa__cu(cudaFuncSetAttribute(fa__wgq_dq<T, C, MODS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)fa__wgq_geom<C>::SMEM));
     if (s != FA_OK) return s;
@@ -9890,36 +9635,24 @@ static fa_status fa__wgq_go_dq(const fa__tcb_args &a, unsigned grid, cudaStream_
     return fa__cu(cudaGetLastError());
 }
 
-/* The dK/dV kernel of configuration C: fa__wgb_dkv (C::WS 0) or fa__wgw_dkv (1), and its
-   deterministic dq pass: 8e2's fa__tcb_dq (0) or fa__wgq_dq (1). */
-template <typename T, class C, bool MODS, bool DQ, int WS = C::WS> struct fa__wgb_go;
-template <typename T, class C, bool MODS, bool DQ> struct fa__wgb_go<T, C, MODS, DQ, 0> {
-    static fa_status run(const fa__tcb_args &a, unsigned grid, cudaStream_t st) { return fa__wgb_go_dkv<T, C, MODS, DQ>(a, grid, st); }
-    static fa_status dq(const fa__tcb_args &a, unsigned grid, cudaStream_t st) { return fa__tcb_go_dq<T, typename C::DQ, MODS>(a, grid, st); }
-};
-template <typename T, class C, bool MODS, bool DQ> struct fa__wgb_go<T, C, MODS, DQ, 1> {
-    static fa_status run(const fa__tcb_args &a, unsigned grid, cudaStream_t st) { return fa__wgw_go_dkv<T, C, MODS, DQ>(a, grid, st); }
-    static fa_status dq(const fa__tcb_args &a, unsigned grid, cudaStream_t st) { return fa__wgq_go_dq<T, typename C::DQ, MODS>(a, grid, st); }
-};
-
+/* The Hopper backward in configuration C (fa__cu_pick_backward has checked that it fits), in
+   either mode: the dK/dV kernel, then the dq kernel writing dq. MODS variants as fa__tcb_launch's. */
 template <typename T, class C>
-static fa_status fa__wgb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q, const void *k,
-                                const void *v, const void *d_o, const float *delta, const unsigned *flag,
-                                float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
+static fa_status fa__wgb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, const void *q, const void *k,
+                                const void *v, const void *d_o, const float *delta, const unsigned *flag, void *dq,
+                                void *dk, void *dv, cudaStream_t st)
 {
-    typedef typename C::DQ DQ;
     const unsigned kgrid = (unsigned)(pl->kblocks * d->B * d->Hkv), qgrid = (unsigned)(pl->qblocks * d->B * d->Hq);
     const bool mods = d->softcap > 0.0f || d->alibi != NULL || d->bias != NULL;
     fa__tcb_args a;
     fa_status s;
-    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = dqacc; a.flag = flag;
+    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = NULL; a.flag = flag;
     a.dq = dq; a.dk = dk; a.dv = dv;
     a.qblocks = (int)pl->qblocks;
     a.d = *d;
-    if (!det) return mods ? fa__wgb_go<T, C, true, true>::run(a, kgrid, st) : fa__wgb_go<T, C, false, true>::run(a, kgrid, st);
-    s = mods ? fa__wgb_go<T, C, true, false>::run(a, kgrid, st) : fa__wgb_go<T, C, false, false>::run(a, kgrid, st);
+    s = mods ? fa__wgb_go_dkv<T, C, true>(a, kgrid, st) : fa__wgb_go_dkv<T, C, false>(a, kgrid, st);
     if (s != FA_OK) return s;
-    return mods ? fa__wgb_go<T, C, true, false>::dq(a, qgrid, st) : fa__wgb_go<T, C, false, false>::dq(a, qgrid, st);
+    return mods ? fa__wgq_go_dq<T, typename C::DQ, true>(a, qgrid, st) : fa__wgq_go_dq<T, typename C::DQ, false>(a, qgrid, st);
 }
 #endif
 
@@ -9931,10 +9664,8 @@ static fa_status fa__tcb_dispatch(const fa__dims *d, const fa__cu_bwd_plan *pl, 
                                   float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
 {
 #if FA__WG
-    if (pl->kernel == FA__CU_BWD_WG_D64)
-        return fa__wgb_launch<T, fa__wgw_d64>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
-    if (pl->kernel == FA__CU_BWD_WG_D128)
-        return fa__wgb_launch<T, fa__wgw_d128>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
+    if (pl->kernel == FA__CU_BWD_WG_D64) return fa__wgb_launch<T, fa__wgb_d64>(d, pl, q, k, v, d_o, delta, flag, dq, dk, dv, st);
+    if (pl->kernel == FA__CU_BWD_WG_D128) return fa__wgb_launch<T, fa__wgb_d128>(d, pl, q, k, v, d_o, delta, flag, dq, dk, dv, st);
 #endif
     if (pl->kernel == FA__CU_BWD_TC_D64)
         return fa__tcb_launch<T, fa__tcb_d64>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
@@ -10609,8 +10340,9 @@ static fa_status fa__cu_bwd_prep_launch(const fa__dims *d, const void *q, const 
 /* The tiled backward's launches on T: fa__cu_bwd_prep, then the picked kernels on dims whose lse
    is prep's lx, each kernel in two variants of which one returns at once (by prep's flag): for a
    call without a non-finite q, d_o or k the picked kernel as it is (the FFMA one, or the tensor
-   cores); for one with, the FFMA kernel of section 8e2's rule (FIN). Then, with dq by atomics,
-   fa__cu_bwd_out. */
+   cores); for one with, the FFMA kernel of section 8e2's rule (FIN; in its deterministic
+   arrangement after the Hopper backward, which has no dq atomics in either mode). Then, with dq by
+   atomics, fa__cu_bwd_out. */
 template <typename T>
 static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, char *mem,
                                  const fa__cu_tbwd_ws *w, const void *q, const void *k, const void *v, const void *o,
@@ -10618,14 +10350,16 @@ static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, i
 {
     const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
     float *delta = (float *)mem, *lx = (float *)(mem + w->lx), *kbad = (float *)(mem + w->kbad);
-    float *dqacc = det ? NULL : (float *)(mem + w->dq);
-    unsigned *flag = (unsigned *)(mem + w->flag);
     const int tc = pl->kernel >= FA__CU_BWD_TC_D64;
+    const int kdet = det || pl->kernel == FA__CU_BWD_WG_D64 || pl->kernel == FA__CU_BWD_WG_D128;   /* (8e3: dq by its own kernel) */
+    float *dqacc = kdet ? NULL : (float *)(mem + w->dq);
+    unsigned *flag = (unsigned *)(mem + w->flag);
     const int64_t cap = 2 * (int64_t)pl->sms;
     fa__dims dl = *d;
     fa_status st;
     dl.lse = lx;
-    if ((st = fa__cu(cudaMemsetAsync(flag, 0, w->total - w->flag, s))) != FA_OK) return st;
+    /* the flag, and dq's buffer where atomics use it */
+    if ((st = fa__cu(cudaMemsetAsync(flag, 0, (kdet ? w->dq : w->total) - w->flag, s))) != FA_OK) return st;
     if ((st = fa__cu_bwd_prep_launch<T>(d, q, k, o, d_o, delta, lx, kbad, flag, s)) != FA_OK) return st;
     switch (pl->kernel) {
     case FA__CU_BWD_D64: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d64>(&dl, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
@@ -10636,11 +10370,11 @@ static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, i
     if (st == FA_OK && tc) {   /* the tensor-core backward's fallback */
         fa__cu_bwd_plan fb;
         if (fa__cu_bwd_ffma_of(d, d->D, &fb) == FA__CU_BWD_D64)
-            st = fa__cu_bwd_launch<T, fa__cu_bwd_d64, true>(&dl, &fb, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s);
+            st = fa__cu_bwd_launch<T, fa__cu_bwd_d64, true>(&dl, &fb, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s);
         else
-            st = fa__cu_bwd_launch<T, fa__cu_bwd_d128, true>(&dl, &fb, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s);
+            st = fa__cu_bwd_launch<T, fa__cu_bwd_d128, true>(&dl, &fb, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s);
     }
-    if (st != FA_OK || det) return st;
+    if (st != FA_OK || kdet) return st;
     /* the FFMA kernels' K carries the scale; the tensor-core kernel's dq buffer does not */
     fa__cu_bwd_out<T><<<fa__cu_rows_grid(rows), 128, 0, s>>>(dqacc, (T *)dq, d->Hq, 1, d->Sq, d->D, d->qs[0], d->qs[1],
                                                            d->qs[2], rows, tc ? d->scale : 1.0f, tc ? flag : NULL);

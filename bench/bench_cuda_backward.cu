@@ -31,7 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
-#include <type_traits>
 
 #define CK(x)                                                                                        \
     do {                                                                                             \
@@ -221,15 +220,17 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
 }
 
 #if FA__WG
-/* The Hopper backward (8e3) in trait C (geometry K), the same steps (no modifiers): the dK/dV
-   kernel, then the dq conversion or (det) the mma.sync dq pass. Wcfg: fa__wgb_d* with DQW and DQB
-   varied; fa__wgw_d*: the warp-specialised variant. */
-template <int DD, int W, int B> struct Wcfg {
-    enum { D = DD, BKV = 128, BQ = 64, NT = 256, DQW = W, DQB = B, WS = 0 };
-    typedef typename std::conditional<DD == 64, fa__tcb_dq_d64, fa__tcb_dq_d128>::type DQ;
+/* The Hopper backward (8e3) in configuration C (fa__wgb_d* or a variant), through the library's
+   steps (no modifiers): fa__cu_bwd_prep, the dK/dV kernel, the dq kernel (either mode). Wq64: the
+   D = 64 dq kernel's traits with BK, ST varied; Wc64: a D = 64 dK/dV configuration (ST varied) with
+   that dq kernel. */
+template <int K_, int S_> struct Wq64 { enum { D = 64, BQ = 128, BK = K_, ST = S_, NT = 384, REG_P = 24, REG_C = 240 }; };
+template <int DST, class Q> struct Wc64 {
+    enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = DST, REG_P = 24, REG_C = 240 };
+    typedef Q DQ;
 };
 
-template <class C, class K = fa__wgb_geom<C>, class Q = fa__tcb_qgeom<typename C::DQ> >
+template <class C>
 static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
                               const void *d_o, void *dq, void *dk, void *dv)
 {
@@ -239,35 +240,19 @@ static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, 
     fa__cu_tbwd_ws w;
     char *mem = NULL;
     int pooled = 0;
-    const int det = p->deterministic != 0;
     fa_status st = fa__cu_bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d);
     if (st != FA_OK) return st;
     memset(&pl, 0, sizeof pl);
-    fa__wgb_plan_of<C, K, Q>(&d, &pl);
-    fa__cu_tbwd_layout(&d, det, &w);
+    fa__wgb_plan_of<C>(&d, &pl);
+    fa__cu_tbwd_layout(&d, 1, &w);
     if ((st = fa__cu_alloc((void **)&mem, w.total, 0, &pooled)) != FA_OK) return st;
-    const int64_t rows = (int64_t)d.B * d.Hq * d.Sq;
-    float *delta = (float *)mem, *dqacc = det ? NULL : (float *)(mem + w.dq);
+    float *delta = (float *)mem, *lx = (float *)(mem + w.lx);
     unsigned *flag = (unsigned *)(mem + w.flag);
-    fa__tcb_args a;
-    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = dqacc; a.flag = flag;
-    a.dq = dq; a.dk = dk; a.dv = dv;
-    a.qblocks = (int)pl.qblocks;
-    a.d = d;
-    a.d.lse = (float *)(mem + w.lx);
-    const unsigned kgrid = (unsigned)(pl.kblocks * d.B * d.Hkv), qgrid = (unsigned)(pl.qblocks * d.B * d.Hq);
     CK(cudaMemsetAsync(flag, 0, w.total - w.flag, 0));
-    CK(fa__cu_bwd_prep_launch<T>(&d, q, k, o, d_o, delta, a.d.lse, (float *)(mem + w.kbad), flag, 0) == FA_OK
+    CK(fa__cu_bwd_prep_launch<T>(&d, q, k, o, d_o, delta, lx, (float *)(mem + w.kbad), flag, 0) == FA_OK
            ? cudaSuccess : cudaErrorUnknown);
-    if (det) {
-        st = fa__wgb_go<T, C, false, false>::run(a, kgrid, 0);
-        if (st == FA_OK) st = fa__wgb_go<T, C, false, false>::dq(a, qgrid, 0);
-    } else {
-        st = fa__wgb_go<T, C, false, true>::run(a, kgrid, 0);
-        if (st == FA_OK)
-            fa__cu_bwd_out<T><<<fa__cu_rows_grid(rows), 128>>>(dqacc, (T *)dq, d.Hq, 1, d.Sq, d.D, d.qs[0], d.qs[1], d.qs[2],
-                                                              rows, d.scale, (const unsigned *)NULL);
-    }
+    d.lse = lx;
+    st = fa__wgb_launch<T, C>(&d, &pl, q, k, v, d_o, delta, flag, dq, dk, dv, 0);
     fa__cu_free(mem, 0, pooled);
     return st;
 }
@@ -286,13 +271,11 @@ static const TuneImpl tune_impls[] = {
     { "k8m1", 128, tune_call<Tcfg<128, 8, 1, 64, 1, 4, 64, 0, 2> > },  /* fa__tcb_kv_d128 */
     { "k8m1q8", 128, tune_call<Tcfg<128, 8, 1, 64, 1, 8, 64, 1, 1> > },
 #if FA__WG
-    { "wg", 64, wg_tune_call<fa__wgb_d64> },          /* the Hopper backward as shipped */
-    { "wgbulk", 64, wg_tune_call<Wcfg<64, 1, 1> > },  /* dq by bulk reductions */
+    { "wg", 64, wg_tune_call<fa__wgb_d64> },   /* the Hopper backward as shipped */
+    { "wgq64s3", 64, wg_tune_call<Wc64<4, Wq64<64, 3> > > },    /* its dq kernel with key tiles of 64, 3 stages */
+    { "wgq128s3", 64, wg_tune_call<Wc64<4, Wq64<128, 3> > > },  /* key tiles of 128, 3 stages */
+    { "wgk2", 64, wg_tune_call<Wc64<2, Wq64<128, 2> > > },      /* the dK/dV kernel with 2 stages */
     { "wg", 128, wg_tune_call<fa__wgb_d128> },
-    { "wgbulk", 128, wg_tune_call<Wcfg<128, 2, 1> > },
-    { "wgw1", 128, wg_tune_call<Wcfg<128, 1, 0> > },  /* dq by the first warpgroup alone */
-    { "wgws", 64, wg_tune_call<fa__wgw_d64, fa__wgw_geom<fa__wgw_d64>, fa__wgq_geom<fa__wgq_d64> > },   /* warp-specialised, TMA */
-    { "wgws", 128, wg_tune_call<fa__wgw_d128, fa__wgw_geom<fa__wgw_d128>, fa__wgq_geom<fa__wgq_d128> > },
 #endif
 };
 

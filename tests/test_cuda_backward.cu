@@ -9,8 +9,9 @@
    with the same p, as in training. Gradient buffers are poisoned (0xFF bytes) before each call and
    checked written in every row and nowhere else. Every tiled run asserts which kernel served it
    (fa__cu_pick_backward against want_kernel, the documented rule written out: the tensor-core
-   backward for fp16/bf16 at D = Dv = 64/128 with aligned rows, on an H100/H200 its Hopper kernel,
-   else FFMA), and test_kernels_served that each kernel served (the Hopper ones on such a device);
+   backward for fp16/bf16 at D = Dv = 64/128 with aligned rows, on an H100/H200 the Hopper backward
+   where TMA takes q, k, v and d_o, else FFMA), and test_kernels_served that each kernel served (the
+   Hopper ones on such a device);
    test_tc_semantics runs the modifiers, masks and layouts at the tensor-core head dims, and
    test_tc_mma_on_hopper the same through the mma.sync kernels on a Hopper device.
    Also: deterministic mode gives the same bits in ten runs on a non-default stream; refused
