@@ -375,8 +375,13 @@ $(BUILD)/test_cuda.o: tests/test_cuda.cu tests/ref.h tests/cuda_util.h flashattn
 	@if grep -E 'C7511|C7514|C7515' $(BUILD)/test_cuda.nvcc.txt; then \
 	  echo "ptxas serialised wgmma (C7511/C7514/C7515): see above"; rm -f $@; exit 1; fi
 
+# test_cuda_backward.o instantiates the Hopper backward (8e3) for sm_90a: the same ptxas check
 $(BUILD)/test_cuda_backward.o: tests/test_cuda_backward.cu tests/ref.h tests/cuda_util.h flashattn.h | $(BUILD)
-	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@
+	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@ 2> $(BUILD)/test_cuda_backward.nvcc.txt \
+	  || { cat $(BUILD)/test_cuda_backward.nvcc.txt; exit 1; }
+	@grep -v C7519 $(BUILD)/test_cuda_backward.nvcc.txt || true
+	@if grep -E 'C7515|C7511' $(BUILD)/test_cuda_backward.nvcc.txt; then \
+	  echo "ptxas serialised wgmma (C7515/C7511): see above"; rm -f $@; exit 1; fi
 
 $(BUILD)/test_cuda_backward: $(BUILD)/test_cuda_backward.o
 	$(NVCC) $(NVCC_ARCH) $< -o $@ $(CUDA_LIBS) -lcmocka -lm -lpthread
@@ -412,8 +417,11 @@ $(BUILD)/bench_cuda_backward.o: bench/bench_cuda_backward.cu flashattn.h | $(BUI
 	$(NVCC) $(NVCC_FLAGS) -I. -c $< -o $@
 
 # the CUDA backward beside PyTorch's (GPU machine): bench_cuda_backward, then torch_sdpa.py --backward
+# (sm_90a: the Hopper backward's body exists there alone; -DFA_BENCH_TUNE for --tune and --mma)
 $(BUILD)/bench_cuda_backward: bench/bench_cuda_backward.cu flashattn.h | $(BUILD)
-	$(NVCC) -O3 -std=c++14 -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wextra,-Werror -I. $< -o $@ $(CUDA_LIBS) -lm -lpthread
+	$(NVCC) -O3 -std=c++14 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall,-Wextra,-Werror -Xptxas -v \
+	  -DFA_BENCH_TUNE -I. $< -o $@ $(CUDA_LIBS) -lm -lpthread 2> $(BUILD)/bench_cuda_backward.ptxas.txt \
+	  || { cat $(BUILD)/bench_cuda_backward.ptxas.txt; exit 1; }
 
 bench-cuda-backward: $(BUILD)/bench_cuda_backward
 	$(BUILD)/bench_cuda_backward

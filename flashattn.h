@@ -23,7 +23,8 @@
        >>cuda       8. CUDA: 8a kernels and tile traits, 8b device pieces, the modifier and merge rules,
                        8c generic kernel, 8d tensor-core kernel, 8d2 split-key decode kernels,
                        8d3 the Hopper kernel (sm_90a: wgmma, TMA), 8e naive and merge kernels,
-                       8e2 the backward, 8f the kernel pickers, 8g entry points
+                       8e2 the backward, 8e3 the Hopper backward (sm_90a: wgmma, TMA), 8f the
+                       kernel pickers, 8g entry points
        >>license    the MIT licence
 
    USAGE
@@ -5375,7 +5376,9 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
    TMA into an mbarrier ring, a producer warpgroup and two ping-ponging consumers, on 8d's steps);
    8e the naive path's and merge's kernels;
    8e2 the backward (the naive path's kernels, the FFMA tiled backward and its deterministic dq
-   pass, the tensor-core tiled backward and its deterministic dq pass); 8f the kernel pickers (forward and backward) and the launches; 8g the entry points. */
+   pass, the tensor-core tiled backward and its deterministic dq pass); 8e3 the Hopper backward
+   (sm_90a: wgmma dK/dV and dq kernels on 8e2's element steps, TMA); 8f the kernel pickers (forward and
+   backward) and the launches; 8g the entry points. */
 
 #if defined(FLASHATTN_CUDA) && defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -5411,9 +5414,11 @@ typedef enum fa__cu_kernel {
     FA__CU_KERNELS
 } fa__cu_kernel;
 
-/* Every kernel fa_cuda_tiled_backward can run (8e2), picked by fa__cu_pick_backward (8f): the FFMA
-   backward of each head-dim class (D and Dv padded up to it), any storage type and layout, and the
-   tensor-core backward (fp16/bf16, D = Dv = 64 or 128, 16-byte aligned rows, sm_80+). A separate
+/* Every kernel fa_cuda_tiled_backward can run (8e2, 8e3), picked by fa__cu_pick_backward (8f): the
+   FFMA backward of each head-dim class (D and Dv padded up to it), any storage type and layout, the
+   tensor-core backward (fp16/bf16, D = Dv = 64 or 128, 16-byte aligned rows, sm_80+), and on
+   compute capability 9.0 with this build's sm_90a code the Hopper one (the same requests where TMA
+   takes q, k, v and d_o). A separate
    enum from the forward's, so that the forward's "every kernel served" count stays its own. */
 typedef enum fa__cu_bwd_kernel {
     FA__CU_BWD_D64 = 0,     /* D, Dv <= 64 */
@@ -5421,6 +5426,8 @@ typedef enum fa__cu_bwd_kernel {
     FA__CU_BWD_D256,        /* D, Dv <= 256 */
     FA__CU_BWD_TC_D64,      /* tensor cores (mma.sync), fp16/bf16, D = Dv = 64, 16-byte aligned rows */
     FA__CU_BWD_TC_D128,     /*   the same at D = Dv = 128 */
+    FA__CU_BWD_WG_D64,      /* Hopper (8e3, sm_90a): wgmma dK/dV and dq kernels, TMA; fp16/bf16, D = Dv = 64, TMA-able q, k, v, d_o */
+    FA__CU_BWD_WG_D128,     /*   the same at D = Dv = 128 */
     FA__CU_BWD_KERNELS
 } fa__cu_bwd_kernel;
 
@@ -5495,6 +5502,24 @@ struct fa__tcb_kv_d128 { enum { D = 128, NW = 8, MT = 1, BK = 64, QREG = 0, PF =
 struct fa__tcb_dq_d128 { enum { D = 128, NW = 4, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 2 }; };
 struct fa__tcb_d64 { typedef fa__tcb_kv_d64 KV; typedef fa__tcb_dq_d64 DQ; };
 struct fa__tcb_d128 { typedef fa__tcb_kv_d128 KV; typedef fa__tcb_dq_d128 DQ; };
+
+/* The Hopper backward's configurations (8e3), one per FA__CU_BWD_WG_* kernel: its dK/dV kernel
+   (fa__wgb_dkv) over key blocks of BKV = 128 keys (64 a consumer warpgroup, 16 a warp), the query
+   rows walked in tiles of BQ = 64, ST stages of Q and dO tiles in the TMA ring (4 at D = 64: 96 KB;
+   3 at D = 128: 160 KB), a producer warpgroup and two consumers (NT = 384 threads; registers
+   REG_P / REG_C after setmaxnreg, REG_P 128 + REG_C 256 <= 65536); DQ its dq kernel (fa__wgq_dq):
+   query blocks of BQ = 128 rows (64 a consumer), key tiles of BK in a ring of ST stages (D = 128:
+   BK 64, so that dq, S, dP and dS fit the consumers' registers). */
+struct fa__wgq_d64 { enum { D = 64, BQ = 128, BK = 128, ST = 2, NT = 384, REG_P = 24, REG_C = 240 }; };
+struct fa__wgq_d128 { enum { D = 128, BQ = 128, BK = 64, ST = 3, NT = 384, REG_P = 24, REG_C = 240 }; };
+struct fa__wgb_d64 {
+    enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = 4, REG_P = 24, REG_C = 240 };
+    typedef fa__wgq_d64 DQ;
+};
+struct fa__wgb_d128 {
+    enum { D = 128, BKV = 128, BQ = 64, NT = 384, ST = 3, REG_P = 24, REG_C = 240 };
+    typedef fa__wgq_d128 DQ;
+};
 
 /* The split-key decode kernels' configurations (8d2). The tensor-core one is an fa__tc_* trait
    (one m16 tile of packed query rows, MT = 1, shared by NW warps that each walk their own key
@@ -7300,7 +7325,7 @@ template <int N> static __device__ __forceinline__ void fa__wg_keep(float (&c)[1
 /* The m64nNk16 wgmmas of each 16-bit type, accumulating into the N / 2 fp32 registers c (8d's
    [1][N / 8][4] accumulator, flattened): ss, N = 128, with A and B from shared memory (acc 0:
    D = A B, else D += A B); rs128 and rs64, N = 128 and 64, with A from four registers (8d's A
-   fragment) and B N-major (transposed). */
+   fragment) and B N-major (transposed); ss64, N = 64, both K-major (the backward, 8e3). */
 #define FA__WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
                    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "       \
                    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "       \
@@ -7335,6 +7360,13 @@ template <typename T> struct fa__wg_mma;
                          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FA__WG_D32                 \
                          ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                           \
                          : FA__WG_C32(c) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));          \
+        }                                                                                                          \
+        static __device__ __forceinline__ void ss64(float *c, unsigned long long da, unsigned long long db, int acc) \
+        {                                                                                                          \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                              \
+                         "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FA__WG_D32                 \
+                         ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                         \
+                         : FA__WG_C32(c) : "l"(da), "l"(db), "r"(acc));                                            \
         }                                                                                                          \
     };
 FA__WG_MMA(__nv_bfloat16, "bf16")
@@ -8247,24 +8279,34 @@ template <class C> struct fa__tcb_qgeom {
     enum { LSE = (2 * BQ * D + 4 * BK * D) * 2, SMEM = LSE + 2 * BQ * 4 };
 };
 
+/* The lse in log2 units (+INFINITY for a row with no visible key and past Sq, so that its P is 0)
+   and delta (0 past Sq) of query rows [i0, i0 + R) of (b, h) into sL, sDl, by NT threads. */
+template <int R, int NT>
+static __device__ __forceinline__ void fa__tcb_load_ld(const fa__tcb_args &a, float *sL, float *sDl, int b, int h, int i0,
+                                                       int tid)
+{
+    const fa__dims &d = a.d;
+    const int nq = min(R, d.Sq - i0);
+    const int64_t bh = (int64_t)b * d.Hq + h;
+    for (int x = tid; x < R; x += NT) {
+        const float l = x < nq ? d.lse[bh * d.Sq + i0 + x] : -INFINITY;
+        sL[x] = l == -INFINITY ? INFINITY : l * FA__CU_LOG2E;
+        sDl[x] = x < nq ? a.delta[bh * d.Sq + i0 + x] : 0.0f;
+    }
+}
+
 /* The Q and dO tiles of query rows [i0, i0 + R) of (b, h) (rows past Sq zero-filled) into sQ, sO
-   (one cp.async group), and their lse in log2 units (+INFINITY for a row with no visible key and
-   past Sq, so that its P is 0) and delta (0 past Sq) into sL, sDl. */
+   (one cp.async group), and their lse and delta (fa__tcb_load_ld). */
 template <int D, int R, int NT, typename T>
 static __device__ __forceinline__ void fa__tcb_load_q(const fa__tcb_args &a, unsigned sQ, unsigned sO, float *sL,
                                                       float *sDl, int b, int h, int i0, int tid)
 {
     const fa__dims &d = a.d;
     const int nq = min(R, d.Sq - i0);
-    const int64_t bh = (int64_t)b * d.Hq + h;
     fa__tc_load<D, R, NT>(sQ, (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i0 * d.qs[2], d.qs[2], nq, tid);
     fa__tc_load<D, R, NT>(sO, (const T *)a.d_o + b * d.os[0] + h * d.os[1] + (int64_t)i0 * d.os[2], d.os[2], nq, tid);
     fa__cu_commit();
-    for (int x = tid; x < R; x += NT) {
-        const float l = x < nq ? d.lse[bh * d.Sq + i0 + x] : -INFINITY;
-        sL[x] = l == -INFINITY ? INFINITY : l * FA__CU_LOG2E;
-        sDl[x] = x < nq ? a.delta[bh * d.Sq + i0 + x] : 0.0f;
-    }
+    fa__tcb_load_ld<R, NT>(a, sL, sDl, b, h, i0, tid);
 }
 
 /* One element of the backward: P = 2^(x' - lse2) for the raw dot product x of query row i and key
@@ -8295,6 +8337,169 @@ static __device__ __forceinline__ float fa__tcb_ds(float pg, float dp, float dl)
 template <int BQ> static __device__ __forceinline__ int fa__tcb_swz(int r, int c)
 {
     return BQ == 64 ? c ^ (r & 7) : c ^ ((r >> 1) & 3);
+}
+
+/* The element steps of a warp's S^T fragments (MT m16 tiles of keys kr0 + 16 mt + 8 hf (+ lane / 4
+   in kr0), NN n8 tiles of query columns i0 + cq + 8 n + e), shared by the dK/dV kernels (fa__tcb_dkv,
+   and 8e3's fa__wgb_dkv, whose m64 wgmma accumulator is this layout warp by warp). fa__tcb_pt: s (raw
+   dot products) becomes P g and pa the packed P^T A fragments (fa__tcb_p; the mask by
+   fa__cu_row_keys unless the block is full for the tile); tL: the tile's lse in log2 units. */
+template <typename T, int MT, int NN, bool MODS>
+static __device__ __forceinline__ void fa__tcb_pt(float (&s)[MT][NN][4], unsigned (&pa)[MT][NN / 2][4], const fa__dims &d,
+                                                  const fa__cu_mods &md, bool sc, bool al, bool bi, float f,
+                                                  const float *tL, int i0, int cq, int kr0, bool full)
+{
+#pragma unroll
+    for (int n = 0; n < NN; n++) {
+        int lo[2] = { 0, 0 }, hi[2] = { d.Sk, d.Sk };
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            if (!full) fa__cu_row_keys(d, i0 + cq + 8 * n + e, &lo[e], &hi[e]);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int j = kr0 + 16 * mt + 8 * hf;
+                float p[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int c = cq + 8 * n + e;
+                    s[mt][n][2 * hf + e] = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, tL[c], i0 + c, j,
+                                                           j >= lo[e] && j < hi[e], &p[e]);
+                }
+                pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(p[0], p[1]);
+            }
+    }
+}
+
+/* dS^T = P g (dP^T - delta) of the same fragments (s: fa__tcb_pt's P g, dp: dP^T), packed into pa;
+   tD: the tile's delta */
+template <typename T, int MT, int NN>
+static __device__ __forceinline__ void fa__tcb_dst(const float (&s)[MT][NN][4], const float (&dp)[MT][NN][4],
+                                                   unsigned (&pa)[MT][NN / 2][4], const float *tD, int cq)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const float d0 = fa__tcb_ds(s[mt][n][2 * hf], dp[mt][n][2 * hf], tD[cq + 8 * n]);
+                const float d1 = fa__tcb_ds(s[mt][n][2 * hf + 1], dp[mt][n][2 * hf + 1], tD[cq + 8 * n + 1]);
+                pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(d0, d1);
+            }
+}
+
+/* fa__tcb_dkv's dq steps: dS^T (pa) into the staging tile sS ([key][query], BQ / 8 chunks of 8 a
+   key, fa__tcb_swz; kw: the warp's first key row in the block), and */
+template <int MT, int NN, int BQ>
+static __device__ __forceinline__ void fa__tcb_stage(unsigned sS, const unsigned (&pa)[MT][NN / 2][4], int kw, int lane)
+{
+    const int cq = 2 * (lane & 3);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int rr = kw + 16 * mt + (lane >> 2) + 8 * hf;
+                const unsigned addr = sS + (unsigned)(rr * BQ + (fa__tcb_swz<BQ>(rr, n) << 3) + cq) * 2u;
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pa[mt][n >> 1][(n & 1) * 2 + hf]) : "memory");
+            }
+}
+
+/* the atomic accumulation of row hf of a thread's N n8 fragments of an m16 accumulator (columns
+   8 n + cq, + 1; dst at column cq) into the fp32 dq buffer */
+template <int N>
+static __device__ __forceinline__ void fa__tcb_dq_add(float *dst, const float (&acc)[N][4], int hf)
+{
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900   /* one 8-byte reduction (sm_90's float2 atomicAdd) */
+        atomicAdd((float2 *)(dst + 8 * n), make_float2(acc[n][2 * hf], acc[n][2 * hf + 1]));
+#else
+        atomicAdd(dst + 8 * n, acc[n][2 * hf]);
+        atomicAdd(dst + 8 * n + 1, acc[n][2 * hf + 1]);
+#endif
+    }
+}
+
+/* The element steps of a dq kernel's S and dP fragments (rows = queries i0 + lr + 16 mt + 8 hf,
+   lr with lane / 4 in it; columns = keys k0 + cq + 8 n + e): dS = P g (dP - delta) (fa__tcb_p,
+   fa__tcb_ds; the mask by fa__cu_row_keys unless the tile is full for the block) packed into pa,
+   the A fragments of dq += dS K; sL, sDl: the block's lse (log2 units) and delta, indexed from i0. */
+template <typename T, int MT, int NN, bool MODS>
+static __device__ __forceinline__ void fa__tcb_ds_rows(const float (&s)[MT][NN][4], const float (&dp)[MT][NN][4],
+                                                       unsigned (&pa)[MT][NN / 2][4], const fa__dims &d,
+                                                       const fa__cu_mods &md, bool sc, bool al, bool bi, float f,
+                                                       const float *sL, const float *sDl, int i0, int lr, int k0,
+                                                       int cq, bool full)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int i = i0 + lr + 16 * mt + 8 * hf;
+            const float lse2 = sL[lr + 16 * mt + 8 * hf], dl = sDl[lr + 16 * mt + 8 * hf];
+            int lo = 0, hi = d.Sk;
+            if (!full) fa__cu_row_keys(d, i, &lo, &hi);
+#pragma unroll
+            for (int n = 0; n < NN; n++) {
+                float v2[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = k0 + cq + 8 * n + e;
+                    float p;
+                    const float pg = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, lse2, i, j,
+                                                     j >= lo && j < hi, &p);
+                    v2[e] = fa__tcb_ds(pg, dp[mt][n][2 * hf + e], dl);
+                }
+                pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(v2[0], v2[1]);
+            }
+        }
+}
+
+/* The end of a dq kernel: dq = scale dq of a thread's rows ir0 + 16 mt + 8 hf (ir0 with lane / 4 in
+   it), columns 8 n + cq; rows past Sq not written */
+template <typename T, int MT, int CH>
+static __device__ __forceinline__ void fa__tcb_write_dq(const fa__tcb_args &a, const float (&acc)[MT][CH][4], int b, int h,
+                                                        int ir0, int cq)
+{
+    const fa__dims &d = a.d;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int i = ir0 + 16 * mt + 8 * hf;
+            if (i >= d.Sq) continue;
+            T *pq = (T *)a.dq + b * d.qs[0] + h * d.qs[1] + (int64_t)i * d.qs[2] + cq;
+#pragma unroll
+            for (int n = 0; n < CH; n++)
+                *(unsigned *)(pq + 8 * n) = fa__tc_type<T>::pack(acc[mt][n][2 * hf] * d.scale, acc[mt][n][2 * hf + 1] * d.scale);
+        }
+}
+
+/* The end of a dK/dV kernel: dk = scale dK, dv = dV of a thread's keys kr0 + 16 mt + 8 hf, columns
+   8 n + cq (0 for a key no row sees; keys past Sk not written) */
+template <typename T, int MT, int CH>
+static __device__ __forceinline__ void fa__tcb_write_kv(const fa__tcb_args &a, const float (&dk)[MT][CH][4],
+                                                        const float (&dv)[MT][CH][4], int b, int g, int kr0, int cq)
+{
+    const fa__dims &d = a.d;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int j = kr0 + 16 * mt + 8 * hf;
+            if (j >= d.Sk) continue;
+            T *pk = (T *)a.dk + b * d.ks[0] + g * d.ks[1] + (int64_t)j * d.ks[2] + cq;
+            T *pv = (T *)a.dv + b * d.vs[0] + g * d.vs[1] + (int64_t)j * d.vs[2] + cq;
+#pragma unroll
+            for (int n = 0; n < CH; n++) {
+                *(unsigned *)(pk + 8 * n) = fa__tc_type<T>::pack(dk[mt][n][2 * hf] * d.scale, dk[mt][n][2 * hf + 1] * d.scale);
+                *(unsigned *)(pv + 8 * n) = fa__tc_type<T>::pack(dv[mt][n][2 * hf], dv[mt][n][2 * hf + 1]);
+            }
+        }
 }
 
 /* The dK/dV kernel (see above). C: an fa__tcb_kv_* trait; MODS: softcap, ALiBi or bias present;
@@ -8371,56 +8576,13 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
         unsigned pa[MT][KB][4];
 
         fa__tc_qk<T, C>(s, qf, aK, bQ, st);   /* S^T: this warp's keys x the tile's query rows */
-#pragma unroll
-        for (int n = 0; n < NN; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int c = cq + 8 * n + e, i = i0 + c;
-                int lo = 0, hi = d.Sk;
-                if (!full) fa__cu_row_keys(d, i, &lo, &hi);
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int hf = 0; hf < 2; hf++) {
-                        const int j = kr0 + 16 * mt + 8 * hf;
-                        float p;
-                        s[mt][n][2 * hf + e] = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, tL[c], i, j,
-                                                               j >= lo && j < hi, &p);
-                        dp[mt][n][2 * hf + e] = p;   /* P, packed below; dp is overwritten by dO V^T */
-                    }
-            }
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int n = 0; n < NN; n++)
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++)
-                    pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(dp[mt][n][2 * hf], dp[mt][n][2 * hf + 1]);
+        fa__tcb_pt<T, MT, NN, MODS>(s, pa, d, md, sc, al, bi, f, tL, i0, cq, kr0, full);
         fa__tc_pv<T, C>(dv, pa, tO, st);            /* dV += P^T dO */
         fa__tc_qk<T, C>(dp, qf, aV, bQ, st + OQO);  /* dP^T = V dO^T */
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int n = 0; n < NN; n++)
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++) {
-                    const float d0 = fa__tcb_ds(s[mt][n][2 * hf], dp[mt][n][2 * hf], tD[cq + 8 * n]);
-                    const float d1 = fa__tcb_ds(s[mt][n][2 * hf + 1], dp[mt][n][2 * hf + 1], tD[cq + 8 * n + 1]);
-                    pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(d0, d1);
-                }
+        fa__tcb_dst<T, MT, NN>(s, dp, pa, tD, cq);
         fa__tc_pv<T, C>(dk, pa, tO, st - OQO);      /* dK += dS^T Q */
         if (DQ) {
-            /* dS^T into sS ([key][query], BQ/8 chunks of 8 a key, fa__tcb_swz) */
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int n = 0; n < NN; n++)
-#pragma unroll
-                    for (int hf = 0; hf < 2; hf++) {
-                        const int rr = warp * 16 * MT + 16 * mt + (lane >> 2) + 8 * hf;
-                        const unsigned addr = sS + (unsigned)(rr * BQ + (fa__tcb_swz<BQ>(rr, n) << 3) + cq) * 2u;
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pa[mt][n >> 1][(n & 1) * 2 + hf]) : "memory");
-                    }
+            fa__tcb_stage<MT, NN, BQ>(sS, pa, warp * 16 * MT, lane);   /* dS^T into sS */
             __syncthreads();
             /* dq rows 16 rg .. +15 of the tile, n8 tiles cs NCW .. +NCW-1: dS (A, .trans of dS^T) K (B, .trans) */
             float acc[NCW][4];
@@ -8443,34 +8605,11 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
             for (int hf = 0; hf < 2; hf++) {
                 const int i = i0 + 16 * rg + (lane >> 2) + 8 * hf;
                 if (i >= d.Sq) continue;
-                float *dst = a.dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i) * D + cq;
-#pragma unroll
-                for (int nl = 0; nl < NCW; nl++) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900   /* one 8-byte reduction (sm_90's float2 atomicAdd) */
-                    atomicAdd((float2 *)(dst + 8 * (cs * NCW + nl)), make_float2(acc[nl][2 * hf], acc[nl][2 * hf + 1]));
-#else
-                    atomicAdd(dst + 8 * (cs * NCW + nl), acc[nl][2 * hf]);
-                    atomicAdd(dst + 8 * (cs * NCW + nl) + 1, acc[nl][2 * hf + 1]);
-#endif
-                }
+                fa__tcb_dq_add<NCW>(a.dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i) * D + cq + 8 * cs * NCW, acc, hf);
             }
         }
     }
-    /* dk = scale dK, dv = dV of this thread's keys (0 for a key no row sees) */
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int j = kr0 + 16 * mt + 8 * hf;
-            if (j >= d.Sk) continue;
-            T *pk = (T *)a.dk + b * d.ks[0] + g * d.ks[1] + (int64_t)j * d.ks[2] + cq;
-            T *pv = (T *)a.dv + b * d.vs[0] + g * d.vs[1] + (int64_t)j * d.vs[2] + cq;
-#pragma unroll
-            for (int n = 0; n < CH; n++) {
-                *(unsigned *)(pk + 8 * n) = X::pack(dk[mt][n][2 * hf] * d.scale, dk[mt][n][2 * hf + 1] * d.scale);
-                *(unsigned *)(pv + 8 * n) = X::pack(dv[mt][n][2 * hf], dv[mt][n][2 * hf + 1]);
-            }
-        }
+    fa__tcb_write_kv<T, MT, CH>(a, dk, dv, b, g, kr0, cq);
 }
 
 /* The deterministic dq kernel: one block per (query block, batch, head), the last query blocks
@@ -8483,7 +8622,6 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
 {
     typedef fa__tc_geom<C> G;
     typedef fa__tcb_qgeom<C> Q;
-    typedef fa__tc_type<T> X;
     enum { BQ = G::BQ, BK = G::BK, D = G::D, NN = G::NN, KB = G::KB, CH = G::CH, NT = G::NT, MT = G::MT };
     extern __shared__ __align__(128) unsigned char fa__tc_smem[];
     const fa__dims &d = a.d;
@@ -8527,42 +8665,337 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
         unsigned pa[MT][KB][4];
         fa__tc_qk<T, C>(s, qf, aQ, bK, st);
         fa__tc_qk<T, C>(dp, qf, aO, bK, st + OKV);
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const int i = i0 + lr + 16 * mt + 8 * hf;
-                const float lse2 = sL[lr + 16 * mt + 8 * hf], dl = sDl[lr + 16 * mt + 8 * hf];
-                int lo = 0, hi = d.Sk;
-                if (!full) fa__cu_row_keys(d, i, &lo, &hi);
-#pragma unroll
-                for (int n = 0; n < NN; n++) {
-                    float v2[2];
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int j = k0 + cq + 8 * n + e;
-                        float p;
-                        const float pg = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, lse2, i, j,
-                                                         j >= lo && j < hi, &p);
-                        v2[e] = fa__tcb_ds(pg, dp[mt][n][2 * hf + e], dl);
-                    }
-                    pa[mt][n >> 1][(n & 1) * 2 + hf] = X::pack(v2[0], v2[1]);
-                }
-            }
+        fa__tcb_ds_rows<T, MT, NN, MODS>(s, dp, pa, d, md, sc, al, bi, f, sL, sDl, i0, lr, k0, cq, full);
         fa__tc_pv<T, C>(acc, pa, tK, st);   /* dq += dS K */
     }
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int i = i0 + lr + 16 * mt + 8 * hf;
-            if (i >= d.Sq) continue;
-            T *pq = (T *)a.dq + b * d.qs[0] + h * d.qs[1] + (int64_t)i * d.qs[2] + cq;
-#pragma unroll
-            for (int n = 0; n < CH; n++)
-                *(unsigned *)(pq + 8 * n) = X::pack(acc[mt][n][2 * hf] * d.scale, acc[mt][n][2 * hf + 1] * d.scale);
-        }
+    fa__tcb_write_dq<T, MT, CH>(a, acc, b, h, i0 + lr, cq);
 }
+
+/* ---- 8e3. CUDA: the Hopper backward (sm_90a: wgmma, TMA, an mbarrier ring) -----------------------
+   FlashAttention-3's arrangement of the backward for fp16/bf16 at D = Dv in {64, 128} on compute
+   capability 9.0, in two kernels after fa__cu_bwd_prep, for the default and the deterministic mode
+   alike (no dq atomics: bench/RESULTS.md, "Hopper backward", measured the separate dq pass faster
+   than dq by atomics from the dK/dV kernel):
+   - fa__wgb_dkv, one block per (key block of BKV = 128 keys, batch, kv head), walking the GQA
+     group's query heads and the rows that see the block (fa__key_rows) in tiles of BQ = 64 rows,
+     exactly as 8e2's fa__tcb_dkv. A producer warpgroup (setmaxnreg down) loads by TMA the K and V
+     block once, then each tile's Q and dO (8d3's 128-byte-swizzled 64-column panels) into a ring
+     of ST stages; its first warp stores the tile's lse and delta beside them (fa__tcb_load_ld),
+     each of its lanes arriving on the stage's "full" mbarrier (the first with the stage's bytes).
+     Two consumer warpgroups own 64 keys each (a warp 16) and never meet at a block barrier, so
+     that one's element steps run under the other's wgmmas. Per tile a consumer issues S^T = K Q^T
+     and dP^T = V dO^T (wgmma m64n64k16, ss64, both K-major from shared memory) as two groups; a
+     warp's 16 rows of the m64 accumulator are 8e2's m16 layout (MT = 1), so 8e2's element steps
+     run on it as they are: fa__tcb_pt (P g and P^T packed: 8b's modifier rule, the mask) once S^T
+     has landed, then dV += P^T dO (wgmma m64nDk16, rs128 / rs64: P^T from registers as the
+     forward's P, dO N-major), issued under dP^T's wait; fa__tcb_dst (dS^T packed), then dK +=
+     dS^T Q the same way. dK and dV stay in registers for the whole walk (fa__tcb_write_kv writes
+     scale dK and dV at the end). Every thread arrives on the stage's "empty" mbarrier once its
+     wgmmas reading the stage have retired and its lse/delta reads are done.
+   - fa__wgq_dq, 8e2's fa__tcb_dq on wgmma in the forward's arrangement: one block per (query
+     block of BQ = 128 rows, batch, head), the longest (causal) first; the producer loads the
+     block's Q and dO (TMA) with lse and delta once, then the BK-key tiles of K and V into a ring;
+     each consumer owns 64 rows: S = Q K^T and dP = dO V^T (ss), dS by fa__tcb_ds_rows straight
+     into A fragments, dq += dS K (rs, K N-major), the tiles in order, so that every sum order is
+     fixed; fa__tcb_write_dq at the end (0 for a row that sees no key).
+   Each wgmma group is waited before the registers it writes are read and before its stage is
+   released. Both kernels return at once when fa__cu_bwd_prep's flag is set (the FFMA fallback
+   computes that call, in its deterministic arrangement). Served (fa__cu_pick_backward,
+   fa__wgb_pick): the tensor-core backward's requests (every modifier, mask and GQA) whose q, k, v
+   and d_o TMA takes (fa__wg_tma_ok), on a device of compute capability 9.0 whose loaded code holds
+   the sm_90a bodies (fa__wg_built) and whose driver encodes tensor maps; elsewhere 8e2's kernels.
+   The dq buffer of the default mode's workspace stays allocated (the query cannot see the
+   pointers that pick the kernel) and unused. The bodies are compiled only for sm_90a; any other
+   target gets a stub never launched. */
+
+#if FA__WG
+/* What the kernels receive: the tensor maps of q, d_o (boxes of the kernel's query rows), k and v
+   (boxes of its keys), and 8e2's arguments. */
+struct fa__wgb_args {
+    CUtensorMap tq, to, tk, tv;
+    fa__tcb_args a;
+};
+
+/* The dK/dV kernel's shared memory (C: fa__wgb_d64 or fa__wgb_d128, 8a), from a 1024-byte aligned
+   base: the K and V blocks (D / 64 panels of BKV rows each), ST stages of the Q and dO tiles
+   (panels of BQ rows), ST stages of lse and delta, the mbarriers (full[ST], empty[ST], kv). */
+template <class C> struct fa__wgb_geom {
+    enum { D = C::D, BKV = C::BKV, BQ = C::BQ, ST = C::ST, NN = BQ / 8, CH = D / 8 };
+    enum { KB = BKV * D * 2, QB = BQ * D * 2, LSE = 2 * KB + 2 * ST * QB, BARS = LSE + 2 * ST * BQ * 4 };
+    enum { SMEM = BARS + 8 * (2 * ST + 1) + 1024 };
+};
+
+/* The dq kernel's (C: fa__wgq_d64 or fa__wgq_d128): the Q and dO blocks, ST stages of the K and V
+   tiles, lse and delta, the mbarriers (full[ST], empty[ST], q). */
+template <class C> struct fa__wgq_geom {
+    enum { D = C::D, BQ = C::BQ, BK = C::BK, ST = C::ST, NN = BK / 8, CH = D / 8 };
+    enum { QB = BQ * D * 2, KB = BK * D * 2, LSE = 2 * QB + 2 * ST * KB, BARS = LSE + 2 * BQ * 4 };
+    enum { SMEM = BARS + 8 * (2 * ST + 1) + 1024 };
+};
+
+/* The producer's first warp: the lse and delta of query rows [i0, i0 + R) of (b, h) into sL, sDl
+   (fa__tcb_load_ld), then each lane's arrival on the mbarrier bar (the first lane's also expects
+   `bytes` of the copies it issues next), so that every lane's stores are ordered before the
+   consumers' reads by its own arrival. */
+template <int R>
+static __device__ __forceinline__ void fa__wgb_put_ld(const fa__tcb_args &a, float *sL, float *sDl, int b, int h, int i0,
+                                                      int lane, unsigned bar, unsigned bytes)
+{
+    fa__tcb_load_ld<R, 32>(a, sL, sDl, b, h, i0, lane);
+    if (lane == 0) fa__mb_expect(bar, bytes);
+    else fa__mb_arrive(bar);
+}
+
+/* T: __half or __nv_bfloat16. C: fa__wgb_d64 or fa__wgb_d128 (8a). MODS: as fa__tcb_dkv's. */
+template <typename T, class C, bool MODS>
+__global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ fa__wgb_args w)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef fa__wgb_geom<C> G;
+    typedef fa__wg_mma<T> X;
+    enum { BKV = G::BKV, BQ = G::BQ, D = G::D, ST = G::ST, NN = G::NN, CH = G::CH };
+    static_assert(BKV == 128 && BQ == 64 && (D == 64 || D == 128) && C::NT == 384, "the Hopper backward's tile");
+    extern __shared__ __align__(1024) unsigned char fa__wg_smem[];
+    const fa__tcb_args &a = w.a;
+    const fa__dims &d = a.d;
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
+    const int nbg = d.B * d.Hkv, kb = (int)blockIdx.x / nbg, bg = (int)blockIdx.x - kb * nbg;
+    const int b = bg / d.Hkv, g = bg - b * d.Hkv, k0 = kb * BKV, nk = min((int)BKV, d.Sk - k0);
+    const unsigned s0 = fa__cu_sa(fa__wg_smem), sK = (s0 + 1023u) & ~1023u, sV = sK + G::KB, sQ = sV + G::KB;
+    const unsigned sO = sQ + ST * G::QB;
+    const unsigned full = sK + G::BARS, empty = full + 8 * ST, kvbar = empty + 8 * ST;   /* + 8 s: stage s */
+    float *sL = (float *)(fa__wg_smem + (sK - s0) + G::LSE), *sDl = sL + ST * BQ;
+    int64_t r0_, r1_;
+    if (*a.flag) return;   /* a non-finite q, d_o or k: the FFMA fallback computes this call */
+    fa__key_rows(&d, k0, k0 + nk, &r0_, &r1_);
+    const int r0 = (int)r0_, nqb = r1_ > r0_ ? (int)((r1_ - r0_ + BQ - 1) / BQ) : 0, tiles = nqb * d.group;
+    if (tid == 0) {
+        for (int s = 0; s < ST; s++) {
+            fa__mb_init(full + 8 * s, 32);    /* the producer's first warp */
+            fa__mb_init(empty + 8 * s, 256);  /* every consumer thread */
+        }
+        fa__mb_init(kvbar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {   /* the producer: its first warp stores lse and delta, its first thread issues the copies */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_P));
+        if (tid < 32 && tiles > 0) {
+            if (tid == 0) {
+                fa__mb_expect(kvbar, 2 * G::KB);
+#pragma unroll
+                for (int p = 0; p < D / 64; p++) {
+                    fa__tma_load(sK + p * BKV * 128, &w.tk, kvbar, 64 * p, k0, g, b);
+                    fa__tma_load(sV + p * BKV * 128, &w.tv, kvbar, 64 * p, k0, g, b);
+                }
+            }
+            for (int t = 0; t < tiles; t++) {
+                const int s = t % ST, hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ;
+                if (t >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(t / ST - 1) & 1u);   /* stage s consumed */
+                fa__wgb_put_ld<BQ>(a, sL + s * BQ, sDl + s * BQ, b, h, i0, tid, full + 8 * s, 2 * G::QB);
+                if (tid == 0) {
+#pragma unroll
+                    for (int p = 0; p < D / 64; p++) {
+                        fa__tma_load(sQ + s * G::QB + p * BQ * 128, &w.tq, full + 8 * s, 64 * p, i0, h, b);
+                        fa__tma_load(sO + s * G::QB + p * BQ * 128, &w.to, full + 8 * s, 64 * p, i0, h, b);
+                    }
+                }
+            }
+        }
+    } else {   /* a consumer: 64 keys, its warps 16 each */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_C));
+        const int c = wg - 1, cw = (tid - 128) >> 5;   /* cw: the warp among the consumers' 8 */
+        const int kr0 = k0 + cw * 16 + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's keys kr0 + 8 hf */
+        const unsigned ka = (unsigned)c * 64 * 128;                         /* its 64 key rows, in each panel */
+        const float f = d.scale * FA__CU_LOG2E;
+        const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
+        float dk[1][CH][4], dv[1][CH][4], s[1][NN][4], dp[1][NN][4];
+#pragma unroll
+        for (int n = 0; n < CH; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[0][n][e] = dv[0][n][e] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = 0.0f;
+        unsigned pp[1][NN / 2][4], ps[1][NN / 2][4];   /* P^T and dS^T, the A fragments of dV's and dK's wgmmas */
+        if (tiles > 0) fa__mb_wait(kvbar, 0);
+        for (int t = 0; t < tiles; t++) {
+            const int sg = t % ST, hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ;
+            const unsigned st = (unsigned)sg * G::QB;
+            const float *tL = sL + sg * BQ, *tD = sDl + sg * BQ;
+            const fa__keys kr = fa__cu_tile_keys(d, i0, min((int)BQ, d.Sq - i0));
+            const bool kfull = fa__keys_full(&kr, k0, k0 + BKV) != 0;
+            const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
+            fa__mb_wait(full + 8 * sg, (unsigned)(t / ST) & 1u);
+            fa__wg_keep(s);
+            fa__wg_keep(dp);
+            fa__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)   /* S^T = K Q^T: this consumer's 64 keys x the tile's rows */
+                X::ss64(&s[0][0][0], fa__wg_desc(sK + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
+                        fa__wg_desc(sQ + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
+            fa__wg_commit();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)   /* dP^T = V dO^T */
+                X::ss64(&dp[0][0][0], fa__wg_desc(sV + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
+                        fa__wg_desc(sO + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
+            fa__wg_commit();
+            fa__wg_wait<1>();
+            fa__wg_keep(s);
+            fa__tcb_pt<T, 1, NN, MODS>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, kfull);
+            fa__wg_keep(dv);
+            fa__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++) {   /* dV += P^T dO, under dP^T's wait */
+                const unsigned long long dO_ = fa__wg_desc(sO + st + kk * 2048, BQ * 128, 1024);
+                if (D == 128) X::rs128(&dv[0][0][0], pp[0][kk], dO_);
+                else X::rs64(&dv[0][0][0], pp[0][kk], dO_);
+            }
+            fa__wg_commit();
+            fa__wg_wait<1>();
+            fa__wg_keep(dp);
+            fa__tcb_dst<T, 1, NN>(s, dp, ps, tD, cq);
+            fa__wg_keep(dk);
+            fa__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++) {   /* dK += dS^T Q */
+                const unsigned long long dQ_ = fa__wg_desc(sQ + st + kk * 2048, BQ * 128, 1024);
+                if (D == 128) X::rs128(&dk[0][0][0], ps[0][kk], dQ_);
+                else X::rs64(&dk[0][0][0], ps[0][kk], dQ_);
+            }
+            fa__wg_commit();
+            fa__wg_wait<0>();
+            fa__wg_keep(dk);
+            fa__wg_keep(dv);
+            fa__mb_arrive(empty + 8 * sg);   /* this thread is done with stage sg */
+        }
+        fa__tcb_write_kv<T, 1, CH>(a, dk, dv, b, g, kr0, cq);
+    }
+#else
+    /* another target: never launched */
+    if (w.a.d.Sq < 0 && *w.a.flag) asm volatile("trap;\n");
+#endif
+}
+
+/* T: __half or __nv_bfloat16. C: fa__wgq_d64 or fa__wgq_d128 (8a). MODS: as fa__tcb_dq's. */
+template <typename T, class C, bool MODS>
+__global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ fa__wgb_args w)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef fa__wgq_geom<C> G;
+    typedef fa__wg_mma<T> X;
+    enum { BQ = G::BQ, BK = G::BK, D = G::D, ST = G::ST, NN = G::NN, CH = G::CH };
+    static_assert(BQ == 128 && (BK == 64 || BK == 128) && (D == 64 || D == 128) && C::NT == 384, "the Hopper dq tile");
+    extern __shared__ __align__(1024) unsigned char fa__wg_smem[];
+    const fa__tcb_args &a = w.a;
+    const fa__dims &d = a.d;
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
+    const int nbh = d.B * d.Hq, qb = a.qblocks - 1 - (int)blockIdx.x / nbh, bh = (int)blockIdx.x % nbh;
+    const int b = bh / d.Hq, h = bh - b * d.Hq, g = h / d.group, i0 = qb * BQ, nq = min((int)BQ, d.Sq - i0);
+    const unsigned s0 = fa__cu_sa(fa__wg_smem), sQ = (s0 + 1023u) & ~1023u, sO = sQ + G::QB, sK = sO + G::QB;
+    const unsigned sV = sK + ST * G::KB, full = sQ + G::BARS, empty = full + 8 * ST, qbar = empty + 8 * ST;
+    float *sL = (float *)(fa__wg_smem + (sQ - s0) + G::LSE), *sDl = sL + BQ;
+    const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
+    const int t0 = (int)kr.lo / BK, nt = kr.hi > kr.lo ? ((int)kr.hi + BK - 1) / BK - t0 : 0;
+    if (*a.flag) return;   /* a non-finite q, d_o or k: the FFMA fallback computes this call */
+    if (tid == 0) {
+        for (int s = 0; s < ST; s++) {
+            fa__mb_init(full + 8 * s, 1);
+            fa__mb_init(empty + 8 * s, 8);   /* the consumers' warps (the stages hold TMA's writes alone) */
+        }
+        fa__mb_init(qbar, 32);   /* the producer's first warp */
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {   /* the producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_P));
+        if (tid < 32 && nt > 0) {
+            fa__wgb_put_ld<BQ>(a, sL, sDl, b, h, i0, tid, qbar, 2 * G::QB);
+            if (tid == 0) {
+#pragma unroll
+                for (int p = 0; p < D / 64; p++) {
+                    fa__tma_load(sQ + p * BQ * 128, &w.tq, qbar, 64 * p, i0, h, b);
+                    fa__tma_load(sO + p * BQ * 128, &w.to, qbar, 64 * p, i0, h, b);
+                }
+                for (int j = 0; j < nt; j++) {
+                    const int s = j % ST;
+                    if (j >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(j / ST - 1) & 1u);   /* stage s consumed */
+                    fa__mb_expect(full + 8 * s, 2 * G::KB);
+#pragma unroll
+                    for (int p = 0; p < D / 64; p++) {
+                        fa__tma_load(sK + s * G::KB + p * BK * 128, &w.tk, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
+                        fa__tma_load(sV + s * G::KB + p * BK * 128, &w.tv, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
+                    }
+                }
+            }
+        }
+    } else {   /* a consumer: 64 rows, its warps 16 each */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_C));
+        const int c = wg - 1, lr = (((tid - 128) >> 5) & 3) * 16 + (lane >> 2), cq = 2 * (lane & 3);
+        const int ic = i0 + c * 64;   /* this consumer's first row */
+        const unsigned qa = (unsigned)c * 64 * 128;
+        const float f = d.scale * FA__CU_LOG2E;
+        const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
+        const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
+        float dq[1][CH][4], s[1][NN][4], dp[1][NN][4];
+        unsigned pa[1][NN / 2][4];
+#pragma unroll
+        for (int n = 0; n < CH; n++) dq[0][n][0] = dq[0][n][1] = dq[0][n][2] = dq[0][n][3] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = 0.0f;
+        if (nt > 0) fa__mb_wait(qbar, 0);
+        for (int j = 0; j < nt; j++) {
+            const int sg = j % ST, k0 = (t0 + j) * BK;
+            const unsigned st = (unsigned)sg * G::KB;
+            const bool kfull = fa__keys_full(&kr, k0, k0 + BK) != 0;
+            fa__mb_wait(full + 8 * sg, (unsigned)(j / ST) & 1u);
+            fa__wg_keep(s);
+            fa__wg_keep(dp);
+            fa__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {   /* S = Q K^T, dP = dO V^T */
+                const unsigned long long dk_ = fa__wg_desc(sK + st + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024);
+                const unsigned long long dq_ = fa__wg_desc(sQ + qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024);
+                if (BK == 128) X::ss(&s[0][0][0], dq_, dk_, kk);
+                else X::ss64(&s[0][0][0], dq_, dk_, kk);
+            }
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                const unsigned long long dv_ = fa__wg_desc(sV + st + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024);
+                const unsigned long long do_ = fa__wg_desc(sO + qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024);
+                if (BK == 128) X::ss(&dp[0][0][0], do_, dv_, kk);
+                else X::ss64(&dp[0][0][0], do_, dv_, kk);
+            }
+            fa__wg_commit();
+            fa__wg_wait<0>();
+            fa__wg_keep(s);
+            fa__wg_keep(dp);
+            fa__tcb_ds_rows<T, 1, NN, MODS>(s, dp, pa, d, md, sc, al, bi, f, sL + c * 64, sDl + c * 64, ic, lr, k0, cq, kfull);
+            fa__wg_keep(dq);
+            fa__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) {   /* dq += dS K */
+                const unsigned long long dk_ = fa__wg_desc(sK + st + kk * 2048, BK * 128, 1024);
+                if (D == 128) X::rs128(&dq[0][0][0], pa[0][kk], dk_);
+                else X::rs64(&dq[0][0][0], pa[0][kk], dk_);
+            }
+            fa__wg_commit();
+            fa__wg_wait<0>();
+            fa__wg_keep(dq);
+            __syncwarp();
+            if (lane == 0) fa__mb_arrive(empty + 8 * sg);   /* this warp is done with stage sg */
+        }
+        fa__tcb_write_dq<T, 1, CH>(a, dq, b, h, ic + lr, cq);
+    }
+#else
+    /* another target: never launched */
+    if (w.a.d.Sq < 0 && *w.a.flag) asm volatile("trap;\n");
+#endif
+}
+#endif
 
 /* ---- 8f. CUDA: the kernel picker and the launches --------------------------------------------- */
 
@@ -8918,6 +9351,8 @@ static const char *fa__cu_bwd_kernel_name(fa__cu_bwd_kernel k)
     case FA__CU_BWD_D256: return "bwd_ffma_d256";
     case FA__CU_BWD_TC_D64: return "bwd_tc_d64";
     case FA__CU_BWD_TC_D128: return "bwd_tc_d128";
+    case FA__CU_BWD_WG_D64: return "bwd_wg_d64";
+    case FA__CU_BWD_WG_D128: return "bwd_wg_d128";
     case FA__CU_BWD_KERNELS: break;
     }
     return "none";
@@ -8946,6 +9381,47 @@ template <class CFG> static void fa__tcb_plan_of(const fa__dims *d, fa__cu_bwd_p
     pl->qblocks = ((int64_t)d->Sq + Q::BQ - 1) / Q::BQ;
 }
 
+#if FA__WG
+/* The Hopper backward's plan (8e3) in configuration C: bq, bk the dK/dV kernel's query tile and
+   key block; qblocks the dq kernel's query blocks; smem the larger of the two kernels'. */
+template <class C> static void fa__wgb_plan_of(const fa__dims *d, fa__cu_bwd_plan *pl)
+{
+    typedef fa__wgb_geom<C> K;
+    typedef fa__wgq_geom<typename C::DQ> Q;
+    pl->bq = K::BQ;
+    pl->bk = K::BKV;
+    pl->smem = (int)K::SMEM > (int)Q::SMEM ? (int)K::SMEM : (int)Q::SMEM;
+    pl->kblocks = ((int64_t)d->Sk + K::BKV - 1) / K::BKV;
+    pl->qblocks = ((int64_t)d->Sq + Q::BQ - 1) / Q::BQ;
+}
+
+/* Nonzero: fa__cu_pick_backward never names the Hopper backward, so that the tests and the bench
+   run the mma.sync kernels on an H100/H200 too (an internal switch of this translation unit, not
+   part of the API; 0 by default). */
+static int fa__cu_bwd_mma_only = 0;
+
+/* The Hopper backward for a request the tensor-core backward serves, on a device of compute
+   capability major.minor = 9.0 whose loaded code holds the sm_90a bodies (fa__wg_built), whose
+   driver encodes tensor maps and whose opt-in shared memory (optin) holds its plan, with q, k, v
+   and d_o in layouts TMA takes (fa__wg_tma_ok): 1 with *pl set, else 0 (*pl untouched). */
+static int fa__wgb_pick(const fa__dims *d, const void *q, const void *k, const void *v, const void *d_o, int optin,
+                        int major, int minor, fa__cu_bwd_plan *pl)
+{
+    fa__cu_bwd_plan w;
+    if (fa__cu_bwd_mma_only || major != 9 || minor != 0 || !fa__wg_tma_ok(q, d->qs, d->Sq, d->Hq, d->B) ||
+        !fa__wg_tma_ok(d_o, d->os, d->Sq, d->Hq, d->B) || !fa__wg_tma_ok(k, d->ks, d->Sk, d->Hkv, d->B) ||
+        !fa__wg_tma_ok(v, d->vs, d->Sk, d->Hkv, d->B) || !fa__wg_built() || !fa__wg_encoder())
+        return 0;
+    memset(&w, 0, sizeof w);
+    if (d->D == 64) fa__wgb_plan_of<fa__wgb_d64>(d, &w);
+    else fa__wgb_plan_of<fa__wgb_d128>(d, &w);
+    if (w.smem > optin) return 0;
+    w.kernel = d->D == 64 ? FA__CU_BWD_WG_D64 : FA__CU_BWD_WG_D128;
+    *pl = w;
+    return 1;
+}
+#endif
+
 /* The FFMA backward's plan for head-dim class dc (the kernel fa__cu_pick_backward names for it,
    and the tensor-core backward's fallback for calls with non-finite inputs, 8e2). */
 static fa__cu_bwd_kernel fa__cu_bwd_ffma_of(const fa__dims *d, int dc, fa__cu_bwd_plan *pl)
@@ -8970,20 +9446,23 @@ static int fa__cu_bwd_fits(const fa__dims *d, const fa__cu_bwd_plan *pl, int opt
 /* Picks the backward kernel for a request that fa__cu_bwd_resolve accepted, with Sq, Sk > 0, by
    rule: the tensor-core backward for fp16/bf16 at D = Dv = 64 or 128 where q, k, v, d_o and the
    gradients have 16-byte aligned rows and the device is sm_80+ (every modifier, mask and GQA
-   included); else the FFMA backward of the head-dim class of max(D, Dv) (<= 64, <= 128, <= 256),
-   any dtype and layout. FA_ERR_UNSUPPORTED when its shared memory (or, for the tensor-core
+   included): on a compute capability 9.0 device running this build's sm_90a code, with q, k, v
+   and d_o in layouts TMA takes, its Hopper kernels (fa__wgb_pick, 8e3), elsewhere the mma.sync
+   ones; else the FFMA backward of the head-dim class of max(D, Dv) (<= 64, <= 128, <= 256), any
+   dtype and layout. FA_ERR_UNSUPPORTED when its shared memory (or, for the tensor-core
    backward, that of its FFMA fallback) does not fit this device or a grid would pass 2^31 - 1
    blocks; FA_ERR_DEVICE when the device cannot be queried. It launches nothing. */
 static fa_status fa__cu_pick_backward(const fa__dims *d, const void *q, const void *k, const void *v, const void *d_o,
                                       const void *dq, const void *dk, const void *dv, fa__cu_bwd_plan *pl)
 {
     const int dc = d->D > d->Dv ? d->D : d->Dv;
-    int dev = 0, optin = 0, major = 0, sms = 1;
+    int dev = 0, optin = 0, major = 0, minor = 0, sms = 1;
     fa__cu_bwd_plan fb;
     memset(pl, 0, sizeof *pl);
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
         (void)cudaGetLastError();
         return FA_ERR_DEVICE;
@@ -8995,6 +9474,11 @@ static fa_status fa__cu_pick_backward(const fa__dims *d, const void *q, const vo
         pl->kernel = d->D == 64 ? FA__CU_BWD_TC_D64 : FA__CU_BWD_TC_D128;
         if (d->D == 64) fa__tcb_plan_of<fa__tcb_d64>(d, pl);
         else fa__tcb_plan_of<fa__tcb_d128>(d, pl);
+#if FA__WG
+        (void)fa__wgb_pick(d, q, k, v, d_o, optin, major, minor, pl);   /* on an H100/H200: the Hopper backward (8e3) */
+#else
+        (void)minor;
+#endif
         fa__cu_bwd_ffma_of(d, dc, &fb);
         if (!fa__cu_bwd_fits(d, &fb, optin)) return FA_ERR_UNSUPPORTED;
     } else {
@@ -9109,6 +9593,69 @@ static fa_status fa__tcb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, in
     return mods ? fa__tcb_go_dq<T, DQ, true>(a, qgrid, st) : fa__tcb_go_dq<T, DQ, false>(a, qgrid, st);
 }
 
+#if FA__WG
+/* The tensor maps of the Hopper backward's kernels (8e3): q and d_o in boxes of bq rows, k and v of
+   bk; 0 when the driver cannot encode them. */
+static int fa__wgb_maps(const fa__tcb_args &a, int bq, int bk, fa__wgb_args *w)
+{
+    const fa__dims &d = a.d;
+    const fa__wg_encode_fn enc = fa__wg_encoder();
+    w->a = a;
+    return enc && fa__wg_map(enc, &w->tq, a.q, d.dtype, d.D, d.Sq, d.Hq, d.B, d.qs, bq) &&
+           fa__wg_map(enc, &w->to, a.d_o, d.dtype, d.D, d.Sq, d.Hq, d.B, d.os, bq) &&
+           fa__wg_map(enc, &w->tk, a.k, d.dtype, d.D, d.Sk, d.Hkv, d.B, d.ks, bk) &&
+           fa__wg_map(enc, &w->tv, a.v, d.dtype, d.D, d.Sk, d.Hkv, d.B, d.vs, bk);
+}
+
+/* Launches the Hopper dK/dV kernel or dq kernel of configuration C (FA_ERR_DEVICE when the tensor
+   maps cannot be had). */
+template <typename T, class C, bool MODS>
+static fa_status fa__wgb_go_dkv(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
+{
+    fa__wgb_args w;
+    fa_status s;
+    if (!fa__wgb_maps(a, C::BQ, C::BKV, &w)) return FA_ERR_DEVICE;
+    s = fa__cu(cudaFuncSetAttribute(fa__wgb_dkv<T, C, MODS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)fa__wgb_geom<C>::SMEM));
+    if (s != FA_OK) return s;
+    fa__wgb_dkv<T, C, MODS><<<grid, C::NT, fa__wgb_geom<C>::SMEM, st>>>(w);
+    return fa__cu(cudaGetLastError());
+}
+
+template <typename T, class C, bool MODS>
+static fa_status fa__wgq_go_dq(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
+{
+    fa__wgb_args w;
+    fa_status s;
+    if (!fa__wgb_maps(a, C::BQ, C::BK, &w)) return FA_ERR_DEVICE;
+    s = fa__cu(cudaFuncSetAttribute(fa__wgq_dq<T, C, MODS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)fa__wgq_geom<C>::SMEM));
+    if (s != FA_OK) return s;
+    fa__wgq_dq<T, C, MODS><<<grid, C::NT, fa__wgq_geom<C>::SMEM, st>>>(w);
+    return fa__cu(cudaGetLastError());
+}
+
+/* The Hopper backward in configuration C (fa__cu_pick_backward has checked that it fits), in
+   either mode: the dK/dV kernel, then the dq kernel writing dq. MODS variants as fa__tcb_launch's. */
+template <typename T, class C>
+static fa_status fa__wgb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, const void *q, const void *k,
+                                const void *v, const void *d_o, const float *delta, const unsigned *flag, void *dq,
+                                void *dk, void *dv, cudaStream_t st)
+{
+    const unsigned kgrid = (unsigned)(pl->kblocks * d->B * d->Hkv), qgrid = (unsigned)(pl->qblocks * d->B * d->Hq);
+    const bool mods = d->softcap > 0.0f || d->alibi != NULL || d->bias != NULL;
+    fa__tcb_args a;
+    fa_status s;
+    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = NULL; a.flag = flag;
+    a.dq = dq; a.dk = dk; a.dv = dv;
+    a.qblocks = (int)pl->qblocks;
+    a.d = *d;
+    s = mods ? fa__wgb_go_dkv<T, C, true>(a, kgrid, st) : fa__wgb_go_dkv<T, C, false>(a, kgrid, st);
+    if (s != FA_OK) return s;
+    return mods ? fa__wgq_go_dq<T, typename C::DQ, true>(a, qgrid, st) : fa__wgq_go_dq<T, typename C::DQ, false>(a, qgrid, st);
+}
+#endif
+
 /* The tensor-core backward's kernels exist for the 16-bit types only (the picker never names them
    for fp32). */
 template <typename T>
@@ -9116,6 +9663,10 @@ static fa_status fa__tcb_dispatch(const fa__dims *d, const fa__cu_bwd_plan *pl, 
                                   const void *v, const void *d_o, const float *delta, const unsigned *flag,
                                   float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
 {
+#if FA__WG
+    if (pl->kernel == FA__CU_BWD_WG_D64) return fa__wgb_launch<T, fa__wgb_d64>(d, pl, q, k, v, d_o, delta, flag, dq, dk, dv, st);
+    if (pl->kernel == FA__CU_BWD_WG_D128) return fa__wgb_launch<T, fa__wgb_d128>(d, pl, q, k, v, d_o, delta, flag, dq, dk, dv, st);
+#endif
     if (pl->kernel == FA__CU_BWD_TC_D64)
         return fa__tcb_launch<T, fa__tcb_d64>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
     return fa__tcb_launch<T, fa__tcb_d128>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
@@ -9789,8 +10340,9 @@ static fa_status fa__cu_bwd_prep_launch(const fa__dims *d, const void *q, const 
 /* The tiled backward's launches on T: fa__cu_bwd_prep, then the picked kernels on dims whose lse
    is prep's lx, each kernel in two variants of which one returns at once (by prep's flag): for a
    call without a non-finite q, d_o or k the picked kernel as it is (the FFMA one, or the tensor
-   cores); for one with, the FFMA kernel of section 8e2's rule (FIN). Then, with dq by atomics,
-   fa__cu_bwd_out. */
+   cores); for one with, the FFMA kernel of section 8e2's rule (FIN; in its deterministic
+   arrangement after the Hopper backward, which has no dq atomics in either mode). Then, with dq by
+   atomics, fa__cu_bwd_out. */
 template <typename T>
 static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, char *mem,
                                  const fa__cu_tbwd_ws *w, const void *q, const void *k, const void *v, const void *o,
@@ -9798,14 +10350,16 @@ static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, i
 {
     const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
     float *delta = (float *)mem, *lx = (float *)(mem + w->lx), *kbad = (float *)(mem + w->kbad);
-    float *dqacc = det ? NULL : (float *)(mem + w->dq);
-    unsigned *flag = (unsigned *)(mem + w->flag);
     const int tc = pl->kernel >= FA__CU_BWD_TC_D64;
+    const int kdet = det || pl->kernel == FA__CU_BWD_WG_D64 || pl->kernel == FA__CU_BWD_WG_D128;   /* (8e3: dq by its own kernel) */
+    float *dqacc = kdet ? NULL : (float *)(mem + w->dq);
+    unsigned *flag = (unsigned *)(mem + w->flag);
     const int64_t cap = 2 * (int64_t)pl->sms;
     fa__dims dl = *d;
     fa_status st;
     dl.lse = lx;
-    if ((st = fa__cu(cudaMemsetAsync(flag, 0, w->total - w->flag, s))) != FA_OK) return st;
+    /* the flag, and dq's buffer where atomics use it */
+    if ((st = fa__cu(cudaMemsetAsync(flag, 0, (kdet ? w->dq : w->total) - w->flag, s))) != FA_OK) return st;
     if ((st = fa__cu_bwd_prep_launch<T>(d, q, k, o, d_o, delta, lx, kbad, flag, s)) != FA_OK) return st;
     switch (pl->kernel) {
     case FA__CU_BWD_D64: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d64>(&dl, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
@@ -9816,11 +10370,11 @@ static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, i
     if (st == FA_OK && tc) {   /* the tensor-core backward's fallback */
         fa__cu_bwd_plan fb;
         if (fa__cu_bwd_ffma_of(d, d->D, &fb) == FA__CU_BWD_D64)
-            st = fa__cu_bwd_launch<T, fa__cu_bwd_d64, true>(&dl, &fb, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s);
+            st = fa__cu_bwd_launch<T, fa__cu_bwd_d64, true>(&dl, &fb, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s);
         else
-            st = fa__cu_bwd_launch<T, fa__cu_bwd_d128, true>(&dl, &fb, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s);
+            st = fa__cu_bwd_launch<T, fa__cu_bwd_d128, true>(&dl, &fb, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s);
     }
-    if (st != FA_OK || det) return st;
+    if (st != FA_OK || kdet) return st;
     /* the FFMA kernels' K carries the scale; the tensor-core kernel's dq buffer does not */
     fa__cu_bwd_out<T><<<fa__cu_rows_grid(rows), 128, 0, s>>>(dqacc, (T *)dq, d->Hq, 1, d->Sq, d->D, d->qs[0], d->qs[1],
                                                            d->qs[2], rows, tc ? d->scale : 1.0f, tc ? flag : NULL);

@@ -12,8 +12,10 @@
 
    Options: --quick (S = 1024, 4096, 16384), --budget SEC (per timed row, default 0.08), --dtype
    bf16|fp16|fp32 (repeatable; default all three), --d D, --s S, --causal 0|1 (one row set, for
-   ncu). The kernel column names what the picker chose
-   (bwd_tc_* the tensor-core backward, bwd_ffma_* the FFMA one).
+   ncu), --mma (each 16-bit row again through the mma.sync kernels, fa__cu_bwd_mma_only: rows
+   fa_tiled_bwd_mma*, relerr against the default's gradients), --prefix P before --tune (the
+   sweep's rows named P* only; the wg* rows are the Hopper backward's variants). The kernel column names what the
+   picker chose (bwd_wg_* the Hopper backward, bwd_tc_* the mma.sync one, bwd_ffma_* the FFMA one).
    Row format (shared with bench/torch_sdpa.py): ROW impl dtype D causal S B H extra ms TFLOP/s relerr status */
 #define FLASHATTN_IMPLEMENTATION
 #define FLASHATTN_CUDA
@@ -96,6 +98,7 @@ static const char *dname(fa_dtype dt) { return dt == FA_F32 ? "fp32" : dt == FA_
 
 static double opt_budget = 0.08;
 static int only_d = 0;   /* --d: one head dim (the table and --tune) */
+static const char *tune_prefix = "";   /* --prefix: the --tune rows whose name starts so */
 
 typedef fa_status (*bwd_fn)(const fa_params *, const void *, const void *, const void *, const void *, const void *,
                            void *, void *, void *);
@@ -216,6 +219,45 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
     return st;
 }
 
+#if FA__WG
+/* The Hopper backward (8e3) in configuration C (fa__wgb_d* or a variant), through the library's
+   steps (no modifiers): fa__cu_bwd_prep, the dK/dV kernel, the dq kernel (either mode). Wq64: the
+   D = 64 dq kernel's traits with BK, ST varied; Wc64: a D = 64 dK/dV configuration (ST varied) with
+   that dq kernel. */
+template <int K_, int S_> struct Wq64 { enum { D = 64, BQ = 128, BK = K_, ST = S_, NT = 384, REG_P = 24, REG_C = 240 }; };
+template <int DST, class Q> struct Wc64 {
+    enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = DST, REG_P = 24, REG_C = 240 };
+    typedef Q DQ;
+};
+
+template <class C>
+static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
+                              const void *d_o, void *dq, void *dk, void *dv)
+{
+    typedef __nv_bfloat16 T;
+    fa__dims d;
+    fa__cu_bwd_plan pl;
+    fa__cu_tbwd_ws w;
+    char *mem = NULL;
+    int pooled = 0;
+    fa_status st = fa__cu_bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d);
+    if (st != FA_OK) return st;
+    memset(&pl, 0, sizeof pl);
+    fa__wgb_plan_of<C>(&d, &pl);
+    fa__cu_tbwd_layout(&d, 1, &w);
+    if ((st = fa__cu_alloc((void **)&mem, w.total, 0, &pooled)) != FA_OK) return st;
+    float *delta = (float *)mem, *lx = (float *)(mem + w.lx);
+    unsigned *flag = (unsigned *)(mem + w.flag);
+    CK(cudaMemsetAsync(flag, 0, w.total - w.flag, 0));
+    CK(fa__cu_bwd_prep_launch<T>(&d, q, k, o, d_o, delta, lx, (float *)(mem + w.kbad), flag, 0) == FA_OK
+           ? cudaSuccess : cudaErrorUnknown);
+    d.lse = lx;
+    st = fa__wgb_launch<T, C>(&d, &pl, q, k, v, d_o, delta, flag, dq, dk, dv, 0);
+    fa__cu_free(mem, 0, pooled);
+    return st;
+}
+#endif
+
 struct TuneImpl { const char *name; int D; bwd_fn fn; };
 static const TuneImpl tune_impls[] = {
     { "k8m1", 64, tune_call<Tcfg<64, 8, 1, 64, 1, 4, 64, 0, 2> > },    /* the first cut's D = 64 */
@@ -228,9 +270,17 @@ static const TuneImpl tune_impls[] = {
     { "k8m2", 64, tune_call<Tcfg<64, 8, 2, 32, 1, 4, 64, 0, 2> > },
     { "k8m1", 128, tune_call<Tcfg<128, 8, 1, 64, 1, 4, 64, 0, 2> > },  /* fa__tcb_kv_d128 */
     { "k8m1q8", 128, tune_call<Tcfg<128, 8, 1, 64, 1, 8, 64, 1, 1> > },
+#if FA__WG
+    { "wg", 64, wg_tune_call<fa__wgb_d64> },   /* the Hopper backward as shipped */
+    { "wgq64s3", 64, wg_tune_call<Wc64<4, Wq64<64, 3> > > },    /* its dq kernel with key tiles of 64, 3 stages */
+    { "wgq128s3", 64, wg_tune_call<Wc64<4, Wq64<128, 3> > > },  /* key tiles of 128, 3 stages */
+    { "wgk2", 64, wg_tune_call<Wc64<2, Wq64<128, 2> > > },      /* the dK/dV kernel with 2 stages */
+    { "wg", 128, wg_tune_call<fa__wgb_d128> },
+#endif
 };
 
-/* TUNE name D causal S B H default_ms TFLOP/s det_ms TFLOP/s relerr (each mode against the library's default) */
+/* TUNE name D causal S B H default_ms TFLOP/s det_ms TFLOP/s relerr (each mode against the library's deterministic
+   gradients through the mma.sync kernels: fa__cu_bwd_mma_only) */
 static void tune(void)
 {
     const int shapes[3][2] = { { 4096, 0 }, { 4096, 1 }, { 16384, 0 } };
@@ -242,9 +292,15 @@ static void tune(void)
             case_make(cs, FA_BF16, B, H, S, D, causal);
             fa_params &p = cs.p;
             p.deterministic = 1;
+#if FA__WG
+            fa__cu_bwd_mma_only = 1;   /* the reference: the mma.sync kernels' deterministic gradients */
+#endif
             if (fa_cuda_tiled_backward(&p, cs.q, cs.k, cs.v, cs.o, cs.d_o, cs.h[0], cs.h[1], cs.h[2]) != FA_OK) exit(1);
+#if FA__WG
+            fa__cu_bwd_mma_only = 0;
+#endif
             for (const TuneImpl &im : tune_impls) {
-                if (im.D != D) continue;
+                if (im.D != D || strncmp(im.name, tune_prefix, strlen(tune_prefix)) != 0) continue;
                 double ms[2], num = 0.0, den = 0.0;
                 for (int det = 0; det < 2; det++) {
                     p.deterministic = det;
@@ -263,7 +319,7 @@ static void tune(void)
 
 int main(int argc, char **argv)
 {
-    int quick = 0, i, only_s = 0, only_c = -1;
+    int quick = 0, i, only_s = 0, only_c = -1, both = 0;
     std::vector<int> Ss;
     std::vector<fa_dtype> dts;
     cudaDeviceProp prop;
@@ -273,14 +329,19 @@ int main(int argc, char **argv)
 #ifdef FA_BENCH_TUNE
         else if (!strcmp(argv[i], "--tune")) { tune(); return 0; }   /* --d before --tune picks one head dim */
 #endif
+#if FA__WG
+        else if (!strcmp(argv[i], "--mma")) both = 1;   /* each 16-bit row also through the mma.sync kernels */
+#endif
+        else if (!strcmp(argv[i], "--prefix") && i + 1 < argc) tune_prefix = argv[++i];   /* before --tune */
         else if (!strcmp(argv[i], "--d") && i + 1 < argc) only_d = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--s") && i + 1 < argc) only_s = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--causal") && i + 1 < argc) only_c = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "bf16")) dts.push_back(FA_BF16), i++;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "fp16")) dts.push_back(FA_F16), i++;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "fp32")) dts.push_back(FA_F32), i++;
-        else { fprintf(stderr, "usage: %s [--quick] [--budget s] [--dtype bf16|fp16|fp32 ...] [--d D] [--s S] [--causal 0|1]\n", argv[0]); return 2; }
+        else { fprintf(stderr, "usage: %s [--quick] [--budget s] [--dtype bf16|fp16|fp32 ...] [--d D] [--s S] [--causal 0|1] [--mma]\n", argv[0]); return 2; }
     }
+    (void)both;
     if (dts.empty()) dts = { FA_BF16, FA_F16, FA_F32 };
     if (quick) Ss = { 1024, 4096, 16384 };
     else Ss = { 1024, 2048, 4096, 8192, 16384 };
@@ -318,6 +379,27 @@ int main(int argc, char **argv)
                                sqrt(num / den) <= 1e-3 ? "OK" : "DIFF");
                     printf("# det/default time ratio %.3f\n", ms[1] / ms[0]);
                     fflush(stdout);
+#if FA__WG
+                    if (both && dt != FA_F32) {   /* the same row with the picker kept off the Hopper backward */
+                        const char *mname[2] = { "fa_tiled_bwd_mma", "fa_tiled_bwd_mma_det" };
+                        double mm[2];
+                        fa__cu_bwd_mma_only = 1;
+                        fa__cu_pick_backward(&dd, cs.q, cs.k, cs.v, cs.d_o, cs.g[0], cs.g[1], cs.g[2], &plan);
+                        for (int det = 0; det < 2; det++) {
+                            double n2 = 0.0, d2 = 0.0;
+                            p.deterministic = det;
+                            mm[det] = time_bwd(p, cs.q, cs.k, cs.v, cs.o, cs.d_o, cs.h[0], cs.h[1], cs.h[2]);
+                            CK(cudaDeviceSynchronize());
+                            for (int u = 0; u < 3; u++) diff2(cs.h[u], cs.g[u], cs.n, dt, &n2, &d2);   /* against the default's */
+                            printf("ROW %-16s %-5s %4d %2d %6d %4d %3d %-10s %9.3f %8.1f %9.2e %s\n", mname[det], dname(dt), D,
+                                   causal, S, B, H, fa__cu_bwd_kernel_name(plan.kernel), mm[det], fl / mm[det] / 1e9,
+                                   sqrt(n2 / d2), sqrt(n2 / d2) <= 1e-2 ? "OK" : "DIFF");
+                        }
+                        printf("# default/mma time ratio %.3f, det %.3f\n", ms[0] / mm[0], ms[1] / mm[1]);
+                        fflush(stdout);
+                        fa__cu_bwd_mma_only = 0;
+                    }
+#endif
                     case_free(cs);
                 }
         }

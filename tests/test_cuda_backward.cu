@@ -9,9 +9,11 @@
    with the same p, as in training. Gradient buffers are poisoned (0xFF bytes) before each call and
    checked written in every row and nowhere else. Every tiled run asserts which kernel served it
    (fa__cu_pick_backward against want_kernel, the documented rule written out: the tensor-core
-   backward for fp16/bf16 at D = Dv = 64/128 with aligned rows, else FFMA), and test_kernels_served
-   that each kernel served; test_tc_semantics runs the modifiers, masks and layouts at the tensor-core
-   head dims.
+   backward for fp16/bf16 at D = Dv = 64/128 with aligned rows, on an H100/H200 the Hopper backward
+   where TMA takes q, k, v and d_o, else FFMA), and test_kernels_served that each kernel served (the
+   Hopper ones on such a device);
+   test_tc_semantics runs the modifiers, masks and layouts at the tensor-core head dims, and
+   test_tc_mma_on_hopper the same through the mma.sync kernels on a Hopper device.
    Also: deterministic mode gives the same bits in ten runs on a non-default stream; refused
    requests leave every gradient untouched; an impossible naive size is FA_ERR_NO_MEMORY.
 
@@ -89,6 +91,21 @@ static int rows16(const void *x, const int64_t s[3])
 /* The kernel fa_cuda_tiled_backward must run (written out here from the documented rule, not asked
    of the picker): the tensor-core backward for fp16/bf16 at D = Dv = 64 or 128 with every tensor's
    rows 16-byte aligned on an sm_80+ device; else the FFMA backward of max(D, Dv)'s class. */
+/* 1 on a device of compute capability 9.0 running this build's sm_90a code: the Hopper backward's
+   (8e3) devices */
+static int hopper_bwd(void)
+{
+    int dev = 0, major = 0, minor = 0;
+    CU(cudaGetDevice(&dev));
+    CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CU(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+#if FA__WG
+    return major == 9 && minor == 0 && fa__wg_built();
+#else
+    return 0;
+#endif
+}
+
 static fa__cu_bwd_kernel want_kernel(const fa__dims *d, const void *q, const void *k, const void *v, const void *d_o,
                                      const void *dq, const void *dk, const void *dv)
 {
@@ -98,8 +115,15 @@ static fa__cu_bwd_kernel want_kernel(const fa__dims *d, const void *q, const voi
     CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     if ((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) && major >= 8 &&
         rows16(q, d->qs) && rows16(k, d->ks) && rows16(v, d->vs) && rows16(d_o, d->os) && rows16(dq, d->qs) &&
-        rows16(dk, d->ks) && rows16(dv, d->vs))
+        rows16(dk, d->ks) && rows16(dv, d->vs)) {
+#if FA__WG
+        if (hopper_bwd() && !fa__cu_bwd_mma_only && fa__wg_tma_ok(q, d->qs, d->Sq, d->Hq, d->B) &&
+            fa__wg_tma_ok(d_o, d->os, d->Sq, d->Hq, d->B) && fa__wg_tma_ok(k, d->ks, d->Sk, d->Hkv, d->B) &&
+            fa__wg_tma_ok(v, d->vs, d->Sk, d->Hkv, d->B))
+            return d->D == 64 ? FA__CU_BWD_WG_D64 : FA__CU_BWD_WG_D128;
+#endif
         return d->D == 64 ? FA__CU_BWD_TC_D64 : FA__CU_BWD_TC_D128;
+    }
     return dc <= 64 ? FA__CU_BWD_D64 : dc <= 128 ? FA__CU_BWD_D128 : FA__CU_BWD_D256;
 }
 
@@ -513,6 +537,20 @@ static void test_tc_semantics(void **state)
     end_test();
 }
 
+/* On a Hopper device the picker names the Hopper backward (8e3) wherever the tensor-core backward
+   serves: the mma.sync kernels (its fallback elsewhere) run test_tc_semantics's cases here too,
+   with the picker told to keep them (fa__cu_bwd_mma_only; want_kernel follows it). */
+static void test_tc_mma_on_hopper(void **state)
+{
+    (void)state;
+    if (!hopper_bwd()) skip();
+#if FA__WG
+    fa__cu_bwd_mma_only = 1;
+    test_tc_semantics(state);   /* (ends the test) */
+    fa__cu_bwd_mma_only = 0;
+#endif
+}
+
 static void test_empty(void **state)
 {
     (void)state;
@@ -875,10 +913,13 @@ static void test_kernels_served(void **state)
 {
     int k, n = 0;
     (void)state;
+    const int hop = hopper_bwd();
     if (g_small || g_dtypes != 7 || getenv("FA_FILTER")) skip();   /* a reduced run does not reach every kernel */
     for (k = 0; k < FA__CU_BWD_KERNELS; k++) {
-        printf("  %-16s %4d tiled backward runs\n", fa__cu_bwd_kernel_name((fa__cu_bwd_kernel)k), g_served[k]);
-        if (g_served[k] == 0) n++;
+        const int wg = k == FA__CU_BWD_WG_D64 || k == FA__CU_BWD_WG_D128;
+        printf("  %-16s %4d tiled backward runs%s\n", fa__cu_bwd_kernel_name((fa__cu_bwd_kernel)k), g_served[k],
+               wg && !hop ? " (not a Hopper device: not expected)" : "");
+        if (g_served[k] == 0 && (hop || !wg)) n++;
     }
     if (n) fail_msg("%d backward kernel(s) served no run", n);
 }
@@ -893,6 +934,7 @@ int main(void)
         cmocka_unit_test(test_modifiers),
         cmocka_unit_test(test_strides_and_everything),
         cmocka_unit_test(test_tc_semantics),
+        cmocka_unit_test(test_tc_mma_on_hopper),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_nan_isolation),
         cmocka_unit_test(test_determinism),
