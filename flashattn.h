@@ -9395,10 +9395,17 @@ template <class C> static void fa__wgb_plan_of(const fa__dims *d, fa__cu_bwd_pla
     pl->qblocks = ((int64_t)d->Sq + Q::BQ - 1) / Q::BQ;
 }
 
-/* Nonzero: fa__cu_pick_backward never names the Hopper backward, so that the tests and the bench
-   run the mma.sync kernels on an H100/H200 too (an internal switch of this translation unit, not
-   part of the API; 0 by default). */
+/* FA__CU_BWD_MMA_ONLY nonzero: fa__cu_pick_backward never names the Hopper backward, so that the
+   tests and the bench run the mma.sync kernels on an H100/H200 too. A translation unit that
+   defines FLASHATTN__TEST_SWITCHES before including the header (tests/test_cuda_backward.cu,
+   bench/bench_cuda_backward.cu) gets it as the variable fa__cu_bwd_mma_only; everywhere else it is
+   the constant 0, so that the library keeps no mutable global state (API.md). Not part of the API. */
+#ifdef FLASHATTN__TEST_SWITCHES
 static int fa__cu_bwd_mma_only = 0;
+#define FA__CU_BWD_MMA_ONLY fa__cu_bwd_mma_only
+#else
+#define FA__CU_BWD_MMA_ONLY 0
+#endif
 
 /* The Hopper backward for a request the tensor-core backward serves, on a device of compute
    capability major.minor = 9.0 whose loaded code holds the sm_90a bodies (fa__wg_built), whose
@@ -9408,7 +9415,7 @@ static int fa__wgb_pick(const fa__dims *d, const void *q, const void *k, const v
                         int major, int minor, fa__cu_bwd_plan *pl)
 {
     fa__cu_bwd_plan w;
-    if (fa__cu_bwd_mma_only || major != 9 || minor != 0 || !fa__wg_tma_ok(q, d->qs, d->Sq, d->Hq, d->B) ||
+    if (FA__CU_BWD_MMA_ONLY || major != 9 || minor != 0 || !fa__wg_tma_ok(q, d->qs, d->Sq, d->Hq, d->B) ||
         !fa__wg_tma_ok(d_o, d->os, d->Sq, d->Hq, d->B) || !fa__wg_tma_ok(k, d->ks, d->Sk, d->Hkv, d->B) ||
         !fa__wg_tma_ok(v, d->vs, d->Sk, d->Hkv, d->B) || !fa__wg_built() || !fa__wg_encoder())
         return 0;

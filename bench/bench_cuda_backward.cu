@@ -18,6 +18,7 @@
    picker chose (bwd_wg_* the Hopper backward, bwd_tc_* the mma.sync one, bwd_ffma_* the FFMA one).
    Row format (shared with bench/torch_sdpa.py): ROW impl dtype D causal S B H extra ms TFLOP/s relerr status */
 #define FLASHATTN_IMPLEMENTATION
+#define FLASHATTN__TEST_SWITCHES   /* fa__cu_bwd_mma_only (8f) */
 #define FLASHATTN_CUDA
 #ifndef FLASHATTN_NO_BLAS
 #define FLASHATTN_NO_BLAS

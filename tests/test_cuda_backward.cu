@@ -31,6 +31,7 @@ extern "C" {
 }
 
 #define FLASHATTN_IMPLEMENTATION
+#define FLASHATTN__TEST_SWITCHES   /* fa__cu_bwd_mma_only (8f) */
 #define FLASHATTN_CUDA
 #ifndef FLASHATTN_NO_BLAS
 #define FLASHATTN_NO_BLAS
