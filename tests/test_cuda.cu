@@ -399,8 +399,8 @@ static const tcase g_mods[] = {
     { "alibi d128 causal", 1, 4, 2, 200, 333, 128, 0, 1, L_PACKED, 0, 0, 0, 0, ALIBI_HEAD, 0, 0 },
 };
 
-/* The split-key decode path (8d2): few query rows per (batch, kv head), Sk from 1 to 131072 (chunks
-   of 1024 .. 2048 keys, ragged ends), GQA and MQA, Sq 1..16 with causal (bottom-right; Sq > Sk gives
+/* The split-key decode path (8d2): few query rows per (batch, kv head), Sk from 1 to 200000 (1 to
+   196 chunks, ragged ends), GQA and MQA, Sq 1..16 with causal (bottom-right; Sq > Sk gives
    empty rows), windows that leave most chunks empty, every modifier, strides, Dv != D, odd dims. */
 static const tcase g_decode[] = {
     { "dec mqa sk=1", 1, 4, 1, 1, 1, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
@@ -410,6 +410,7 @@ static const tcase g_decode[] = {
     { "dec sq=8 causal mqa 4 blocks", 1, 8, 1, 8, 2049, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
     { "dec sq=16 mha causal", 1, 2, 2, 16, 777, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
     { "dec sk=131072 gqa", 1, 8, 2, 1, 131072, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "dec sk=200000 mqa group 2 (196 chunks)", 1, 2, 1, 1, 200000, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
     { "dec sk=40001 sq=2 causal mqa", 1, 4, 1, 2, 40001, 128, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
     { "dec sk=65536 mqa group 16", 1, 16, 1, 1, 65536, 64, 0, 0, L_BSHD, 0, 0, 0, 0, 0, 0, 0 },
     { "dec mqa group 32", 1, 32, 1, 1, 4100, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
