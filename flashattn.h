@@ -226,8 +226,10 @@
    seq_k >= 1, batch and kv_heads <= 65535) fa_cuda_tiled takes the split-key decode path
    (flash-decoding): the query heads of a GQA group packed in one block so K/V are read once per
    group (tensor cores for fp16/bf16 at D = Dv in {64, 128} with 16-byte aligned q/k/v rows, exact
-   FFMA otherwise), the keys cut into chunks of max(1024, Sk/64 rounded up to 256) keys, a function of
-   seq_k alone, so a sequence's o and lse are bitwise the same decoded alone or in any batch; each
+   FFMA otherwise), the keys cut into chunks of max(1024, S/256 rounded up to 256) keys, S =
+   seq_k * kv_heads * ceil(heads / kv_heads * seq_q / 16) (about 256 blocks a sequence), a function
+   of one sequence's shape and never of batch, so a sequence's o and lse are bitwise the same
+   decoded alone or in any batch; each
    chunk's partial o and lse (fp32) go to a workspace of batch * heads * seq_q * chunks * (Dv + 1)
    floats, merged by the log-sum-exp rule of fa_cuda_merge. That workspace is allocated
    stream-ordered on p->stream (cudaMallocAsync; cudaMalloc where the device has no memory pools)
@@ -5524,18 +5526,20 @@ struct fa__wgb_d128 {
 /* The split-key decode kernels' configurations (8d2). The tensor-core one is an fa__tc_* trait
    (one m16 tile of packed query rows, MT = 1, shared by NW warps that each walk their own key
    tiles of BK through a private ring of ST cp.async stages) plus ST; BK x D is 2 KB a row of the
-   ring at both head dims, so that 2 blocks fit an SM (MINB). The FFMA one walks tiles of
+   ring at both head dims, so that 2 blocks fit an SM (MINB); QK2 1: S = Q K^T on two accumulator
+   chains (fa__dec_qk; at D = 128, whose 8 k-steps make one chain long). The FFMA one walks tiles of
    FA__CU_DEC_BK keys with FA__CU_DEC_THREADS threads over FA__CU_DEC_ROWS packed rows. Chunks:
-   a row's keys are cut at multiples of fa__cu_dec_chunk's size (8f), a function of Sk alone:
-   at least FA__CU_DEC_CHUNK_MIN keys, a multiple of 256, and at most FA__CU_DEC_PARTS chunks. The
+   a row's keys are cut at multiples of fa__cu_dec_chunk's size (8f), a function of one sequence's
+   shape (Sk, Hkv, group * Sq; never B): at least FA__CU_DEC_CHUNK_MIN keys, a multiple of 256,
+   and as many chunks as make about FA__CU_DEC_PARTS blocks a sequence (so at most that many). The
    picker takes the decode path for Sq <= FA__CU_DEC_MAX_SQ and group * Sq <= FA__CU_DEC_MAX_ROWS. */
-struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3 }; };
-struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3 }; };
+struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0 }; };
+struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 1 }; };
 #define FA__CU_DEC_ROWS 16
 #define FA__CU_DEC_BK 32
 #define FA__CU_DEC_THREADS 128
 #define FA__CU_DEC_CHUNK_MIN 1024
-#define FA__CU_DEC_PARTS 64
+#define FA__CU_DEC_PARTS 256
 #define FA__CU_DEC_MAX_SQ 16
 #define FA__CU_DEC_MAX_ROWS 64
 
@@ -6787,8 +6791,9 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tc_fwd(const fa__tc_a
    takes this path for Sq <= FA__CU_DEC_MAX_SQ and group * Sq <= FA__CU_DEC_MAX_ROWS). The query rows
    of one kv head's GQA group are packed, packed row r being query head g * group + r / Sq and
    query row r % Sq, so that a block reads each K/V tile once for all the heads that share it. The
-   key axis is cut into chunks of fa__cu_dec_chunk(Sk) keys (8f; a function of Sk alone, never of
-   B, Hq or the device: a sequence's o and lse are bitwise the same decoded alone or in a batch).
+   key axis is cut into chunks of fa__cu_dec_chunk keys (8f; a function of one sequence's Sk, Hkv,
+   group and Sq, never of B or the device: a sequence's o and lse are bitwise the same decoded
+   alone or in a batch).
    One block per (row block of FA__CU_DEC_ROWS packed rows, chunk, kv head, batch) walks the
    chunk's keys that some row sees (the chunk clipped to fa__cu_tile_keys of rows 0 .. Sq-1; the
    per-row mask is fa__cu_row_keys, the modifiers fa__cu_modify) and writes its rows' partial o
@@ -6884,6 +6889,36 @@ static __device__ __forceinline__ void fa__dec_scores(float (&s)[1][C::BK / 8][4
             }
 }
 
+/* Step: S = Q K^T of one key tile from fa__tc_qk's operands (Q in registers, K by ldmatrix), the
+   k-steps alternating between two accumulators added at the end: twice the independent mma
+   chains (the same products, summed in another order). */
+template <typename T, class C>
+static __device__ __forceinline__ void fa__dec_qk(float (&s)[1][C::BK / 8][4], const unsigned (&qf)[1][C::D / 16][4],
+                                                  const unsigned (&ak)[4], unsigned st)
+{
+    typedef fa__tc_geom<C> G;
+    typedef fa__tc_type<T> X;
+    float s2[G::NN][4];
+#pragma unroll
+    for (int n = 0; n < G::NN; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[0][n][e] = s2[n][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < G::KD; kk++) {
+        unsigned kb[G::NN][2];
+#pragma unroll
+        for (int n = 0; n < G::NN; n += 2)
+            fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * G::D + 64 * (kk >> 2)) * 2u, kb[n][0], kb[n][1], kb[n + 1][0],
+                        kb[n + 1][1]);
+#pragma unroll
+        for (int n = 0; n < G::NN; n++) X::mma(kk & 1 ? s2[n] : s[0][n], qf[0][kk], kb[n][0], kb[n][1]);
+    }
+#pragma unroll
+    for (int n = 0; n < G::NN; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[0][n][e] += s2[n][e];
+}
+
 /* The warps' results in shared memory as parts of 8b's merge rule (part p = warp p). */
 template <class C> struct fa__dec_warp_parts {
     const unsigned char *base;
@@ -6977,7 +7012,8 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
         fa__cu_commit();
         float s[1][G::NN][4];
         unsigned pa[1][G::KB][4];
-        fa__tc_qk<T, C>(s, qf, aq, ak, st);
+        if (C::QK2) fa__dec_qk<T, C>(s, qf, ak, st);
+        else fa__tc_qk<T, C>(s, qf, aq, ak, st);
         fa__dec_scores<C, MOD>(s, d, md, sc, al, bi, qi, rok, lo, hi, kt + cq, full);
         fa__tc_softmax<T, C>(s, m, l, o, pa, f);
         /* 8d's rare case (fa__tc_clean_v), voted by the warp that owns the tile */
@@ -7169,7 +7205,7 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
     __shared__ float sl[FA__CU_DEC_PARTS];
     const int64_t r = blockIdx.x;
     const int64_t bh = r / d.Sq, i = r - bh * d.Sq, b = bh / d.Hq, h = bh - b * d.Hq;
-    if (threadIdx.x < (unsigned)chunks) sl[threadIdx.x] = wl[r * chunks + threadIdx.x];
+    for (int p = threadIdx.x; p < chunks; p += FA__CU_DEC_THREADS) sl[p] = wl[r * chunks + p];
     __syncthreads();
     const fa__dec_ws_row v = { sl, wo + r * chunks * d.Dv, d.Dv };
     T *orow = o + b * d.os[0] + h * d.os[1] + i * d.os[2];
@@ -9080,13 +9116,18 @@ static int fa__cu_fits_kernel(fa__cu_kernel k, const fa__dims *d, int optin, fa_
     }
 }
 
-/* The decode path's cut of the key axis (8d2): keys a chunk, from Sk alone (never B, Hq or the
-   device, so that a row's arithmetic is the same in any batch): Sk / FA__CU_DEC_PARTS rounded up
-   to a multiple of 256, at least FA__CU_DEC_CHUNK_MIN; so at most FA__CU_DEC_PARTS chunks a row. */
-static int fa__cu_dec_chunk(int Sk)
+/* The decode path's cut of the key axis (8d2): keys a chunk, from one sequence's shape alone (Sk,
+   Hkv and its row blocks, ceil(group * Sq / FA__CU_DEC_ROWS); never B or the device, so that a
+   row's arithmetic is the same in any batch): the sequence's Hkv * row blocks * Sk keys over
+   FA__CU_DEC_PARTS blocks, rounded up to a multiple of 256, at least FA__CU_DEC_CHUNK_MIN; so a
+   sequence runs about FA__CU_DEC_PARTS blocks (two an SM of a 132-SM device at B = 1) and a row
+   has at most FA__CU_DEC_PARTS chunks. */
+static int fa__cu_dec_chunk(const fa__dims *d)
 {
-    const int64_t c = (((int64_t)Sk + FA__CU_DEC_PARTS - 1) / FA__CU_DEC_PARTS + 255) / 256 * 256;
-    return c < FA__CU_DEC_CHUNK_MIN ? FA__CU_DEC_CHUNK_MIN : (int)c;
+    const int64_t rb = ((int64_t)d->group * d->Sq + FA__CU_DEC_ROWS - 1) / FA__CU_DEC_ROWS;
+    const int64_t work = (int64_t)d->Sk * d->Hkv * rb;
+    const int64_t c = ((work + FA__CU_DEC_PARTS - 1) / FA__CU_DEC_PARTS + 255) / 256 * 256;
+    return c < FA__CU_DEC_CHUNK_MIN ? FA__CU_DEC_CHUNK_MIN : c >= d->Sk ? d->Sk : (int)c;   /* Sk: one chunk */
 }
 
 /* The decode path's workspace: partial o and lse of every output row and chunk, fp32,
@@ -9120,7 +9161,7 @@ static int fa__cu_dec_pick(const fa__dims *d, const void *q, const void *k, cons
         *st = FA_ERR_DEVICE;
         return 1;
     }
-    pl->chunk = fa__cu_dec_chunk(d->Sk);
+    pl->chunk = fa__cu_dec_chunk(d);
     pl->chunks = (int)(((int64_t)d->Sk + pl->chunk - 1) / pl->chunk);
     pl->bq = FA__CU_DEC_ROWS;
     pl->bk = pl->chunk;
