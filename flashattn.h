@@ -9655,32 +9655,31 @@ static int fa__wgb_maps(const fa__tcb_args &a, int bq, int bk, fa__wgb_args *w)
            fa__wg_map(enc, &w->tv, a.v, d.dtype, d.D, d.Sk, d.Hkv, d.B, d.vs, bk);
 }
 
-/* Launches the Hopper dK/dV kernel or dq kernel of configuration C (FA_ERR_DEVICE when the tensor
-   maps cannot be had). */
-template <typename T, class C, bool MODS>
-static fa_status fa__wgb_go_dkv(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
+/* Launches one of the Hopper backward's kernels, kern (fa__wgb_dkv or fa__wgq_dq), on grid blocks of
+   nt threads with smem bytes of shared memory, its tensor maps in boxes of bq (q, d_o) and bk (k, v)
+   rows (FA_ERR_DEVICE when the maps cannot be had). */
+static fa_status fa__wgb_go(void (*kern)(const fa__wgb_args), int smem, int nt, int bq, int bk, const fa__tcb_args &a,
+                            unsigned grid, cudaStream_t st)
 {
     fa__wgb_args w;
     fa_status s;
-    if (!fa__wgb_maps(a, C::BQ, C::BKV, &w)) return FA_ERR_DEVICE;
-    s = fa__cu(cudaFuncSetAttribute(fa__wgb_dkv<T, C, MODS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)fa__wgb_geom<C>::SMEM));
+    if (!fa__wgb_maps(a, bq, bk, &w)) return FA_ERR_DEVICE;
+    s = fa__cu(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     if (s != FA_OK) return s;
-    fa__wgb_dkv<T, C, MODS><<<grid, C::NT, fa__wgb_geom<C>::SMEM, st>>>(w);
+    kern<<<grid, nt, smem, st>>>(w);
     return fa__cu(cudaGetLastError());
+}
+
+template <typename T, class C, bool MODS>
+static fa_status fa__wgb_go_dkv(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
+{
+    return fa__wgb_go(fa__wgb_dkv<T, C, MODS>, (int)fa__wgb_geom<C>::SMEM, C::NT, C::BQ, C::BKV, a, grid, st);
 }
 
 template <typename T, class C, bool MODS>
 static fa_status fa__wgq_go_dq(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
 {
-    fa__wgb_args w;
-    fa_status s;
-    if (!fa__wgb_maps(a, C::BQ, C::BK, &w)) return FA_ERR_DEVICE;
-    s = fa__cu(cudaFuncSetAttribute(fa__wgq_dq<T, C, MODS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)fa__wgq_geom<C>::SMEM));
-    if (s != FA_OK) return s;
-    fa__wgq_dq<T, C, MODS><<<grid, C::NT, fa__wgq_geom<C>::SMEM, st>>>(w);
-    return fa__cu(cudaGetLastError());
+    return fa__wgb_go(fa__wgq_dq<T, C, MODS>, (int)fa__wgq_geom<C>::SMEM, C::NT, C::BQ, C::BK, a, grid, st);
 }
 
 /* The Hopper backward in configuration C (fa__cu_pick_backward has checked that it fits), in

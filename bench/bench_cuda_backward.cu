@@ -177,6 +177,24 @@ template <int DD, int KNW, int KMT, int KBK, int KMB, int QNW, int QBK, int QPF,
     struct DQ { enum { D = DD, NW = QNW, MT = QMT, BK = QBK, QREG = 0, PF = QPF, MINB = QMB }; };
 };
 
+/* The sweep rows' first steps, as fa__cu_tbwd_run's: the request resolved into *d, the workspace
+   of mode det laid out (*w) and allocated (*mem, *pooled), its flag and dq buffer zeroed, and
+   fa__cu_bwd_prep run (its lse into the workspace's lx; d->lse stays the forward's). */
+static fa_status tune_ws(const fa_params *p, const void *q, const void *k, const void *v, const void *o, const void *d_o,
+                         void *dq, void *dk, void *dv, int det, fa__dims *d, fa__cu_tbwd_ws *w, char **mem, int *pooled)
+{
+    typedef __nv_bfloat16 T;
+    fa_status st = fa__cu_bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, d);
+    if (st != FA_OK) return st;
+    fa__cu_tbwd_layout(d, det, w);
+    if ((st = fa__cu_alloc((void **)mem, w->total, 0, pooled)) != FA_OK) return st;
+    unsigned *flag = (unsigned *)(*mem + w->flag);
+    CK(cudaMemsetAsync(flag, 0, w->total - w->flag, 0));
+    CK(fa__cu_bwd_prep_launch<T>(d, q, k, o, d_o, (float *)*mem, (float *)(*mem + w->lx), (float *)(*mem + w->kbad), flag,
+                                 0) == FA_OK ? cudaSuccess : cudaErrorUnknown);
+    return FA_OK;
+}
+
 template <class CFG>
 static fa_status tune_call(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
                            const void *d_o, void *dq, void *dk, void *dv)
@@ -188,12 +206,10 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
     char *mem = NULL;
     int pooled = 0;
     const int det = p->deterministic != 0;
-    fa_status st = fa__cu_bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d);
+    fa_status st = tune_ws(p, q, k, v, o, d_o, dq, dk, dv, det, &d, &w, &mem, &pooled);
     if (st != FA_OK) return st;
     memset(&pl, 0, sizeof pl);
     fa__tcb_plan_of<CFG>(&d, &pl);
-    fa__cu_tbwd_layout(&d, det, &w);
-    if ((st = fa__cu_alloc((void **)&mem, w.total, 0, &pooled)) != FA_OK) return st;
     const int64_t rows = (int64_t)d.B * d.Hq * d.Sq;
     float *delta = (float *)mem, *dqacc = det ? NULL : (float *)(mem + w.dq);
     unsigned *flag = (unsigned *)(mem + w.flag);
@@ -204,9 +220,6 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
     a.d = d;
     a.d.lse = (float *)(mem + w.lx);
     const unsigned kgrid = (unsigned)(pl.kblocks * d.B * d.Hkv), qgrid = (unsigned)(pl.qblocks * d.B * d.Hq);
-    CK(cudaMemsetAsync(flag, 0, w.total - w.flag, 0));
-    CK(fa__cu_bwd_prep_launch<T>(&d, q, k, o, d_o, delta, a.d.lse, (float *)(mem + w.kbad), flag, 0) == FA_OK
-           ? cudaSuccess : cudaErrorUnknown);
     if (det) {
         st = fa__tcb_go_dkv<T, typename CFG::KV, false, false>(a, kgrid, 0);
         if (st == FA_OK) st = fa__tcb_go_dq<T, typename CFG::DQ, false>(a, qgrid, 0);
@@ -241,17 +254,12 @@ static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, 
     fa__cu_tbwd_ws w;
     char *mem = NULL;
     int pooled = 0;
-    fa_status st = fa__cu_bwd_resolve(p, q, k, v, o, d_o, dq, dk, dv, 1, &d);
+    fa_status st = tune_ws(p, q, k, v, o, d_o, dq, dk, dv, 1, &d, &w, &mem, &pooled);
     if (st != FA_OK) return st;
     memset(&pl, 0, sizeof pl);
     fa__wgb_plan_of<C>(&d, &pl);
-    fa__cu_tbwd_layout(&d, 1, &w);
-    if ((st = fa__cu_alloc((void **)&mem, w.total, 0, &pooled)) != FA_OK) return st;
     float *delta = (float *)mem, *lx = (float *)(mem + w.lx);
     unsigned *flag = (unsigned *)(mem + w.flag);
-    CK(cudaMemsetAsync(flag, 0, w.total - w.flag, 0));
-    CK(fa__cu_bwd_prep_launch<T>(&d, q, k, o, d_o, delta, lx, (float *)(mem + w.kbad), flag, 0) == FA_OK
-           ? cudaSuccess : cudaErrorUnknown);
     d.lse = lx;
     st = fa__wgb_launch<T, C>(&d, &pl, q, k, v, d_o, delta, flag, dq, dk, dv, 0);
     fa__cu_free(mem, 0, pooled);
