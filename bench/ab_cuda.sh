@@ -7,6 +7,8 @@
 # build per row, each build over the first, and each build's spread (max / min over its rounds),
 # the noise a difference has to beat. Raw logs go to $OUT/ab_raw.log, the table to
 # $OUT/ab_table.txt ($OUT: the device tool's folder; build/ when unset).
+# AB_ARGS adds options to every run (e.g. AB_ARGS='--budget 0.03' for shorter rows); AB_TIMEOUT caps
+# each run (default 90 s).
 #   e.g. bench/ab_cuda.sh 2 old=/path/old/bench_cuda new=build/bench_cuda
 set -u
 ROUNDS=$1
@@ -17,7 +19,7 @@ mkdir -p "$LOG"
 for r in $(seq 1 "$ROUNDS"); do
   for nb in "$@"; do
     name=${nb%%=*} bin=${nb#*=}
-    timeout "${AB_TIMEOUT:-90}" "$bin" --quick --no-naive --no-check --no-tune > "$TMP/${name}_$r.log" 2>&1
+    timeout "${AB_TIMEOUT:-90}" "$bin" --quick --no-naive --no-check --no-tune ${AB_ARGS:-} > "$TMP/${name}_$r.log" 2>&1
     echo "# $name round $r: exit $? ($(grep -c '^ROW' "$TMP/${name}_$r.log") rows)"
   done
 done
