@@ -1032,6 +1032,29 @@ static FA__HD inline int fa__block_unmasked(const fa__dims *d, int64_t i0, int64
     return fa__keys_full(&r, k0, k1);
 }
 
+/* ---- The CUDA forward kernels' block order (8c, 8d, 8d3) --------------------------------------
+   Block `item` of a 1-D grid of nbh qtiles blocks takes query tile *qt of (batch, head) *bh. The
+   (batch, head)s go in groups of hg (the last group may be smaller), a group's blocks one after
+   another; within a group the longest tiles first (under causal, the last: they see the most
+   keys), the group's heads side by side at each tile. With hg from fa__qtile_group, a group's K
+   and V fit in a budget of bytes (the L2's share), so that the blocks in flight at once read the
+   K/V of a few heads, which stay in L2, rather than one tile of every head. Every (bh, qt) is
+   exactly one item (tests/test_flashattn.c, test_qtile_order); the order changes no result, as a
+   block's work is its own. */
+static FA__HD inline int64_t fa__qtile_group(int64_t nbh, int64_t kv_bytes, int64_t budget)
+{
+    const int64_t hg = kv_bytes > 0 ? budget / kv_bytes : nbh;
+    return hg < 1 ? 1 : hg > nbh ? nbh : hg;
+}
+
+static FA__HD inline void fa__qtile_of(int64_t nbh, int64_t qtiles, int64_t hg, int64_t item, int64_t *bh, int64_t *qt)
+{
+    const int64_t first = item / (hg * qtiles) * hg, gs = nbh - first < hg ? nbh - first : hg;
+    const int64_t r = item - first * qtiles;
+    *qt = qtiles - 1 - r / gs;
+    *bh = first + r % gs;
+}
+
 /* ---- The score modifiers, the online step's frame and the log-sum-exp merge, host and device ---
    SEMANTICS steps 2-4 on one score, and the two places where softmax meets -INFINITY, written
    once for every kernel: the CPU's row form (section 2) and lane passes (section 3, the same
@@ -5556,6 +5579,12 @@ struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1,
 #define FA__CU_LOG2E 1.44269504088896341f
 #define FA__CU_LN2 0.693147180559945309f
 
+/* The forward kernels' block order (section 1's fa__qtile_of, through 8b's fa__cu_qtile): the (batch,
+   head)s go in groups whose K and V take at most FA__CU_L2_SET bytes together, so that the blocks
+   in flight read a few heads' K/V, which then stay in L2 (the H100's is 50 MB, the H200's 60 MB,
+   the A100's 40 MB). */
+#define FA__CU_L2_SET ((int64_t)24 << 20)
+
 /* ---- 8b. CUDA: runtime checks, memory, loads and stores, cp.async, the score-modifier rule ----- */
 
 /* Every CUDA call is checked: an allocation failure is FA_ERR_NO_MEMORY, anything else
@@ -5606,6 +5635,18 @@ static __device__ __forceinline__ void fa__st(__nv_bfloat16 *p, float x) { *p = 
 
 /* 1 when x is an inf or a NaN (the forward's V checks, 8c-8d3; the backward's marks, 8e2) */
 static __device__ __forceinline__ bool fa__cu_bad(float x) { return (__float_as_uint(x) & 0x7F800000u) == 0x7F800000u; }
+
+/* The forward kernels' block order (8c, 8d, 8d3): section 1's fa__qtile_of over the 1-D grid
+   (blockIdx.x the item), in groups of as many (batch, head)s as take FA__CU_L2_SET bytes of K and
+   V (Sk (D + Dv) es bytes each, es bytes an element). */
+static __device__ __forceinline__ void fa__cu_qtile(const fa__dims &d, int qtiles, int es, int *bh, int *qt)
+{
+    const int64_t nbh = (int64_t)d.B * d.Hq;
+    int64_t x, y;
+    fa__qtile_of(nbh, qtiles, fa__qtile_group(nbh, (int64_t)d.Sk * (d.D + d.Dv) * es, FA__CU_L2_SET), blockIdx.x, &x, &y);
+    *bh = (int)x;
+    *qt = (int)y;
+}
 
 /* x where it is finite, else 0: the backward's tiles of q, d_o and k (section 8e2) */
 static __device__ __forceinline__ float fa__cu_fin(float x) { return fa__cu_bad(x) ? 0.0f : x; }
@@ -5907,9 +5948,9 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
     float *sP = PIPE == 1 ? sK + 2 * C::BSTR : sK;
     int buf = 0;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    const int64_t nbh = (int64_t)d.B * d.Hq, item = blockIdx.x;
-    const int qt = qtiles - 1 - (int)(item / nbh);          /* the longest (causal) rows first */
-    const int bh = (int)(item % nbh), b = bh / d.Hq, h = bh % d.Hq, g = h / d.group;
+    int bh, qt;
+    fa__cu_qtile(d, qtiles, (int)sizeof(T), &bh, &qt);   /* the longest (causal) rows first */
+    const int b = bh / d.Hq, h = bh % d.Hq, g = h / d.group;
     const int i0 = qt * C::BQ, nq = min(C::BQ, d.Sq - i0);
     const int Dp = (d.D + 3) & ~3;
     const T *kb = k + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1];
@@ -6719,8 +6760,9 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tc_fwd(const fa__tc_a
     const fa__dims &d = a.d;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int b = blockIdx.x / d.Hq, h = blockIdx.x - b * d.Hq, g = h / d.group;
-    const int i0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;   /* the longest (causal) blocks first */
+    int bh, qt;
+    fa__cu_qtile(d, (d.Sq + BQ - 1) / BQ, 2, &bh, &qt);   /* the longest (causal) blocks first */
+    const int b = bh / d.Hq, h = bh - b * d.Hq, g = h / d.group, i0 = qt * BQ;
     const int nq = min((int)BQ, d.Sq - i0);
     const unsigned sQ = fa__cu_sa(fa__tc_smem), sK = sQ + BQ * D * 2, sV = sK + 2 * BK * D * 2;
     const T *gq = (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i0 * d.qs[2];
@@ -7421,8 +7463,9 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     extern __shared__ __align__(1024) unsigned char fa__wg_smem[];
     const fa__dims &d = w.a.d;
     const int tid = threadIdx.x, wg = tid >> 7;
-    const int b = blockIdx.x / d.Hq, h = blockIdx.x - b * d.Hq, g = h / d.group;
-    const int i0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;   /* the longest (causal) blocks first */
+    int bh, qt;
+    fa__cu_qtile(d, (d.Sq + BQ - 1) / BQ, 2, &bh, &qt);   /* the longest (causal) blocks first */
+    const int b = bh / d.Hq, h = bh - b * d.Hq, g = h / d.group, i0 = qt * BQ;
     const int nq = min((int)BQ, d.Sq - i0);
     const unsigned sQ = (fa__cu_sa(fa__wg_smem) + 1023u) & ~1023u, sK = sQ + G::QB, sV = sK + ST * G::KB;
     const unsigned full = sQ + G::BARS, empty = full + 8 * ST, qbar = empty + 8 * ST;   /* + 8 s: stage s */
@@ -9086,16 +9129,22 @@ static const char *fa__cu_kernel_name(fa__cu_kernel k)
     return "none";
 }
 
+/* The blocks of a forward kernel's 1-D grid for tiles of bq query rows (fa__cu_qtile's order): B
+   Hq ceil(Sq / bq); -1 when that passes 2^31 - 1. */
+static int64_t fa__cu_qblocks(const fa__dims *d, int bq)
+{
+    int64_t blocks = 0;
+    return fa__mul64((d->Sq + bq - 1) / bq, (int64_t)d->B * d->Hq, &blocks) && blocks <= INT_MAX ? blocks : -1;
+}
+
 /* The tile and shared memory of a generic configuration, and whether its grid and shared memory
    fit this request on a device with `optin` bytes of shared memory a block. */
 template <class CFG> static int fa__cu_fits(const fa__dims *d, int optin, fa__cu_plan *pl)
 {
     typedef fa__cu_geom<CFG> C;
-    int64_t blocks = 0;
-    const int grid = fa__mul64((d->Sq + C::BQ - 1) / C::BQ, (int64_t)d->B * d->Hq, &blocks) && blocks <= INT_MAX;
     pl->bq = C::BQ;
     pl->bk = C::BK;
-    return grid && (int)C::SMEM <= optin;
+    return fa__cu_qblocks(d, C::BQ) >= 0 && (int)C::SMEM <= optin;
 }
 
 static int fa__cu_fits_kernel(fa__cu_kernel k, const fa__dims *d, int optin, fa__cu_plan *pl)
@@ -9275,7 +9324,7 @@ static int fa__wg_pick(const fa__dims *d, const void *q, const void *k, const vo
     typedef fa__wg_geom<fa__wg_d64> G64;
     int dev = 0, major = 0, minor = 0, optin = 0;
     if (!((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) && d->Sk >= 1 &&
-          fa__tc_aligned(o, d->os) && (int64_t)d->B * d->Hq <= INT_MAX && d->Sq / G::BQ < 65535 &&
+          fa__tc_aligned(o, d->os) && fa__cu_qblocks(d, G::BQ) >= 0 &&
           fa__wg_tma_ok(q, d->qs, d->Sq, d->Hq, d->B) && fa__wg_tma_ok(k, d->ks, d->Sk, d->Hkv, d->B) &&
           fa__wg_tma_ok(v, d->vs, d->Sk, d->Hkv, d->B)))
         return 0;
@@ -9331,7 +9380,7 @@ static fa_status fa__cu_pick(const fa__dims *d, const void *q, const void *k, co
     if ((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) &&
         fa__tc_aligned(q, d->qs) && fa__tc_aligned(o, d->os) &&
         (d->Sk == 0 || (fa__tc_aligned(k, d->ks) && fa__tc_aligned(v, d->vs))) &&
-        (int64_t)d->B * d->Hq <= INT_MAX && d->Sq / 64 < 65535) {   /* grid.y with BQ >= 64 */
+        fa__cu_qblocks(d, 64) >= 0) {   /* the grid, with BQ >= 64 */
         if (cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
             return FA_ERR_DEVICE;
@@ -9733,7 +9782,7 @@ static fa_status fa__cu_generic_launch(const fa__dims *d, const void *q, const v
                                        cudaStream_t st)
 {
     typedef fa__cu_geom<CFG> C;
-    const int64_t qtiles = (d->Sq + C::BQ - 1) / C::BQ, blocks = qtiles * d->B * d->Hq;
+    const int64_t qtiles = (d->Sq + C::BQ - 1) / C::BQ, blocks = fa__cu_qblocks(d, C::BQ);
     fa_status s;
     if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_generic<T, CFG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)C::SMEM))) != FA_OK)
@@ -9759,22 +9808,20 @@ static fa_status fa__tc_launch(const fa__dims *d, int mods, const void *q, const
                                     : mods == 2 ? fa__tc_fwd<T, C, 2>
                                                 : fa__tc_fwd<T, C, 0>;
     fa__tc_args a;
-    dim3 grid;
     if (d->Sq == 0) return FA_OK;
     memset(&a, 0, sizeof a);
     a.d = *d;
     a.q = q; a.k = k; a.v = v; a.o = o;
-    grid = dim3((unsigned)(d->B * d->Hq), (unsigned)((d->Sq + G::BQ - 1) / G::BQ), 1);
     if (cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM) != cudaSuccess)
         return FA_ERR_DEVICE;
-    kern<<<grid, G::NT, G::SMEM, stream>>>(a);
+    kern<<<(unsigned)fa__cu_qblocks(d, G::BQ), G::NT, G::SMEM, stream>>>(a);
     return cudaGetLastError() == cudaSuccess ? FA_OK : FA_ERR_DEVICE;
 }
 
 #if FA__WG
 /* Launches the Hopper kernel (8d3) in configuration C, modifier variant mods (fa__wg_pick's; one
    instance kern in fa__wg_run): its three tensor maps encoded on the host (FA_ERR_DEVICE if the
-   driver refuses one), a grid of B*Hq x query tiles. */
+   driver refuses one), a 1-D grid of B Hq query tiles in fa__cu_qtile's order. */
 template <class C>
 static fa_status fa__wg_run(const fa__dims *d, void (*kern)(const fa__wg_args), const void *q, const void *k,
                             const void *v, void *o, cudaStream_t stream)
@@ -9794,7 +9841,7 @@ static fa_status fa__wg_run(const fa__dims *d, void (*kern)(const fa__wg_args), 
         (void)cudaGetLastError();
         return FA_ERR_DEVICE;
     }
-    kern<<<dim3((unsigned)(d->B * d->Hq), (unsigned)((d->Sq + G::BQ - 1) / G::BQ), 1), C::WG, G::SMEM, stream>>>(w);
+    kern<<<(unsigned)fa__cu_qblocks(d, G::BQ), C::WG, G::SMEM, stream>>>(w);
     return fa__cu(cudaGetLastError());
 }
 

@@ -2733,12 +2733,52 @@ static void test_half_alias(void **state)
     free(buf);
 }
 
+/* The CUDA forward kernels' block order (section 1's fa__qtile_of, fa__qtile_group), checked here
+   because it is host code too: every (batch-head, query tile) is exactly one item of the grid, a
+   group's blocks are one run of items, and within a group the tiles never get longer (the longest,
+   causal, first), the group's heads side by side at each tile. */
+static void test_qtile_order(void **state)
+{
+    static const int64_t shapes[][3] = {   /* nbh, qtiles, kv bytes a head */
+        { 1, 1, 0 }, { 1, 7, 100 }, { 5, 1, 100 }, { 64, 32, 2 << 20 }, { 16, 128, 8 << 20 },
+        { 7, 5, 10 }, { 13, 9, 3 }, { 128, 32, 1 << 20 }, { 3, 4, (int64_t)1 << 40 }, { 300, 2, 0 },
+    };
+    size_t s;
+    (void)state;
+    for (s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t nbh = shapes[s][0], qt_n = shapes[s][1], budget = (int64_t)24 << 20;
+        const int64_t hg = fa__qtile_group(nbh, shapes[s][2], budget), n = nbh * qt_n;
+        unsigned char *seen = (unsigned char *)calloc((size_t)n, 1);
+        int64_t item, pbh = -1, pqt = -1;
+        assert_non_null(seen);
+        assert_true(hg >= 1 && hg <= nbh);
+        if (shapes[s][2] > 0 && budget / shapes[s][2] >= 1 && budget / shapes[s][2] <= nbh)
+            assert_int_equal(hg, budget / shapes[s][2]);
+        for (item = 0; item < n; item++) {
+            int64_t bh, qt;
+            fa__qtile_of(nbh, qt_n, hg, item, &bh, &qt);
+            assert_true(bh >= 0 && bh < nbh && qt >= 0 && qt < qt_n);
+            assert_int_equal(bh / hg, item / (hg * qt_n));   /* the group's blocks are one run */
+            assert_false(seen[bh * qt_n + qt]);
+            seen[bh * qt_n + qt] = 1;
+            if (item > 0 && bh / hg == pbh / hg) {            /* same group: tiles never longer, heads in order */
+                assert_true(qt <= pqt);
+                if (qt == pqt) assert_int_equal(bh, pbh + 1);
+            }
+            pbh = bh;
+            pqt = qt;
+        }
+        free(seen);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_sanity),
         cmocka_unit_test(test_status_string),
         cmocka_unit_test(test_allclose),
+        cmocka_unit_test(test_qtile_order),
         cmocka_unit_test(test_seq_lengths),
         cmocka_unit_test(test_head_dims),
         cmocka_unit_test(test_block_sizes),
