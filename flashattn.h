@@ -5505,7 +5505,8 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    stages as fit beside the Q tile in 227 KB (3 at D = 128: 224 KB; 4 at D = 64: 152 KB). D = 128:
    two consumers (o, S and P take 160 of their 232 registers). D = 64: three consumers of 160
    registers (o 32, S 64, P 32), 192 rows a block, so that two consumers' softmax runs while the
-   third's GEMMs hold the tensor pipe. PP: the consumers take turns at their GEMMs (ping-pong, in
+   third's GEMMs hold the tensor pipe, where rows see >= 1024 keys (fa__wg_wide, 8f; else
+   fa__wg_d64x2). PP: the consumers take turns at their GEMMs (ping-pong, in
    consumer order; 0 only for the bench's ablation). */
 struct fa__wg_d128 {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1 };
@@ -5513,8 +5514,9 @@ struct fa__wg_d128 {
 struct fa__wg_d64 {
     enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1 };
 };
-/* D = 64's modifier variant 4 (bias, combinations: fa__tc_mods) keeps two consumers of 232
-   registers: in 160 its constants spill 384 bytes. */
+/* D = 64's two-consumer block (128 rows, 232 registers a consumer): modifier variant 4 (bias,
+   combinations: fa__tc_mods; in 160 registers its constants spill 384 bytes) and rows that see
+   few keys (fa__wg_wide, 8f) run on it. */
 struct fa__wg_d64x2 {
     enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 384, REG_P = 40, REG_C = 232, PP = 1 };
 };
@@ -9325,6 +9327,19 @@ static int fa__wg_map(fa__wg_encode_fn enc, CUtensorMap *m, const void *p, fa_dt
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+/* 1 when the D = 64 Hopper kernel runs its three-consumer block (8a's fa__wg_d64, 192 rows):
+   modifier variants 0-2 and a middle query row that sees at least 1024 keys (fa__visible_keys);
+   else fa__wg_d64x2 (128 rows). Measured on the H200: three consumers +6-23% where rows see 1k-16k
+   keys, -9% causal at S = 1k (512 keys a row on average) and -13% under a window of 256, where
+   the taller block's masked tiles cost more than the third consumer gains (bench/RESULTS.md,
+   "Hopper forward (issue 15)", three consumers at D = 64). From the shape alone. */
+static int fa__wg_wide(const fa__dims *d, int mods)
+{
+    int lo, hi;
+    fa__visible_keys(d->Sk - (d->Sq - d->Sq / 2), d->Sk, d->causal, d->wl, d->wr, &lo, &hi);
+    return mods != 4 && hi - lo >= 1024;
+}
+
 /* Step 1 of fa__cu_pick, the Hopper kernel (8d3): fp16/bf16, D = Dv in {64, 128}, Sk >= 1, q, k and v as
    TMA takes them (fa__wg_tma_ok), o rows 16-byte aligned, B*Hq and the query tiles inside the
    grid's limits, on a device of compute capability 9.0 with the shared memory, whose loaded code
@@ -9336,8 +9351,8 @@ static int fa__wg_pick(const fa__dims *d, const void *q, const void *k, const vo
     typedef fa__wg_geom<fa__wg_d128> G;
     typedef fa__wg_geom<fa__wg_d64> G64;
     typedef fa__wg_geom<fa__wg_d64x2> G64x2;
-    const int mods = fa__tc_mods(d);
-    const int smem = d->D == 128 ? (int)G::SMEM : mods == 4 ? (int)G64x2::SMEM : (int)G64::SMEM;
+    const int mods = fa__tc_mods(d), wide = fa__wg_wide(d, mods);
+    const int smem = d->D == 128 ? (int)G::SMEM : wide ? (int)G64::SMEM : (int)G64x2::SMEM;
     int dev = 0, major = 0, minor = 0, optin = 0;
     if (!((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) && d->Sk >= 1 &&
           fa__tc_aligned(o, d->os) && fa__cu_qblocks(d, G::BQ) >= 0 &&
@@ -9354,7 +9369,7 @@ static int fa__wg_pick(const fa__dims *d, const void *q, const void *k, const vo
     if (major != 9 || minor != 0 || optin < smem || !fa__wg_built() || !fa__wg_encoder()) return 0;
     pl->kernel = d->D == 128 ? FA__CU_WG_D128 : FA__CU_WG_D64;
     pl->mods = mods;
-    pl->bq = d->D == 128 ? (int)G::BQ : mods == 4 ? (int)G64x2::BQ : (int)G64::BQ;
+    pl->bq = d->D == 128 ? (int)G::BQ : wide ? (int)G64::BQ : (int)G64x2::BQ;   /* fa__cu_launch reads D = 64's block */
     pl->bk = d->D == 128 ? (int)G::BK : (int)G64::BK;
     return 1;
 }
@@ -9959,9 +9974,12 @@ static fa_status fa__cu_launch(const fa__cu_plan *pl, const fa__dims *d, const v
     case FA__CU_WG_D128:
         return d->dtype == FA_BF16 ? fa__wg_launch<__nv_bfloat16, fa__wg_d128, fa__wg_d128>(d, pl->mods, q, k, v, o, st)
                                    : fa__wg_launch<__half, fa__wg_d128, fa__wg_d128>(d, pl->mods, q, k, v, o, st);
-    case FA__CU_WG_D64:
-        return d->dtype == FA_BF16 ? fa__wg_launch<__nv_bfloat16, fa__wg_d64, fa__wg_d64x2>(d, pl->mods, q, k, v, o, st)
-                                   : fa__wg_launch<__half, fa__wg_d64, fa__wg_d64x2>(d, pl->mods, q, k, v, o, st);
+    case FA__CU_WG_D64:   /* the block fa__wg_pick chose (fa__wg_wide) */
+        if (pl->bq == (int)fa__wg_geom<fa__wg_d64>::BQ)
+            return d->dtype == FA_BF16 ? fa__wg_launch<__nv_bfloat16, fa__wg_d64, fa__wg_d64x2>(d, pl->mods, q, k, v, o, st)
+                                       : fa__wg_launch<__half, fa__wg_d64, fa__wg_d64x2>(d, pl->mods, q, k, v, o, st);
+        return d->dtype == FA_BF16 ? fa__wg_launch<__nv_bfloat16, fa__wg_d64x2, fa__wg_d64x2>(d, pl->mods, q, k, v, o, st)
+                                   : fa__wg_launch<__half, fa__wg_d64x2, fa__wg_d64x2>(d, pl->mods, q, k, v, o, st);
 #endif
     case FA__CU_TC_D64:
         return d->dtype == FA_BF16 ? fa__tc_launch<__nv_bfloat16, fa__tc_d64>(d, pl->mods, q, k, v, o, st)
