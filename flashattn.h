@@ -5497,17 +5497,27 @@ struct fa__tc_d64 { enum { D = 64, NW = 4, MT = 2, BK = 64, QREG = 1, PF = 0, MI
 struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, MINB = 1 }; };
 
 /* The Hopper kernel's configuration (8d3), an fa__tc_* trait so that 8d's steps run on its
-   fragments: NW = 8 consumer warps (two warpgroups of 64 query rows, MT = 1: a warpgroup's m64
-   wgmma accumulator is, warp by warp, 8d's m16 accumulator), BQ = 128 rows a block, BK = 128 keys
-   a tile, ST stages of K/V in the TMA ring, one producer warpgroup besides (WG threads in all).
-   REG_P / REG_C: the registers a producer / consumer thread keeps after setmaxnreg (the launch
-   caps at 65536 / WG; REG_P * 128 + REG_C * 256 <= 65536). ST: as many stages as fit beside the
-   Q tile in 227 KB (3 at D = 128: 224 KB; 4 at D = 64: 144 KB). PP: the consumers take turns at
-   their GEMMs (ping-pong; 0 only for the bench's ablation). */
+   fragments: NW consumer warps (NW / 4 warpgroups of 64 query rows, MT = 1: a warpgroup's m64
+   wgmma accumulator is, warp by warp, 8d's m16 accumulator), BQ = 16 NW rows a block, BK = 128
+   keys a tile, ST stages of K/V in the TMA ring, one producer warpgroup besides (WG = 32 NW + 128
+   threads in all). REG_P / REG_C: the registers a producer / consumer thread keeps after
+   setmaxnreg (the launch caps at 65536 / WG; REG_P * 128 + REG_C * 32 NW <= 65536). ST: as many
+   stages as fit beside the Q tile in 227 KB (3 at D = 128: 224 KB; 4 at D = 64: 152 KB). D = 128:
+   two consumers (o, S and P take 160 of their 232 registers). D = 64: three consumers of 160
+   registers (o 32, S 64, P 32), 192 rows a block, so that two consumers' softmax runs while the
+   third's GEMMs hold the tensor pipe, where rows see >= 1024 keys (fa__wg_wide, 8f; else
+   fa__wg_d64x2). PP: the consumers take turns at their GEMMs (ping-pong, in
+   consumer order; 0 only for the bench's ablation). */
 struct fa__wg_d128 {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1 };
 };
 struct fa__wg_d64 {
+    enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1 };
+};
+/* D = 64's two-consumer block (128 rows, 232 registers a consumer): modifier variant 4 (bias,
+   combinations: fa__tc_mods; in 160 registers its constants spill 384 bytes) and rows that see
+   few keys (fa__wg_wide, 8f) run on it. */
+struct fa__wg_d64x2 {
     enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 384, REG_P = 40, REG_C = 232, PP = 1 };
 };
 
@@ -7259,23 +7269,25 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
 
 /* ---- 8d3. CUDA: the Hopper forward kernel (sm_90a: wgmma, TMA, an mbarrier ring) ---------------
    FlashAttention-3 style forward for fp16/bf16 at D = Dv in {64, 128} on compute capability 9.0. A block
-   of three warpgroups owns BQ = 128 query rows of one (batch, head):
+   of 1 + NC warpgroups owns BQ = 64 NC query rows of one (batch, head) (8a's fa__wg_d128: NC = 2,
+   128 rows; fa__wg_d64: NC = 3, 192 rows):
    - warpgroup 0, the producer, lowers its registers (setmaxnreg) and one thread issues every copy:
      the Q tile once, then the K and V tiles of BK keys into a ring of ST stages, each a pair of
      128-byte-swizzled 64-column panels per tensor, loaded by TMA (cp.async.bulk.tensor, rows past
      Sq or Sk zero-filled by the copy engine) and completing on the stage's "full" mbarrier (its
      transaction count is the stage's bytes). It reuses a stage once every consumer warp has
      arrived on its "empty" mbarrier.
-   - warpgroups 1 and 2, the consumers, raise their registers and own 64 query rows each. Per key
+   - warpgroups 1 .. NC, the consumers, raise their registers and own 64 query rows each. Per key
      tile j one "GEMM step" issues O += P_{j-1} V_{j-1} (wgmma m64nDk16, P from registers as the
      A operand, V N-major from shared memory) and S_j = Q K_j^T (wgmma m64n128k16, Q and K K-major
      from shared memory), commits them as one group and waits; then 8d's steps run on the accumulators as they
      are (a warp's 16 rows of an m64 accumulator are the m16 layout of 8d with MT = 1): fa__tc_scores
      (modifiers, mask), fa__tc_softmax (online softmax, O rescaled, P packed), and at the end
-     fa__tc_write (fa__tc_row_end, lse, o staged through the dead Q tile). The two consumers take
-     turns at the GEMM step (two named barriers, ping-pong), so that one's softmax runs under the
-     other's wgmma (measured level with no turns at all, PP = 0: bench/RESULTS.md, "Hopper forward
-     (issue 15)"; kept as FlashAttention-3's schedule, not for a measured gain).
+     fa__tc_write (fa__tc_row_end, lse, o staged through the dead Q tile). The consumers take
+     turns at the GEMM step in consumer order (a named barrier each, ping-pong: one token passed
+     round), so that the others' softmax runs under one's wgmma (with two consumers measured level
+     with no turns at all, PP = 0: bench/RESULTS.md, "Hopper forward (issue 15)"; kept as
+     FlashAttention-3's schedule, not for a measured gain).
    The key tiles are 8d's: fa__cu_tile_keys of the block's rows, fa__keys_full for the tiles that
    need no mask, the longest (causal) blocks first. 8d's rare case too: before the P V of a partial
    tile (some row hides some key, or a bias) each consumer scans the V stage (its warpgroup's
@@ -7346,15 +7358,16 @@ static __device__ __forceinline__ void fa__tma_load(unsigned dst, const CUtensor
                  ::"r"(dst), "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
 }
 
-/* Named barriers among the two consumer warpgroups (id 0 is __syncthreads'): the end of the loop,
-   one turn barrier per consumer for the ping-pong (2, 3), and one vote barrier per consumer (4, 5:
-   its 128 threads, fa__wg_vote). */
+/* Named barriers among the consumer warpgroups (id 0 is __syncthreads'): the end of the loop (all
+   consumers: `threads`), one turn barrier per consumer for the ping-pong (2-4: the consumer that
+   waits and the one before it, 256 threads), and one vote barrier per consumer (5-7: its 128
+   threads, fa__wg_vote). */
 #define FA__WG_BAR_END 1
 #define FA__WG_BAR_TURN 2
-#define FA__WG_BAR_VOTE 4
-static __device__ __forceinline__ void fa__wg_bar_sync(int id)
+#define FA__WG_BAR_VOTE 5
+static __device__ __forceinline__ void fa__wg_bar_sync(int id, int threads = 256)
 {
-    asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 static __device__ __forceinline__ void fa__wg_bar_arrive(int id)
@@ -7458,8 +7471,10 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef fa__wg_geom<C> G;
     typedef fa__wg_mma<T> X;
-    enum { BQ = G::BQ, BK = G::BK, D = G::D, ST = G::ST };
+    enum { BQ = G::BQ, BK = G::BK, D = G::D, ST = G::ST, NC = C::NW / 4 };
     static_assert(D == 64 || D == 128, "the Hopper kernel's head dims");
+    static_assert(C::NW % 4 == 0 && NC >= 2 && NC <= 3 && C::WG == 32 * C::NW + 128 &&
+                      C::REG_P * 128 + C::REG_C * 32 * C::NW <= 65536, "the Hopper kernel's warpgroups and registers");
     extern __shared__ __align__(1024) unsigned char fa__wg_smem[];
     const fa__dims &d = w.a.d;
     const int tid = threadIdx.x, wg = tid >> 7;
@@ -7515,7 +7530,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
         m[0][0] = m[0][1] = -INFINITY;
         l[0][0] = l[0][1] = 0.0f;
         if (nt > 0) fa__mb_wait(qbar, 0);
-        if (C::PP && cw == 1) fa__wg_bar_arrive(FA__WG_BAR_TURN);   /* consumer 0 takes the first turn */
+        if (C::PP && cw == NC - 1) fa__wg_bar_arrive(FA__WG_BAR_TURN);   /* consumer 0 takes the first turn */
         bool ppart = false;   /* tile j-1 is partial (some row hides some key, or a bias) */
         for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
             const bool qk = j < nt, pv = j > 0;
@@ -7545,7 +7560,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                           fa__wg_desc(sK + sq * G::KB + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024), kk);
             }
             fa__wg_commit();
-            if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw ^ 1));   /* the other consumer's turn */
+            if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw + 1) % NC);   /* the next consumer's turn */
             fa__wg_wait<0>();
             fa__wg_keep(o);
             fa__wg_keep(s);
@@ -7562,8 +7577,8 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                 fa__tc_softmax<T, C>(s, m, l, o, pa, mv.f);
             }
         }
-        if (C::PP && cw == 0) fa__wg_bar_sync(FA__WG_BAR_TURN);   /* consumer 1's last arrival */
-        fa__wg_bar_sync(FA__WG_BAR_END);   /* every wgmma reading the Q tile has retired */
+        if (C::PP && cw == 0) fa__wg_bar_sync(FA__WG_BAR_TURN);   /* the last consumer's last arrival */
+        fa__wg_bar_sync(FA__WG_BAR_END, 32 * C::NW);   /* every wgmma reading the Q tile has retired */
         fa__tc_write<T, C>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);
     }
 #else
@@ -9312,6 +9327,19 @@ static int fa__wg_map(fa__wg_encode_fn enc, CUtensorMap *m, const void *p, fa_dt
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+/* 1 when the D = 64 Hopper kernel runs its three-consumer block (8a's fa__wg_d64, 192 rows):
+   modifier variants 0-2 and a middle query row that sees at least 1024 keys (fa__visible_keys);
+   else fa__wg_d64x2 (128 rows). Measured on the H200: three consumers +6-23% where rows see 1k-16k
+   keys, -9% causal at S = 1k (512 keys a row on average) and -13% under a window of 256, where
+   the taller block's masked tiles cost more than the third consumer gains (bench/RESULTS.md,
+   "Hopper forward (issue 15)", three consumers at D = 64). From the shape alone. */
+static int fa__wg_wide(const fa__dims *d, int mods)
+{
+    int lo, hi;
+    fa__visible_keys(d->Sk - (d->Sq - d->Sq / 2), d->Sk, d->causal, d->wl, d->wr, &lo, &hi);
+    return mods != 4 && hi - lo >= 1024;
+}
+
 /* Step 1 of fa__cu_pick, the Hopper kernel (8d3): fp16/bf16, D = Dv in {64, 128}, Sk >= 1, q, k and v as
    TMA takes them (fa__wg_tma_ok), o rows 16-byte aligned, B*Hq and the query tiles inside the
    grid's limits, on a device of compute capability 9.0 with the shared memory, whose loaded code
@@ -9322,6 +9350,9 @@ static int fa__wg_pick(const fa__dims *d, const void *q, const void *k, const vo
 {
     typedef fa__wg_geom<fa__wg_d128> G;
     typedef fa__wg_geom<fa__wg_d64> G64;
+    typedef fa__wg_geom<fa__wg_d64x2> G64x2;
+    const int mods = fa__tc_mods(d), wide = fa__wg_wide(d, mods);
+    const int smem = d->D == 128 ? (int)G::SMEM : wide ? (int)G64::SMEM : (int)G64x2::SMEM;
     int dev = 0, major = 0, minor = 0, optin = 0;
     if (!((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) && d->Sk >= 1 &&
           fa__tc_aligned(o, d->os) && fa__cu_qblocks(d, G::BQ) >= 0 &&
@@ -9335,12 +9366,10 @@ static int fa__wg_pick(const fa__dims *d, const void *q, const void *k, const vo
         (void)cudaGetLastError();
         return 0;
     }
-    if (major != 9 || minor != 0 || optin < (d->D == 128 ? (int)G::SMEM : (int)G64::SMEM) || !fa__wg_built() ||
-        !fa__wg_encoder())
-        return 0;
+    if (major != 9 || minor != 0 || optin < smem || !fa__wg_built() || !fa__wg_encoder()) return 0;
     pl->kernel = d->D == 128 ? FA__CU_WG_D128 : FA__CU_WG_D64;
-    pl->mods = fa__tc_mods(d);
-    pl->bq = d->D == 128 ? (int)G::BQ : (int)G64::BQ;
+    pl->mods = mods;
+    pl->bq = d->D == 128 ? (int)G::BQ : wide ? (int)G64::BQ : (int)G64x2::BQ;   /* fa__cu_launch reads D = 64's block */
     pl->bk = d->D == 128 ? (int)G::BK : (int)G64::BK;
     return 1;
 }
@@ -9845,12 +9874,14 @@ static fa_status fa__wg_run(const fa__dims *d, void (*kern)(const fa__wg_args), 
     return fa__cu(cudaGetLastError());
 }
 
-template <typename T, class C>
+/* C serves modifier variants 0-2, C4 variant 4 (8a: fa__wg_d64x2 at D = 64). */
+template <typename T, class C, class C4>
 static fa_status fa__wg_launch(const fa__dims *d, int mods, const void *q, const void *k, const void *v, void *o,
                                cudaStream_t stream)
 {
-    return fa__wg_run<C>(d, mods == 4 ? fa__wg_fwd<T, C, 4> : mods == 1 ? fa__wg_fwd<T, C, 1>
-                            : mods == 2 ? fa__wg_fwd<T, C, 2> : fa__wg_fwd<T, C, 0>, q, k, v, o, stream);
+    if (mods == 4) return fa__wg_run<C4>(d, fa__wg_fwd<T, C4, 4>, q, k, v, o, stream);
+    return fa__wg_run<C>(d, mods == 1 ? fa__wg_fwd<T, C, 1> : mods == 2 ? fa__wg_fwd<T, C, 2> : fa__wg_fwd<T, C, 0>, q, k,
+                         v, o, stream);
 }
 #endif
 
@@ -9941,11 +9972,14 @@ static fa_status fa__cu_launch(const fa__cu_plan *pl, const fa__dims *d, const v
                                   : fa__dec_ffma_launch<float>(pl, d, q, k, v, o, st);
 #if FA__WG
     case FA__CU_WG_D128:
-        return d->dtype == FA_BF16 ? fa__wg_launch<__nv_bfloat16, fa__wg_d128>(d, pl->mods, q, k, v, o, st)
-                                   : fa__wg_launch<__half, fa__wg_d128>(d, pl->mods, q, k, v, o, st);
-    case FA__CU_WG_D64:
-        return d->dtype == FA_BF16 ? fa__wg_launch<__nv_bfloat16, fa__wg_d64>(d, pl->mods, q, k, v, o, st)
-                                   : fa__wg_launch<__half, fa__wg_d64>(d, pl->mods, q, k, v, o, st);
+        return d->dtype == FA_BF16 ? fa__wg_launch<__nv_bfloat16, fa__wg_d128, fa__wg_d128>(d, pl->mods, q, k, v, o, st)
+                                   : fa__wg_launch<__half, fa__wg_d128, fa__wg_d128>(d, pl->mods, q, k, v, o, st);
+    case FA__CU_WG_D64:   /* the block fa__wg_pick chose (fa__wg_wide) */
+        if (pl->bq == (int)fa__wg_geom<fa__wg_d64>::BQ)
+            return d->dtype == FA_BF16 ? fa__wg_launch<__nv_bfloat16, fa__wg_d64, fa__wg_d64x2>(d, pl->mods, q, k, v, o, st)
+                                       : fa__wg_launch<__half, fa__wg_d64, fa__wg_d64x2>(d, pl->mods, q, k, v, o, st);
+        return d->dtype == FA_BF16 ? fa__wg_launch<__nv_bfloat16, fa__wg_d64x2, fa__wg_d64x2>(d, pl->mods, q, k, v, o, st)
+                                   : fa__wg_launch<__half, fa__wg_d64x2, fa__wg_d64x2>(d, pl->mods, q, k, v, o, st);
 #endif
     case FA__CU_TC_D64:
         return d->dtype == FA_BF16 ? fa__tc_launch<__nv_bfloat16, fa__tc_d64>(d, pl->mods, q, k, v, o, st)

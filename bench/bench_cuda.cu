@@ -346,10 +346,12 @@ struct tc64_w4m2k32q_pf { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF =
 struct tc128_w4m2k64 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 0, MINB = 1 }; };
 struct tc128_w4m2k64_pf { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, MINB = 1 }; };
 /* The Hopper kernel's variants (bf16, plain rows only; fields as the header's fa__wg_d128): 2 stages
-   instead of 3, and without the consumers' ping-pong. */
+   instead of 3, without the consumers' ping-pong, and at D = 64 the two-consumer block of 128 rows
+   (the header's fa__wg_d64x2, everywhere, not only where fa__wg_wide picks it) and three consumers
+   without the ping-pong. */
 struct wg128_st2 { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1 }; };
 struct wg128_nopp { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 0 }; };
-struct wg64_st2 { enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1 }; };
+struct wg64_nopp { enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 0 }; };
 template <class C>
 static fa_status wg_config(const fa__dims *d, const void *q, const void *k, const void *v, void *o, cudaStream_t s)
 {
@@ -366,7 +368,8 @@ static const Impl tune_impls[] = {
     { "tc64_w4m2k64_m3", 2, tc_config<tc64_w4m2k64_m3>, 64 },   { "tc64_w4m2k32q_m3", 2, tc_config<tc64_w4m2k32q_m3>, 64 },
     { "tc64_w4m2k32q_pf", 2, tc_config<tc64_w4m2k32q_pf>, 64 }, { "tc128_w4m2k64", 2, tc_config<tc128_w4m2k64>, 128 },
     { "tc128_w4m2k64_pf", 2, tc_config<tc128_w4m2k64_pf>, 128 }, { "wg128_st2", 2, wg_config<wg128_st2>, 128 },
-    { "wg128_nopp", 2, wg_config<wg128_nopp>, 128 },            { "wg64_st2", 2, wg_config<wg64_st2>, 64 },
+    { "wg128_nopp", 2, wg_config<wg128_nopp>, 128 },            { "wg64_nc2", 2, wg_config<fa__wg_d64x2>, 64 },
+    { "wg64_nopp", 2, wg_config<wg64_nopp>, 64 },
 };
 #else
 static const Impl tune_impls[] = { { "tc_tiled", 2, tc_default, 0 } };

@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader 2>&1 
 rc=0
 
 echo "== test_cuda (full grid)"
-timeout 90 ./build/test_cuda 2>&1 | tee "$OUT/test_cuda.log" || rc=1
+timeout 240 ./build/test_cuda 2>&1 | tee "$OUT/test_cuda.log" || rc=1
 
 echo "== test_cuda_backward (full grid)"
 timeout 120 ./build/test_cuda_backward 2>&1 | tee "$OUT/test_cuda_backward.log" || rc=1

@@ -32,6 +32,7 @@ static int g_block_k = 0;   /* p.block_k of the runs: 32 and 64 pick the other f
 static int g_block_q = 0;   /* p.block_q of the runs: 64 and 128 pick the fp32 kernels with several blocks/SM */
 static int g_tiled_only = 0;   /* run_list skips fa_cuda_naive (which ignores block_q) */
 static int g_served[FA__CU_KERNELS][5];   /* tiled runs served by each kernel (fa__cu_pick), by modifier variant */
+static int g_wg64_rows[2][5];   /* runs of the D = 64 Hopper kernel in its 128-row [0] and 192-row [1] blocks (fa__wg_wide), by variant */
 static int g_hopper = 0;   /* the device has compute capability 9.0: the Hopper kernel (8d3) serves D = 64 and 128 */
 
 #include "cuda_util.h"
@@ -269,6 +270,7 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
             ok = 0;
         }
         g_served[plan.kernel][plan.mods]++;
+        if (plan.kernel == FA__CU_WG_D64) g_wg64_rows[plan.bq == 192][plan.mods]++;
         {   /* the public query says the same kernel */
             char line[400], kname[64];
             const int dec = want >= FA__CU_DEC_TC_D64 && want <= FA__CU_DEC_D256;
@@ -364,6 +366,8 @@ static const tcase g_shapes[] = {
     { "d128 mqa 3 stages", 1, 3, 1, 129, 700, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
     { "d128 window 100/20", 2, 2, 2, 400, 520, 128, 0, 0, L_PACKED, 0, 100, 20, 0, 0, 0, 1 },
     { "long rows sk=13000", 1, 2, 1, 3, 13000, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "d64 rows of 1500 keys", 1, 4, 2, 450, 1500, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "d64 causal 2100 bshd", 1, 2, 0, 2100, 2100, 64, 0, 1, L_BSHD, 0, 0, 0, 0, 0, 0, 0 },
     { "sq=0", 2, 2, 0, 0, 9, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
 };
 
@@ -397,6 +401,8 @@ static const tcase g_mods[] = {
     { "all together sq>sk", 2, 4, 1, 203, 97, 80, 48, 1, L_BSHD, 0.2f, 17, 3, 5.0f, ALIBI_HEAD, BIAS_KEYPAD, 0 },
     { "all together d128", 1, 4, 2, 300, 1031, 128, 0, 1, L_BSHD, 0, 256, 0, 30.0f, ALIBI_HEAD, BIAS_SHARED, 0 },
     { "alibi d128 causal", 1, 4, 2, 200, 333, 128, 0, 1, L_PACKED, 0, 0, 0, 0, ALIBI_HEAD, 0, 0 },
+    { "softcap d64 1200 keys", 1, 2, 0, 300, 1200, 64, 0, 0, L_PACKED, 0, 0, 0, 20.0f, 0, 0, 0 },
+    { "alibi d64 causal 1500 keys", 1, 4, 2, 400, 1500, 64, 0, 1, L_PACKED, 0, 0, 0, 0, ALIBI_HEAD, 0, 0 },
 };
 
 /* The split-key decode path (8d2): few query rows per (batch, kv head), Sk from 1 to 200000 (1 to
@@ -1219,6 +1225,16 @@ static void test_kernels_served(void **state)
         }
         if (modded && (!g_served[k][0] || !g_served[k][1] || !g_served[k][2] || !g_served[k][4])) {
             print_error("  %s: a modifier variant served no run\n", fa__cu_kernel_name((fa__cu_kernel)k));
+            n++;
+        }
+    }
+    if (g_hopper) {   /* D = 64 runs in both of its blocks, variants 0-2 in the 192-row one (fa__wg_wide) */
+        printf("  wg_d64 blocks: 128 rows %d/%d/%d/%d, 192 rows %d/%d/%d/%d (variants 0/1/2/4)\n", g_wg64_rows[0][0],
+               g_wg64_rows[0][1], g_wg64_rows[0][2], g_wg64_rows[0][4], g_wg64_rows[1][0], g_wg64_rows[1][1],
+               g_wg64_rows[1][2], g_wg64_rows[1][4]);
+        if (!g_wg64_rows[0][0] || !g_wg64_rows[0][4] || !g_wg64_rows[1][0] || !g_wg64_rows[1][1] || !g_wg64_rows[1][2] ||
+            g_wg64_rows[1][4]) {
+            print_error("  wg_d64: a block served no run, or variant 4 ran in the 192-row block\n");
             n++;
         }
     }
