@@ -536,6 +536,9 @@ extern "C" {
 #ifndef FA__AMX_VT_ALL
 #define FA__AMX_VT_ALL 1
 #endif
+#ifndef FA__AMX_VT_POOL
+#define FA__AMX_VT_POOL 1
+#endif
 
 /* Decoding: the key axis is split for tiles of at most FA__SPLIT_ROWS rows per head (or packed
    GQA heads), in chunks of at least FA__CHUNK_KEYS keys and at most FA__MAX_CHUNKS of them, fixed
@@ -2972,7 +2975,9 @@ FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, f
                 up = _mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, lazy), _CMP_GT_OQ);
                 mr = _mm512_mask_mov_ps(mo, up, mx);
                 ms = _mm512_mask_mov_ps(mr, _mm512_cmp_ps_mask(mr, ninf, _CMP_EQ_OQ), zero);
-                if (up) {
+                if (up) {       /* the jobs first: one may be a P V into this O */
+                    fa__amx_run(jobs, njobs);
+                    done = ng;
                     al = _mm512_mask_mov_ps(al, up, fa__exp16(_mm512_sub_ps(mo, ms)));
                     for (t = 0; t < Dv; t++)
                         _mm512_storeu_ps(o + (int64_t)t * FA__AMX_LD, _mm512_mul_ps(_mm512_loadu_ps(o + (int64_t)t * FA__AMX_LD), al));
@@ -2988,7 +2993,7 @@ FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, f
                 __m512 e0 = zero, e1 = zero;
                 if (!pass) {
                     it++;
-                    while ((int64_t)done * ni < (int64_t)it * ng) {
+                    while (done < ng && (int64_t)done * ni < (int64_t)it * ng) {
                         while (jobs[q].m >= jobs[q].M) q++;
                         fa__amx_group(&jobs[q]);
                         done++;
@@ -4035,6 +4040,7 @@ FLASHATTN__CPU_DEF fa_status fa_merge(int rows, int dv, int parts, const float *
 
 typedef struct fa__tiled_plan {
     int nq, bk, hpt, rows, ld, rowmajor, nchunk, cb, nthreads;
+    int sld;                    /* lanes of St and Pp's allocation: ld, at least 64 on AMX (two panel buffers) */
     int64_t qtiles, tiles, items;
     size_t lane_floats, thread_floats, part_floats, pool_bytes, total;
     size_t half_off;            /* half storage: where a thread's conversion buffers start (floats) */
@@ -4107,6 +4113,7 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
     if (pl->bk > d->Sk) pl->bk = d->Sk > 0 ? d->Sk : 1;
     ld = pl->amx ? (fa__round16((size_t)pl->rows) + 31) / 32 * 32 : fa__round16((size_t)pl->rows);
     pl->ld = (int)ld;
+    pl->sld = pl->amx && ld < 64 ? 64 : (int)ld;
     pl->tiles = pl->qtiles * d->B * (d->Hq / pl->hpt);
     nb = ((int64_t)d->Sk + pl->bk - 1) / pl->bk;
     pl->nchunk = 1;
@@ -4121,10 +4128,10 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
     }
     pl->items = pl->tiles * pl->nchunk;
     pl->nthreads = fa__nthreads(d, pl->items);
-    /* per thread: the rule's lane arrays, Qt [D][ld], St [bk][ld], Ot [Dv][ld], m, l and the alphas [ld] */
+    /* per thread: the rule's lane arrays, Qt [D][ld], St [bk][sld], Ot [Dv][ld], m, l and the alphas [ld] */
     pl->lane_floats = fa__mul_size(ld, FA__LANE_FLOATS);
     f = fa__add_size(pl->lane_floats, fa__mul_size(ld, (size_t)d->D));
-    f = fa__add_size(f, fa__mul_size(ld, (size_t)pl->bk));
+    f = fa__add_size(f, fa__mul_size((size_t)pl->sld, (size_t)pl->bk));
     f = fa__add_size(f, fa__mul_size(ld, (size_t)d->Dv));
     f = fa__add_size(f, 3 * ld);
     /* half storage (FA_F16, FA_BF16): the K/V block in fp32, K [bk][D] and V [bk][Dv], converted
@@ -4136,17 +4143,18 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
         /* vdpbf16ps: Q's words in Qt's place and V's in Vc's; the panel probabilities Pp [ceil(bk/2)][ld]
            (AMX: also a panel's Pp [np16][32], fewer; and Vt [Dv][np16], key pairs to a multiple of 16) */
         pl->np16 = (int)fa__round16(((size_t)pl->bk + 1) / 2);
-        if (pl->dpbf16) h = fa__add_size(h, fa__round16(fa__mul_size(ld, ((size_t)pl->bk + 1) / 2 + (pl->amx ? 16 : 0))));
+        if (pl->dpbf16) h = fa__add_size(h, fa__round16(fa__mul_size((size_t)pl->sld, ((size_t)pl->bk + 1) / 2 + (pl->amx ? 16 : 0))));
         if (pl->amx) h = fa__add_size(h, fa__mul_size((size_t)d->Dv, (size_t)pl->np16));
         pl->half_off = f;
         f = fa__add_size(f, h);
     }
     pl->thread_floats = f == SIZE_MAX ? SIZE_MAX : fa__round16(f);
     /* AMX with more than one tile per kv head and Sq Sk >= 2^20 (FA__AMX_VT_ALL; below, the pass's
-       own start of the threads cost more than it saved, S = 512 on the Xeon): V's words transposed
+       own start of the threads cost more than it saved, S = 512 on the Xeon), or on a pool at any
+       size (FA__AMX_VT_POOL: its parked threads start no thread): V's words transposed
        once per call, Vt [B][Hkv][blocks][Dv][np16] and a finite flag per block, O(Sk Dv) like V */
     if (FA__AMX_VT_ALL && pl->amx && d->Sk > 0 && pl->qtiles * (d->Hq / d->Hkv) / pl->hpt >= 2 &&
-        (int64_t)d->Sq * d->Sk >= ((int64_t)1 << 20)) {
+        ((FA__AMX_VT_POOL && d->pool) || (int64_t)d->Sq * d->Sk >= ((int64_t)1 << 20))) {
         pl->vt_all = 1;
         pl->vt_blocks = (int64_t)d->B * d->Hkv * nb;
         pl->vt_floats = fa__add_size(fa__round16(fa__mul_size(fa__mul_size((size_t)pl->vt_blocks, (size_t)d->Dv), (size_t)pl->np16)),
@@ -4233,7 +4241,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     /* P V's mode: 1 without hidden keys, 2 with a bias, per vector (fa__pv_acc) with the position rule */
     int masks = fa__has_mask(d), acc_all = !fa__hides_keys(d) ? 1 : d->bias ? 2 : 0;
     float *lanes = c->ws + (size_t)tid * pl->thread_floats, *Qt = lanes + pl->lane_floats, *St = Qt + ld * D;
-    float *Ot = St + ld * bk, *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
+    float *Ot = St + (int64_t)pl->sld * bk, *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
     const float *kbase = NULL, *vbase = NULL, *kblk, *vblk;
     const uint16_t *khb = NULL, *vhb = NULL;
     int64_t ks = d->ks[2], vs = d->vs[2], kst, vst;
@@ -4243,8 +4251,26 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     float *Qc = half ? Vc + fa__round16((size_t)bk * Dv) : NULL, *Oc = half ? Qc + 16 * (size_t)D : NULL;
     /* vdpbf16ps (pl->dpbf16): Q's words in Qt, V's in Vc, P's in Pp */
     uint32_t *Pp = pl->dpbf16 ? (uint32_t *)(Oc + 16 * (size_t)Dv) : NULL, *Qp = (uint32_t *)Qt, *Vp = (uint32_t *)Vc;
-    uint32_t *Vt = pl->amx ? Pp + fa__round16((size_t)ld * (((size_t)bk + 1) / 2 + 16)) : NULL;
+    uint32_t *Vt = pl->amx ? Pp + fa__round16((size_t)pl->sld * (((size_t)bk + 1) / 2 + 16)) : NULL;
     int vfin = 0, amx_pf = 0;
+#ifdef FA__HAVE_AMX
+    /* AMX's pipeline across blocks: a panel's P V not yet run (pend) and its operands, the next block's
+       first scores taken ahead (la) and their block, panel and keys; items so far (buffer parity) */
+    fa__amx_job ajob[2];
+    int amx_it = 0, pend = 0, pend_nv = 0, la = 0, la_pv = 0, la_va = 0, la_vb = 0, la_nkq = 0;
+    int64_t la_f0 = -1;
+    const uint32_t *pend_vt = NULL;
+    uint32_t *pend_pp = NULL;
+    float *pend_op = NULL;
+#define FA__AMX_FLUSH                                                                            \
+    do {                                                                                         \
+        if (pend) {                                                                              \
+            K->amx_pv_job(pend_vt, pl->np16, Dv, pend_pp, pend_op, pend_nv, &pf, &ajob[0]);      \
+            K->amx_run(ajob, 1);                                                                 \
+            pend = 0;                                                                            \
+        }                                                                                        \
+    } while (0)
+#endif
     fa__rule_lanes ln;
     fa__pf pf;
 
@@ -4378,37 +4404,55 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             if (nkq > nf) nkq = nf;
             npn = (v1 - (v0 & ~1) + 1) / 2;
             if (vfin) {
-                /* the panels in a pipeline: panel ip's online step (fa__online_amx) runs the tile
-                   products of panel ip - 1's P V and panel ip + 1's scores along its vector work (two
-                   score and two P buffers, by panel parity); a panel's own steps keep their order */
-                fa__amx_job jb[2], jq;
+                /* the panels in a pipeline: the online step of panel item x (fa__online_amx) runs the
+                   tile products of item x - 1's P V and item x + 1's scores along its vector work
+                   (two score and two P buffers, by item parity); with every block's Vt kept
+                   (pl->vt_all) the items run on across blocks: the last panel's P V in the next
+                   block's first step, and the next block's first scores in this block's last (taken
+                   if that block starts at the same panel, else computed again). A panel's own steps
+                   keep their order. */
                 const float sc = ln.mods ? 1.0f : d->scale;      /* the rule's passes want scaled scores */
+                int nj;
 #define FA__PV(ip) ((v0 & ~1) + 2 * (ip))
 #define FA__VA(ip) (FA__PV(ip) > v0 ? FA__PV(ip) : v0)
 #define FA__NV(ip) ((FA__PV(ip) + 2 < v1 ? FA__PV(ip) + 2 : v1) - FA__VA(ip))
 #define FA__LO(ip) (16 * (FA__VA(ip) - FA__PV(ip)))
 #define FA__QP(ip) (Qp + (size_t)(FA__PV(ip) / 2) * 32 * (D / 2) + FA__LO(ip))
 #define FA__OP(ip) (Ot + (size_t)(FA__PV(ip) / 2) * 32 * Dv + FA__LO(ip))
-#define FA__SP(ip) (St + (size_t)((ip) & 1) * 32 * bk + FA__LO(ip))
-#define FA__PP(ip) (Pp + (size_t)((ip) & 1) * 32 * pl->np16 + FA__LO(ip))
-                K->amx_qk_job(khb + f0 * ks, ks, nkq, D, FA__QP(0), FA__SP(0), FA__NV(0), &pf, &jq);
-                K->amx_run(&jq, 1);
+#define FA__SP(x, ip) (St + (size_t)((x) & 1) * 32 * bk + FA__LO(ip))
+#define FA__PP(x, ip) (Pp + (size_t)((x) & 1) * 32 * pl->np16 + FA__LO(ip))
+                if (!(la && la_f0 == f0 && la_nkq == nkq && la_pv == FA__PV(0) && la_va <= FA__VA(0) &&
+                      FA__VA(0) + FA__NV(0) <= la_vb)) {
+                    K->amx_qk_job(khb + f0 * ks, ks, nkq, D, FA__QP(0), FA__SP(amx_it, 0), FA__NV(0), &pf, &ajob[0]);
+                    K->amx_run(ajob, 1);
+                }
+                la = 0;
                 for (ip = 0; ip < npn; ip++) {
-                    float *s0 = FA__SP(ip) + (size_t)off * 32;
-                    int nj = 0;
+                    float *s0 = FA__SP(amx_it, ip) + (size_t)off * 32;
+                    nj = 0;
                     for (i = 0; i < amx_pf; i++) fa__pf_step(&pf);
-                    if (ip > 0) K->amx_pv_job(Vt, pl->np16, Dv, FA__PP(ip - 1), FA__OP(ip - 1), FA__NV(ip - 1), &pf, &jb[nj++]);
-                    if (ip + 1 < npn)
-                        K->amx_qk_job(khb + f0 * ks, ks, nkq, D, FA__QP(ip + 1), FA__SP(ip + 1), FA__NV(ip + 1), &pf, &jb[nj++]);
-                    if (!FA__AMX_PIPE) { K->amx_run(jb, nj); nj = 0; }
+                    if (pend) { K->amx_pv_job(pend_vt, pl->np16, Dv, pend_pp, pend_op, pend_nv, &pf, &ajob[nj++]); pend = 0; }
+                    if (ip + 1 < npn) {
+                        K->amx_qk_job(khb + f0 * ks, ks, nkq, D, FA__QP(ip + 1), FA__SP(amx_it + 1, ip + 1), FA__NV(ip + 1), &pf,
+                                      &ajob[nj++]);
+                    } else if (pl->vt_all && kb + 1 < kb1) {
+                        int64_t g0 = f0 + bk, g1 = g0 + bk < d->Sk ? g0 + bk : d->Sk, gn = (g1 < khi ? g1 : khi) - g0;
+                        if (gn > 0) {   /* the next block's keys in this tile from its first (off 0), as above */
+                            la_nkq = (int)((gn + 15) / 16 * 16 < g1 - g0 ? (gn + 15) / 16 * 16 : g1 - g0);
+                            la = 1; la_f0 = g0; la_pv = FA__PV(0); la_va = FA__VA(0); la_vb = FA__VA(0) + FA__NV(0);
+                            K->amx_qk_job(khb + g0 * ks, ks, la_nkq, D, FA__QP(0), FA__SP(amx_it + 1, 0), FA__NV(0), &pf, &ajob[nj++]);
+                        }
+                    }
+                    if (!FA__AMX_PIPE) { K->amx_run(ajob, nj); nj = 0; }
                     if (ln.mods)
                         for (j = 0; j < nk; j++) K->scale(s0 + (size_t)j * 32, s0 + (size_t)j * 32, 16 * FA__NV(ip), d->scale);
                     if (ln.mods || mask) fa__modify_tile(K, &ln, 16 * FA__VA(ip), s0, 32, FA__NV(ip), k0, nk, mask);
-                    K->amx_online(FA__SP(ip), off, nk, FA__NV(ip), sc, m + 16 * FA__VA(ip), l + 16 * FA__VA(ip), FA__OP(ip), Dv,
-                                  FA__PP(ip), pl->np16, jb, nj);
+                    K->amx_online(FA__SP(amx_it, ip), off, nk, FA__NV(ip), sc, m + 16 * FA__VA(ip), l + 16 * FA__VA(ip), FA__OP(ip), Dv,
+                                  FA__PP(amx_it, ip), pl->np16, ajob, nj);
+                    pend = 1; pend_vt = Vt; pend_pp = FA__PP(amx_it, ip); pend_op = FA__OP(ip); pend_nv = FA__NV(ip);
+                    amx_it++;
                 }
-                K->amx_pv_job(Vt, pl->np16, Dv, FA__PP(npn - 1), FA__OP(npn - 1), FA__NV(npn - 1), &pf, &jq);
-                K->amx_run(&jq, 1);
+                if (!pl->vt_all) FA__AMX_FLUSH;     /* the next block's Vt goes where this one's is */
 #undef FA__PV
 #undef FA__VA
 #undef FA__NV
@@ -4419,6 +4463,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
 #undef FA__PP
                 continue;
             }
+            FA__AMX_FLUSH;
             /* a block with a non-finite V: the fp32 kernels on the converted block, as on vdpbf16ps below */
             for (pv = v0 & ~1; pv < v1; pv += 2) {
                 int va = pv > v0 ? pv : v0, vb = pv + 2 < v1 ? pv + 2 : v1, lo = 16 * (va - pv), nvec = vb - va, a, e;
@@ -4464,6 +4509,10 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         }
     }
 
+#ifdef FA__HAVE_AMX
+    FA__AMX_FLUSH;
+#undef FA__AMX_FLUSH
+#endif
     (void)amx_pf; (void)Vt;
     /* o (or this chunk's partials) = O / l, and lse = m + log l; a row that saw no key gets 0 and
        -INFINITY, a NaN row stays NaN */

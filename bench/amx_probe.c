@@ -4,7 +4,9 @@
    scores on the tiles (fa__qk_amx, with its scale pass), the online softmax step (fa__online_avx512),
    P rounded to bf16 pairs (fa__ppack_bf16), P V on the tiles (fa__pv_amx), V's words and their
    transpose per block (fa__vpack_bf16 + fa__vt_pack, once per tile and block, shared by the panels),
-   then the four in their real order, beside this thread's AMX tile-loop ceiling. Prints ns per
+   then the four in their real order, beside this thread's AMX tile-loop ceiling; then the fused online
+   step with P's rounding (fa__online_amx, `oamx`) and the panel pipeline of fa__tiled_item with the
+   jobs run before each online step (`pipe0`) or through it (`pipe`). Prints ns per
    panel-block and the GFLOP/s the two products' 4 x lanes x keys x D would run at.
    Needs an AMX-BF16 CPU (prints "no AMX" and exits 0 elsewhere, or under FA__AMX_EMULATE runs the
    C emulation, for checking that it runs at all).
@@ -48,8 +50,8 @@ int main(int argc, char **argv)
 #ifndef FA__AMX_EMULATE
     printf("AMX tile-loop ceiling, this thread: %.0f GFLOP/s\n", bench_amx_gflops(1));
 #endif
-    printf("%4s %4s | %8s %8s %8s %8s %8s | %8s %8s | %6s %6s\n", "D", "bk", "qk", "online", "ppack", "pv", "vpack/p",
-           "sum", "seq", "GF sum", "GF seq");
+    printf("%4s %4s | %8s %8s %8s %8s %8s | %8s %8s | %6s %6s | %8s %8s %8s | %6s %6s\n", "D", "bk", "qk", "online", "ppack",
+           "pv", "vpack/p", "sum", "seq", "GF sum", "GF seq", "oamx", "pipe0", "pipe", "GF p0", "GF pipe");
     for (di = 0; di < 2; di++)
         for (bi = 0; bi < 2; bi++) {
             int D = Ds[di], bk = BKs[bi], np16 = (int)fa__round16(((size_t)bk + 1) / 2), p, r, j;
@@ -60,7 +62,7 @@ int main(int argc, char **argv)
             uint32_t *Pp = (uint32_t *)calloc((size_t)np16 * LD * NPAN, 4), *Vp = (uint32_t *)malloc((size_t)bk * D * 4);
             uint32_t *Vt = (uint32_t *)malloc((size_t)D * np16 * 4);
             float m[LD * NPAN], l[LD * NPAN], tmp[LD * NPAN], *f = (float *)malloc((size_t)bk * D * 4);
-            double t0, tq = 0, to = 0, tp = 0, tv = 0, tk = 0, ts = 0, flops = 4.0 * LANES * bk * D;
+            double t0, tq = 0, to = 0, tp = 0, tv = 0, tk = 0, ts = 0, flops = 4.0 * LANES * bk * D, tf = 0, tz = 0, tpp = 0;
             fa__pf pf;
             memset(&pf, 0, sizeof pf);
             bench_fill_normal(f, (size_t)bk * D);
@@ -117,13 +119,43 @@ int main(int argc, char **argv)
                     }
                 }
                 a = tnow() - t0; if (r) ts = a / n / NPAN;
+#ifndef PROBE_OLD
+                /* the fused online step with P's rounding (fa__online_amx, no jobs), then the panel
+                   pipeline as fa__tiled_item runs it: jobs run before each step (pipe0) or through it */
+                memset(Ot, 0, (size_t)NPAN * LD * D * 4);
+                for (i = 0; i < (size_t)LD * NPAN; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
+                t0 = tnow();
+                for (k = 0; k < n; k++) for (p = 0; p < NPAN; p++) fa__online_amx(SP(p), 0, bk, NV, 0.088f, m + p * LANES, l + p * LANES, OP(p), D, PP(p), np16, NULL, 0);
+                a = tnow() - t0; if (r) tf = a / n / NPAN;
+                {
+                    int pipe;
+                    for (pipe = 0; pipe < 2; pipe++) {
+                        t0 = tnow();
+                        for (k = 0; k < n; k++) {
+                            fa__amx_job jb[2], jq;
+                            j = fa__vpack_bf16(V, D, bk, D, Vp); fa__vt_pack(Vp, (bk + 1) / 2, D, Vt, np16);
+                            fa__qk_amx_job(K, D, bk, D, QP(0), SP(0), NV, &pf, &jq); fa__amx_run(&jq, 1);
+                            for (p = 0; p < NPAN; p++) {
+                                int nj = 0;
+                                if (p > 0) fa__pv_amx_job(Vt, np16, D, PP(p - 1), OP(p - 1), NV, &pf, &jb[nj++]);
+                                if (p + 1 < NPAN) fa__qk_amx_job(K, D, bk, D, QP(p + 1), SP(p + 1), NV, &pf, &jb[nj++]);
+                                if (!pipe) { fa__amx_run(jb, nj); nj = 0; }
+                                fa__online_amx(SP(p), 0, bk, NV, 0.088f, m + p * LANES, l + p * LANES, OP(p), D, PP(p), np16, jb, nj);
+                            }
+                            fa__pv_amx_job(Vt, np16, D, PP(NPAN - 1), OP(NPAN - 1), NV, &pf, &jq); fa__amx_run(&jq, 1);
+                        }
+                        a = tnow() - t0; if (r) { if (pipe) tpp = a / n / NPAN; else tz = a / n / NPAN; }
+                    }
+                }
+#endif
                 memset(Ot, 0, (size_t)NPAN * LD * D * 4);
                 for (i = 0; i < (size_t)LD * NPAN; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
             }
             fa__amx_end();
-            printf("%4d %4d | %8.0f %8.0f %8.0f %8.0f %8.0f | %8.0f %8.0f | %6.0f %6.0f\n", D, bk, 1e9 * tq, 1e9 * to, 1e9 * tp,
-                   1e9 * tv, 1e9 * tk, 1e9 * (tq + to + tp + tv + tk), 1e9 * ts, flops / (tq + to + tp + tv + tk) * 1e-9,
-                   flops / ts * 1e-9);
+            printf("%4d %4d | %8.0f %8.0f %8.0f %8.0f %8.0f | %8.0f %8.0f | %6.0f %6.0f | %8.0f %8.0f %8.0f | %6.0f %6.0f\n", D, bk,
+                   1e9 * tq, 1e9 * to, 1e9 * tp, 1e9 * tv, 1e9 * tk, 1e9 * (tq + to + tp + tv + tk), 1e9 * ts,
+                   flops / (tq + to + tp + tv + tk) * 1e-9, flops / ts * 1e-9, 1e9 * tf, 1e9 * tz, 1e9 * tpp,
+                   tz > 0 ? flops / tz * 1e-9 : 0.0, tpp > 0 ? flops / tpp * 1e-9 : 0.0);
             free(K); free(V); free(Qp); free(St); free(Ot); free(Pp); free(Vp); free(Vt); free(f);
         }
     return 0;
