@@ -5,7 +5,9 @@
 #define _GNU_SOURCE
 #define FLASHATTN_IMPLEMENTATION
 #define FLASHATTN_STATIC
+#ifndef FLASHATTN_NO_BLAS
 #define FLASHATTN_NO_BLAS
+#endif
 #include "flashattn.h"
 
 #define SHIM __attribute__((visibility("default")))
