@@ -565,10 +565,6 @@ extern "C" {
 #ifndef FA__BWD_BF16
 #define FA__BWD_BF16 1
 #endif
-/* ... and on AMX its query blocks' rows and transposed words made once per call (1), not per key tile */
-#ifndef FA__BWD_PREPACK
-#define FA__BWD_PREPACK 1
-#endif
 
 /* ============================================================================================== */
 /* 1. Common to every backend: statuses, comparisons, the request resolved and validated >>common */
@@ -4889,7 +4885,6 @@ typedef struct fa__bwd_ctx {
     const fa__dims *dh;
     const uint16_t *qh, *kh, *vh, *doh;
     int amx;
-    uint32_t *pre;                  /* AMX: the query blocks' words made once per call (plan->pre_words), or NULL */
     const struct fa__kernels *K;    /* tiled: fa__kernels_for(isa), looked up once (cpuid, a VM exit) */
 #ifndef FA__TURN_ATOMIC
     pthread_mutex_t mu;
@@ -5126,10 +5121,6 @@ typedef struct fa__tbwd_plan {
     int bf, amx;        /* bf16 products on the bf16 inputs (vdpbf16ps; AMX tiles where the CPU has them) */
     int qb32, nk32;     /* ... rows and keys of a block to a multiple of 32; bf_off: where a thread's words start */
     size_t bf_off;
-    /* AMX: every query block's Q and dO rows (padded to qb32) and their transposed words QT, dOT made
-       once per call (fa__tbwd_prep) instead of once per key tile: pre_block words a block, then a flag
-       per block (its rows finite); pre_words in all (0: per tile) */
-    size_t pre_block, pre_words;
 } fa__tbwd_plan;
 
 static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
@@ -5169,20 +5160,14 @@ static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
         w = fa__add_size(w, fa__mul_size((size_t)pl->qb32 / 2, (size_t)pl->nk32));
         pl->bf_off = f;
         f = fa__add_size(f, fa__add_size(w, 16 * 16));
-        if (pl->amx && FA__BWD_PREPACK) {
-            size_t q2 = (size_t)pl->qb32 / 2, nb = fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)pl->qblocks);
-            pl->pre_block = fa__add_size(fa__mul_size(2, fa__round16(fa__mul_size(q2, (size_t)d->D))),
-                                         fa__mul_size(2, fa__round16(fa__mul_size(q2, (size_t)d->Dv))));
-            pl->pre_words = fa__add_size(fa__mul_size(nb, pl->pre_block), fa__round16(nb));
-        }
     }
     pl->thread_floats = fa__round16(f);
     pl->delta_floats = fa__round16(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq));
     pl->turn_ints = fa__round16(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)pl->qblocks));
     pl->nthreads = fa__nthreads(d, pl->items);
     pl->pool_bytes = fa__pool_bytes(d, pl->nthreads);
-    pl->total = fa__add_size(fa__mul_size(fa__add_size(fa__add_size(fa__mul_size(pl->thread_floats, (size_t)pl->nthreads),
-                                                                    pl->delta_floats), pl->pre_words), sizeof(float)),
+    pl->total = fa__add_size(fa__mul_size(fa__add_size(fa__mul_size(pl->thread_floats, (size_t)pl->nthreads),
+                                                       pl->delta_floats), sizeof(float)),
                              fa__add_size(fa__mul_size(pl->turn_ints, sizeof(int)), fa__add_size(pl->pool_bytes, 64)));
 }
 
@@ -5228,8 +5213,6 @@ static void fa__turn_pass(fa__bwd_ctx *c, int *t, int next)
 
 /* Before the tiles: delta of every row of one (batch, head), its blocks' first turns, and 0 in the
    dq rows of blocks that no tile reaches (rows that see no key). */
-static int fa__bf16_finite(const uint16_t *x, int64_t stride, int64_t rows, int n);   /* below */
-
 static void fa__tbwd_prep(void *vctx, int64_t item, int tid)
 {
     fa__bwd_ctx *c = (fa__bwd_ctx *)vctx;
@@ -5240,37 +5223,6 @@ static void fa__tbwd_prep(void *vctx, int64_t item, int tid)
     (void)tid;
     for (i = 0; i < d->Sq; i++)
         c->delta[item * d->Sq + i] = fa__dot(c->d_o + off + i * d->os[2], c->o + off + i * d->os[2], d->Dv);
-#ifdef FA__HAVE_AMX
-    if (c->pre) {   /* each query block's Qb, dOb rows (zero to qb32), QT, dOT (fa__tbwd_item's), its flag */
-        const fa__dims *dh = c->dh;
-        const int D = d->D, Dv = d->Dv, np = pl->qb32 / 2;
-        const size_t q2 = (size_t)np, sq = fa__round16(q2 * D), sv = fa__round16(q2 * Dv);
-        uint32_t *w = (uint32_t *)(c->ws + (size_t)tid * pl->thread_floats + pl->bf_off), *Qv, *dOv;
-        int *flag = (int *)(c->pre + (size_t)d->B * d->Hq * pl->qblocks * pl->pre_block);
-        w += fa__round16((size_t)pl->ldk * D / 2) + fa__round16((size_t)pl->ldk * Dv / 2) + fa__round16((size_t)pl->nk32 / 2 * D);
-        Qv = w; dOv = w + sq;       /* the thread's Qv, dOv (fa__tbwd_item's layout), free before its tiles */
-        for (r = 0; r < pl->qblocks; r++) {
-            int64_t i0 = r * pl->qb, i1 = i0 + pl->qb < d->Sq ? i0 + pl->qb : d->Sq, bi = item * pl->qblocks + r;
-            int nr = (int)(i1 - i0), n2 = (nr + 31) / 32 * 16, x;     /* the block's row pairs, as there */
-            const uint16_t *qh = c->qh + (int64_t)b * dh->qs[0] + (int64_t)h * dh->qs[1] + i0 * dh->qs[2];
-            const uint16_t *doh = c->doh + (int64_t)b * dh->os[0] + (int64_t)h * dh->os[1] + i0 * dh->os[2];
-            uint16_t *Qb = (uint16_t *)(c->pre + (size_t)bi * pl->pre_block), *dOb = (uint16_t *)((uint32_t *)Qb + sq);
-            uint32_t *QT = (uint32_t *)dOb + sv, *dOT = QT + sq;
-            flag[bi] = fa__bf16_finite(qh, dh->qs[2], nr, D) && fa__bf16_finite(doh, dh->os[2], nr, Dv);
-            if (!flag[bi]) continue;
-            for (x = 0; x < nr; x++) {
-                memcpy(Qb + (size_t)x * D, qh + x * dh->qs[2], (size_t)D * 2);
-                memcpy(dOb + (size_t)x * Dv, doh + x * dh->os[2], (size_t)Dv * 2);
-            }
-            memset(Qb + (size_t)nr * D, 0, (size_t)(2 * n2 - nr) * D * 2);
-            memset(dOb + (size_t)nr * Dv, 0, (size_t)(2 * n2 - nr) * Dv * 2);
-            c->K->vpack_bf16(dOb, Dv, 2 * n2, Dv, dOv);
-            c->K->vpack_bf16(Qb, D, 2 * n2, D, Qv);
-            c->K->amx_vt(dOv, n2, Dv, dOT, n2);
-            c->K->amx_vt(Qv, n2, D, QT, n2);
-        }
-    }
-#endif
     for (r = 0; r < pl->qblocks; r++) {
         fa__tbwd_tiles(d, pl, r, &t0, &t1);
         c->turn[item * pl->qblocks + r] = (int)t0;
@@ -5407,15 +5359,7 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
             const float *qr = qb + i0 * d->qs[2], *dor = dob + i0 * d->os[2];
             fa__tbwd_tiles(d, pl, r, &t0, &t1);
             if (kt < t0 || kt >= t1) continue;       /* not a tile of this block's turns */
-            if (bf && c->pre) {     /* made once per call (fa__tbwd_prep) */
-                int64_t bi = ((int64_t)b * d->Hq + h) * pl->qblocks + r;
-                const size_t sq = fa__round16((size_t)pl->qb32 / 2 * D), sv = fa__round16((size_t)pl->qb32 / 2 * Dv);
-                bb = ((const int *)(c->pre + (size_t)d->B * d->Hq * pl->qblocks * pl->pre_block))[bi];
-                Qb = (uint16_t *)(c->pre + (size_t)bi * pl->pre_block);
-                dOb = (uint16_t *)((uint32_t *)Qb + sq);
-                QT = (uint32_t *)dOb + sv;
-                dOT = QT + sq;
-            } else if (bf) {   /* the block's Q and dO rows, copied with zero rows to nr32 */
+            if (bf) {   /* the block's Q and dO rows, copied with zero rows to nr32 */
                 const fa__dims *dh = c->dh;
                 const uint16_t *qh = c->qh + (int64_t)b * dh->qs[0] + (int64_t)h * dh->qs[1] + i0 * dh->qs[2];
                 const uint16_t *doh = c->doh + (int64_t)b * dh->os[0] + (int64_t)h * dh->os[1] + i0 * dh->os[2];
@@ -5477,16 +5421,12 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                     memset(Pp + (size_t)x * ldk, 0, (size_t)nvk * 16 * sizeof(uint32_t));
                     memset(dSp + (size_t)x * ldk, 0, (size_t)nvk * 16 * sizeof(uint32_t));
                 }
-                if (!c->pre) {
-                    K->vpack_bf16(dOb, Dv, nr32, Dv, dOv);
-                    K->vpack_bf16(Qb, D, nr32, D, Qv);
-                }
+                K->vpack_bf16(dOb, Dv, nr32, Dv, dOv);
+                K->vpack_bf16(Qb, D, nr32, D, Qv);
 #ifdef FA__HAVE_AMX
                 if (c->amx) {
-                    if (!c->pre) {
-                        K->amx_vt(dOv, np, Dv, dOT, np);
-                        K->amx_vt(Qv, np, D, QT, np);
-                    }
+                    K->amx_vt(dOv, np, Dv, dOT, np);
+                    K->amx_vt(Qv, np, D, QT, np);
                     fa__bwd_mm(c, dOT, 4 * (int64_t)np, 4, Dv, nr32, Pp, ldk, dVt, ldk, nvk * 16, 1, 1.0f, &pf);
                     fa__bwd_mm(c, QT, 4 * (int64_t)np, 4, D, nr32, dSp, ldk, dKt, ldk, nvk * 16, 1, 1.0f, &pf);
                 } else
@@ -5576,7 +5516,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
     c.d_o = (const float *)d_o; c.dq = (float *)dq; c.dk = (float *)dk; c.dv = (float *)dv;
     c.ws = (float *)fa__align64(mem);
     c.delta = c.ws + pl.thread_floats * pl.nthreads;
-    c.turn = (int *)((uint32_t *)(c.delta + pl.delta_floats) + pl.pre_words);
+    c.turn = (int *)(c.delta + pl.delta_floats);
     pool_mem = (char *)(c.turn + pl.turn_ints);
 #ifndef FA__TURN_ATOMIC
     if (pthread_mutex_init(&c.mu, NULL) != 0) { FLASHATTN_FREE(mem); return FA_ERR_NO_MEMORY; }
@@ -5589,7 +5529,6 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
         c.qh = (const uint16_t *)q; c.kh = (const uint16_t *)k; c.vh = (const uint16_t *)v; c.doh = (const uint16_t *)d_o;
 #ifdef FA__HAVE_AMX
         c.amx = pl.amx && fa__amx_permit();     /* a refusal: vdpbf16ps */
-        if (c.amx && pl.pre_words) c.pre = (uint32_t *)(c.delta + pl.delta_floats);
 #endif
     }
     fa__run(d.pool, fa__tbwd_prep, &c, (int64_t)d.B * d.Hq, pl.nthreads, pool_mem);
