@@ -527,17 +527,24 @@ extern "C" {
 #define FA__AMX_BLOCK_K 128
 #endif
 /* ... FA__AMX_PIPE 1: a panel's online step runs the neighbouring panels' tile products along
-   its vector work (fa__online_amx; 0: before it, for the bench's comparison) */
+   its vector work (fa__online_amx); 0: before it (on the Xeon 1.15x faster at 2 and 16 threads,
+   geometric mean of the bf16 rows) [RESULTS, CPU half precision, "AMX forward, round 3"] */
 #ifndef FA__AMX_PIPE
-#define FA__AMX_PIPE 1
+#define FA__AMX_PIPE 0
+#endif
+/* ... FA__AMX_SWP 1: a 2 x 2 block's operand tiles for the next reduction step loaded as soon as the
+   step's last product on them has issued, not after all four; FA__AMX_PF 1: the next block's
+   operands prefetched into L1 while a block runs (fa__amx_group) */
+#ifndef FA__AMX_SWP
+#define FA__AMX_SWP 1
+#endif
+#ifndef FA__AMX_PF
+#define FA__AMX_PF 1
 #endif
 /* ... and FA__AMX_VT_ALL 1: V transposed once per call for all the tiles of a kv head (fa__tiled_vt),
    not once per tile and block, when a kv head has more than one tile and Sq Sk >= 2^20 */
 #ifndef FA__AMX_VT_ALL
 #define FA__AMX_VT_ALL 1
-#endif
-#ifndef FA__AMX_VT_POOL
-#define FA__AMX_VT_POOL 1
 #endif
 
 /* Decoding: the key axis is split for tiles of at most FA__SPLIT_ROWS rows per head (or packed
@@ -564,6 +571,10 @@ extern "C" {
    sums, on AMX tiles where the CPU has them (1), or the fp32 kernels on fp32 copies (0) */
 #ifndef FA__BWD_BF16
 #define FA__BWD_BF16 1
+#endif
+/* ... and on AMX query blocks of FA__BWD_QB_AMX rows (the dk and dv products reduce over them) */
+#ifndef FA__BWD_QB_AMX
+#define FA__BWD_QB_AMX 64
 #endif
 
 /* ============================================================================================== */
@@ -2803,7 +2814,7 @@ FA__AMXT static void fa__amx_group(fa__amx_job *j)
     const int m = j->m, n = j->n, m2 = m + 32 <= j->M, n2 = n + 32 <= j->N;
     const unsigned char *a0 = j->A + (int64_t)m * j->lda, *a1 = a0 + 16 * j->lda;
     float *c0 = j->C + (int64_t)m * j->ldc + n, *c2 = c0 + 16 * j->ldc;
-    int k;
+    int k = 0;
     if (j->acc) {
         FA__TLOAD(0, c0, sc); if (n2) FA__TLOAD(1, c0 + 16, sc);
         if (m2) { FA__TLOAD(2, c2, sc); if (n2) FA__TLOAD(3, c2 + 16, sc); }
@@ -2811,7 +2822,43 @@ FA__AMXT static void fa__amx_group(fa__amx_job *j)
         FA__TZERO(0); if (n2) FA__TZERO(1);
         if (m2) { FA__TZERO(2); if (n2) FA__TZERO(3); }
     }
-    for (k = 0; k < j->Kd; k += 32) {
+#if FA__AMX_PF
+    {   /* the next block's operands toward L1 while this one runs: its A rows when it moves down, its
+           B columns when it moves right, its C when it accumulates */
+        int nn = n + (n2 ? 32 : 16), mm = m, r, x;
+        if (nn >= j->N) { nn = 0; mm = m + (m2 ? 32 : 16); }
+        if (mm < j->M) {
+            const int rows = mm + 32 <= j->M ? 32 : 16, cw = nn + 32 <= j->N ? 128 : 64;
+            if (mm != m)
+                for (r = 0; r < rows; r++)
+                    for (x = 0; x < 2 * j->Kd; x += 64) _mm_prefetch((const char *)(j->A + (int64_t)(mm + r) * j->lda + x), _MM_HINT_T0);
+            if (nn != n)
+                for (r = 0; r < j->Kd / 2; r++)
+                    for (x = 0; x < cw; x += 64) _mm_prefetch((const char *)(j->B + (int64_t)r * j->ldb + nn) + x, _MM_HINT_T0);
+            if (j->acc)
+                for (r = 0; r < rows; r++)
+                    for (x = 0; x < cw; x += 64) _mm_prefetch((const char *)(j->C + (int64_t)(mm + r) * j->ldc + nn) + x, _MM_HINT_T0);
+        }
+    }
+#endif
+#if FA__AMX_SWP
+    if (m2 && n2) {     /* each operand tile of step k + 1 loaded right after its last use in step k */
+        const uint32_t *b = j->B + n;
+        FA__TLOAD(4, a0, sa); FA__TLOAD(6, b, sb); FA__TLOAD(7, b + 16, sb); FA__TLOAD(5, a1, sa);
+        for (k = 0; k < j->Kd; k += 32) {
+            const int nx = k + 32 < j->Kd;
+            b = j->B + (int64_t)((k + 32) / 2) * j->ldb + n;
+            FA__TDP(0, 4, 6); FA__TDP(1, 4, 7);
+            if (nx) FA__TLOAD(4, a0 + 2 * (k + 32), sa);
+            FA__TDP(2, 5, 6);
+            if (nx) FA__TLOAD(6, b, sb);
+            FA__TDP(3, 5, 7);
+            if (nx) { FA__TLOAD(5, a1 + 2 * (k + 32), sa); FA__TLOAD(7, b + 16, sb); }
+        }
+        k = j->Kd;
+    }
+#endif
+    for (; k < j->Kd; k += 32) {
         const uint32_t *b = j->B + (int64_t)(k / 2) * j->ldb + n;
         FA__TLOAD(4, a0 + 2 * k, sa);
         FA__TLOAD(6, b, sb);
@@ -4150,11 +4197,11 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
     }
     pl->thread_floats = f == SIZE_MAX ? SIZE_MAX : fa__round16(f);
     /* AMX with more than one tile per kv head and Sq Sk >= 2^20 (FA__AMX_VT_ALL; below, the pass's
-       own start of the threads cost more than it saved, S = 512 on the Xeon), or on a pool at any
-       size (FA__AMX_VT_POOL: its parked threads start no thread): V's words transposed
+       own start of the threads cost more than it saved, S = 512 on the Xeon; on a pool too, where the
+       pass starts no thread: up to 1.9x slower at S <= 1024 at 16 threads): V's words transposed
        once per call, Vt [B][Hkv][blocks][Dv][np16] and a finite flag per block, O(Sk Dv) like V */
     if (FA__AMX_VT_ALL && pl->amx && d->Sk > 0 && pl->qtiles * (d->Hq / d->Hkv) / pl->hpt >= 2 &&
-        ((FA__AMX_VT_POOL && d->pool) || (int64_t)d->Sq * d->Sk >= ((int64_t)1 << 20))) {
+        (int64_t)d->Sq * d->Sk >= ((int64_t)1 << 20)) {
         pl->vt_all = 1;
         pl->vt_blocks = (int64_t)d->B * d->Hkv * nb;
         pl->vt_floats = fa__add_size(fa__round16(fa__mul_size(fa__mul_size((size_t)pl->vt_blocks, (size_t)d->Dv), (size_t)pl->np16)),
@@ -5130,13 +5177,13 @@ static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
     memset(pl, 0, sizeof *pl);
     if (d->Sq == 0 || d->Sk == 0) return;      /* zeros are written, nothing is allocated */
     pl->kt = d->block_k ? d->block_k : d->Sk >= FA__BWD_WIDE ? FA__BWD_KT_WIDE : FA__BWD_KT;
-    pl->qb = d->block_q ? d->block_q : FA__BWD_QB;
-    if (pl->kt > d->Sk) pl->kt = d->Sk;
-    if (pl->qb > d->Sq) pl->qb = d->Sq;
     /* bf16 with head dims multiples of 32 on AVX512-BF16: the five products on the bf16 values
        (FA__BWD_BF16; the fp32 copies stay, for delta and for blocks holding a non-finite value) */
     pl->bf = FA__BWD_BF16 && d->dtype == FA_BF16 && K->gemm_bf16 && d->D % 32 == 0 && d->Dv % 32 == 0;
     pl->amx = pl->bf && K->amx_mm != NULL;
+    pl->qb = d->block_q ? d->block_q : pl->amx ? FA__BWD_QB_AMX : FA__BWD_QB;
+    if (pl->kt > d->Sk) pl->kt = d->Sk;
+    if (pl->qb > d->Sq) pl->qb = d->Sq;
     pl->qb32 = (pl->qb + 31) / 32 * 32;
     pl->nk32 = (pl->kt + 31) / 32 * 32;
     rows = pl->bf ? (size_t)pl->qb32 : (size_t)pl->qb;

@@ -141,6 +141,7 @@ def main():
                 for rd in range(a.rounds):
                     order = names[rd % len(names):] + names[:rd % len(names)]
                     for n in order:
+                        time.sleep(0.005)   # the other side's spinning threads go to sleep first
                         f = fns[n]
                         if isinstance(f, tuple):    # torch backward: (fwd+bwd) - fwd, alternated
                             tb, tw = [], []

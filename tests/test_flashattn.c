@@ -2635,8 +2635,7 @@ static void test_half_storage(void **state)
 
 /* bf16 on the bf16 kernels (vdpbf16ps, AMX): a row's bits do not depend on its tile. The same
    causal, windowed request with block_q 0 (the library's tiles), 16, 48, 112 and 9 (7 would be a decode), and threads
-   1 and 3, and 3 on an fa_pool: o bitwise the same (the AMX products are anchored at each key block's first key; on a
-   pool AMX transposes V once per call and runs its panel pipeline across key blocks, fa__online_amx). */
+   1 and 3, and 3 on an fa_pool: o bitwise the same (the AMX products are anchored at each key block's first key). */
 static void test_half_tiling(void **state)
 {
     static const int bq[5] = { 0, 16, 48, 112, 9 };
