@@ -519,6 +519,10 @@ extern "C" {
    and of 16 rows; fa__tiled_plan_make says which it takes) [cpu-v6, v14, v16], and its key block
    when block_k is 0. */
 #define FA__TILE_ROWS { 480, 384, 288, 192, 96, 48, 32, 16 }
+/* ... on AMX-BF16 tiles, multiples of its 32-lane panels (64 for 48: no half-empty panel) */
+#ifndef FA__AMX_TILE_ROWS
+#define FA__AMX_TILE_ROWS { 480, 384, 288, 192, 96, 64, 32, 16 }
+#endif
 #define FA__BLOCK_K 64
 /* ... and its key block on AMX-BF16 tiles (bf16, section 3) when block_k is 0 (on the Xeon 128 ran
    0.89-1.46x as fast as 64 at 2 threads, 0.97-1.25x at 16) [RESULTS, CPU half precision, "AMX
@@ -4127,8 +4131,12 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
            unless 32 rows give 8 each (S=512 at 16 threads: 1.4x faster on 32 rows than on 48,
            where the short count also split the keys), then 32 rows at two each; 16-row tiles
            only when neither gives two (S=128 at 16 threads: 32 rows ~10% faster than 16). Every
-           candidate is a multiple of 16 (the results do not depend on the choice, see above). */
-        static const int cand[8] = FA__TILE_ROWS;
+           candidate is a multiple of 16 (the results do not depend on the choice, see above). On
+           AMX 64 rows take 48's place (two whole 32-lane panels, FA__AMX_TILE_ROWS). */
+        static const int cand_f[8] = FA__TILE_ROWS, cand_a[8] = FA__AMX_TILE_ROWS;
+        /* bf16 on AMX tiles (pl->amx below, decided before the rows: its condition but rowmajor) */
+        const int am = K->gemm_bf16 && K->amx_qk && d->dtype == FA_BF16 && d->D % 32 == 0;
+        const int *cand = am ? cand_a : cand_f, mid = cand[5];
         int c, top = (int64_t)d->D + d->Dv >= 192 ? 480 : 192, fallback = 0;
         int64_t tiles;
         int64_t cap = 262144 / ((int64_t)d->D + d->Dv + 67);
@@ -4138,7 +4146,7 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
             if (cand[c] > top || (cand[c] > 16 && cand[c] > cap)) continue;
             tiles = (int64_t)d->B * d->Hq * ((d->Sq + e - 1) / e);
             if (tiles >= (want > 4 ? 8 : cand[c] > 96 ? 4 : 2) * want) break;
-            if ((cand[c] == 48 || cand[c] == 32) && !fallback && tiles >= 2 * want) fallback = (int)e;
+            if ((cand[c] == mid || cand[c] == 32) && !fallback && tiles >= 2 * want) fallback = (int)e;
             if (cand[c] == 32 && fallback) { pl->nq = fallback; break; }
         }
     }
