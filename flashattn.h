@@ -531,19 +531,17 @@ extern "C" {
 #define FA__AMX_BLOCK_K 128
 #endif
 /* ... FA__AMX_PIPE 1: a panel's online step runs the neighbouring panels' tile products along
-   its vector work (fa__online_amx); 0: before it (on the Xeon 1.15x faster at 2 and 16 threads,
-   geometric mean of the bf16 rows) [RESULTS, CPU half precision, "AMX forward, round 3"] */
+   its vector work (fa__online_amx); 0: before it (on the Xeon 1.15x faster at 2 and 16 threads in
+   one call, 1.12x and 0.96x in the next, geometric means of the bf16 rows) [RESULTS, CPU half
+   precision, "AMX forward, round 3"] */
 #ifndef FA__AMX_PIPE
 #define FA__AMX_PIPE 0
 #endif
 /* ... FA__AMX_SWP 1: a 2 x 2 block's operand tiles for the next reduction step loaded as soon as the
-   step's last product on them has issued, not after all four; FA__AMX_PF 1: the next block's
-   operands prefetched into L1 while a block runs (fa__amx_group) */
+   step's last product on them has issued, not after all four (fa__amx_group; on the Xeon 1.04-1.07x
+   the forward's geometric mean, 10-15% on one block in L1) [RESULTS, "AMX forward, round 3"] */
 #ifndef FA__AMX_SWP
 #define FA__AMX_SWP 1
-#endif
-#ifndef FA__AMX_PF
-#define FA__AMX_PF 1
 #endif
 /* ... and FA__AMX_VT_ALL 1: V transposed once per call for all the tiles of a kv head (fa__tiled_vt),
    not once per tile and block, when a kv head has more than one tile and Sq Sk >= 2^20 */
@@ -2826,25 +2824,6 @@ FA__AMXT static void fa__amx_group(fa__amx_job *j)
         FA__TZERO(0); if (n2) FA__TZERO(1);
         if (m2) { FA__TZERO(2); if (n2) FA__TZERO(3); }
     }
-#if FA__AMX_PF
-    {   /* the next block's operands toward L1 while this one runs: its A rows when it moves down, its
-           B columns when it moves right, its C when it accumulates */
-        int nn = n + (n2 ? 32 : 16), mm = m, r, x;
-        if (nn >= j->N) { nn = 0; mm = m + (m2 ? 32 : 16); }
-        if (mm < j->M) {
-            const int rows = mm + 32 <= j->M ? 32 : 16, cw = nn + 32 <= j->N ? 128 : 64;
-            if (mm != m)
-                for (r = 0; r < rows; r++)
-                    for (x = 0; x < 2 * j->Kd; x += 64) _mm_prefetch((const char *)(j->A + (int64_t)(mm + r) * j->lda + x), _MM_HINT_T0);
-            if (nn != n)
-                for (r = 0; r < j->Kd / 2; r++)
-                    for (x = 0; x < cw; x += 64) _mm_prefetch((const char *)(j->B + (int64_t)r * j->ldb + nn) + x, _MM_HINT_T0);
-            if (j->acc)
-                for (r = 0; r < rows; r++)
-                    for (x = 0; x < cw; x += 64) _mm_prefetch((const char *)(j->C + (int64_t)(mm + r) * j->ldc + nn) + x, _MM_HINT_T0);
-        }
-    }
-#endif
 #if FA__AMX_SWP
     if (m2 && n2) {     /* each operand tile of step k + 1 loaded right after its last use in step k */
         const uint32_t *b = j->B + n;

@@ -63,7 +63,8 @@ def main():
         libs.append((name, load(path)))
     print("torch", torch.__version__, "|", torch.backends.cpu.get_cpu_capability())
     for thr in a.threads:
-        print("AMX tile-loop ceiling (nonzero tiles), %d threads: %.0f GFLOP/s" % (thr, libs[0][1].shim_amx_ceiling(thr)))
+        print("AMX tile-loop ceiling, %d threads: %.0f GFLOP/s on nonzero tiles, %.0f on zeros" %
+              (thr, libs[0][1].shim_amx_ceiling(thr), libs[0][1].shim_amx_ceiling(-thr)))
     rows = []
     B, H = 2, 4
     Ss = [s for s in (512, 1024, 2048, 4096, 8192) if a.min_s <= s <= a.max_s]
