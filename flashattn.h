@@ -123,7 +123,9 @@
      use the tiles. The permission is the process's, kept by the kernel for all its threads (not
      state of this library); where it is refused the call runs the vdpbf16ps kernels. Where a kv
      head has more than one query tile, V is transposed into the tiles' layout once per call for
-     all of them (O(Sk Dv) more workspace, in the count).
+     all of them (O(Sk Dv) more workspace, in the count). Its online step rounds P straight into
+     the tiles' layout, its exps a degree-4 fit of 2^f (2.7e-6 relative, far under bf16's rounding
+     of P), so its o is not the vdpbf16ps path's bits.
    - AVX512-BF16 (AMD Zen 4 and later, Cooper Lake): bf16 with an even head_dim runs both products
      on vdpbf16ps. Both bf16 paths read K as stored, pack Q and V into pairs once per tile and round
      P to bf16 for P V (as FlashAttention does on GPUs), so o differs from the fp32 call's on the
@@ -539,7 +541,8 @@ extern "C" {
 #endif
 /* ... FA__AMX_SWP 1: a 2 x 2 block's operand tiles for the next reduction step loaded as soon as the
    step's last product on them has issued, not after all four (fa__amx_group; on the Xeon 1.04-1.07x
-   the forward's geometric mean, 10-15% on one block in L1) [RESULTS, "AMX forward, round 3"] */
+   the forward's geometric mean, 10-15% faster on one block in L1) [RESULTS, CPU half precision,
+   "AMX forward, round 3"] */
 #ifndef FA__AMX_SWP
 #define FA__AMX_SWP 1
 #endif
@@ -2945,7 +2948,8 @@ FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint
 
 /* FA__AMX_FASTEXP 1: the AMX online step's exps as 2^(s c1 - m c2) in one FMA and a degree-4 fit of
    2^f (2.7e-6 relative, far under bf16's rounding of P: 2^-9), instead of fa__exp2_lazy16's
-   degree 6 after (s scale - m) log2(e) in three roundings. Tests only: 0, the vdpbf16ps path's bits. */
+   degree 6 after (s scale - m) log2(e) in three roundings. 0 (comparisons): fa__online_avx512's exps,
+   so the previous AMX kernel's bits (checked under FA__AMX_EMULATE). */
 #ifndef FA__AMX_FASTEXP
 #define FA__AMX_FASTEXP 1
 #endif
@@ -2970,9 +2974,9 @@ FA__AMXT static inline __m512 fa__exp2_amx16(__m512 t)
    [np16][32] words, 0 outside those keys; nvec lane vectors at the panel's first lane (S, O, Pp, m
    and l there). A vector whose lanes all have a reference takes its exps against it while it finds
    the block's max, and takes them again in the rare block whose max moves a reference; a vector
-   with a lane that has none finds the max first. The jobs' blocks of tile products (the next
-   panel's scores, the previous panel's P V) run spread over the pass, so that the tile unit works
-   while the vector units do; all are done at return. */
+   with a lane that has none finds the max first. The jobs' blocks of tile products (with
+   FA__AMX_PIPE 1: the next panel's scores, the previous panel's P V) run spread over the pass, so
+   that the tile unit works while the vector units do; all are done at return. */
 FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, float scale, float *m, float *l, float *O,
                                     int Dv, uint32_t *Pp, int np16, fa__amx_job *jobs, int njobs)
 {
