@@ -123,7 +123,9 @@
      use the tiles. The permission is the process's, kept by the kernel for all its threads (not
      state of this library); where it is refused the call runs the vdpbf16ps kernels. Where a kv
      head has more than one query tile, V is transposed into the tiles' layout once per call for
-     all of them (O(Sk Dv) more workspace, in the count).
+     all of them (O(Sk Dv) more workspace, in the count). Its online step rounds P straight into
+     the tiles' layout, its exps a degree-4 fit of 2^f (2.7e-6 relative, far under bf16's rounding
+     of P), so its o is not the vdpbf16ps path's bits.
    - AVX512-BF16 (AMD Zen 4 and later, Cooper Lake): bf16 with an even head_dim runs both products
      on vdpbf16ps. Both bf16 paths read K as stored, pack Q and V into pairs once per tile and round
      P to bf16 for P V (as FlashAttention does on GPUs), so o differs from the fp32 call's on the
@@ -519,12 +521,30 @@ extern "C" {
    and of 16 rows; fa__tiled_plan_make says which it takes) [cpu-v6, v14, v16], and its key block
    when block_k is 0. */
 #define FA__TILE_ROWS { 480, 384, 288, 192, 96, 48, 32, 16 }
+/* ... on AMX-BF16 tiles, multiples of its 32-lane panels (64 for 48: no half-empty panel) */
+#ifndef FA__AMX_TILE_ROWS
+#define FA__AMX_TILE_ROWS { 480, 384, 288, 192, 96, 64, 32, 16 }
+#endif
 #define FA__BLOCK_K 64
 /* ... and its key block on AMX-BF16 tiles (bf16, section 3) when block_k is 0 (on the Xeon 128 ran
    0.89-1.46x as fast as 64 at 2 threads, 0.97-1.25x at 16) [RESULTS, CPU half precision, "AMX
    forward restructured"] */
 #ifndef FA__AMX_BLOCK_K
 #define FA__AMX_BLOCK_K 128
+#endif
+/* ... FA__AMX_PIPE 1: a panel's online step runs the neighbouring panels' tile products along
+   its vector work (fa__online_amx); 0: before it (on the Xeon 1.15x faster at 2 and 16 threads in
+   one call, 1.12x and 0.96x in the next, geometric means of the bf16 rows) [RESULTS, CPU half
+   precision, "AMX forward, round 3"] */
+#ifndef FA__AMX_PIPE
+#define FA__AMX_PIPE 0
+#endif
+/* ... FA__AMX_SWP 1: a 2 x 2 block's operand tiles for the next reduction step loaded as soon as the
+   step's last product on them has issued, not after all four (fa__amx_group; on the Xeon 1.04-1.07x
+   the forward's geometric mean, 10-15% faster on one block in L1) [RESULTS, CPU half precision,
+   "AMX forward, round 3"] */
+#ifndef FA__AMX_SWP
+#define FA__AMX_SWP 1
 #endif
 /* ... and FA__AMX_VT_ALL 1: V transposed once per call for all the tiles of a kv head (fa__tiled_vt),
    not once per tile and block, when a kv head has more than one tile and Sq Sk >= 2^20 */
@@ -556,6 +576,10 @@ extern "C" {
    sums, on AMX tiles where the CPU has them (1), or the fp32 kernels on fp32 copies (0) */
 #ifndef FA__BWD_BF16
 #define FA__BWD_BF16 1
+#endif
+/* ... and on AMX query blocks of FA__BWD_QB_AMX rows (the dk and dv products reduce over them) */
+#ifndef FA__BWD_QB_AMX
+#define FA__BWD_QB_AMX 64
 #endif
 
 /* ============================================================================================== */
@@ -2691,6 +2715,16 @@ FA__BF16 static void fa__ppack_bf16(const float *S, int64_t ld, int nk, int nvec
    FA__AMX_EMULATE (tests only, not an option): the tile instructions in C on thread-local tiles, so
    that a CPU without AMX runs this path's data movement (results within bf16's tolerance, not the
    tile unit's bits). */
+/* one product on the tiles, run a 2 x 2 block of C tiles at a time (fa__amx_group): its operands,
+   and the next block (m, n) */
+typedef struct fa__amx_job {
+    const unsigned char *A;
+    const uint32_t *B;
+    float *C;
+    int64_t lda, ldb, ldc;
+    int M, Kd, N, acc, m, n;
+} fa__amx_job;
+
 #if defined(FLASHATTN__X86) && !defined(FLASHATTN_NO_AVX512BF16) && !defined(FLASHATTN_NO_AMX) && defined(__linux__) && \
     defined(__x86_64__) && ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 12))
 #define FA__HAVE_AMX 1
@@ -2789,44 +2823,84 @@ FA__AMXT static void fa__amx_end(void)
    7b): C [M][N] = scale * A B (acc 0) or C += A B (acc 1), A [M][Kd] bf16 row-major (rows lda bytes
    apart), B [Kd/2][N] words (pairs of A's columns, rows ldb words apart), C fp32 (rows ldc floats
    apart); M and N multiples of 16, Kd of 32. 2 x 2 C tiles (0-3) from A tiles 4-5 and B tiles 6-7:
-   32 rows by 32 columns at a time, 16 at the edges. */
+   32 rows by 32 columns at a time, 16 at the edges. A product is a job (fa__amx_job, its unscaled
+   part) run one 2 x 2 block at a time by fa__amx_group, so that the tiled forward can spread a
+   job's blocks through its online step's vector work (fa__online_amx); fa__mm_amx runs them all. */
+static void fa__amx_job_set(fa__amx_job *j, const void *A, int64_t lda, int M, int Kd, const uint32_t *B, int64_t ldb,
+                            float *C, int64_t ldc, int N, int acc)
+{
+    j->A = (const unsigned char *)A; j->lda = lda; j->M = M; j->Kd = Kd; j->B = B; j->ldb = ldb;
+    j->C = C; j->ldc = ldc; j->N = N; j->acc = acc; j->m = 0; j->n = 0;
+}
+
+static int fa__amx_groups(const fa__amx_job *j) { return j->m < j->M ? (j->M + 31) / 32 * ((j->N + 31) / 32) : 0; }
+
+/* the job's next 2 x 2 block of C tiles, over the whole reduction */
+FA__AMXT static void fa__amx_group(fa__amx_job *j)
+{
+    const long sb = (long)(4 * j->ldb), sc = (long)(4 * j->ldc), sa = (long)j->lda;
+    const int m = j->m, n = j->n, m2 = m + 32 <= j->M, n2 = n + 32 <= j->N;
+    const unsigned char *a0 = j->A + (int64_t)m * j->lda, *a1 = a0 + 16 * j->lda;
+    float *c0 = j->C + (int64_t)m * j->ldc + n, *c2 = c0 + 16 * j->ldc;
+    int k = 0;
+    if (j->acc) {
+        FA__TLOAD(0, c0, sc); if (n2) FA__TLOAD(1, c0 + 16, sc);
+        if (m2) { FA__TLOAD(2, c2, sc); if (n2) FA__TLOAD(3, c2 + 16, sc); }
+    } else {
+        FA__TZERO(0); if (n2) FA__TZERO(1);
+        if (m2) { FA__TZERO(2); if (n2) FA__TZERO(3); }
+    }
+#if FA__AMX_SWP
+    if (m2 && n2) {     /* each operand tile of step k + 1 loaded right after its last use in step k */
+        const uint32_t *b = j->B + n;
+        FA__TLOAD(4, a0, sa); FA__TLOAD(6, b, sb); FA__TLOAD(7, b + 16, sb); FA__TLOAD(5, a1, sa);
+        for (k = 0; k < j->Kd; k += 32) {
+            const int nx = k + 32 < j->Kd;
+            b = j->B + (int64_t)((k + 32) / 2) * j->ldb + n;
+            FA__TDP(0, 4, 6); FA__TDP(1, 4, 7);
+            if (nx) FA__TLOAD(4, a0 + 2 * (k + 32), sa);
+            FA__TDP(2, 5, 6);
+            if (nx) FA__TLOAD(6, b, sb);
+            FA__TDP(3, 5, 7);
+            if (nx) { FA__TLOAD(5, a1 + 2 * (k + 32), sa); FA__TLOAD(7, b + 16, sb); }
+        }
+        k = j->Kd;
+    }
+#endif
+    for (; k < j->Kd; k += 32) {
+        const uint32_t *b = j->B + (int64_t)(k / 2) * j->ldb + n;
+        FA__TLOAD(4, a0 + 2 * k, sa);
+        FA__TLOAD(6, b, sb);
+        FA__TDP(0, 4, 6);
+        if (m2) { FA__TLOAD(5, a1 + 2 * k, sa); FA__TDP(2, 5, 6); }
+        if (n2) {
+            FA__TLOAD(7, b + 16, sb);
+            FA__TDP(1, 4, 7);
+            if (m2) FA__TDP(3, 5, 7);
+        }
+    }
+    FA__TSTORE(0, c0, sc); if (n2) FA__TSTORE(1, c0 + 16, sc);
+    if (m2) { FA__TSTORE(2, c2, sc); if (n2) FA__TSTORE(3, c2 + 16, sc); }
+    j->n = n + (n2 ? 32 : 16);
+    if (j->n >= j->N) { j->n = 0; j->m = m + (m2 ? 32 : 16); }
+}
+
+/* every block of n jobs, in order */
+FA__AMXT static void fa__amx_run(fa__amx_job *j, int n)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        while (j[i].m < j[i].M) fa__amx_group(&j[i]);
+}
+
 FA__AMXT static void fa__mm_amx(const uint16_t *A, int64_t lda, int M, int Kd, const uint32_t *B, int64_t ldb, float *C,
                                int64_t ldc, int N, int acc, float scale)
 {
-    const long sb = (long)(4 * ldb), sc = (long)(4 * ldc), sa = (long)lda;
     const __m512 scv = _mm512_set1_ps(scale);
-    int m, n, k, r, u;
-    for (m = 0; m < M; m += 32) {
-        int m2 = m + 32 <= M;
-        const unsigned char *a0 = (const unsigned char *)A + (int64_t)m * lda, *a1 = a0 + 16 * lda;
-        for (n = 0; n < N; n += 32) {
-            int n2 = n + 32 <= N;
-            float *c0 = C + (int64_t)m * ldc + n, *c2 = c0 + 16 * ldc;
-            if (acc) {
-                FA__TLOAD(0, c0, sc); if (n2) FA__TLOAD(1, c0 + 16, sc);
-                if (m2) { FA__TLOAD(2, c2, sc); if (n2) FA__TLOAD(3, c2 + 16, sc); }
-            } else {
-                FA__TZERO(0); if (n2) FA__TZERO(1);
-                if (m2) { FA__TZERO(2); if (n2) FA__TZERO(3); }
-            }
-            for (k = 0; k < Kd; k += 32) {
-                const uint32_t *b = B + (int64_t)(k / 2) * ldb + n;
-                FA__TLOAD(4, a0 + 2 * k, sa);
-                FA__TLOAD(6, b, sb);
-                FA__TDP(0, 4, 6);
-                if (m2) { FA__TLOAD(5, a1 + 2 * k, sa); FA__TDP(2, 5, 6); }
-                if (n2) {
-                    FA__TLOAD(7, b + 16, sb);
-                    FA__TDP(1, 4, 7);
-                    if (m2) FA__TDP(3, 5, 7);
-                }
-            }
-            FA__TSTORE(0, c0, sc); if (n2) FA__TSTORE(1, c0 + 16, sc);
-            if (m2) { FA__TSTORE(2, c2, sc); if (n2) FA__TSTORE(3, c2 + 16, sc); }
-            if (!n2) n -= 16;
-        }
-        if (!m2) m -= 16;
-    }
+    fa__amx_job j;
+    int r, u;
+    fa__amx_job_set(&j, A, lda, M, Kd, B, ldb, C, ldc, N, acc);
+    fa__amx_run(&j, 1);
     if (!acc && scale != 1.0f)
         for (r = 0; r < M; r++)
             for (u = 0; u < N; u += 16)
@@ -2835,7 +2909,18 @@ FA__AMXT static void fa__mm_amx(const uint16_t *A, int64_t lda, int M, int Kd, c
 
 /* St[j][lanes] = scale * dot(K[j], q_lane) for j < nk and nv (1 or 2) lane vectors, Qp [D/2] and
    St [nk] in rows of FA__AMX_LD lanes (S, Qp at the first lane); D % 32 == 0. Keys in 16-key groups
-   on fa__mm_amx; the fewer than 16 left on vdpbf16ps. */
+   on fa__mm_amx; the fewer than 16 left on vdpbf16ps. fa__qk_amx_job: the same unscaled (scale 1),
+   the keys past the last group done now, the groups left as the job *j. */
+FA__AMXT static void fa__qk_amx_job(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, float *S, int nv,
+                                   fa__pf *pf, fa__amx_job *j)
+{
+    const int g = nk / 16 * 16;
+    fa__amx_job_set(j, K, 2 * ks, g, D, Qp, FA__AMX_LD, S, FA__AMX_LD, 16 * nv, 0);
+    if (g < nk)
+        fa__gemm_bf16_avx512((const unsigned char *)(K + (int64_t)g * ks), 2 * ks, 4, nk - g, D / 2, Qp, FA__AMX_LD,
+                             S + (int64_t)g * FA__AMX_LD, FA__AMX_LD, nv, 0, 1.0f, pf);
+}
+
 FA__AMXT static void fa__qk_amx(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, float *S, int nv,
                                float scale, fa__pf *pf)
 {
@@ -2865,16 +2950,135 @@ FA__AMXT static void fa__vt_pack(const uint32_t *Vp, int np, int Dv, uint32_t *V
 
 /* Ot[t][lanes] += sum_x Vt[t][x] . Pp[x][lanes] for t < Dv, x < np16 (Pp's rows past the block's
    key pairs are 0), nv (1 or 2) lane vectors, Ot and Pp in rows of FA__AMX_LD lanes. Features in
-   16-feature groups on fa__mm_amx; the fewer than 16 left on vdpbf16ps. */
-FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf)
+   16-feature groups on fa__mm_amx; the fewer than 16 left on vdpbf16ps. fa__pv_amx_job: those done
+   now, the groups left as the job *j. */
+FA__AMXT static void fa__pv_amx_job(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf,
+                                   fa__amx_job *j)
 {
     const int t = Dv / 16 * 16;
-    if (t) fa__mm_amx((const uint16_t *)Vt, 4 * (int64_t)np16, t, 2 * np16, Pp, FA__AMX_LD, O, FA__AMX_LD, 16 * nv, 1, 1.0f);
+    fa__amx_job_set(j, Vt, 4 * (int64_t)np16, t, 2 * np16, Pp, FA__AMX_LD, O, FA__AMX_LD, 16 * nv, 1);
     if (t < Dv)
         fa__gemm_bf16_avx512((const unsigned char *)(Vt + (int64_t)t * np16), 4 * (int64_t)np16, 4, Dv - t, np16, Pp,
                              FA__AMX_LD, O + (int64_t)t * FA__AMX_LD, FA__AMX_LD, nv, 1, 1.0f, pf);
 }
 
+FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf)
+{
+    fa__amx_job j;
+    fa__pv_amx_job(Vt, np16, Dv, Pp, O, nv, pf, &j);
+    fa__amx_run(&j, 1);
+}
+
+/* FA__AMX_FASTEXP 1: the AMX online step's exps as 2^(s c1 - m c2) in one FMA and a degree-4 fit of
+   2^f (2.7e-6 relative, far under bf16's rounding of P: 2^-9), instead of fa__exp2_lazy16's
+   degree 6 after (s scale - m) log2(e) in three roundings. 0 (comparisons): fa__online_avx512's exps,
+   so the previous AMX kernel's bits (checked under FA__AMX_EMULATE). */
+#ifndef FA__AMX_FASTEXP
+#define FA__AMX_FASTEXP 1
+#endif
+FA__AMXT static inline __m512 fa__exp2_amx16(__m512 t)
+{
+    __m512 k, f, p;
+    __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-125.0f), _CMP_NLE_UQ);
+    t = fa__max16(_mm512_set1_ps(-125.0f), t);
+    k = _mm512_maskz_roundscale_ps(0xFFFF, t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    f = _mm512_sub_ps(t, k);
+    p = _mm512_fmadd_ps(_mm512_set1_ps(9.570102207362652e-03f), f, _mm512_set1_ps(5.591785907745361e-02f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402474433183670e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931217908859253e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999992847442627e-01f));
+    return _mm512_maskz_scalef_ps(keep, p, k);
+}
+
+/* The online step (fa__online_avx512's rule: the same reference, lazy rescale and key order of the
+   sum) on one panel's raw scores, P rounded to bf16 pairs on the way (fa__ppack_bf16's words)
+   instead of written back: S [.][32] unscaled scores from the block's first key (fa__qk_amx_job;
+   scale applied here, as fa__mm_amx would), the tile's keys [off, off + nk) of the block, Pp
+   [np16][32] words, 0 outside those keys; nvec lane vectors at the panel's first lane (S, O, Pp, m
+   and l there). A vector whose lanes all have a reference takes its exps against it while it finds
+   the block's max, and takes them again in the rare block whose max moves a reference; a vector
+   with a lane that has none finds the max first. The jobs' blocks of tile products (with
+   FA__AMX_PIPE 1: the next panel's scores, the previous panel's P V) run spread over the pass, so
+   that the tile unit works while the vector units do; all are done at return. */
+FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, float scale, float *m, float *l, float *O,
+                                    int Dv, uint32_t *Pp, int np16, fa__amx_job *jobs, int njobs)
+{
+    static const uint16_t ilv_w[32] = { 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31 };
+    const __m512i ilv = _mm512_loadu_si512((const void *)ilv_w);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), l2e = _mm512_set1_ps(FA__LOG2E), scv = _mm512_set1_ps(scale);
+    const __m512 lazy = _mm512_set1_ps(FA__LAZY), zero = _mm512_setzero_ps();
+    int ng = 0, done = 0, it = 0, ni = nvec * np16, q = 0, v, x, j, t, pass;
+    for (j = 0; j < njobs; j++) ng += fa__amx_groups(&jobs[j]);
+    for (v = 0; v < nvec; v++) {
+        const float *s = S + 16 * v;
+        uint32_t *pp = Pp + 16 * v;
+        float *o = O + 16 * v;
+        __m512 mo = _mm512_loadu_ps(m + 16 * v), mx = mo, mr = mo, ms = mo, al = _mm512_set1_ps(1.0f), sum = zero;
+        __m512 c2 = zero, xr0 = ninf, xr1 = ninf;
+        const __m512 c1 = _mm512_set1_ps(scale * FA__LOG2E);
+        __mmask16 up;
+        int pre = _mm512_cmp_ps_mask(mo, ninf, _CMP_EQ_OQ) != 0, fast;
+        if (pre) {      /* a lane without a reference: the block's max first */
+            for (j = 0; j + 1 < nk; j += 2) {
+                xr0 = fa__max16(xr0, _mm512_loadu_ps(s + (int64_t)(off + j) * FA__AMX_LD));
+                xr1 = fa__max16(xr1, _mm512_loadu_ps(s + (int64_t)(off + j + 1) * FA__AMX_LD));
+            }
+            if (j < nk) xr0 = fa__max16(xr0, _mm512_loadu_ps(s + (int64_t)(off + j) * FA__AMX_LD));
+            mx = fa__max16(mo, _mm512_mul_ps(fa__max16(xr0, xr1), scv));
+        }
+        for (pass = 0;; pass++) {
+            if (pre || pass) {      /* fa__online_avx512's decision */
+                up = _mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, lazy), _CMP_GT_OQ);
+                mr = _mm512_mask_mov_ps(mo, up, mx);
+                ms = _mm512_mask_mov_ps(mr, _mm512_cmp_ps_mask(mr, ninf, _CMP_EQ_OQ), zero);
+                if (up) {       /* the jobs first: one may be a P V into this O */
+                    fa__amx_run(jobs, njobs);
+                    done = ng;
+                    al = _mm512_mask_mov_ps(al, up, fa__exp16(_mm512_sub_ps(mo, ms)));
+                    for (t = 0; t < Dv; t++)
+                        _mm512_storeu_ps(o + (int64_t)t * FA__AMX_LD, _mm512_mul_ps(_mm512_loadu_ps(o + (int64_t)t * FA__AMX_LD), al));
+                }
+            }
+            /* one FMA where m log2(e) cannot overflow */
+            fast = FA__AMX_FASTEXP && (_mm512_cmp_ps_mask(ms, _mm512_set1_ps(1e30f), _CMP_GT_OQ) |
+                                           _mm512_cmp_ps_mask(ms, _mm512_set1_ps(-1e30f), _CMP_LT_OQ)) == 0;
+            c2 = _mm512_mul_ps(ms, l2e);
+            sum = zero; xr0 = ninf; xr1 = ninf;
+            for (x = 0; x < np16; x++) {
+                const int j0 = 2 * x - off;
+                __m512 e0 = zero, e1 = zero;
+                if (!pass) {
+                    it++;
+                    while (done < ng && (int64_t)done * ni < (int64_t)it * ng) {
+                        while (jobs[q].m >= jobs[q].M) q++;
+                        fa__amx_group(&jobs[q]);
+                        done++;
+                    }
+                }
+#define FA__AMX_E(e, jj, xr)                                                                                   \
+                if ((jj) >= 0 && (jj) < nk) {                                                                  \
+                    __m512 r_ = _mm512_loadu_ps(s + (int64_t)(off + (jj)) * FA__AMX_LD);                       \
+                    if (!pre) xr = fa__max16(xr, r_);                                                          \
+                    e = fast ? fa__exp2_amx16(_mm512_fmsub_ps(r_, c1, c2))                                     \
+                             : fa__exp2_lazy16(_mm512_mul_ps(_mm512_sub_ps(_mm512_mul_ps(r_, scv), ms), l2e)); \
+                }
+                FA__AMX_E(e0, j0, xr0)
+                FA__AMX_E(e1, j0 + 1, xr1)
+#undef FA__AMX_E
+                sum = _mm512_add_ps(_mm512_add_ps(sum, e0), e1);
+                _mm512_storeu_si512((void *)(pp + (int64_t)x * FA__AMX_LD),
+                                    _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(e1, e0)));
+            }
+            if (pre || pass) break;
+            mx = fa__max16(mo, _mm512_mul_ps(fa__max16(xr0, xr1), scv));
+            if (!_mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, lazy), _CMP_GT_OQ)) break;    /* the reference holds */
+        }
+        _mm512_storeu_ps(l + 16 * v, _mm512_fmadd_ps(al, _mm512_loadu_ps(l + 16 * v), sum));
+        _mm512_storeu_ps(m + 16 * v, mr);
+    }
+    fa__amx_run(jobs, njobs);
+}
 #endif
 
 /* ---- The kernel table ------------------------------------------------------------------------
@@ -2928,6 +3132,15 @@ typedef struct fa__kernels {
     void (*amx_vt)(const uint32_t *Vp, int np, int Dv, uint32_t *Vt, int np16);
     void (*amx_mm)(const uint16_t *A, int64_t lda, int M, int Kd, const uint32_t *B, int64_t ldb, float *C, int64_t ldc,
                    int N, int acc, float scale);
+    /* the forward's panel pipeline on the tiles: the two products as jobs, their blocks run through the
+       online step with P's rounding (fa__qk_amx_job, fa__pv_amx_job, fa__online_amx, fa__amx_run) */
+    void (*amx_qk_job)(const uint16_t *K, int64_t ks, int nk, int D, const uint32_t *Qp, float *S, int nv, fa__pf *pf,
+                       fa__amx_job *j);
+    void (*amx_pv_job)(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf,
+                       fa__amx_job *j);
+    void (*amx_online)(const float *S, int off, int nk, int nvec, float scale, float *m, float *l, float *O, int Dv,
+                       uint32_t *Pp, int np16, fa__amx_job *jobs, int njobs);
+    void (*amx_run)(fa__amx_job *j, int n);
 } fa__kernels;
 
 #ifdef FLASHATTN__X86
@@ -2954,22 +3167,22 @@ static const fa__kernels *fa__kernels_for(int isa)
     static const fa__kernels portable = {
         fa__gemm_c, fa__online_c, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
 #ifdef FLASHATTN__X86
     static const fa__kernels avx2 = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     /* an AVX2 CPU without F16C (none shipped that we know of) converts in C */
     static const fa__kernels avx2_nof16c = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     static const fa__kernels avx512 = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
-        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL };
+        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     pthread_once(&fa__cpu_once, fa__cpu_probe);
 #ifndef FLASHATTN_NO_AVX512BF16
     static const fa__kernels avx512bf16 = {
@@ -2977,7 +3190,7 @@ static const fa__kernels *fa__kernels_for(int isa)
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
         fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
-        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL };
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
 #ifdef FA__HAVE_AMX
     static const fa__kernels amx = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
@@ -2985,7 +3198,7 @@ static const fa__kernels *fa__kernels_for(int isa)
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
         fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
         fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, fa__qk_amx, fa__pv_amx, fa__vt_pack,
-        fa__mm_amx };
+        fa__mm_amx, fa__qk_amx_job, fa__pv_amx_job, fa__online_amx, fa__amx_run };
     if (isa == 2 && fa__cpu_has_amx) return &amx;
 #endif
     /* AVX512-BF16 (with the BW and VL it implies on every CPU that has it) unless
@@ -3884,6 +4097,7 @@ FLASHATTN__CPU_DEF fa_status fa_merge(int rows, int dv, int parts, const float *
 
 typedef struct fa__tiled_plan {
     int nq, bk, hpt, rows, ld, rowmajor, nchunk, cb, nthreads;
+    int sld;                    /* lanes of St and Pp's allocation: ld, at least 64 on AMX (two panel buffers) */
     int64_t qtiles, tiles, items;
     size_t lane_floats, thread_floats, part_floats, pool_bytes, total;
     size_t half_off;            /* half storage: where a thread's conversion buffers start (floats) */
@@ -3923,8 +4137,12 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
            unless 32 rows give 8 each (S=512 at 16 threads: 1.4x faster on 32 rows than on 48,
            where the short count also split the keys), then 32 rows at two each; 16-row tiles
            only when neither gives two (S=128 at 16 threads: 32 rows ~10% faster than 16). Every
-           candidate is a multiple of 16 (the results do not depend on the choice, see above). */
-        static const int cand[8] = FA__TILE_ROWS;
+           candidate is a multiple of 16 (the results do not depend on the choice, see above). On
+           AMX 64 rows take 48's place (two whole 32-lane panels, FA__AMX_TILE_ROWS). */
+        static const int cand_f[8] = FA__TILE_ROWS, cand_a[8] = FA__AMX_TILE_ROWS;
+        /* bf16 on AMX tiles (pl->amx below, decided before the rows: its condition but rowmajor) */
+        const int am = K->gemm_bf16 && K->amx_qk && d->dtype == FA_BF16 && d->D % 32 == 0;
+        const int *cand = am ? cand_a : cand_f, mid = cand[5];
         int c, top = (int64_t)d->D + d->Dv >= 192 ? 480 : 192, fallback = 0;
         int64_t tiles;
         int64_t cap = 262144 / ((int64_t)d->D + d->Dv + 67);
@@ -3934,7 +4152,7 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
             if (cand[c] > top || (cand[c] > 16 && cand[c] > cap)) continue;
             tiles = (int64_t)d->B * d->Hq * ((d->Sq + e - 1) / e);
             if (tiles >= (want > 4 ? 8 : cand[c] > 96 ? 4 : 2) * want) break;
-            if ((cand[c] == 48 || cand[c] == 32) && !fallback && tiles >= 2 * want) fallback = (int)e;
+            if ((cand[c] == mid || cand[c] == 32) && !fallback && tiles >= 2 * want) fallback = (int)e;
             if (cand[c] == 32 && fallback) { pl->nq = fallback; break; }
         }
     }
@@ -3956,6 +4174,7 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
     if (pl->bk > d->Sk) pl->bk = d->Sk > 0 ? d->Sk : 1;
     ld = pl->amx ? (fa__round16((size_t)pl->rows) + 31) / 32 * 32 : fa__round16((size_t)pl->rows);
     pl->ld = (int)ld;
+    pl->sld = pl->amx && ld < 64 ? 64 : (int)ld;
     pl->tiles = pl->qtiles * d->B * (d->Hq / pl->hpt);
     nb = ((int64_t)d->Sk + pl->bk - 1) / pl->bk;
     pl->nchunk = 1;
@@ -3970,10 +4189,10 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
     }
     pl->items = pl->tiles * pl->nchunk;
     pl->nthreads = fa__nthreads(d, pl->items);
-    /* per thread: the rule's lane arrays, Qt [D][ld], St [bk][ld], Ot [Dv][ld], m, l and the alphas [ld] */
+    /* per thread: the rule's lane arrays, Qt [D][ld], St [bk][sld], Ot [Dv][ld], m, l and the alphas [ld] */
     pl->lane_floats = fa__mul_size(ld, FA__LANE_FLOATS);
     f = fa__add_size(pl->lane_floats, fa__mul_size(ld, (size_t)d->D));
-    f = fa__add_size(f, fa__mul_size(ld, (size_t)pl->bk));
+    f = fa__add_size(f, fa__mul_size((size_t)pl->sld, (size_t)pl->bk));
     f = fa__add_size(f, fa__mul_size(ld, (size_t)d->Dv));
     f = fa__add_size(f, 3 * ld);
     /* half storage (FA_F16, FA_BF16): the K/V block in fp32, K [bk][D] and V [bk][Dv], converted
@@ -3985,14 +4204,15 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
         /* vdpbf16ps: Q's words in Qt's place and V's in Vc's; the panel probabilities Pp [ceil(bk/2)][ld]
            (AMX: also a panel's Pp [np16][32], fewer; and Vt [Dv][np16], key pairs to a multiple of 16) */
         pl->np16 = (int)fa__round16(((size_t)pl->bk + 1) / 2);
-        if (pl->dpbf16) h = fa__add_size(h, fa__round16(fa__mul_size(ld, ((size_t)pl->bk + 1) / 2 + (pl->amx ? 16 : 0))));
+        if (pl->dpbf16) h = fa__add_size(h, fa__round16(fa__mul_size((size_t)pl->sld, ((size_t)pl->bk + 1) / 2 + (pl->amx ? 16 : 0))));
         if (pl->amx) h = fa__add_size(h, fa__mul_size((size_t)d->Dv, (size_t)pl->np16));
         pl->half_off = f;
         f = fa__add_size(f, h);
     }
     pl->thread_floats = f == SIZE_MAX ? SIZE_MAX : fa__round16(f);
     /* AMX with more than one tile per kv head and Sq Sk >= 2^20 (FA__AMX_VT_ALL; below, the pass's
-       own start of the threads cost more than it saved, S = 512 on the Xeon): V's words transposed
+       own start of the threads cost more than it saved, S = 512 on the Xeon; on a pool too, where the
+       pass starts no thread: up to 1.9x slower at S <= 1024 at 16 threads): V's words transposed
        once per call, Vt [B][Hkv][blocks][Dv][np16] and a finite flag per block, O(Sk Dv) like V */
     if (FA__AMX_VT_ALL && pl->amx && d->Sk > 0 && pl->qtiles * (d->Hq / d->Hkv) / pl->hpt >= 2 &&
         (int64_t)d->Sq * d->Sk >= ((int64_t)1 << 20)) {
@@ -4082,7 +4302,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     /* P V's mode: 1 without hidden keys, 2 with a bias, per vector (fa__pv_acc) with the position rule */
     int masks = fa__has_mask(d), acc_all = !fa__hides_keys(d) ? 1 : d->bias ? 2 : 0;
     float *lanes = c->ws + (size_t)tid * pl->thread_floats, *Qt = lanes + pl->lane_floats, *St = Qt + ld * D;
-    float *Ot = St + ld * bk, *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
+    float *Ot = St + (int64_t)pl->sld * bk, *m = Ot + ld * Dv, *l = m + ld, *tmp = l + ld;
     const float *kbase = NULL, *vbase = NULL, *kblk, *vblk;
     const uint16_t *khb = NULL, *vhb = NULL;
     int64_t ks = d->ks[2], vs = d->vs[2], kst, vst;
@@ -4092,8 +4312,26 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     float *Qc = half ? Vc + fa__round16((size_t)bk * Dv) : NULL, *Oc = half ? Qc + 16 * (size_t)D : NULL;
     /* vdpbf16ps (pl->dpbf16): Q's words in Qt, V's in Vc, P's in Pp */
     uint32_t *Pp = pl->dpbf16 ? (uint32_t *)(Oc + 16 * (size_t)Dv) : NULL, *Qp = (uint32_t *)Qt, *Vp = (uint32_t *)Vc;
-    uint32_t *Vt = pl->amx ? Pp + fa__round16((size_t)ld * (((size_t)bk + 1) / 2 + 16)) : NULL;
+    uint32_t *Vt = pl->amx ? Pp + fa__round16((size_t)pl->sld * (((size_t)bk + 1) / 2 + 16)) : NULL;
     int vfin = 0, amx_pf = 0;
+#ifdef FA__HAVE_AMX
+    /* AMX's pipeline across blocks: a panel's P V not yet run (pend) and its operands, the next block's
+       first scores taken ahead (la) and their block, panel and keys; items so far (buffer parity) */
+    fa__amx_job ajob[2];
+    int amx_it = 0, pend = 0, pend_nv = 0, la = 0, la_pv = 0, la_va = 0, la_vb = 0, la_nkq = 0;
+    int64_t la_f0 = -1;
+    const uint32_t *pend_vt = NULL;
+    uint32_t *pend_pp = NULL;
+    float *pend_op = NULL;
+#define FA__AMX_FLUSH                                                                            \
+    do {                                                                                         \
+        if (pend) {                                                                              \
+            K->amx_pv_job(pend_vt, pl->np16, Dv, pend_pp, pend_op, pend_nv, &pf, &ajob[0]);      \
+            K->amx_run(ajob, 1);                                                                 \
+            pend = 0;                                                                            \
+        }                                                                                        \
+    } while (0)
+#endif
     fa__rule_lanes ln;
     fa__pf pf;
 
@@ -4223,30 +4461,84 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             /* panels of two lane vectors (an even first one), each on its own rows of 32 lanes: scores
                of the block's keys from f0 in whole 16-key groups, the rule and the online step on the
                tile's keys [k0, k1), P rounded to bf16 with 0 outside them, P V on the tiles */
-            int nf = (int)(f1 - f0), off = (int)(k0 - f0), nkq = (off + nk + 15) / 16 * 16, pv, i;
+            int nf = (int)(f1 - f0), off = (int)(k0 - f0), nkq = (off + nk + 15) / 16 * 16, pv, i, ip, npn;
             if (nkq > nf) nkq = nf;
+            npn = (v1 - (v0 & ~1) + 1) / 2;
+            if (vfin) {
+                /* the panels in a pipeline: the online step of panel item x (fa__online_amx) runs the
+                   tile products of item x - 1's P V and item x + 1's scores along its vector work
+                   (two score and two P buffers, by item parity); with every block's Vt kept
+                   (pl->vt_all) the items run on across blocks: the last panel's P V in the next
+                   block's first step, and the next block's first scores in this block's last (taken
+                   if that block starts at the same panel, else computed again). A panel's own steps
+                   keep their order. */
+                const float sc = ln.mods ? 1.0f : d->scale;      /* the rule's passes want scaled scores */
+                int nj;
+#define FA__PV(ip) ((v0 & ~1) + 2 * (ip))
+#define FA__VA(ip) (FA__PV(ip) > v0 ? FA__PV(ip) : v0)
+#define FA__NV(ip) ((FA__PV(ip) + 2 < v1 ? FA__PV(ip) + 2 : v1) - FA__VA(ip))
+#define FA__LO(ip) (16 * (FA__VA(ip) - FA__PV(ip)))
+#define FA__QP(ip) (Qp + (size_t)(FA__PV(ip) / 2) * 32 * (D / 2) + FA__LO(ip))
+#define FA__OP(ip) (Ot + (size_t)(FA__PV(ip) / 2) * 32 * Dv + FA__LO(ip))
+#define FA__SP(x, ip) (St + (size_t)((x) & 1) * 32 * bk + FA__LO(ip))
+#define FA__PP(x, ip) (Pp + (size_t)((x) & 1) * 32 * pl->np16 + FA__LO(ip))
+                if (!(la && la_f0 == f0 && la_nkq == nkq && la_pv == FA__PV(0) && la_va <= FA__VA(0) &&
+                      FA__VA(0) + FA__NV(0) <= la_vb)) {
+                    K->amx_qk_job(khb + f0 * ks, ks, nkq, D, FA__QP(0), FA__SP(amx_it, 0), FA__NV(0), &pf, &ajob[0]);
+                    K->amx_run(ajob, 1);
+                }
+                la = 0;
+                for (ip = 0; ip < npn; ip++) {
+                    float *s0 = FA__SP(amx_it, ip) + (size_t)off * 32;
+                    nj = 0;
+                    for (i = 0; i < amx_pf; i++) fa__pf_step(&pf);
+                    if (pend) { K->amx_pv_job(pend_vt, pl->np16, Dv, pend_pp, pend_op, pend_nv, &pf, &ajob[nj++]); pend = 0; }
+                    if (ip + 1 < npn) {
+                        K->amx_qk_job(khb + f0 * ks, ks, nkq, D, FA__QP(ip + 1), FA__SP(amx_it + 1, ip + 1), FA__NV(ip + 1), &pf,
+                                      &ajob[nj++]);
+                    } else if (pl->vt_all && kb + 1 < kb1) {
+                        int64_t g0 = f0 + bk, g1 = g0 + bk < d->Sk ? g0 + bk : d->Sk, gn = (g1 < khi ? g1 : khi) - g0;
+                        if (gn > 0) {   /* the next block's keys in this tile from its first (off 0), as above */
+                            la_nkq = (int)((gn + 15) / 16 * 16 < g1 - g0 ? (gn + 15) / 16 * 16 : g1 - g0);
+                            la = 1; la_f0 = g0; la_pv = FA__PV(0); la_va = FA__VA(0); la_vb = FA__VA(0) + FA__NV(0);
+                            K->amx_qk_job(khb + g0 * ks, ks, la_nkq, D, FA__QP(0), FA__SP(amx_it + 1, 0), FA__NV(0), &pf, &ajob[nj++]);
+                        }
+                    }
+                    if (!FA__AMX_PIPE) { K->amx_run(ajob, nj); nj = 0; }
+                    if (ln.mods)
+                        for (j = 0; j < nk; j++) K->scale(s0 + (size_t)j * 32, s0 + (size_t)j * 32, 16 * FA__NV(ip), d->scale);
+                    if (ln.mods || mask) fa__modify_tile(K, &ln, 16 * FA__VA(ip), s0, 32, FA__NV(ip), k0, nk, mask);
+                    K->amx_online(FA__SP(amx_it, ip), off, nk, FA__NV(ip), sc, m + 16 * FA__VA(ip), l + 16 * FA__VA(ip), FA__OP(ip), Dv,
+                                  FA__PP(amx_it, ip), pl->np16, ajob, nj);
+                    pend = 1; pend_vt = Vt; pend_pp = FA__PP(amx_it, ip); pend_op = FA__OP(ip); pend_nv = FA__NV(ip);
+                    amx_it++;
+                }
+                if (!pl->vt_all) FA__AMX_FLUSH;     /* the next block's Vt goes where this one's is */
+#undef FA__PV
+#undef FA__VA
+#undef FA__NV
+#undef FA__LO
+#undef FA__QP
+#undef FA__OP
+#undef FA__SP
+#undef FA__PP
+                continue;
+            }
+            FA__AMX_FLUSH;
+            /* a block with a non-finite V: the fp32 kernels on the converted block, as on vdpbf16ps below */
             for (pv = v0 & ~1; pv < v1; pv += 2) {
-                int va = pv > v0 ? pv : v0, vb = pv + 2 < v1 ? pv + 2 : v1, lo = 16 * (va - pv), nvec = vb - va, a, e, x;
+                int va = pv > v0 ? pv : v0, vb = pv + 2 < v1 ? pv + 2 : v1, lo = 16 * (va - pv), nvec = vb - va, a, e;
                 const uint32_t *qp = Qp + (size_t)(pv / 2) * 32 * (D / 2) + lo;
                 float *op = Ot + (size_t)(pv / 2) * 32 * Dv + lo, *sp = St + lo, *s0 = sp + (size_t)off * 32;
-                uint32_t *pp = Pp + lo;
                 for (i = 0; i < amx_pf; i++) fa__pf_step(&pf);
                 K->amx_qk(khb + f0 * ks, ks, nkq, D, qp, sp, nvec, d->scale, &pf);
                 if (ln.mods || mask) fa__modify_tile(K, &ln, 16 * va, s0, 32, nvec, k0, nk, mask);
                 K->online(s0, 32, nk, nvec, m + 16 * va, l + 16 * va, op, 32, Dv, tmp);
-                if (!vfin) {        /* the fp32 kernels on the converted block, as on vdpbf16ps below */
-                    for (a = va; a < vb; a = e) {
-                        int acc = acc_all ? acc_all : fa__pv_acc(&ln, a, f0, f1);
-                        for (e = a + 1; e < vb && (acc_all || fa__pv_acc(&ln, e, f0, f1) == acc); e++) {}
-                        K->gemm(Vc, 1, Dv, Dv, nk, s0 + 16 * (a - va), 32, op + 16 * (a - va), 32, e - a, acc, &pf);
-                    }
-                    continue;
+                for (a = va; a < vb; a = e) {
+                    int acc = acc_all ? acc_all : fa__pv_acc(&ln, a, f0, f1);
+                    for (e = a + 1; e < vb && (acc_all || fa__pv_acc(&ln, e, f0, f1) == acc); e++) {}
+                    K->gemm(Vc, 1, Dv, Dv, nk, s0 + 16 * (a - va), 32, op + 16 * (a - va), 32, e - a, acc, &pf);
                 }
-                for (j = 0; j < nf; j++)           /* the block's keys outside [k0, k1): weight 0 */
-                    if (j < off || j >= off + nk) memset(sp + (size_t)j * 32, 0, 16 * (size_t)nvec * sizeof(float));
-                K->ppack_bf16(sp, 32, nf, nvec, pp);
-                for (x = (nf + 1) / 2; x < pl->np16; x++) memset(pp + (size_t)x * 32, 0, 16 * (size_t)nvec * sizeof(uint32_t));
-                K->amx_pv(Vt, pl->np16, Dv, pp, op, nvec, &pf);
             }
             continue;
         }
@@ -4278,6 +4570,10 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
         }
     }
 
+#ifdef FA__HAVE_AMX
+    FA__AMX_FLUSH;
+#undef FA__AMX_FLUSH
+#endif
     (void)amx_pf; (void)Vt;
     /* o (or this chunk's partials) = O / l, and lse = m + log l; a row that saw no key gets 0 and
        -INFINITY, a NaN row stays NaN */
@@ -4895,13 +5191,13 @@ static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
     memset(pl, 0, sizeof *pl);
     if (d->Sq == 0 || d->Sk == 0) return;      /* zeros are written, nothing is allocated */
     pl->kt = d->block_k ? d->block_k : d->Sk >= FA__BWD_WIDE ? FA__BWD_KT_WIDE : FA__BWD_KT;
-    pl->qb = d->block_q ? d->block_q : FA__BWD_QB;
-    if (pl->kt > d->Sk) pl->kt = d->Sk;
-    if (pl->qb > d->Sq) pl->qb = d->Sq;
     /* bf16 with head dims multiples of 32 on AVX512-BF16: the five products on the bf16 values
        (FA__BWD_BF16; the fp32 copies stay, for delta and for blocks holding a non-finite value) */
     pl->bf = FA__BWD_BF16 && d->dtype == FA_BF16 && K->gemm_bf16 && d->D % 32 == 0 && d->Dv % 32 == 0;
     pl->amx = pl->bf && K->amx_mm != NULL;
+    pl->qb = d->block_q ? d->block_q : pl->amx ? FA__BWD_QB_AMX : FA__BWD_QB;
+    if (pl->kt > d->Sk) pl->kt = d->Sk;
+    if (pl->qb > d->Sq) pl->qb = d->Sq;
     pl->qb32 = (pl->qb + 31) / 32 * 32;
     pl->nk32 = (pl->kt + 31) / 32 * 32;
     rows = pl->bf ? (size_t)pl->qb32 : (size_t)pl->qb;

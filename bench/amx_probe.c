@@ -4,7 +4,9 @@
    scores on the tiles (fa__qk_amx, with its scale pass), the online softmax step (fa__online_avx512),
    P rounded to bf16 pairs (fa__ppack_bf16), P V on the tiles (fa__pv_amx), V's words and their
    transpose per block (fa__vpack_bf16 + fa__vt_pack, once per tile and block, shared by the panels),
-   then the four in their real order, beside this thread's AMX tile-loop ceiling. Prints ns per
+   then the four in their real order, beside this thread's AMX tile-loop ceiling; then the fused online
+   step with P's rounding (fa__online_amx, `oamx`) and the panel pipeline of fa__tiled_item with the
+   jobs run before each online step (`pipe0`) or through it (`pipe`). Prints ns per
    panel-block and the GFLOP/s the two products' 4 x lanes x keys x D would run at.
    Needs an AMX-BF16 CPU (prints "no AMX" and exits 0 elsewhere, or under FA__AMX_EMULATE runs the
    C emulation, for checking that it runs at all).
@@ -33,6 +35,13 @@ static uint16_t bf(float x) { return fa__f32_to_bf16(x); }
 
 static double tnow(void) { return bench_now(); }
 
+/* 64-byte aligned, as the library's workspace is (a tile row then never splits a cache line) */
+static void *amalloc(size_t n)
+{
+    void *p = NULL;
+    return posix_memalign(&p, 64, n) == 0 ? p : NULL;
+}
+
 int main(int argc, char **argv)
 {
     static const int Ds[2] = { 64, 128 }, BKs[2] = { 64, 128 };
@@ -48,21 +57,22 @@ int main(int argc, char **argv)
 #ifndef FA__AMX_EMULATE
     printf("AMX tile-loop ceiling, this thread: %.0f GFLOP/s\n", bench_amx_gflops(1));
 #endif
-    printf("%4s %4s | %8s %8s %8s %8s %8s | %8s %8s | %6s %6s\n", "D", "bk", "qk", "online", "ppack", "pv", "vpack/p",
-           "sum", "seq", "GF sum", "GF seq");
+    printf("%4s %4s | %8s %8s %8s %8s %8s | %8s %8s | %6s %6s | %8s %8s %8s | %6s %6s\n", "D", "bk", "qk", "online", "ppack",
+           "pv", "vpack/p", "sum", "seq", "GF sum", "GF seq", "oamx", "pipe0", "pipe", "GF p0", "GF pipe");
     for (di = 0; di < 2; di++)
         for (bi = 0; bi < 2; bi++) {
             int D = Ds[di], bk = BKs[bi], np16 = (int)fa__round16(((size_t)bk + 1) / 2), p, r, j;
             size_t i;
-            uint16_t *K = (uint16_t *)malloc((size_t)bk * D * 2), *V = (uint16_t *)malloc((size_t)bk * D * 2);
-            uint32_t *Qp = (uint32_t *)malloc((size_t)NPAN * LD * D / 2 * 4 + (size_t)LD * D * 2);
-            float *St = (float *)malloc((size_t)bk * LD * 4 * NPAN), *Ot = (float *)malloc((size_t)NPAN * LD * D * 4 + (size_t)LD * D * 4);
-            uint32_t *Pp = (uint32_t *)calloc((size_t)np16 * LD * NPAN, 4), *Vp = (uint32_t *)malloc((size_t)bk * D * 4);
-            uint32_t *Vt = (uint32_t *)malloc((size_t)D * np16 * 4);
-            float m[LD * NPAN], l[LD * NPAN], tmp[LD * NPAN], *f = (float *)malloc((size_t)bk * D * 4);
-            double t0, tq = 0, to = 0, tp = 0, tv = 0, tk = 0, ts = 0, flops = 4.0 * LANES * bk * D;
+            uint16_t *K = (uint16_t *)amalloc((size_t)bk * D * 2), *V = (uint16_t *)amalloc((size_t)bk * D * 2);
+            uint32_t *Qp = (uint32_t *)amalloc((size_t)NPAN * LD * D / 2 * 4 + (size_t)LD * D * 2);
+            float *St = (float *)amalloc((size_t)bk * LD * 4 * NPAN), *Ot = (float *)amalloc((size_t)NPAN * LD * D * 4 + (size_t)LD * D * 4);
+            uint32_t *Pp = (uint32_t *)amalloc((size_t)np16 * LD * NPAN * 4), *Vp = (uint32_t *)amalloc((size_t)bk * D * 4);
+            uint32_t *Vt = (uint32_t *)amalloc((size_t)D * np16 * 4);
+            float m[LD * NPAN], l[LD * NPAN], tmp[LD * NPAN], *f = (float *)amalloc((size_t)bk * D * 4);
+            double t0, tq = 0, to = 0, tp = 0, tv = 0, tk = 0, ts = 0, flops = 4.0 * LANES * bk * D, tf = 0, tz = 0, tpp = 0;
             fa__pf pf;
             memset(&pf, 0, sizeof pf);
+            memset(Pp, 0, (size_t)np16 * LD * NPAN * 4);
             bench_fill_normal(f, (size_t)bk * D);
             for (i = 0; i < (size_t)bk * D; i++) K[i] = bf(f[i]);
             bench_fill_normal(f, (size_t)bk * D);
@@ -117,15 +127,71 @@ int main(int argc, char **argv)
                     }
                 }
                 a = tnow() - t0; if (r) ts = a / n / NPAN;
+#ifndef PROBE_OLD
+                /* the fused online step with P's rounding (fa__online_amx, no jobs), then the panel
+                   pipeline as fa__tiled_item runs it: jobs run before each step (pipe0) or through it */
+                memset(Ot, 0, (size_t)NPAN * LD * D * 4);
+                for (i = 0; i < (size_t)LD * NPAN; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
+                t0 = tnow();
+                for (k = 0; k < n; k++) for (p = 0; p < NPAN; p++) fa__online_amx(SP(p), 0, bk, NV, 0.088f, m + p * LANES, l + p * LANES, OP(p), D, PP(p), np16, NULL, 0);
+                a = tnow() - t0; if (r) tf = a / n / NPAN;
+                {
+                    int pipe;
+                    for (pipe = 0; pipe < 2; pipe++) {
+                        t0 = tnow();
+                        for (k = 0; k < n; k++) {
+                            fa__amx_job jb[2], jq;
+                            j = fa__vpack_bf16(V, D, bk, D, Vp); fa__vt_pack(Vp, (bk + 1) / 2, D, Vt, np16);
+                            fa__qk_amx_job(K, D, bk, D, QP(0), SP(0), NV, &pf, &jq); fa__amx_run(&jq, 1);
+                            for (p = 0; p < NPAN; p++) {
+                                int nj = 0;
+                                if (p > 0) fa__pv_amx_job(Vt, np16, D, PP(p - 1), OP(p - 1), NV, &pf, &jb[nj++]);
+                                if (p + 1 < NPAN) fa__qk_amx_job(K, D, bk, D, QP(p + 1), SP(p + 1), NV, &pf, &jb[nj++]);
+                                if (!pipe) { fa__amx_run(jb, nj); nj = 0; }
+                                fa__online_amx(SP(p), 0, bk, NV, 0.088f, m + p * LANES, l + p * LANES, OP(p), D, PP(p), np16, jb, nj);
+                            }
+                            fa__pv_amx_job(Vt, np16, D, PP(NPAN - 1), OP(NPAN - 1), NV, &pf, &jq); fa__amx_run(&jq, 1);
+                        }
+                        a = tnow() - t0; if (r) { if (pipe) tpp = a / n / NPAN; else tz = a / n / NPAN; }
+                    }
+                }
+#endif
                 memset(Ot, 0, (size_t)NPAN * LD * D * 4);
                 for (i = 0; i < (size_t)LD * NPAN; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
             }
             fa__amx_end();
-            printf("%4d %4d | %8.0f %8.0f %8.0f %8.0f %8.0f | %8.0f %8.0f | %6.0f %6.0f\n", D, bk, 1e9 * tq, 1e9 * to, 1e9 * tp,
-                   1e9 * tv, 1e9 * tk, 1e9 * (tq + to + tp + tv + tk), 1e9 * ts, flops / (tq + to + tp + tv + tk) * 1e-9,
-                   flops / ts * 1e-9);
+            printf("%4d %4d | %8.0f %8.0f %8.0f %8.0f %8.0f | %8.0f %8.0f | %6.0f %6.0f | %8.0f %8.0f %8.0f | %6.0f %6.0f\n", D, bk,
+                   1e9 * tq, 1e9 * to, 1e9 * tp, 1e9 * tv, 1e9 * tk, 1e9 * (tq + to + tp + tv + tk), 1e9 * ts,
+                   flops / (tq + to + tp + tv + tk) * 1e-9, flops / ts * 1e-9, 1e9 * tf, 1e9 * tz, 1e9 * tpp,
+                   tz > 0 ? flops / tz * 1e-9 : 0.0, tpp > 0 ? flops / tpp * 1e-9 : 0.0);
             free(K); free(V); free(Qp); free(St); free(Ot); free(Pp); free(Vp); free(Vt); free(f);
         }
+    {   /* one 2 x 2 block of tiles (fa__amx_group) on operands that stay in L1: 32 x 32 C over a reduction
+           of D = 64, 128, 256, without and with C loaded (acc): the loop's own rate, beside the ceiling */
+        static uint16_t A[32 * 256] __attribute__((aligned(64)));
+        static uint32_t B[128 * 32] __attribute__((aligned(64)));
+        static float C[32 * 32] __attribute__((aligned(64)));
+        int kd, acc, i2, n = reps * 20;
+        for (i2 = 0; i2 < 32 * 256; i2++) A[i2] = bf((float)((i2 % 13) - 6) * 0.01f);
+        for (i2 = 0; i2 < 128 * 32; i2++) B[i2] = (uint32_t)bf((float)((i2 % 7) - 3) * 0.01f) * 0x10001u;
+        memset(C, 0, sizeof C);
+        fa__amx_begin();
+        for (kd = 64; kd <= 256; kd *= 2)
+            for (acc = 0; acc < 2; acc++) {
+                double t0 = tnow(), t;
+                int k2;
+                for (k2 = 0; k2 < n; k2++) {
+                    fa__amx_job jj;
+                    fa__amx_job_set(&jj, A, 2 * 256, 32, kd, B, 32, C, 32, 32, acc);
+                    fa__amx_group(&jj);
+                }
+                t = tnow() - t0;
+                printf("2x2 block in L1, reduction %3d, acc %d: %6.1f ns per tdpbf16ps, %5.0f GFLOP/s\n", kd, acc,
+                       1e9 * t / n / (4.0 * kd / 32), 4.0 * (kd / 32) * 16384.0 * n / t * 1e-9);
+            }
+        fa__amx_end();
+        if (C[0] != C[0]) printf("NaN\n");
+    }
     return 0;
 }
 #endif

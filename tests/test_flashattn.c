@@ -2635,13 +2635,15 @@ static void test_half_storage(void **state)
 
 /* bf16 on the bf16 kernels (vdpbf16ps, AMX): a row's bits do not depend on its tile. The same
    causal, windowed request with block_q 0 (the library's tiles), 16, 48, 112 and 9 (7 would be a decode), and threads
-   1 and 3: o bitwise the same (the AMX products are anchored at each key block's first key). */
+   1 and 3, and 3 on an fa_pool: o bitwise the same (the AMX products are anchored at each key block's first key). */
 static void test_half_tiling(void **state)
 {
     static const int bq[5] = { 0, 16, 48, 112, 9 };
     static const int dims[2][2] = { { 64, 48 }, { 128, 128 } };
     int di, i, th;
+    fa_pool *pool = NULL;
     (void)state;
+    assert_int_equal(fa_pool_create(3, &pool), FA_OK);
     for (di = 0; di < 2; di++) {
         fa_params p = shape(1, 2, 1, 230, 300, dims[di][0], dims[di][1], 1);
         tcase c;
@@ -2653,9 +2655,10 @@ static void test_half_tiling(void **state)
         ho = (uint16_t *)malloc(c.t.no * 2); first = (uint16_t *)malloc(c.t.no * 2);
         assert_true(ho && first);
         for (i = 0; i < 5; i++)
-            for (th = 1; th <= 3; th += 2) {
+            for (th = 1; th <= 5; th += 2) {
                 fa_params ph = c.p;
-                ph.dtype = FA_BF16; ph.block_q = bq[i]; ph.threads = th;
+                ph.dtype = FA_BF16; ph.block_q = bq[i]; ph.threads = th < 5 ? th : 3;
+                ph.pool = th == 5 ? pool : NULL;
                 memset(ho, 0xFF, c.t.no * 2);
                 assert_int_equal(fa_tiled(&ph, hq, hk, hv, ho), FA_OK);
                 if (i == 0 && th == 1) {
@@ -2665,12 +2668,14 @@ static void test_half_tiling(void **state)
                     half_expect_amx(&ph, line);
                     memcpy(first, ho, c.t.no * 2);
                 } else if (memcmp(first, ho, c.t.no * 2) != 0) {
-                    fail_msg("%s: block_q %d threads %d differs from block_q 0", c.name, bq[i], th);
+                    fail_msg("%s: block_q %d threads %d%s differs from block_q 0", c.name, bq[i], ph.threads,
+                             ph.pool ? " (pool)" : "");
                 }
             }
         free(hq); free(hk); free(hv); free(ho); free(first);
         tc_free(&c);
     }
+    fa_pool_destroy(pool);
 }
 
 /* A NaN in a hidden key's V (bf16 and fp16): the rows that do not see the key are right (the
