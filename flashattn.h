@@ -5511,18 +5511,15 @@ struct fa__tcb_d128 { typedef fa__tcb_kv_d128 KV; typedef fa__tcb_dq_d128 DQ; };
    3 at D = 128: 160 KB), a producer warpgroup and two consumers (NT = 384 threads; registers
    REG_P / REG_C after setmaxnreg, REG_P 128 + REG_C 256 <= 65536); DQ its dq kernel (fa__wgq_dq):
    query blocks of BQ = 128 rows (64 a consumer), key tiles of BK in a ring of ST stages (D = 128:
-   BK 64, so that dq, S, dP and dS fit the consumers' registers). NX 1: a consumer issues the next
-   tile's first wgmmas (S^T and dP^T; S and dP) before it waits for the current tile's last ones.
-   KR 1 (D = 64): the dK/dV kernel's consumers hold their K and V rows in registers, the A operand
-   of S^T and dP^T (only Q and dO then read from shared memory). */
-struct fa__wgq_d64 { enum { D = 64, BQ = 128, BK = 128, ST = 2, NT = 384, REG_P = 24, REG_C = 240, NX = 0 }; };
-struct fa__wgq_d128 { enum { D = 128, BQ = 128, BK = 64, ST = 3, NT = 384, REG_P = 24, REG_C = 240, NX = 0 }; };
+   BK 64, so that dq, S, dP and dS fit the consumers' registers). */
+struct fa__wgq_d64 { enum { D = 64, BQ = 128, BK = 128, ST = 2, NT = 384, REG_P = 24, REG_C = 240 }; };
+struct fa__wgq_d128 { enum { D = 128, BQ = 128, BK = 64, ST = 3, NT = 384, REG_P = 24, REG_C = 240 }; };
 struct fa__wgb_d64 {
-    enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = 4, REG_P = 24, REG_C = 240, NX = 0, KR = 0 };
+    enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = 4, REG_P = 24, REG_C = 240 };
     typedef fa__wgq_d64 DQ;
 };
 struct fa__wgb_d128 {
-    enum { D = 128, BKV = 128, BQ = 64, NT = 384, ST = 3, REG_P = 24, REG_C = 240, NX = 0, KR = 0 };
+    enum { D = 128, BKV = 128, BQ = 64, NT = 384, ST = 3, REG_P = 24, REG_C = 240 };
     typedef fa__wgq_d128 DQ;
 };
 
@@ -7364,9 +7361,7 @@ template <int N> static __device__ __forceinline__ void fa__wg_keep(float (&c)[1
 /* The m64nNk16 wgmmas of each 16-bit type, accumulating into the N / 2 fp32 registers c (8d's
    [1][N / 8][4] accumulator, flattened): ss, N = 128, with A and B from shared memory (acc 0:
    D = A B, else D += A B); rs128 and rs64, N = 128 and 64, with A from four registers (8d's A
-   fragment) and B N-major (transposed); ss64, N = 64, both K-major, and rs64k, N = 64, A from
-   registers and B K-major (acc as ss's; the backward, 8e3); ss64z and rs64kz: their acc 0 with the
-   accumulator as a pure output (no register of it read: nothing ties it to what it held). */
+   fragment) and B N-major (transposed); ss64, N = 64, both K-major (the backward, 8e3). */
 #define FA__WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
                    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "       \
                    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "       \
@@ -7378,9 +7373,6 @@ template <int N> static __device__ __forceinline__ void fa__wg_keep(float (&c)[1
 #define FA__WG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
                    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FA__WG_C32(c) FA__WG_C8(c, 0), FA__WG_C8(c, 8), FA__WG_C8(c, 16), FA__WG_C8(c, 24)
-#define FA__WG_Z8(c, i) "=f"(c[i]), "=f"(c[i + 1]), "=f"(c[i + 2]), "=f"(c[i + 3]), "=f"(c[i + 4]), "=f"(c[i + 5]), \
-                        "=f"(c[i + 6]), "=f"(c[i + 7])
-#define FA__WG_Z32(c) FA__WG_Z8(c, 0), FA__WG_Z8(c, 8), FA__WG_Z8(c, 16), FA__WG_Z8(c, 24)
 template <typename T> struct fa__wg_mma;
 #define FA__WG_MMA(T, PTX)                                                                                         \
     template <> struct fa__wg_mma<T> {                                                                             \
@@ -7404,27 +7396,6 @@ template <typename T> struct fa__wg_mma;
                          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FA__WG_D32                 \
                          ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                           \
                          : FA__WG_C32(c) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));          \
-        }                                                                                                          \
-        static __device__ __forceinline__ void rs64k(float *c, const unsigned (&a)[4], unsigned long long db, int acc) \
-        {                                                                                                          \
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                              \
-                         "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FA__WG_D32                 \
-                         ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                           \
-                         : FA__WG_C32(c) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));        \
-        }                                                                                                          \
-        static __device__ __forceinline__ void ss64z(float *c, unsigned long long da, unsigned long long db)       \
-        {                                                                                                          \
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"                                                 \
-                         "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FA__WG_D32                 \
-                         ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                         \
-                         : FA__WG_Z32(c) : "l"(da), "l"(db));                                                      \
-        }                                                                                                          \
-        static __device__ __forceinline__ void rs64kz(float *c, const unsigned (&a)[4], unsigned long long db)     \
-        {                                                                                                          \
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"                                                 \
-                         "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FA__WG_D32                 \
-                         ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                           \
-                         : FA__WG_Z32(c) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));                  \
         }                                                                                                          \
         static __device__ __forceinline__ void ss64(float *c, unsigned long long da, unsigned long long db, int acc) \
         {                                                                                                          \
@@ -8408,8 +8379,9 @@ template <int BQ> static __device__ __forceinline__ int fa__tcb_swz(int r, int c
    in kr0), NN n8 tiles of query columns i0 + cq + 8 n + e), shared by the dK/dV kernels (fa__tcb_dkv,
    and 8e3's fa__wgb_dkv, whose m64 wgmma accumulator is this layout warp by warp). fa__tcb_pt: s (raw
    dot products) becomes P g and pa the packed P^T A fragments (fa__tcb_p; the mask by
-   fa__cu_row_keys unless the block is full for the tile); tL: the tile's lse in log2 units. */
-template <typename T, int MT, int NN, bool MODS>
+   fa__cu_row_keys unless the block is full for the tile); tL: the tile's lse in log2 units. FULL:
+   full known true at compile time (8e3 calls it so for full blocks: no key test is compiled). */
+template <typename T, int MT, int NN, bool MODS, bool FULL = false>
 static __device__ __forceinline__ void fa__tcb_pt(float (&s)[MT][NN][4], unsigned (&pa)[MT][NN / 2][4], const fa__dims &d,
                                                   const fa__cu_mods &md, bool sc, bool al, bool bi, float f,
                                                   const float *tL, int i0, int cq, int kr0, bool full)
@@ -8419,7 +8391,7 @@ static __device__ __forceinline__ void fa__tcb_pt(float (&s)[MT][NN][4], unsigne
         int lo[2] = { 0, 0 }, hi[2] = { d.Sk, d.Sk };
 #pragma unroll
         for (int e = 0; e < 2; e++)
-            if (!full) fa__cu_row_keys(d, i0 + cq + 8 * n + e, &lo[e], &hi[e]);
+            if (!FULL && !full) fa__cu_row_keys(d, i0 + cq + 8 * n + e, &lo[e], &hi[e]);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -8430,7 +8402,7 @@ static __device__ __forceinline__ void fa__tcb_pt(float (&s)[MT][NN][4], unsigne
                 for (int e = 0; e < 2; e++) {
                     const int c = cq + 8 * n + e;
                     s[mt][n][2 * hf + e] = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, tL[c], i0 + c, j,
-                                                           j >= lo[e] && j < hi[e], &p[e]);
+                                                           FULL || (j >= lo[e] && j < hi[e]), &p[e]);
                 }
                 pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(p[0], p[1]);
             }
@@ -8492,8 +8464,9 @@ static __device__ __forceinline__ void fa__tcb_dq_add(float *dst, const float (&
 /* The element steps of a dq kernel's S and dP fragments (rows = queries i0 + lr + 16 mt + 8 hf,
    lr with lane / 4 in it; columns = keys k0 + cq + 8 n + e): dS = P g (dP - delta) (fa__tcb_p,
    fa__tcb_ds; the mask by fa__cu_row_keys unless the tile is full for the block) packed into pa,
-   the A fragments of dq += dS K; sL, sDl: the block's lse (log2 units) and delta, indexed from i0. */
-template <typename T, int MT, int NN, bool MODS>
+   the A fragments of dq += dS K; sL, sDl: the block's lse (log2 units) and delta, indexed from i0.
+   FULL: as fa__tcb_pt's. */
+template <typename T, int MT, int NN, bool MODS, bool FULL = false>
 static __device__ __forceinline__ void fa__tcb_ds_rows(const float (&s)[MT][NN][4], const float (&dp)[MT][NN][4],
                                                        unsigned (&pa)[MT][NN / 2][4], const fa__dims &d,
                                                        const fa__cu_mods &md, bool sc, bool al, bool bi, float f,
@@ -8507,7 +8480,7 @@ static __device__ __forceinline__ void fa__tcb_ds_rows(const float (&s)[MT][NN][
             const int i = i0 + lr + 16 * mt + 8 * hf;
             const float lse2 = sL[lr + 16 * mt + 8 * hf], dl = sDl[lr + 16 * mt + 8 * hf];
             int lo = 0, hi = d.Sk;
-            if (!full) fa__cu_row_keys(d, i, &lo, &hi);
+            if (!FULL && !full) fa__cu_row_keys(d, i, &lo, &hi);
 #pragma unroll
             for (int n = 0; n < NN; n++) {
                 float v2[2];
@@ -8516,7 +8489,7 @@ static __device__ __forceinline__ void fa__tcb_ds_rows(const float (&s)[MT][NN][
                     const int j = k0 + cq + 8 * n + e;
                     float p;
                     const float pg = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, lse2, i, j,
-                                                     j >= lo && j < hi, &p);
+                                                     FULL || (j >= lo && j < hi), &p);
                     v2[e] = fa__tcb_ds(pg, dp[mt][n][2 * hf + e], dl);
                 }
                 pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(v2[0], v2[1]);
@@ -8769,8 +8742,8 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
    fa__wgb_pick): the tensor-core backward's requests (every modifier, mask and GQA) whose q, k, v
    and d_o TMA takes (fa__wg_tma_ok), on a device of compute capability 9.0 whose loaded code holds
    the sm_90a bodies (fa__wg_built) and whose driver encodes tensor maps; elsewhere 8e2's kernels.
-   The dq buffer of the default mode's workspace stays allocated (the query cannot see the
-   pointers that pick the kernel) and unused. The bodies are compiled only for sm_90a; any other
+   The default mode's workspace has no dq buffer where these kernels serve the dims
+   (fa__cu_bwd_atomics, 8g). The bodies are compiled only for sm_90a; any other
    target gets a stub never launched. */
 
 #if FA__WG
@@ -8809,40 +8782,6 @@ static __device__ __forceinline__ void fa__wgb_put_ld(const fa__tcb_args &a, flo
     fa__tcb_load_ld<R, 32>(a, sL, sDl, b, h, i0, lane);
     if (lane == 0) fa__mb_expect(bar, bytes);
     else fa__mb_arrive(bar);
-}
-
-/* fa__wgb_dkv's first two wgmma groups of a tile: S^T = K Q^T, then dP^T = V dO^T, a consumer's 64
-   keys (K and V at sK, sV in the block's panels, or with KR the A fragments kf, vf of its warps'
-   rows) x the tile's rows (Q and dO panels at sQ, sO); Z: the first k-steps by ss64z / rs64kz */
-template <typename T, class G, bool KR, bool Z>
-static __device__ __forceinline__ void fa__wgb_sdp(float (&s)[1][G::NN][4], float (&dp)[1][G::NN][4],
-                                                   const unsigned (&kf)[G::D / 16][4], const unsigned (&vf)[G::D / 16][4],
-                                                   unsigned sK, unsigned sV, unsigned sQ, unsigned sO)
-{
-    typedef fa__wg_mma<T> X;
-    fa__wg_keep(s);
-    fa__wg_keep(dp);
-    fa__wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < G::D / 16; kk++) {
-        const unsigned long long q_ = fa__wg_desc(sQ + (kk >> 2) * G::BQ * 128 + (kk & 3) * 32, 16, 1024);
-        const unsigned long long k_ = fa__wg_desc(sK + (kk >> 2) * G::BKV * 128 + (kk & 3) * 32, 16, 1024);
-        if (Z && kk == 0 && KR) X::rs64kz(&s[0][0][0], kf[kk], q_);
-        else if (Z && kk == 0) X::ss64z(&s[0][0][0], k_, q_);
-        else if (KR) X::rs64k(&s[0][0][0], kf[kk], q_, kk);
-        else X::ss64(&s[0][0][0], k_, q_, kk);
-    }
-    fa__wg_commit();
-#pragma unroll
-    for (int kk = 0; kk < G::D / 16; kk++) {
-        const unsigned long long o_ = fa__wg_desc(sO + (kk >> 2) * G::BQ * 128 + (kk & 3) * 32, 16, 1024);
-        const unsigned long long v_ = fa__wg_desc(sV + (kk >> 2) * G::BKV * 128 + (kk & 3) * 32, 16, 1024);
-        if (Z && kk == 0 && KR) X::rs64kz(&dp[0][0][0], vf[kk], o_);
-        else if (Z && kk == 0) X::ss64z(&dp[0][0][0], v_, o_);
-        else if (KR) X::rs64k(&dp[0][0][0], vf[kk], o_, kk);
-        else X::ss64(&dp[0][0][0], v_, o_, kk);
-    }
-    fa__wg_commit();
 }
 
 /* T: __half or __nv_bfloat16. C: fa__wgb_d64 or fa__wgb_d128 (8a). MODS: as fa__tcb_dkv's. */
@@ -8918,25 +8857,32 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ 
 #pragma unroll
             for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = 0.0f;
         unsigned pp[1][NN / 2][4], ps[1][NN / 2][4];   /* P^T and dS^T, the A fragments of dV's and dK's wgmmas */
-        unsigned kf[D / 16][4], vf[D / 16][4];         /* KR: the warp's 16 keys of K and V (A fragments) */
-        /* tile t: its S^T and dP^T issued (NX: by the previous tile), P^T, dV += P^T dO, dS^T, dK += dS^T Q;
-           nx: then the next tile's S^T and dP^T. NX's last tile is peeled (nx false), so that every path
-           ptxas sees into a tile holds the same wgmmas pending. */
-        auto tile = [&](int t, bool nx) {
+        if (tiles > 0) fa__mb_wait(kvbar, 0);
+        for (int t = 0; t < tiles; t++) {
             const int sg = t % ST, hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ;
             const unsigned st = (unsigned)sg * G::QB;
             const float *tL = sL + sg * BQ, *tD = sDl + sg * BQ;
             const fa__keys kr = fa__cu_tile_keys(d, i0, min((int)BQ, d.Sq - i0));
             const bool kfull = fa__keys_full(&kr, k0, k0 + BKV) != 0;
             const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
-            if (!C::NX) {
-                fa__mb_wait(full + 8 * sg, (unsigned)(t / ST) & 1u);
-                fa__wgb_sdp<T, G, C::KR != 0, C::NX != 0>(s, dp, kf, vf, sK + ka, sV + ka, sQ + st, sO + st);
-            }
-            fa__wg_wait<1>();   /* S^T landed (NX: and the previous tile's dV and dK) */
-            if (C::NX && t > 0) fa__mb_arrive(empty + 8 * ((t - 1) % ST));   /* this thread is done with that stage */
+            fa__mb_wait(full + 8 * sg, (unsigned)(t / ST) & 1u);
             fa__wg_keep(s);
-            fa__tcb_pt<T, 1, NN, MODS>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, kfull);
+            fa__wg_keep(dp);
+            fa__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)   /* S^T = K Q^T: this consumer's 64 keys x the tile's rows */
+                X::ss64(&s[0][0][0], fa__wg_desc(sK + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
+                        fa__wg_desc(sQ + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
+            fa__wg_commit();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)   /* dP^T = V dO^T */
+                X::ss64(&dp[0][0][0], fa__wg_desc(sV + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
+                        fa__wg_desc(sO + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
+            fa__wg_commit();
+            fa__wg_wait<1>();
+            fa__wg_keep(s);
+            if (!MODS && kfull) fa__tcb_pt<T, 1, NN, MODS, true>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, true);
+            else fa__tcb_pt<T, 1, NN, MODS>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, kfull);   /* (MODS: one copy) */
             fa__wg_keep(dv);
             fa__wg_fence();
 #pragma unroll
@@ -8958,36 +8904,10 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ 
                 else X::rs64(&dk[0][0][0], ps[0][kk], dQ_);
             }
             fa__wg_commit();
-            if (nx) {   /* the next tile's S^T and dP^T behind dV and dK (s and dp are free) */
-                const int sn = (t + 1) % ST;
-                fa__mb_wait(full + 8 * sn, (unsigned)((t + 1) / ST) & 1u);
-                fa__wgb_sdp<T, G, C::KR != 0, C::NX != 0>(s, dp, kf, vf, sK + ka, sV + ka, sQ + sn * G::QB, sO + sn * G::QB);
-            } else {
-                fa__wg_wait<0>();
-                fa__wg_keep(dk);
-                fa__wg_keep(dv);
-                fa__mb_arrive(empty + 8 * sg);   /* this thread is done with stage sg */
-            }
-        };
-        if (tiles > 0) {
-            fa__mb_wait(kvbar, 0);
-            if (C::KR) {
-                const fa__wg_vrows<BKV> kq = { sK }, vq = { sV };
-                const int lr = cw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, lc = lane >> 4;
-#pragma unroll
-                for (int kk = 0; kk < D / 16; kk++) {
-                    fa__tc_ldsm(kq.at(lr, 2 * kk + lc), kf[kk][0], kf[kk][1], kf[kk][2], kf[kk][3]);
-                    fa__tc_ldsm(vq.at(lr, 2 * kk + lc), vf[kk][0], vf[kk][1], vf[kk][2], vf[kk][3]);
-                }
-            }
-            if (C::NX) {   /* the first tile's S^T and dP^T; the tiles; the last one peeled */
-                fa__mb_wait(full, 0);
-                fa__wgb_sdp<T, G, C::KR != 0, C::NX != 0>(s, dp, kf, vf, sK + ka, sV + ka, sQ, sO);
-                for (int t = 0; t < tiles - 1; t++) tile(t, true);
-                tile(tiles - 1, false);
-            } else {
-                for (int t = 0; t < tiles; t++) tile(t, false);
-            }
+            fa__wg_wait<0>();
+            fa__wg_keep(dk);
+            fa__wg_keep(dv);
+            fa__mb_arrive(empty + 8 * sg);   /* this thread is done with stage sg */
         }
         fa__tcb_write_kv<T, 1, CH>(a, dk, dv, b, g, kr0, cq);
     }
@@ -8995,33 +8915,6 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ 
     /* another target: never launched */
     if (w.a.d.Sq < 0 && *w.a.flag) asm volatile("trap;\n");
 #endif
-}
-
-/* fa__wgq_dq's first wgmma group of a tile: S = Q K^T and dP = dO V^T, a consumer's 64 rows (Q and dO
-   panels at sQ, sO) x the tile's keys (K and V panels at sK, sV) */
-template <typename T, class G>
-static __device__ __forceinline__ void fa__wgq_sdp(float (&s)[1][G::NN][4], float (&dp)[1][G::NN][4], unsigned sQ,
-                                                   unsigned sO, unsigned sK, unsigned sV)
-{
-    typedef fa__wg_mma<T> X;
-    fa__wg_keep(s);
-    fa__wg_keep(dp);
-    fa__wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < G::D / 16; kk++) {
-        const unsigned long long k_ = fa__wg_desc(sK + (kk >> 2) * G::BK * 128 + (kk & 3) * 32, 16, 1024);
-        const unsigned long long q_ = fa__wg_desc(sQ + (kk >> 2) * G::BQ * 128 + (kk & 3) * 32, 16, 1024);
-        if (G::BK == 128) X::ss(&s[0][0][0], q_, k_, kk);
-        else X::ss64(&s[0][0][0], q_, k_, kk);
-    }
-#pragma unroll
-    for (int kk = 0; kk < G::D / 16; kk++) {
-        const unsigned long long v_ = fa__wg_desc(sV + (kk >> 2) * G::BK * 128 + (kk & 3) * 32, 16, 1024);
-        const unsigned long long o_ = fa__wg_desc(sO + (kk >> 2) * G::BQ * 128 + (kk & 3) * 32, 16, 1024);
-        if (G::BK == 128) X::ss(&dp[0][0][0], o_, v_, kk);
-        else X::ss64(&dp[0][0][0], o_, v_, kk);
-    }
-    fa__wg_commit();
 }
 
 /* T: __half or __nv_bfloat16. C: fa__wgq_d64 or fa__wgq_d128 (8a). MODS: as fa__tcb_dq's. */
@@ -9092,24 +8985,36 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ f
         for (int n = 0; n < NN; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = 0.0f;
-        /* key tile j: its S and dP issued (NX: by the previous tile), dS, dq += dS K; nx: then the next
-           tile's S and dP (NX's last tile peeled, as fa__wgb_dkv's) */
-        auto tile = [&](int j, bool nx) {
+        if (nt > 0) fa__mb_wait(qbar, 0);
+        for (int j = 0; j < nt; j++) {
             const int sg = j % ST, k0 = (t0 + j) * BK;
             const unsigned st = (unsigned)sg * G::KB;
             const bool kfull = fa__keys_full(&kr, k0, k0 + BK) != 0;
-            if (!C::NX) {
-                fa__mb_wait(full + 8 * sg, (unsigned)(j / ST) & 1u);
-                fa__wgq_sdp<T, G>(s, dp, sQ + qa, sO + qa, sK + st, sV + st);
-            }
-            fa__wg_wait<0>();   /* S and dP landed (NX: and the previous tile's dq) */
-            if (C::NX && j > 0) {
-                __syncwarp();
-                if (lane == 0) fa__mb_arrive(empty + 8 * ((j - 1) % ST));   /* this warp is done with that stage */
-            }
+            fa__mb_wait(full + 8 * sg, (unsigned)(j / ST) & 1u);
             fa__wg_keep(s);
             fa__wg_keep(dp);
-            fa__tcb_ds_rows<T, 1, NN, MODS>(s, dp, pa, d, md, sc, al, bi, f, sL + c * 64, sDl + c * 64, ic, lr, k0, cq, kfull);
+            fa__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {   /* S = Q K^T, dP = dO V^T */
+                const unsigned long long dk_ = fa__wg_desc(sK + st + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024);
+                const unsigned long long dq_ = fa__wg_desc(sQ + qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024);
+                if (BK == 128) X::ss(&s[0][0][0], dq_, dk_, kk);
+                else X::ss64(&s[0][0][0], dq_, dk_, kk);
+            }
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                const unsigned long long dv_ = fa__wg_desc(sV + st + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024);
+                const unsigned long long do_ = fa__wg_desc(sO + qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024);
+                if (BK == 128) X::ss(&dp[0][0][0], do_, dv_, kk);
+                else X::ss64(&dp[0][0][0], do_, dv_, kk);
+            }
+            fa__wg_commit();
+            fa__wg_wait<0>();
+            fa__wg_keep(s);
+            fa__wg_keep(dp);
+            if (!MODS && kfull)
+                fa__tcb_ds_rows<T, 1, NN, MODS, true>(s, dp, pa, d, md, sc, al, bi, f, sL + c * 64, sDl + c * 64, ic, lr, k0, cq, true);
+            else fa__tcb_ds_rows<T, 1, NN, MODS>(s, dp, pa, d, md, sc, al, bi, f, sL + c * 64, sDl + c * 64, ic, lr, k0, cq, kfull);
             fa__wg_keep(dq);
             fa__wg_fence();
 #pragma unroll
@@ -9119,27 +9024,10 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ f
                 else X::rs64(&dq[0][0][0], pa[0][kk], dk_);
             }
             fa__wg_commit();
-            if (nx) {   /* the next tile's S and dP behind dq's (s and dp are free) */
-                const int sn = (j + 1) % ST;
-                fa__mb_wait(full + 8 * sn, (unsigned)((j + 1) / ST) & 1u);
-                fa__wgq_sdp<T, G>(s, dp, sQ + qa, sO + qa, sK + sn * G::KB, sV + sn * G::KB);
-            } else {
-                fa__wg_wait<0>();
-                fa__wg_keep(dq);
-                __syncwarp();
-                if (lane == 0) fa__mb_arrive(empty + 8 * sg);   /* this warp is done with stage sg */
-            }
-        };
-        if (nt > 0) {
-            fa__mb_wait(qbar, 0);
-            if (C::NX) {   /* the first tile's S and dP; the tiles; the last one peeled */
-                fa__mb_wait(full, 0);
-                fa__wgq_sdp<T, G>(s, dp, sQ + qa, sO + qa, sK, sV);
-                for (int j = 0; j < nt - 1; j++) tile(j, true);
-                tile(nt - 1, false);
-            } else {
-                for (int j = 0; j < nt; j++) tile(j, false);
-            }
+            fa__wg_wait<0>();
+            fa__wg_keep(dq);
+            __syncwarp();
+            if (lane == 0) fa__mb_arrive(empty + 8 * sg);   /* this warp is done with stage sg */
         }
         fa__tcb_write_dq<T, 1, CH>(a, dq, b, h, ic + lr, cq);
     }
@@ -10455,11 +10343,45 @@ FLASHATTN_DEF fa_status fa_cuda_naive_backward(const fa_params *p, const void *q
 
 /* The tiled backward's workspace (byte offsets, each 256-aligned): delta and lx [B][Hq][Sq] fp32
    at 0 and lx, kbad [B][Hkv][Sk] fp32, the flag (one unsigned, its 256 bytes zeroed with dq's
-   buffer), and (unless deterministic) dq's fp32 accumulator [B][Hq][Sq][D]; O(Sq D + Sk), never
-   O(Sq x Sk). total 0 for an empty call, SIZE_MAX when a count overflows. */
+   buffer), and (where dq is accumulated by atomics, fa__cu_bwd_atomics) dq's fp32 accumulator
+   [B][Hq][Sq][D]; O(Sq D + Sk), never O(Sq x Sk). total 0 for an empty call, SIZE_MAX when a
+   count overflows. */
 typedef struct fa__cu_tbwd_ws {
     size_t lx, kbad, flag, dq, total;
 } fa__cu_tbwd_ws;
+
+/* 1 when the tiled backward of d accumulates dq by atomics (so that its workspace holds dq's fp32
+   buffer): the default mode, unless the Hopper backward (8e3, which has no dq atomics) serves d's
+   dims and strides on the current device. The pointers are not looked at, so that the workspace
+   query and the call agree; a call whose pointers then keep it off the Hopper kernels runs the
+   others in their deterministic arrangement (fa__cu_tbwd_run). */
+static int fa__cu_bwd_atomics(const fa__dims *d, int det)
+{
+#if FA__WG
+    int dev = 0, major = 0, minor = 0, optin = 0;
+    fa__cu_bwd_plan w;
+    if (det) return 0;
+    if (FA__CU_BWD_MMA_ONLY || (d->dtype != FA_F16 && d->dtype != FA_BF16) || d->D != d->Dv || (d->D != 64 && d->D != 128) ||
+        !fa__wg_tma_ok(NULL, d->qs, d->Sq, d->Hq, d->B) || !fa__wg_tma_ok(NULL, d->os, d->Sq, d->Hq, d->B) ||
+        !fa__wg_tma_ok(NULL, d->ks, d->Sk, d->Hkv, d->B) || !fa__wg_tma_ok(NULL, d->vs, d->Sk, d->Hkv, d->B))
+        return 1;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    if (major != 9 || minor != 0 || !fa__wg_built() || !fa__wg_encoder()) return 1;
+    memset(&w, 0, sizeof w);
+    if (d->D == 64) fa__wgb_plan_of<fa__wgb_d64>(d, &w);
+    else fa__wgb_plan_of<fa__wgb_d128>(d, &w);
+    return w.smem > optin;
+#else
+    (void)d;
+    return !det;
+#endif
+}
 
 static void fa__cu_tbwd_layout(const fa__dims *d, int det, fa__cu_tbwd_ws *w)
 {
@@ -10471,7 +10393,8 @@ static void fa__cu_tbwd_layout(const fa__dims *d, int det, fa__cu_tbwd_ws *w)
     w->flag = fa__add_size(w->kbad, fa__cu_round(fa__mul_size(keys, sizeof(float))));
     w->dq = fa__add_size(w->flag, 256);
     w->total = d->Sq == 0 || d->Sk == 0 ? 0
-             : det ? w->dq : fa__add_size(w->dq, fa__mul_size(fa__mul_size(rows, (size_t)d->D), sizeof(float)));
+             : !fa__cu_bwd_atomics(d, det) ? w->dq
+             : fa__add_size(w->dq, fa__mul_size(fa__mul_size(rows, (size_t)d->D), sizeof(float)));
 }
 
 /* fa__cu_bwd_prep on stream s: 16-byte loads where q, k, o and d_o allow them, lanes a row for
@@ -10515,7 +10438,8 @@ static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, i
     const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
     float *delta = (float *)mem, *lx = (float *)(mem + w->lx), *kbad = (float *)(mem + w->kbad);
     const int tc = pl->kernel >= FA__CU_BWD_TC_D64;
-    const int kdet = det || pl->kernel == FA__CU_BWD_WG_D64 || pl->kernel == FA__CU_BWD_WG_D128;   /* (8e3: dq by its own kernel) */
+    /* dq by its own kernel: asked for, or the Hopper backward's way (8e3), or the workspace has no dq buffer */
+    const int kdet = det || pl->kernel == FA__CU_BWD_WG_D64 || pl->kernel == FA__CU_BWD_WG_D128 || w->total <= w->dq;
     float *dqacc = kdet ? NULL : (float *)(mem + w->dq);
     unsigned *flag = (unsigned *)(mem + w->flag);
     const int64_t cap = 2 * (int64_t)pl->sms;
@@ -10526,10 +10450,10 @@ static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, i
     if ((st = fa__cu(cudaMemsetAsync(flag, 0, (kdet ? w->dq : w->total) - w->flag, s))) != FA_OK) return st;
     if ((st = fa__cu_bwd_prep_launch<T>(d, q, k, o, d_o, delta, lx, kbad, flag, s)) != FA_OK) return st;
     switch (pl->kernel) {
-    case FA__CU_BWD_D64: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d64>(&dl, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
-    case FA__CU_BWD_D128: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d128>(&dl, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
-    case FA__CU_BWD_D256: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d256>(&dl, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
-    default: st = fa__tcb_dispatch<T>(&dl, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, s); break;
+    case FA__CU_BWD_D64: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d64>(&dl, pl, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
+    case FA__CU_BWD_D128: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d128>(&dl, pl, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
+    case FA__CU_BWD_D256: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d256>(&dl, pl, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
+    default: st = fa__tcb_dispatch<T>(&dl, pl, kdet, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, s); break;
     }
     if (st == FA_OK && tc) {   /* the tensor-core backward's fallback */
         fa__cu_bwd_plan fb;

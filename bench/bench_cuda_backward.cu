@@ -207,7 +207,13 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
     char *mem = NULL;
     int pooled = 0;
     const int det = p->deterministic != 0;
+#if FA__WG
+    fa__cu_bwd_mma_only = 1;   /* the workspace of the mma.sync kernels (dq's buffer in the default mode) */
+#endif
     fa_status st = tune_ws(p, q, k, v, o, d_o, dq, dk, dv, det, &d, &w, &mem, &pooled);
+#if FA__WG
+    fa__cu_bwd_mma_only = 0;
+#endif
     if (st != FA_OK) return st;
     memset(&pl, 0, sizeof pl);
     fa__tcb_plan_of<CFG>(&d, &pl);
@@ -238,19 +244,12 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
 /* The Hopper backward (8e3) in configuration C (fa__wgb_d* or a variant), through the library's
    steps (no modifiers): fa__cu_bwd_prep, the dK/dV kernel, the dq kernel (either mode); RUN 1: the
    dK/dV kernel alone, 2: the dq kernel alone (split timings: the prep's share is k + q - both; the
-   gradients of such a row are incomplete, so its relerr means nothing). Wq64 / Wq128: a dq
-   kernel's traits with BK, ST, NX varied; Wc64 / Wc128: a dK/dV configuration (ST, NX, KR varied)
-   with dq kernel Q. */
-template <int K_, int S_, int NX_ = 0> struct Wq64 {
-    enum { D = 64, BQ = 128, BK = K_, ST = S_, NT = 384, REG_P = 24, REG_C = 240, NX = NX_ };
-};
-template <int NX_> struct Wq128 { enum { D = 128, BQ = 128, BK = 64, ST = 3, NT = 384, REG_P = 24, REG_C = 240, NX = NX_ }; };
-template <int DST, class Q, int NX_ = 0, int KR_ = 0> struct Wc64 {
-    enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = DST, REG_P = 24, REG_C = 240, NX = NX_, KR = KR_ };
-    typedef Q DQ;
-};
-template <class Q, int NX_> struct Wc128 {
-    enum { D = 128, BKV = 128, BQ = 64, NT = 384, ST = 3, REG_P = 24, REG_C = 240, NX = NX_, KR = 0 };
+   gradients of such a row are incomplete, so its relerr means nothing). Wq64: the D = 64 dq
+   kernel's traits with BK, ST varied; Wc64: a D = 64 dK/dV configuration (ST varied) with dq
+   kernel Q. */
+template <int K_, int S_> struct Wq64 { enum { D = 64, BQ = 128, BK = K_, ST = S_, NT = 384, REG_P = 24, REG_C = 240 }; };
+template <int DST, class Q> struct Wc64 {
+    enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = DST, REG_P = 24, REG_C = 240 };
     typedef Q DQ;
 };
 
@@ -279,9 +278,6 @@ static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, 
     fa__cu_free(mem, 0, pooled);
     return st;
 }
-typedef Wq64<128, 2, 1> WqN;                  /* the D = 64 dq kernel with NX */
-typedef Wc64<4, Wq64<128, 2>, 1, 1> WcKN;     /* the D = 64 dK/dV kernel with KR and NX, the shipped dq kernel */
-typedef Wc64<4, WqN, 1, 1> WcAll;             /* both */
 #endif
 
 struct TuneImpl { const char *name; int D; bwd_fn fn; };
@@ -300,22 +296,12 @@ static const TuneImpl tune_impls[] = {
     { "wg", 64, wg_tune_call<fa__wgb_d64> },   /* the Hopper backward as shipped */
     { "wg.k", 64, wg_tune_call<fa__wgb_d64, 1> },   /* its dK/dV kernel alone */
     { "wg.q", 64, wg_tune_call<fa__wgb_d64, 2> },   /* its dq kernel alone */
-    { "wgnx", 64, wg_tune_call<Wc64<4, Wq64<128, 2>, 1, 0> > },   /* dK/dV: NX */
-    { "wgkr", 64, wg_tune_call<Wc64<4, Wq64<128, 2>, 0, 1> > },   /* dK/dV: KR */
-    { "wgkrnx", 64, wg_tune_call<WcKN> },                        /* dK/dV: KR and NX */
-    { "wgkrnx.k", 64, wg_tune_call<WcKN, 1> },
-    { "wgqnx", 64, wg_tune_call<Wc64<4, WqN> > },                /* dq: NX */
-    { "wgqnx.q", 64, wg_tune_call<Wc64<4, WqN>, 2> },
-    { "wgall", 64, wg_tune_call<WcAll> },                        /* dK/dV KR + NX, dq NX */
-    { "wgall6", 64, wg_tune_call<Wc64<6, WqN, 1, 1> > },          /* and 6 dK/dV stages */
-    { "wgallq3", 64, wg_tune_call<Wc64<4, Wq64<128, 3, 1>, 1, 1> > },   /* dq 3 stages */
-    { "wgallq64", 64, wg_tune_call<Wc64<4, Wq64<64, 4, 1>, 1, 1> > },   /* dq key tiles of 64, 4 stages */
+    { "wgk6", 64, wg_tune_call<Wc64<6, Wq64<128, 2> > > },        /* dK/dV: 6 stages */
+    { "wgq64s4", 64, wg_tune_call<Wc64<4, Wq64<64, 4> > > },      /* dq: key tiles of 64, 4 stages */
+    { "wgq128s3", 64, wg_tune_call<Wc64<4, Wq64<128, 3> > > },    /* dq: 3 stages */
     { "wg", 128, wg_tune_call<fa__wgb_d128> },
     { "wg.k", 128, wg_tune_call<fa__wgb_d128, 1> },
     { "wg.q", 128, wg_tune_call<fa__wgb_d128, 2> },
-    { "wgnx", 128, wg_tune_call<Wc128<Wq128<0>, 1> > },
-    { "wgqnx", 128, wg_tune_call<Wc128<Wq128<1>, 0> > },
-    { "wgall", 128, wg_tune_call<Wc128<Wq128<1>, 1> > },
 #endif
 };
 
