@@ -8784,6 +8784,14 @@ static __device__ __forceinline__ void fa__wgb_put_ld(const fa__tcb_args &a, flo
     else fa__mb_arrive(bar);
 }
 
+/* fa__wg_desc(addr + off, ...) from d = fa__wg_desc(addr, ...), off a multiple of 16: the address
+   field (addr >> 4, 14 bits) takes off >> 4 without a carry out of it, shared addresses lying below
+   2^18; so that a tile's wgmmas add constants to a few descriptors instead of each building its own */
+static __device__ __forceinline__ unsigned long long fa__wg_desc_at(unsigned long long d, unsigned off)
+{
+    return d + (off >> 4);
+}
+
 /* T: __half or __nv_bfloat16. C: fa__wgb_d64 or fa__wgb_d128 (8a). MODS: as fa__tcb_dkv's. */
 template <typename T, class C, bool MODS>
 __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ fa__wgb_args w)
@@ -8857,10 +8865,14 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ 
 #pragma unroll
             for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = 0.0f;
         unsigned pp[1][NN / 2][4], ps[1][NN / 2][4];   /* P^T and dS^T, the A fragments of dV's and dK's wgmmas */
+        const unsigned long long kd = fa__wg_desc(sK + ka, 16, 1024), vd = fa__wg_desc(sV + ka, 16, 1024);
+        int hh = 0, qi = 0;   /* tile t: query head g group + hh, its query tile qi */
         if (tiles > 0) fa__mb_wait(kvbar, 0);
         for (int t = 0; t < tiles; t++) {
-            const int sg = t % ST, hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ;
+            const int sg = t % ST, h = g * d.group + hh, i0 = r0 + qi * BQ;
             const unsigned st = (unsigned)sg * G::QB;
+            const unsigned long long qd = fa__wg_desc(sQ + st, 16, 1024), od = fa__wg_desc(sO + st, 16, 1024);
+            const unsigned long long qn = fa__wg_desc(sQ + st, BQ * 128, 1024), on = fa__wg_desc(sO + st, BQ * 128, 1024);
             const float *tL = sL + sg * BQ, *tD = sDl + sg * BQ;
             const fa__keys kr = fa__cu_tile_keys(d, i0, min((int)BQ, d.Sq - i0));
             const bool kfull = fa__keys_full(&kr, k0, k0 + BKV) != 0;
@@ -8871,13 +8883,13 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ 
             fa__wg_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)   /* S^T = K Q^T: this consumer's 64 keys x the tile's rows */
-                X::ss64(&s[0][0][0], fa__wg_desc(sK + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
-                        fa__wg_desc(sQ + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
+                X::ss64(&s[0][0][0], fa__wg_desc_at(kd, (kk >> 2) * BKV * 128 + (kk & 3) * 32),
+                        fa__wg_desc_at(qd, (kk >> 2) * BQ * 128 + (kk & 3) * 32), kk);
             fa__wg_commit();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)   /* dP^T = V dO^T */
-                X::ss64(&dp[0][0][0], fa__wg_desc(sV + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
-                        fa__wg_desc(sO + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
+                X::ss64(&dp[0][0][0], fa__wg_desc_at(vd, (kk >> 2) * BKV * 128 + (kk & 3) * 32),
+                        fa__wg_desc_at(od, (kk >> 2) * BQ * 128 + (kk & 3) * 32), kk);
             fa__wg_commit();
             fa__wg_wait<1>();
             fa__wg_keep(s);
@@ -8887,7 +8899,7 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ 
             fa__wg_fence();
 #pragma unroll
             for (int kk = 0; kk < BQ / 16; kk++) {   /* dV += P^T dO, under dP^T's wait */
-                const unsigned long long dO_ = fa__wg_desc(sO + st + kk * 2048, BQ * 128, 1024);
+                const unsigned long long dO_ = fa__wg_desc_at(on, kk * 2048);
                 if (D == 128) X::rs128(&dv[0][0][0], pp[0][kk], dO_);
                 else X::rs64(&dv[0][0][0], pp[0][kk], dO_);
             }
@@ -8899,7 +8911,7 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ 
             fa__wg_fence();
 #pragma unroll
             for (int kk = 0; kk < BQ / 16; kk++) {   /* dK += dS^T Q */
-                const unsigned long long dQ_ = fa__wg_desc(sQ + st + kk * 2048, BQ * 128, 1024);
+                const unsigned long long dQ_ = fa__wg_desc_at(qn, kk * 2048);
                 if (D == 128) X::rs128(&dk[0][0][0], ps[0][kk], dQ_);
                 else X::rs64(&dk[0][0][0], ps[0][kk], dQ_);
             }
@@ -8908,6 +8920,10 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ 
             fa__wg_keep(dk);
             fa__wg_keep(dv);
             fa__mb_arrive(empty + 8 * sg);   /* this thread is done with stage sg */
+            if (++qi == nqb) {   /* the next query head of the group */
+                qi = 0;
+                hh++;
+            }
         }
         fa__tcb_write_kv<T, 1, CH>(a, dk, dv, b, g, kr0, cq);
     }
@@ -8985,10 +9001,13 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ f
         for (int n = 0; n < NN; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = 0.0f;
+        const unsigned long long qd = fa__wg_desc(sQ + qa, 16, 1024), od = fa__wg_desc(sO + qa, 16, 1024);
         if (nt > 0) fa__mb_wait(qbar, 0);
         for (int j = 0; j < nt; j++) {
             const int sg = j % ST, k0 = (t0 + j) * BK;
             const unsigned st = (unsigned)sg * G::KB;
+            const unsigned long long kd = fa__wg_desc(sK + st, 16, 1024), vd = fa__wg_desc(sV + st, 16, 1024);
+            const unsigned long long kn = fa__wg_desc(sK + st, BK * 128, 1024);
             const bool kfull = fa__keys_full(&kr, k0, k0 + BK) != 0;
             fa__mb_wait(full + 8 * sg, (unsigned)(j / ST) & 1u);
             fa__wg_keep(s);
@@ -8996,15 +9015,15 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ f
             fa__wg_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {   /* S = Q K^T, dP = dO V^T */
-                const unsigned long long dk_ = fa__wg_desc(sK + st + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024);
-                const unsigned long long dq_ = fa__wg_desc(sQ + qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024);
+                const unsigned long long dk_ = fa__wg_desc_at(kd, (kk >> 2) * BK * 128 + (kk & 3) * 32);
+                const unsigned long long dq_ = fa__wg_desc_at(qd, (kk >> 2) * BQ * 128 + (kk & 3) * 32);
                 if (BK == 128) X::ss(&s[0][0][0], dq_, dk_, kk);
                 else X::ss64(&s[0][0][0], dq_, dk_, kk);
             }
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
-                const unsigned long long dv_ = fa__wg_desc(sV + st + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024);
-                const unsigned long long do_ = fa__wg_desc(sO + qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024);
+                const unsigned long long dv_ = fa__wg_desc_at(vd, (kk >> 2) * BK * 128 + (kk & 3) * 32);
+                const unsigned long long do_ = fa__wg_desc_at(od, (kk >> 2) * BQ * 128 + (kk & 3) * 32);
                 if (BK == 128) X::ss(&dp[0][0][0], do_, dv_, kk);
                 else X::ss64(&dp[0][0][0], do_, dv_, kk);
             }
@@ -9019,7 +9038,7 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ f
             fa__wg_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) {   /* dq += dS K */
-                const unsigned long long dk_ = fa__wg_desc(sK + st + kk * 2048, BK * 128, 1024);
+                const unsigned long long dk_ = fa__wg_desc_at(kn, kk * 2048);
                 if (D == 128) X::rs128(&dq[0][0][0], pa[0][kk], dk_);
                 else X::rs64(&dq[0][0][0], pa[0][kk], dk_);
             }
