@@ -248,7 +248,9 @@
    by fp32 atomics, or with p->deterministic by a second pass in a fixed order: bitwise the same
    gradients every run). fp16/bf16 at head_dim = head_dim_v = 64 or 128 with 16-byte aligned rows
    of q, k, v, d_o, dq, dk, dv (sm_80+) run on a tensor-core backward (mma.sync, the
-   FlashAttention-2 arrangement; deterministic mode 0.8-1.25x the default's time); everything else
+   FlashAttention-2 arrangement; deterministic mode 0.8-1.25x the default's time; on an H100/H200
+   the wgmma/TMA kernels of section 8e3 where TMA takes q, k, v, d_o, with the second dq pass in
+   both modes and, for such dims and strides, no fp32 dq buffer in the workspace); everything else
    on an exact-fp32 FFMA kernel (head_dim <= 256; deterministic 1.25-1.6x). A NaN or inf reaches
    only the gradients it reaches, as on the CPU: the first pass (delta) also reads q and k, and a
    call whose q, d_o or k holds a non-finite value runs the FFMA kernel's variant for it instead.
