@@ -250,7 +250,9 @@
    by fp32 atomics, or with p->deterministic by a second pass in a fixed order: bitwise the same
    gradients every run). fp16/bf16 at head_dim = head_dim_v = 64 or 128 with 16-byte aligned rows
    of q, k, v, d_o, dq, dk, dv (sm_80+) run on a tensor-core backward (mma.sync, the
-   FlashAttention-2 arrangement; deterministic mode 0.8-1.25x the default's time); everything else
+   FlashAttention-2 arrangement; deterministic mode 0.8-1.25x the default's time; on an H100/H200
+   the wgmma/TMA kernels of section 8e3 where TMA takes q, k, v, d_o, with the second dq pass in
+   both modes and, for such dims and strides, no fp32 dq buffer in the workspace); everything else
    on an exact-fp32 FFMA kernel (head_dim <= 256; deterministic 1.25-1.6x). A NaN or inf reaches
    only the gradients it reaches, as on the CPU: the first pass (delta) also reads q and k, and a
    call whose q, d_o or k holds a non-finite value runs the FFMA kernel's variant for it instead.
@@ -8733,8 +8735,9 @@ template <int BQ> static __device__ __forceinline__ int fa__tcb_swz(int r, int c
    in kr0), NN n8 tiles of query columns i0 + cq + 8 n + e), shared by the dK/dV kernels (fa__tcb_dkv,
    and 8e3's fa__wgb_dkv, whose m64 wgmma accumulator is this layout warp by warp). fa__tcb_pt: s (raw
    dot products) becomes P g and pa the packed P^T A fragments (fa__tcb_p; the mask by
-   fa__cu_row_keys unless the block is full for the tile); tL: the tile's lse in log2 units. */
-template <typename T, int MT, int NN, bool MODS>
+   fa__cu_row_keys unless the block is full for the tile); tL: the tile's lse in log2 units. FULL:
+   full known true at compile time (8e3 calls it so for full blocks: no key test is compiled). */
+template <typename T, int MT, int NN, bool MODS, bool FULL = false>
 static __device__ __forceinline__ void fa__tcb_pt(float (&s)[MT][NN][4], unsigned (&pa)[MT][NN / 2][4], const fa__dims &d,
                                                   const fa__cu_mods &md, bool sc, bool al, bool bi, float f,
                                                   const float *tL, int i0, int cq, int kr0, bool full)
@@ -8744,7 +8747,7 @@ static __device__ __forceinline__ void fa__tcb_pt(float (&s)[MT][NN][4], unsigne
         int lo[2] = { 0, 0 }, hi[2] = { d.Sk, d.Sk };
 #pragma unroll
         for (int e = 0; e < 2; e++)
-            if (!full) fa__cu_row_keys(d, i0 + cq + 8 * n + e, &lo[e], &hi[e]);
+            if (!FULL && !full) fa__cu_row_keys(d, i0 + cq + 8 * n + e, &lo[e], &hi[e]);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -8755,7 +8758,7 @@ static __device__ __forceinline__ void fa__tcb_pt(float (&s)[MT][NN][4], unsigne
                 for (int e = 0; e < 2; e++) {
                     const int c = cq + 8 * n + e;
                     s[mt][n][2 * hf + e] = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, tL[c], i0 + c, j,
-                                                           j >= lo[e] && j < hi[e], &p[e]);
+                                                           FULL || (j >= lo[e] && j < hi[e]), &p[e]);
                 }
                 pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(p[0], p[1]);
             }
@@ -8817,8 +8820,9 @@ static __device__ __forceinline__ void fa__tcb_dq_add(float *dst, const float (&
 /* The element steps of a dq kernel's S and dP fragments (rows = queries i0 + lr + 16 mt + 8 hf,
    lr with lane / 4 in it; columns = keys k0 + cq + 8 n + e): dS = P g (dP - delta) (fa__tcb_p,
    fa__tcb_ds; the mask by fa__cu_row_keys unless the tile is full for the block) packed into pa,
-   the A fragments of dq += dS K; sL, sDl: the block's lse (log2 units) and delta, indexed from i0. */
-template <typename T, int MT, int NN, bool MODS>
+   the A fragments of dq += dS K; sL, sDl: the block's lse (log2 units) and delta, indexed from i0.
+   FULL: as fa__tcb_pt's. */
+template <typename T, int MT, int NN, bool MODS, bool FULL = false>
 static __device__ __forceinline__ void fa__tcb_ds_rows(const float (&s)[MT][NN][4], const float (&dp)[MT][NN][4],
                                                        unsigned (&pa)[MT][NN / 2][4], const fa__dims &d,
                                                        const fa__cu_mods &md, bool sc, bool al, bool bi, float f,
@@ -8832,7 +8836,7 @@ static __device__ __forceinline__ void fa__tcb_ds_rows(const float (&s)[MT][NN][
             const int i = i0 + lr + 16 * mt + 8 * hf;
             const float lse2 = sL[lr + 16 * mt + 8 * hf], dl = sDl[lr + 16 * mt + 8 * hf];
             int lo = 0, hi = d.Sk;
-            if (!full) fa__cu_row_keys(d, i, &lo, &hi);
+            if (!FULL && !full) fa__cu_row_keys(d, i, &lo, &hi);
 #pragma unroll
             for (int n = 0; n < NN; n++) {
                 float v2[2];
@@ -8841,7 +8845,7 @@ static __device__ __forceinline__ void fa__tcb_ds_rows(const float (&s)[MT][NN][
                     const int j = k0 + cq + 8 * n + e;
                     float p;
                     const float pg = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, lse2, i, j,
-                                                     j >= lo && j < hi, &p);
+                                                     FULL || (j >= lo && j < hi), &p);
                     v2[e] = fa__tcb_ds(pg, dp[mt][n][2 * hf + e], dl);
                 }
                 pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(v2[0], v2[1]);
@@ -9094,8 +9098,8 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
    fa__wgb_pick): the tensor-core backward's requests (every modifier, mask and GQA) whose q, k, v
    and d_o TMA takes (fa__wg_tma_ok), on a device of compute capability 9.0 whose loaded code holds
    the sm_90a bodies (fa__wg_built) and whose driver encodes tensor maps; elsewhere 8e2's kernels.
-   The dq buffer of the default mode's workspace stays allocated (the query cannot see the
-   pointers that pick the kernel) and unused. The bodies are compiled only for sm_90a; any other
+   The default mode's workspace has no dq buffer where these kernels serve the dims
+   (fa__cu_bwd_atomics, 8g). The bodies are compiled only for sm_90a; any other
    target gets a stub never launched. */
 
 #if FA__WG
@@ -9134,6 +9138,14 @@ static __device__ __forceinline__ void fa__wgb_put_ld(const fa__tcb_args &a, flo
     fa__tcb_load_ld<R, 32>(a, sL, sDl, b, h, i0, lane);
     if (lane == 0) fa__mb_expect(bar, bytes);
     else fa__mb_arrive(bar);
+}
+
+/* fa__wg_desc(addr + off, ...) from d = fa__wg_desc(addr, ...), off a multiple of 16: the address
+   field (addr >> 4, 14 bits) takes off >> 4 without a carry out of it, shared addresses lying below
+   2^18; so that a tile's wgmmas add constants to a few descriptors instead of each building its own */
+static __device__ __forceinline__ unsigned long long fa__wg_desc_at(unsigned long long d, unsigned off)
+{
+    return d + (off >> 4);
 }
 
 /* T: __half or __nv_bfloat16. C: fa__wgb_d64 or fa__wgb_d128 (8a). MODS: as fa__tcb_dkv's. */
@@ -9209,10 +9221,14 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ 
 #pragma unroll
             for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = 0.0f;
         unsigned pp[1][NN / 2][4], ps[1][NN / 2][4];   /* P^T and dS^T, the A fragments of dV's and dK's wgmmas */
+        const unsigned long long kd = fa__wg_desc(sK + ka, 16, 1024), vd = fa__wg_desc(sV + ka, 16, 1024);
+        int hh = 0, qi = 0;   /* tile t: query head g group + hh, its query tile qi */
         if (tiles > 0) fa__mb_wait(kvbar, 0);
         for (int t = 0; t < tiles; t++) {
-            const int sg = t % ST, hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ;
+            const int sg = t % ST, h = g * d.group + hh, i0 = r0 + qi * BQ;
             const unsigned st = (unsigned)sg * G::QB;
+            const unsigned long long qd = fa__wg_desc(sQ + st, 16, 1024), od = fa__wg_desc(sO + st, 16, 1024);
+            const unsigned long long qn = fa__wg_desc(sQ + st, BQ * 128, 1024), on = fa__wg_desc(sO + st, BQ * 128, 1024);
             const float *tL = sL + sg * BQ, *tD = sDl + sg * BQ;
             const fa__keys kr = fa__cu_tile_keys(d, i0, min((int)BQ, d.Sq - i0));
             const bool kfull = fa__keys_full(&kr, k0, k0 + BKV) != 0;
@@ -9223,22 +9239,23 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ 
             fa__wg_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)   /* S^T = K Q^T: this consumer's 64 keys x the tile's rows */
-                X::ss64(&s[0][0][0], fa__wg_desc(sK + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
-                        fa__wg_desc(sQ + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
+                X::ss64(&s[0][0][0], fa__wg_desc_at(kd, (kk >> 2) * BKV * 128 + (kk & 3) * 32),
+                        fa__wg_desc_at(qd, (kk >> 2) * BQ * 128 + (kk & 3) * 32), kk);
             fa__wg_commit();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)   /* dP^T = V dO^T */
-                X::ss64(&dp[0][0][0], fa__wg_desc(sV + ka + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024),
-                        fa__wg_desc(sO + st + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024), kk);
+                X::ss64(&dp[0][0][0], fa__wg_desc_at(vd, (kk >> 2) * BKV * 128 + (kk & 3) * 32),
+                        fa__wg_desc_at(od, (kk >> 2) * BQ * 128 + (kk & 3) * 32), kk);
             fa__wg_commit();
             fa__wg_wait<1>();
             fa__wg_keep(s);
-            fa__tcb_pt<T, 1, NN, MODS>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, kfull);
+            if (!MODS && kfull) fa__tcb_pt<T, 1, NN, MODS, true>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, true);
+            else fa__tcb_pt<T, 1, NN, MODS>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, kfull);   /* (MODS: one copy) */
             fa__wg_keep(dv);
             fa__wg_fence();
 #pragma unroll
             for (int kk = 0; kk < BQ / 16; kk++) {   /* dV += P^T dO, under dP^T's wait */
-                const unsigned long long dO_ = fa__wg_desc(sO + st + kk * 2048, BQ * 128, 1024);
+                const unsigned long long dO_ = fa__wg_desc_at(on, kk * 2048);
                 if (D == 128) X::rs128(&dv[0][0][0], pp[0][kk], dO_);
                 else X::rs64(&dv[0][0][0], pp[0][kk], dO_);
             }
@@ -9250,7 +9267,7 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ 
             fa__wg_fence();
 #pragma unroll
             for (int kk = 0; kk < BQ / 16; kk++) {   /* dK += dS^T Q */
-                const unsigned long long dQ_ = fa__wg_desc(sQ + st + kk * 2048, BQ * 128, 1024);
+                const unsigned long long dQ_ = fa__wg_desc_at(qn, kk * 2048);
                 if (D == 128) X::rs128(&dk[0][0][0], ps[0][kk], dQ_);
                 else X::rs64(&dk[0][0][0], ps[0][kk], dQ_);
             }
@@ -9259,6 +9276,10 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ 
             fa__wg_keep(dk);
             fa__wg_keep(dv);
             fa__mb_arrive(empty + 8 * sg);   /* this thread is done with stage sg */
+            if (++qi == nqb) {   /* the next query head of the group */
+                qi = 0;
+                hh++;
+            }
         }
         fa__tcb_write_kv<T, 1, CH>(a, dk, dv, b, g, kr0, cq);
     }
@@ -9336,10 +9357,13 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ f
         for (int n = 0; n < NN; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = 0.0f;
+        const unsigned long long qd = fa__wg_desc(sQ + qa, 16, 1024), od = fa__wg_desc(sO + qa, 16, 1024);
         if (nt > 0) fa__mb_wait(qbar, 0);
         for (int j = 0; j < nt; j++) {
             const int sg = j % ST, k0 = (t0 + j) * BK;
             const unsigned st = (unsigned)sg * G::KB;
+            const unsigned long long kd = fa__wg_desc(sK + st, 16, 1024), vd = fa__wg_desc(sV + st, 16, 1024);
+            const unsigned long long kn = fa__wg_desc(sK + st, BK * 128, 1024);
             const bool kfull = fa__keys_full(&kr, k0, k0 + BK) != 0;
             fa__mb_wait(full + 8 * sg, (unsigned)(j / ST) & 1u);
             fa__wg_keep(s);
@@ -9347,15 +9371,15 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ f
             fa__wg_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {   /* S = Q K^T, dP = dO V^T */
-                const unsigned long long dk_ = fa__wg_desc(sK + st + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024);
-                const unsigned long long dq_ = fa__wg_desc(sQ + qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024);
+                const unsigned long long dk_ = fa__wg_desc_at(kd, (kk >> 2) * BK * 128 + (kk & 3) * 32);
+                const unsigned long long dq_ = fa__wg_desc_at(qd, (kk >> 2) * BQ * 128 + (kk & 3) * 32);
                 if (BK == 128) X::ss(&s[0][0][0], dq_, dk_, kk);
                 else X::ss64(&s[0][0][0], dq_, dk_, kk);
             }
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
-                const unsigned long long dv_ = fa__wg_desc(sV + st + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024);
-                const unsigned long long do_ = fa__wg_desc(sO + qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024);
+                const unsigned long long dv_ = fa__wg_desc_at(vd, (kk >> 2) * BK * 128 + (kk & 3) * 32);
+                const unsigned long long do_ = fa__wg_desc_at(od, (kk >> 2) * BQ * 128 + (kk & 3) * 32);
                 if (BK == 128) X::ss(&dp[0][0][0], do_, dv_, kk);
                 else X::ss64(&dp[0][0][0], do_, dv_, kk);
             }
@@ -9363,12 +9387,14 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ f
             fa__wg_wait<0>();
             fa__wg_keep(s);
             fa__wg_keep(dp);
-            fa__tcb_ds_rows<T, 1, NN, MODS>(s, dp, pa, d, md, sc, al, bi, f, sL + c * 64, sDl + c * 64, ic, lr, k0, cq, kfull);
+            if (!MODS && kfull)
+                fa__tcb_ds_rows<T, 1, NN, MODS, true>(s, dp, pa, d, md, sc, al, bi, f, sL + c * 64, sDl + c * 64, ic, lr, k0, cq, true);
+            else fa__tcb_ds_rows<T, 1, NN, MODS>(s, dp, pa, d, md, sc, al, bi, f, sL + c * 64, sDl + c * 64, ic, lr, k0, cq, kfull);
             fa__wg_keep(dq);
             fa__wg_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) {   /* dq += dS K */
-                const unsigned long long dk_ = fa__wg_desc(sK + st + kk * 2048, BK * 128, 1024);
+                const unsigned long long dk_ = fa__wg_desc_at(kn, kk * 2048);
                 if (D == 128) X::rs128(&dq[0][0][0], pa[0][kk], dk_);
                 else X::rs64(&dq[0][0][0], pa[0][kk], dk_);
             }
@@ -10715,11 +10741,45 @@ FLASHATTN_DEF fa_status fa_cuda_naive_backward(const fa_params *p, const void *q
 
 /* The tiled backward's workspace (byte offsets, each 256-aligned): delta and lx [B][Hq][Sq] fp32
    at 0 and lx, kbad [B][Hkv][Sk] fp32, the flag (one unsigned, its 256 bytes zeroed with dq's
-   buffer), and (unless deterministic) dq's fp32 accumulator [B][Hq][Sq][D]; O(Sq D + Sk), never
-   O(Sq x Sk). total 0 for an empty call, SIZE_MAX when a count overflows. */
+   buffer), and (where dq is accumulated by atomics, fa__cu_bwd_atomics) dq's fp32 accumulator
+   [B][Hq][Sq][D]; O(Sq D + Sk), never O(Sq x Sk). total 0 for an empty call, SIZE_MAX when a
+   count overflows. */
 typedef struct fa__cu_tbwd_ws {
     size_t lx, kbad, flag, dq, total;
 } fa__cu_tbwd_ws;
+
+/* 1 when the tiled backward of d accumulates dq by atomics (so that its workspace holds dq's fp32
+   buffer): the default mode, unless the Hopper backward (8e3, which has no dq atomics) serves d's
+   dims and strides on the current device. The pointers are not looked at, so that the workspace
+   query and the call agree; a call whose pointers then keep it off the Hopper kernels runs the
+   others in their deterministic arrangement (fa__cu_tbwd_run). */
+static int fa__cu_bwd_atomics(const fa__dims *d, int det)
+{
+#if FA__WG
+    int dev = 0, major = 0, minor = 0, optin = 0;
+    fa__cu_bwd_plan w;
+    if (det) return 0;
+    if (FA__CU_BWD_MMA_ONLY || (d->dtype != FA_F16 && d->dtype != FA_BF16) || d->D != d->Dv || (d->D != 64 && d->D != 128) ||
+        !fa__wg_tma_ok(NULL, d->qs, d->Sq, d->Hq, d->B) || !fa__wg_tma_ok(NULL, d->os, d->Sq, d->Hq, d->B) ||
+        !fa__wg_tma_ok(NULL, d->ks, d->Sk, d->Hkv, d->B) || !fa__wg_tma_ok(NULL, d->vs, d->Sk, d->Hkv, d->B))
+        return 1;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    if (major != 9 || minor != 0 || !fa__wg_built() || !fa__wg_encoder()) return 1;
+    memset(&w, 0, sizeof w);
+    if (d->D == 64) fa__wgb_plan_of<fa__wgb_d64>(d, &w);
+    else fa__wgb_plan_of<fa__wgb_d128>(d, &w);
+    return w.smem > optin;
+#else
+    (void)d;
+    return !det;
+#endif
+}
 
 static void fa__cu_tbwd_layout(const fa__dims *d, int det, fa__cu_tbwd_ws *w)
 {
@@ -10731,7 +10791,8 @@ static void fa__cu_tbwd_layout(const fa__dims *d, int det, fa__cu_tbwd_ws *w)
     w->flag = fa__add_size(w->kbad, fa__cu_round(fa__mul_size(keys, sizeof(float))));
     w->dq = fa__add_size(w->flag, 256);
     w->total = d->Sq == 0 || d->Sk == 0 ? 0
-             : det ? w->dq : fa__add_size(w->dq, fa__mul_size(fa__mul_size(rows, (size_t)d->D), sizeof(float)));
+             : !fa__cu_bwd_atomics(d, det) ? w->dq
+             : fa__add_size(w->dq, fa__mul_size(fa__mul_size(rows, (size_t)d->D), sizeof(float)));
 }
 
 /* fa__cu_bwd_prep on stream s: 16-byte loads where q, k, o and d_o allow them, lanes a row for
@@ -10775,7 +10836,8 @@ static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, i
     const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
     float *delta = (float *)mem, *lx = (float *)(mem + w->lx), *kbad = (float *)(mem + w->kbad);
     const int tc = pl->kernel >= FA__CU_BWD_TC_D64;
-    const int kdet = det || pl->kernel == FA__CU_BWD_WG_D64 || pl->kernel == FA__CU_BWD_WG_D128;   /* (8e3: dq by its own kernel) */
+    /* dq by its own kernel: asked for, or the Hopper backward's way (8e3), or the workspace has no dq buffer */
+    const int kdet = det || pl->kernel == FA__CU_BWD_WG_D64 || pl->kernel == FA__CU_BWD_WG_D128 || w->total <= w->dq;
     float *dqacc = kdet ? NULL : (float *)(mem + w->dq);
     unsigned *flag = (unsigned *)(mem + w->flag);
     const int64_t cap = 2 * (int64_t)pl->sms;
@@ -10786,10 +10848,10 @@ static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, i
     if ((st = fa__cu(cudaMemsetAsync(flag, 0, (kdet ? w->dq : w->total) - w->flag, s))) != FA_OK) return st;
     if ((st = fa__cu_bwd_prep_launch<T>(d, q, k, o, d_o, delta, lx, kbad, flag, s)) != FA_OK) return st;
     switch (pl->kernel) {
-    case FA__CU_BWD_D64: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d64>(&dl, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
-    case FA__CU_BWD_D128: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d128>(&dl, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
-    case FA__CU_BWD_D256: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d256>(&dl, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
-    default: st = fa__tcb_dispatch<T>(&dl, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, s); break;
+    case FA__CU_BWD_D64: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d64>(&dl, pl, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
+    case FA__CU_BWD_D128: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d128>(&dl, pl, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
+    case FA__CU_BWD_D256: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d256>(&dl, pl, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
+    default: st = fa__tcb_dispatch<T>(&dl, pl, kdet, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, s); break;
     }
     if (st == FA_OK && tc) {   /* the tensor-core backward's fallback */
         fa__cu_bwd_plan fb;

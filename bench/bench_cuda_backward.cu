@@ -12,7 +12,7 @@
 
    Options: --quick (S = 1024, 4096, 16384), --budget SEC (per timed row, default 0.08), --dtype
    bf16|fp16|fp32 (repeatable; default all three), --d D, --s S, --causal 0|1 (one row set, for
-   ncu), --mma (each 16-bit row again through the mma.sync kernels, fa__cu_bwd_mma_only: rows
+   ncu; --tune too, given before it), --mma (each 16-bit row again through the mma.sync kernels, fa__cu_bwd_mma_only: rows
    fa_tiled_bwd_mma*, relerr against the default's gradients), --prefix P before --tune (the
    sweep's rows named P* only; the wg* rows are the Hopper backward's variants). The kernel column names what the
    picker chose (bwd_wg_* the Hopper backward, bwd_tc_* the mma.sync one, bwd_ffma_* the FFMA one).
@@ -100,6 +100,7 @@ static const char *dname(fa_dtype dt) { return dt == FA_F32 ? "fp32" : dt == FA_
 static double opt_budget = 0.08;
 static int only_d = 0;   /* --d: one head dim (the table and --tune) */
 static const char *tune_prefix = "";   /* --prefix: the --tune rows whose name starts so */
+static int only_s = 0, only_c = -1;    /* --s, --causal: one sequence length, one causal setting (the table and --tune) */
 
 typedef fa_status (*bwd_fn)(const fa_params *, const void *, const void *, const void *, const void *, const void *,
                            void *, void *, void *);
@@ -206,7 +207,13 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
     char *mem = NULL;
     int pooled = 0;
     const int det = p->deterministic != 0;
+#if FA__WG
+    fa__cu_bwd_mma_only = 1;   /* the workspace of the mma.sync kernels (dq's buffer in the default mode) */
+#endif
     fa_status st = tune_ws(p, q, k, v, o, d_o, dq, dk, dv, det, &d, &w, &mem, &pooled);
+#if FA__WG
+    fa__cu_bwd_mma_only = 0;
+#endif
     if (st != FA_OK) return st;
     memset(&pl, 0, sizeof pl);
     fa__tcb_plan_of<CFG>(&d, &pl);
@@ -235,16 +242,18 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
 
 #if FA__WG
 /* The Hopper backward (8e3) in configuration C (fa__wgb_d* or a variant), through the library's
-   steps (no modifiers): fa__cu_bwd_prep, the dK/dV kernel, the dq kernel (either mode). Wq64: the
-   D = 64 dq kernel's traits with BK, ST varied; Wc64: a D = 64 dK/dV configuration (ST varied) with
-   that dq kernel. */
+   steps (no modifiers): fa__cu_bwd_prep, the dK/dV kernel, the dq kernel (either mode); RUN 1: the
+   dK/dV kernel alone, 2: the dq kernel alone (split timings: the prep's share is k + q - both; the
+   gradients of such a row are incomplete, so its relerr means nothing). Wq64: the D = 64 dq
+   kernel's traits with BK, ST varied; Wc64: a D = 64 dK/dV configuration (ST varied) with dq
+   kernel Q. */
 template <int K_, int S_> struct Wq64 { enum { D = 64, BQ = 128, BK = K_, ST = S_, NT = 384, REG_P = 24, REG_C = 240 }; };
 template <int DST, class Q> struct Wc64 {
     enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = DST, REG_P = 24, REG_C = 240 };
     typedef Q DQ;
 };
 
-template <class C>
+template <class C, int RUN = 3>
 static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
                               const void *d_o, void *dq, void *dk, void *dv)
 {
@@ -252,16 +261,20 @@ static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, 
     fa__dims d;
     fa__cu_bwd_plan pl;
     fa__cu_tbwd_ws w;
+    fa__tcb_args a;
     char *mem = NULL;
     int pooled = 0;
     fa_status st = tune_ws(p, q, k, v, o, d_o, dq, dk, dv, 1, &d, &w, &mem, &pooled);
     if (st != FA_OK) return st;
     memset(&pl, 0, sizeof pl);
     fa__wgb_plan_of<C>(&d, &pl);
-    float *delta = (float *)mem, *lx = (float *)(mem + w.lx);
-    unsigned *flag = (unsigned *)(mem + w.flag);
-    d.lse = lx;
-    st = fa__wgb_launch<T, C>(&d, &pl, q, k, v, d_o, delta, flag, dq, dk, dv, 0);
+    d.lse = (float *)(mem + w.lx);
+    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = (float *)mem; a.dqacc = NULL; a.flag = (unsigned *)(mem + w.flag);
+    a.dq = dq; a.dk = dk; a.dv = dv;
+    a.qblocks = (int)pl.qblocks;
+    a.d = d;
+    if (RUN & 1) st = fa__wgb_go_dkv<T, C, false>(a, (unsigned)(pl.kblocks * d.B * d.Hkv), 0);
+    if (st == FA_OK && (RUN & 2)) st = fa__wgq_go_dq<T, typename C::DQ, false>(a, (unsigned)(pl.qblocks * d.B * d.Hq), 0);
     fa__cu_free(mem, 0, pooled);
     return st;
 }
@@ -281,10 +294,14 @@ static const TuneImpl tune_impls[] = {
     { "k8m1q8", 128, tune_call<Tcfg<128, 8, 1, 64, 1, 8, 64, 1, 1> > },
 #if FA__WG
     { "wg", 64, wg_tune_call<fa__wgb_d64> },   /* the Hopper backward as shipped */
-    { "wgq64s3", 64, wg_tune_call<Wc64<4, Wq64<64, 3> > > },    /* its dq kernel with key tiles of 64, 3 stages */
-    { "wgq128s3", 64, wg_tune_call<Wc64<4, Wq64<128, 3> > > },  /* key tiles of 128, 3 stages */
-    { "wgk2", 64, wg_tune_call<Wc64<2, Wq64<128, 2> > > },      /* the dK/dV kernel with 2 stages */
+    { "wg.k", 64, wg_tune_call<fa__wgb_d64, 1> },   /* its dK/dV kernel alone */
+    { "wg.q", 64, wg_tune_call<fa__wgb_d64, 2> },   /* its dq kernel alone */
+    { "wgk6", 64, wg_tune_call<Wc64<6, Wq64<128, 2> > > },        /* dK/dV: 6 stages */
+    { "wgq64s4", 64, wg_tune_call<Wc64<4, Wq64<64, 4> > > },      /* dq: key tiles of 64, 4 stages */
+    { "wgq128s3", 64, wg_tune_call<Wc64<4, Wq64<128, 3> > > },    /* dq: 3 stages */
     { "wg", 128, wg_tune_call<fa__wgb_d128> },
+    { "wg.k", 128, wg_tune_call<fa__wgb_d128, 1> },
+    { "wg.q", 128, wg_tune_call<fa__wgb_d128, 2> },
 #endif
 };
 
@@ -292,10 +309,11 @@ static const TuneImpl tune_impls[] = {
    gradients through the mma.sync kernels: fa__cu_bwd_mma_only) */
 static void tune(void)
 {
-    const int shapes[3][2] = { { 4096, 0 }, { 4096, 1 }, { 16384, 0 } };
+    const int shapes[6][2] = { { 2048, 0 }, { 2048, 1 }, { 4096, 0 }, { 4096, 1 }, { 8192, 0 }, { 16384, 0 } };
     for (int D : { 64, 128 })
-        for (int c = 0; c < 3 && (!only_d || D == only_d); c++) {
+        for (int c = 0; c < 6 && (!only_d || D == only_d); c++) {
             const int S = shapes[c][0], causal = shapes[c][1], H = 2048 / D, B = 16384 / S;
+            if ((only_s && S != only_s) || (only_c >= 0 && causal != only_c)) continue;
             const double fl = 2.5 * 4.0 * B * H * (double)S * S * D * (causal ? 0.5 : 1.0);
             Case cs;
             case_make(cs, FA_BF16, B, H, S, D, causal);
@@ -317,7 +335,7 @@ static void tune(void)
                     CK(cudaDeviceSynchronize());
                     for (int u = 0; u < 3; u++) diff2(cs.g[u], cs.h[u], cs.n, FA_BF16, &num, &den);
                 }
-                printf("TUNE %-6s %4d %2d %6d %4d %3d %9.3f %8.1f %9.3f %8.1f %9.2e\n", im.name, D, causal, S, B, H, ms[0],
+                printf("TUNE %-9s %4d %2d %6d %4d %3d %9.3f %8.1f %9.3f %8.1f %9.2e\n", im.name, D, causal, S, B, H, ms[0],
                        fl / ms[0] / 1e9, ms[1], fl / ms[1] / 1e9, sqrt(num / den));
                 fflush(stdout);
             }
@@ -328,7 +346,7 @@ static void tune(void)
 
 int main(int argc, char **argv)
 {
-    int quick = 0, i, only_s = 0, only_c = -1, both = 0;
+    int quick = 0, i, both = 0;
     std::vector<int> Ss;
     std::vector<fa_dtype> dts;
     cudaDeviceProp prop;

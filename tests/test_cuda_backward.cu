@@ -235,6 +235,10 @@ static int call_path(const char *pname, const fa_params *pd, int path, const voi
 
 /* One case on every dtype of dts (bits 1 f32, 2 f16, 4 bf16) and every path of paths (bits 1 naive,
    2 tiled, 4 deterministic). Failures are printed and counted; the test fails at its end. */
+/* dq's buffer this many elements past a cudaMalloc'd (256-byte aligned) address in run_case: 1 puts
+   it off 16-byte alignment while its strides stay as they are */
+static int g_dq_shift = 0;
+
 static void run_case(const char *name0, fa_params p0, bspec bs, int alibi, int dts, int paths)
 {
     static const fa_dtype dtl[3] = { FA_F32, FA_F16, FA_BF16 };
@@ -302,7 +306,8 @@ static void run_case(const char *name0, fa_params p0, bspec bs, int alibi, int d
         dlse = (float *)dalloc((rows + 1) * 4);
         if (bias) dbias = upload(bias, nbias, FA_F32);
         if (slopes) dslopes = upload(slopes, nslopes, FA_F32);
-        gq = dalloc(t.nq * es); gk = dalloc(t.nk * es); gv = dalloc(t.nv * es);
+        gq = (char *)dalloc(t.nq * es + g_dq_shift * es) + g_dq_shift * es;
+        gk = dalloc(t.nk * es); gv = dalloc(t.nv * es);
         pd = p;
         pd.bias = (const float *)dbias; pd.alibi_slopes = (const float *)dslopes; pd.lse = dlse;
         st = fa_cuda_tiled(&pd, xq, xk, xv, go);
@@ -321,7 +326,7 @@ static void run_case(const char *name0, fa_params p0, bspec bs, int alibi, int d
         }
         (void)e;
         cudaFree(xq); cudaFree(xk); cudaFree(xv); cudaFree(gdo); cudaFree(go); cudaFree(dlse);
-        cudaFree(gq); cudaFree(gk); cudaFree(gv);
+        cudaFree((char *)gq - g_dq_shift * es); cudaFree(gk); cudaFree(gv);
         if (dbias) cudaFree(dbias);
         if (dslopes) cudaFree(dslopes);
         free(d_o); free(bias); free(slopes); free(rdq); free(rdk); free(rdv);
@@ -525,6 +530,14 @@ static void test_tc_semantics(void **state)
     bshd(&p, 4);
     p.causal = 1;
     run_case("rows not 16-byte aligned (FFMA by rule), D=64", p, NOBIAS, 0, 6, ALL_PATHS);
+    /* dq's pointer off 16-byte alignment, strides as the Hopper backward takes them: FFMA by rule,
+       and on an H100/H200 in the deterministic arrangement in either mode (a workspace sized by the
+       dims, fa__cu_bwd_atomics, has no dq buffer) */
+    p = shape(2, 4, 2, 100, 120, 64, 64);
+    p.causal = 1;
+    g_dq_shift = 1;
+    run_case("dq 2 bytes off 16-byte alignment (FFMA by rule), D=64", p, NOBIAS, 0, 6, ALL_PATHS);
+    g_dq_shift = 0;
     if (!g_small) {
         p = shape(1, 4, 1, 300, 1100, 128, 128);
         p.causal = 1; p.window_left = 200;
