@@ -99,7 +99,9 @@ static const char *dname(fa_dtype dt) { return dt == FA_F32 ? "fp32" : dt == FA_
 
 static double opt_budget = 0.08;
 static int only_d = 0;   /* --d: one head dim (the table and --tune) */
+#ifdef FA_BENCH_TUNE
 static const char *tune_prefix = "";   /* --prefix: the --tune rows whose name starts so */
+#endif
 static int only_s = 0, only_c = -1;    /* --s, --causal: one sequence length, one causal setting (the table and --tune) */
 
 typedef fa_status (*bwd_fn)(const fa_params *, const void *, const void *, const void *, const void *, const void *,
@@ -359,7 +361,9 @@ int main(int argc, char **argv)
 #if FA__WG
         else if (!strcmp(argv[i], "--mma")) both = 1;   /* each 16-bit row also through the mma.sync kernels */
 #endif
+#ifdef FA_BENCH_TUNE
         else if (!strcmp(argv[i], "--prefix") && i + 1 < argc) tune_prefix = argv[++i];   /* before --tune */
+#endif
         else if (!strcmp(argv[i], "--d") && i + 1 < argc) only_d = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--s") && i + 1 < argc) only_s = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--causal") && i + 1 < argc) only_c = atoi(argv[++i]);
