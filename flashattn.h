@@ -1916,13 +1916,24 @@ static void fa__gemm_c(const float *A, int64_t sa, int64_t sx, int na, int nx,
    folding it into one FMA with a precomputed m log2(e) would overflow for |m| > FLT_MAX / log2(e).
    t <= -125 (a hidden key's -INFINITY among them) gives exactly 0, clamped first so that no lane
    goes through the denormal range (see fa__exp16); NaN stays NaN. */
-FA__AVX512 static inline __m512 fa__exp2_lazy16(__m512 t)
+/* The range reduction of the base-2 exps on 16 lanes (fa__exp2_lazy16, fa__exp2_amx16): k = round(t)
+   after t is clamped at -125, f = t - k (exact), *keep the lanes with t > -125 (NaN kept: the
+   comparison is unordered-true and the max returns t). */
+FA__AVX512 static inline __m512 fa__exp2_split16(__m512 t, __m512 *f, __mmask16 *keep)
 {
-    __m512 k, f, p;
-    __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-125.0f), _CMP_NLE_UQ);
+    __m512 k;
+    *keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-125.0f), _CMP_NLE_UQ);
     t = fa__max16(_mm512_set1_ps(-125.0f), t);
     k = _mm512_maskz_roundscale_ps(0xFFFF, t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    f = _mm512_sub_ps(t, k);
+    *f = _mm512_sub_ps(t, k);
+    return k;
+}
+
+FA__AVX512 static inline __m512 fa__exp2_lazy16(__m512 t)
+{
+    __m512 f, p;
+    __mmask16 keep;
+    const __m512 k = fa__exp2_split16(t, &f, &keep);
     p = _mm512_fmadd_ps(_mm512_set1_ps(1.535347110e-04f), f, _mm512_set1_ps(1.339887269e-03f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618436918e-03f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332367e-02f));
@@ -2980,11 +2991,9 @@ FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint
 #endif
 FA__AMXT static inline __m512 fa__exp2_amx16(__m512 t)
 {
-    __m512 k, f, p;
-    __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-125.0f), _CMP_NLE_UQ);
-    t = fa__max16(_mm512_set1_ps(-125.0f), t);
-    k = _mm512_maskz_roundscale_ps(0xFFFF, t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    f = _mm512_sub_ps(t, k);
+    __m512 f, p;
+    __mmask16 keep;
+    const __m512 k = fa__exp2_split16(t, &f, &keep);
     p = _mm512_fmadd_ps(_mm512_set1_ps(9.570102207362652e-03f), f, _mm512_set1_ps(5.591785907745361e-02f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402474433183670e-01f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931217908859253e-01f));
