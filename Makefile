@@ -364,24 +364,25 @@ CUDA_LIBS  := -lcublas
 CUDA_TUS   := $(BUILD)/test_cuda.o $(BUILD)/test_cuda_backward.o $(BUILD)/cuda_quickstart.o $(if $(wildcard bench/bench_cuda.cu),$(BUILD)/bench_cuda.o) \
               $(BUILD)/bench_cuda_backward.o
 
-# test_cuda.o instantiates every forward kernel, the Hopper one for sm_90a among them: its ptxas
-# messages are kept in build/test_cuda.nvcc.txt (printed but for the C7519 notes, the compiler's
-# own warpgroup.arrive) and the build fails on C7511/C7514/C7515 (wgmma serialised by the compiler;
-# C7514: a non-wgmma instruction reads an accumulator inside a wgmma's pipeline stage).
-$(BUILD)/test_cuda.o: tests/test_cuda.cu tests/ref.h tests/cuda_util.h flashattn.h | $(BUILD)
-	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@ 2> $(BUILD)/test_cuda.nvcc.txt \
-	  || { cat $(BUILD)/test_cuda.nvcc.txt; exit 1; }
-	@grep -v C7519 $(BUILD)/test_cuda.nvcc.txt || true
-	@if grep -E 'C7511|C7514|C7515' $(BUILD)/test_cuda.nvcc.txt; then \
+# A CUDA unit whose ptxas must not serialise wgmma: its messages are kept in build/<unit>.nvcc.txt
+# (printed but for the C7519 notes, the compiler's own warpgroup.arrive) and the build fails on
+# C7511/C7514/C7515 (wgmma serialised by the compiler; C7514: a non-wgmma instruction reads an
+# accumulator inside a wgmma's pipeline stage).
+define NVCC_WGMMA_CHECKED
+	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@ 2> $(@:.o=.nvcc.txt) \
+	  || { cat $(@:.o=.nvcc.txt); exit 1; }
+	@grep -v C7519 $(@:.o=.nvcc.txt) || true
+	@if grep -E 'C7511|C7514|C7515' $(@:.o=.nvcc.txt); then \
 	  echo "ptxas serialised wgmma (C7511/C7514/C7515): see above"; rm -f $@; exit 1; fi
+endef
 
-# test_cuda_backward.o instantiates the Hopper backward (8e3) for sm_90a: the same ptxas check
+# test_cuda.o instantiates every forward kernel, the Hopper one for sm_90a among them
+$(BUILD)/test_cuda.o: tests/test_cuda.cu tests/ref.h tests/cuda_util.h flashattn.h | $(BUILD)
+	$(NVCC_WGMMA_CHECKED)
+
+# test_cuda_backward.o instantiates the Hopper backward (8e3) for sm_90a
 $(BUILD)/test_cuda_backward.o: tests/test_cuda_backward.cu tests/ref.h tests/cuda_util.h flashattn.h | $(BUILD)
-	$(NVCC) $(NVCC_FLAGS) -DFLASHATTN_NO_BLAS -I. -c $< -o $@ 2> $(BUILD)/test_cuda_backward.nvcc.txt \
-	  || { cat $(BUILD)/test_cuda_backward.nvcc.txt; exit 1; }
-	@grep -v C7519 $(BUILD)/test_cuda_backward.nvcc.txt || true
-	@if grep -E 'C7511|C7514|C7515' $(BUILD)/test_cuda_backward.nvcc.txt; then \
-	  echo "ptxas serialised wgmma (C7511/C7514/C7515): see above"; rm -f $@; exit 1; fi
+	$(NVCC_WGMMA_CHECKED)
 
 $(BUILD)/test_cuda_backward: $(BUILD)/test_cuda_backward.o
 	$(NVCC) $(NVCC_ARCH) $< -o $@ $(CUDA_LIBS) -lcmocka -lm -lpthread
