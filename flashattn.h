@@ -1943,15 +1943,33 @@ FA__AVX512 static inline __m512 fa__exp2_lazy16(__m512 t)
     return _mm512_maskz_scalef_ps(keep, p, k);
 }
 
+/* The online step's lazy reference on 16 lanes (fa__online_avx512 and the AMX step fa__online_amx):
+   the lanes whose block max mx passes their reference mo by more than FA__LAZY (returned) take mx
+   as their new reference *mr; *ms is the reference the exps use (0 where *mr is still -INFINITY). */
+FA__AVX512 static inline __mmask16 fa__lazy_ref16(__m512 mo, __m512 mx, __m512 *mr, __m512 *ms)
+{
+    const __mmask16 up = _mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, _mm512_set1_ps(FA__LAZY)), _CMP_GT_OQ);
+    *mr = _mm512_mask_mov_ps(mo, up, mx);
+    *ms = _mm512_mask_mov_ps(*mr, _mm512_cmp_ps_mask(*mr, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ), _mm512_setzero_ps());
+    return up;
+}
+
+/* O's Dv rows of 16 lanes (row stride ldo) times the lanes' alpha: the rescale of the online step */
+FA__AVX512 static inline void fa__rescale16(float *O, int64_t ldo, int Dv, __m512 al)
+{
+    int t;
+    for (t = 0; t < Dv; t++) _mm512_storeu_ps(O + t * ldo, _mm512_mul_ps(_mm512_loadu_ps(O + t * ldo), al));
+}
+
 FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, float *m, float *l,
                                          float *O, int64_t ldo, int Dv, float *tmp)
 {
-    int v, j, t;
+    int v, j;
     __mmask16 up;
     const __m512 ninf = _mm512_set1_ps(-INFINITY), l2e = _mm512_set1_ps(FA__LOG2E);
     for (v = 0; v < nv; v++) {
         float *s = S + v * 16;
-        __m512 mo = _mm512_loadu_ps(m + v * 16), mx = mo, mr = mo, ms, al = _mm512_set1_ps(1.0f), sum = _mm512_setzero_ps();
+        __m512 mo = _mm512_loadu_ps(m + v * 16), mx = mo, mr, ms, al = _mm512_set1_ps(1.0f), sum = _mm512_setzero_ps();
         {   /* four chains: one would wait on the max latency at every key */
             __m512 x1 = ninf, x2 = ninf, x3 = ninf;
             for (j = 0; j + 4 <= nk; j += 4) {
@@ -1963,13 +1981,10 @@ FA__AVX512 static void fa__online_avx512(float *S, int64_t lds, int nk, int nv, 
             for (; j < nk; j++) mx = fa__max16(mx, _mm512_loadu_ps(s + j * lds));
             mx = fa__max16(fa__max16(mx, x1), fa__max16(x2, x3));
         }
-        up = _mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, _mm512_set1_ps(FA__LAZY)), _CMP_GT_OQ);
-        if (up) mr = _mm512_mask_mov_ps(mo, up, mx);
-        ms = _mm512_mask_mov_ps(mr, _mm512_cmp_ps_mask(mr, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
+        up = fa__lazy_ref16(mo, mx, &mr, &ms);
         if (up) {
             al = _mm512_mask_mov_ps(al, up, fa__exp16(_mm512_sub_ps(mo, ms)));
-            for (t = 0; t < Dv; t++)
-                _mm512_storeu_ps(O + t * ldo + v * 16, _mm512_mul_ps(_mm512_loadu_ps(O + t * ldo + v * 16), al));
+            fa__rescale16(O + v * 16, ldo, Dv, al);
         }
         for (j = 0; j < nk; j++) {
             __m512 e = fa__exp2_lazy16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j * lds), ms), l2e));
@@ -3019,7 +3034,7 @@ FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, f
     const __m512i ilv = _mm512_loadu_si512((const void *)ilv_w);
     const __m512 ninf = _mm512_set1_ps(-INFINITY), l2e = _mm512_set1_ps(FA__LOG2E), scv = _mm512_set1_ps(scale);
     const __m512 lazy = _mm512_set1_ps(FA__LAZY), zero = _mm512_setzero_ps();
-    int ng = 0, done = 0, it = 0, ni = nvec * np16, q = 0, v, x, j, t, pass;
+    int ng = 0, done = 0, it = 0, ni = nvec * np16, q = 0, v, x, j, pass;
     for (j = 0; j < njobs; j++) ng += fa__amx_groups(&jobs[j]);
     for (v = 0; v < nvec; v++) {
         const float *s = S + 16 * v;
@@ -3040,15 +3055,12 @@ FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, f
         }
         for (pass = 0;; pass++) {
             if (pre || pass) {      /* fa__online_avx512's decision */
-                up = _mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, lazy), _CMP_GT_OQ);
-                mr = _mm512_mask_mov_ps(mo, up, mx);
-                ms = _mm512_mask_mov_ps(mr, _mm512_cmp_ps_mask(mr, ninf, _CMP_EQ_OQ), zero);
+                up = fa__lazy_ref16(mo, mx, &mr, &ms);
                 if (up) {       /* the jobs first: one may be a P V into this O */
                     fa__amx_run(jobs, njobs);
                     done = ng;
                     al = _mm512_mask_mov_ps(al, up, fa__exp16(_mm512_sub_ps(mo, ms)));
-                    for (t = 0; t < Dv; t++)
-                        _mm512_storeu_ps(o + (int64_t)t * FA__AMX_LD, _mm512_mul_ps(_mm512_loadu_ps(o + (int64_t)t * FA__AMX_LD), al));
+                    fa__rescale16(o, FA__AMX_LD, Dv, al);
                 }
             }
             /* one FMA where m log2(e) cannot overflow */
