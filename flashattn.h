@@ -8301,11 +8301,11 @@ __global__ void fa__cu_bwd_prep(fa__dims d, const T *q, const T *k, const T *o, 
 }
 
 /* The FFMA backward's thread (tx, ty) of its 16 x 16 grid: a warp holds 8 tx by 4 ty (lanes 0-2 tx,
-   3-4 ty; warp bit 0 tx's high bit, warp bits 1-2 ty's two high bits), so that each shared load of
-   a warp spans 128 bytes: the rows tx + 16c of S's and dP's B operand (8 rows of 16 bytes, 4 banks
-   apart), the columns 64n + 4tx of dO, Q and K in dV, dK and dq, and the 4 rows ty + 16r of the A
-   operand and of P^T and dS^T: one shared-memory wavefront each (16 tx a warp took two for the B
-   rows and the columns), and the transposed P^T / dS^T stores free of bank conflicts. */
+   3-4 ty; warp bit 0 tx's high bit, warp bits 1-2 ty's two high bits), so that the transposed
+   P^T / dS^T stores (key tx + 16c, row ty + 16r: bank 4 tx + ty) are free of bank conflicts (16 tx
+   by 2 ty had them two-way). The loads cost the same either way: a warp's 16-byte shared load takes
+   4 wavefronts however many lanes share an address (bench/RESULTS.md, CUDA backward, "FFMA
+   backward, fp32", ncu). */
 static __device__ __forceinline__ void fa__cu_bwd_txy(int &tx, int &ty)
 {
     const int t = (int)threadIdx.x, w = t >> 5;
