@@ -8498,8 +8498,10 @@ static __device__ __forceinline__ void fa__cu_bwd_dsk(float (&aq)[fa__cu_bgeom<C
    backward's dq turns, fa__tbwd_tiles, on the same rule) first: turn[qb] counts the blocks that
    have added theirs, and key block kb adds its own when the count is kb - t0. The spin is one
    thread's, the others wait at the barrier; the block that passes the turn makes its adds visible
-   first (fence after the barrier). A key block waits only on blocks of lower index (same batch and
-   kv head, the key block before it), which the grid has started before it. */
+   first (fence after the barrier). A key block waits only on work items of lower index (same batch
+   and kv head, the key block before it). Work items are tickets, not blockIdx: each block takes
+   the next one from a counter (the turns' first word), so an item it waits on belongs to a block
+   that is already running, whatever order the hardware starts blocks in; no wait can hang. */
 static __device__ __forceinline__ unsigned fa__cu_ld_acquire(const unsigned *p)
 {
     unsigned v;
@@ -8686,7 +8688,12 @@ fa__cu_bwd_dkv(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
                const unsigned *flag, int64_t nblk, float *dqacc, unsigned *turns, T *dk, T *dv, int vec)
 {
     if ((*flag != 0) != FIN) return;   /* FIN: only a call with a non-finite q, d_o or k; else only one without */
-    if (!FIN) {                                            /* a block a tile */
+    if (!FIN && DQ == FA__BWD_DQ_TURNS) {                  /* a block a tile, the tile by ticket */
+        __shared__ unsigned ticket;
+        if (threadIdx.x == 0) ticket = atomicAdd(turns, 1u);
+        __syncthreads();
+        fa__cu_bwd_dkv_block<T, CFG, DQ, FIN>(d, q, k, v, dO, delta, kbad, dqacc, turns + 1, dk, dv, vec, (int64_t)ticket);
+    } else if (!FIN) {                                     /* a block a tile */
         fa__cu_bwd_dkv_block<T, CFG, DQ, FIN>(d, q, k, v, dO, delta, kbad, dqacc, turns, dk, dv, vec, (int64_t)blockIdx.x);
     } else {                                               /* a few blocks walk the tiles (never in turns) */
         for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
@@ -10893,7 +10900,7 @@ FLASHATTN_DEF fa_status fa_cuda_naive_backward(const fa_params *p, const void *q
    at 0 and lx, kbad [B][Hkv][Sk] fp32, the flag (one unsigned, its 256 bytes zeroed with dq's
    buffer), and (where dq is accumulated by atomics, fa__cu_bwd_atomics, or in the deterministic
    mode's turns, fa__cu_bwd_turns) dq's fp32 accumulator [B][Hq][Sq][D], then (turns, at turn;
-   else turn is 0) the FFMA backward's turns [B][Hq][query blocks]; O(Sq D + Sk), never
+   else turn is 0) the FFMA backward's ticket counter and turns [B][Hq][query blocks]; O(Sq D + Sk), never
    O(Sq x Sk). total 0 for an empty call, SIZE_MAX when a count overflows. */
 typedef struct fa__cu_tbwd_ws {
     size_t lx, kbad, flag, dq, turn, total;
@@ -10957,8 +10964,9 @@ static void fa__cu_tbwd_layout(const fa__dims *d, int det, fa__cu_tbwd_ws *w)
         fa__cu_bwd_plan fp;
         fa__cu_bwd_ffma_of(d, d->D > d->Dv ? d->D : d->Dv, &fp);
         w->turn = fa__add_size(w->dq, fa__cu_round(fa__mul_size(fa__mul_size(rows, (size_t)d->D), sizeof(float))));
-        w->total = fa__add_size(w->turn, fa__mul_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq),
-                                                                   (size_t)fp.qblocks), sizeof(unsigned)));
+        /* the ticket counter, then the turns [B][Hq][query blocks] */
+        w->total = fa__add_size(w->turn, fa__mul_size(fa__add_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq),
+                                                                                 (size_t)fp.qblocks), 1), sizeof(unsigned)));
     } else {
         w->total = !fa__cu_bwd_atomics(d, det) ? w->dq
                  : fa__add_size(w->dq, fa__mul_size(fa__mul_size(rows, (size_t)d->D), sizeof(float)));
