@@ -8106,15 +8106,19 @@ __global__ void fa__cu_merge(int rows, int dv, int parts, fa__cu_parts pp, float
    dk and dv summed over the group in head order. The tiled path (fa_cuda_tiled_backward) never
    holds an Sq x Sk matrix: fa__cu_bwd_prep first (delta); then fa__cu_bwd_dkv, one block of 256 threads
    per (key block, batch, kv head) with K (times scale) and V in shared memory, walking the query
-   heads of the group and, for each, the query rows that see the block (fa__key_rows) in blocks of
-   BQ: Q, d_o, lse and delta into shared memory, S and dP by FFMA (thread (ty, tx) owns rows
-   ty + 16r, keys tx + 16c), P from the forward's lse and dS (fa__cu_bwd_tile), P^T and dS^T
-   through shared memory, dV += P^T dO and dK += dS^T Q held in registers across the whole walk,
-   and dS K, the block's contribution to dq, added into an fp32 buffer by atomicAdd; the final
-   fa__cu_bwd_out converts that buffer into dq. With p->deterministic, fa__cu_bwd_dkv skips dq and
-   fa__cu_bwd_dq, one block per (batch, head, query block), walks its key blocks in order and
-   sums dq in registers (S, dP and dS computed a second time: 7 GEMM-sized products instead of 5),
-   so that every gradient is summed in an order fixed by the shape. For fp16/bf16 at D = Dv = 64 or
+   heads of the group and, for each, the query blocks (BQ rows at multiples of BQ) holding a row
+   that sees the block (fa__key_rows): Q, d_o, lse and delta into shared memory, S and dP by FFMA
+   (thread (ty, tx) owns rows ty + 16r, keys tx + 16c; fa__cu_bwd_txy), P from the forward's lse
+   and dS (fa__cu_bwd_tile), P^T and dS^T through shared memory, dV += P^T dO and dK += dS^T Q held
+   in registers across the whole walk, and dS K, the block's contribution to dq, added into an
+   fp32 buffer by atomicAdd; the final fa__cu_bwd_out converts that buffer into dq. With
+   p->deterministic the same kernel adds dS K in turns: query block qb takes the key blocks' adds
+   in key-block order (fa__cu_turn_wait), the CPU backward's dq turns, so that every gradient is
+   summed in an order fixed by the shape at the default mode's cost in products. A call with a
+   non-finite input (the FIN kernels, which walk tiles on a few blocks and so cannot wait on
+   turns) runs instead fa__cu_bwd_dkv without dq and fa__cu_bwd_dq, one block per (batch, head,
+   query block), which walks its key blocks in order and sums dq in registers (S, dP and dS
+   computed a second time: 7 GEMM-sized products instead of 5). For fp16/bf16 at D = Dv = 64 or
    128 with aligned rows, fa__cu_pick_backward takes the tensor-core backward below (8e2
    continued) instead: the same rule and the same two dq modes, on mma.sync. */
 
@@ -8158,13 +8162,17 @@ __global__ void fa__cu_bwd_in(const T *src, float *dst, int H, int group, int S,
 }
 
 /* Packed fp32 [B][H group][S][W] into a strided [B][H][S][W] tensor of T: row (b, h, i) is mul
-   times the sum over the group's rows (b, h group + u, i), u in order; mul 1 instead where fb is
-   not NULL and *fb is set (the tensor-core backward's dq buffer written by the FFMA fallback). */
+   times the sum over the group's rows (b, h group + u, i), u in order; where fb is not NULL and
+   *fb is set, mul 1 instead (the tensor-core backward's dq buffer written by the FFMA fallback),
+   or with fb_skip nothing (the FFMA fallback's deterministic dq pass wrote dst itself). */
 template <typename T>
 __global__ void fa__cu_bwd_out(const float *src, T *dst, int H, int group, int S, int W, int64_t s0, int64_t s1,
-                               int64_t s2, int64_t rows, float mul, const unsigned *fb)
+                               int64_t s2, int64_t rows, float mul, const unsigned *fb, int fb_skip)
 {
-    if (fb && *fb) mul = 1.0f;
+    if (fb && *fb) {
+        if (fb_skip) return;
+        mul = 1.0f;
+    }
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const int64_t bh = r / S, i = r % S, b = bh / H, h = bh % H;
         T *o = dst + b * s0 + h * s1 + i * s2;
@@ -8292,6 +8300,19 @@ __global__ void fa__cu_bwd_prep(fa__dims d, const T *q, const T *k, const T *o, 
     }
 }
 
+/* The FFMA backward's thread (tx, ty) of its 16 x 16 grid: a warp holds 8 tx by 4 ty (lanes 0-2 tx,
+   3-4 ty; warp bit 0 tx's high bit, warp bits 1-2 ty's two high bits), so that the transposed
+   P^T / dS^T stores (key tx + 16c, row ty + 16r: bank 4 tx + ty) are free of bank conflicts (16 tx
+   by 2 ty had them two-way). The loads cost the same either way: a warp's 16-byte shared load takes
+   4 wavefronts however many lanes share an address (bench/RESULTS.md, CUDA backward, "FFMA
+   backward, fp32", ncu). */
+static __device__ __forceinline__ void fa__cu_bwd_txy(int &tx, int &ty)
+{
+    const int t = (int)threadIdx.x, w = t >> 5;
+    tx = (t & 7) | (w & 1) << 3;
+    ty = (t >> 3 & 3) | (w >> 1) << 2;
+}
+
 /* acc[r][c] += dot(A's row ty + 16 r, B's row tx + 16 c) over [0, n), n a multiple of 4, rows LD
    floats apart in shared memory: the FFMA backward's S = Q K^T and dP = dO V^T. */
 template <int RM, int CN, int LD>
@@ -8330,8 +8351,10 @@ static __device__ __forceinline__ void fa__cu_bwd_tile(const fa__dims &d, const 
 {
     typedef fa__cu_bgeom<CFG> G;
     enum { RM = G::RM, CN = G::CN, LD = G::LD };
-    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4, Dp = (d.D + 3) & ~3, Dvp = (d.Dv + 3) & ~3;
+    const int Dp = (d.D + 3) & ~3, Dvp = (d.Dv + 3) & ~3;
     const bool mods = sc || al || bi;
+    int tx, ty;
+    fa__cu_bwd_txy(tx, ty);
 #pragma unroll
     for (int r = 0; r < RM; r++)
 #pragma unroll
@@ -8358,34 +8381,61 @@ static __device__ __forceinline__ void fa__cu_bwd_tile(const fa__dims &d, const 
 }
 
 /* fa__cu_tile's result by 16-byte loads (16 / sizeof(T) elements each), for tensors whose rows
-   start 16-byte aligned and whose width is a multiple of that (fa__cu_bwd_vec); all loads of the
-   tile are in flight before the first store. vec false: fa__cu_tile itself. FIN: a non-finite
-   element stored as 0 (q, d_o and k: section 8e2's rule). */
+   start 16-byte aligned and whose width is a multiple of that (fa__cu_bwd_vec), in two steps:
+   load() puts the tile's loads in flight into registers, store() converts them into fp32 rows of
+   LD floats (times mul; FIN: a non-finite element stored as 0, q, d_o and k: section 8e2's rule),
+   so that a kernel can issue a tile's loads before work that does not need it. */
+template <typename T, int NROW, int DC> struct fa__cu_bwd_stage {
+    enum { EPV = 16 / sizeof(T), NV = NROW * DC / EPV, U = (NV + FA__CU_THREADS - 1) / FA__CU_THREADS };
+    uint4 x[U];
+    __device__ __forceinline__ void load(const T *src, int64_t ts, int nvalid, int D)
+    {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int e = (int)threadIdx.x + u * FA__CU_THREADS, r = e / (DC / EPV), c = (e % (DC / EPV)) * EPV;
+            x[u] = make_uint4(0u, 0u, 0u, 0u);
+            if (e < NV && r < nvalid && c < D) x[u] = *(const uint4 *)(src + (int64_t)r * ts + c);
+        }
+    }
+    template <int LD, bool FIN> __device__ __forceinline__ void store(float *dst, float mul) const
+    {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int e = (int)threadIdx.x + u * FA__CU_THREADS, r = e / (DC / EPV), c = (e % (DC / EPV)) * EPV;
+            if (e < NV) {
+                const T *h = (const T *)&x[u];
+                float *o = dst + r * LD + c;
+#pragma unroll
+                for (int i = 0; i < EPV; i++) o[i] = (FIN ? fa__cu_fin(fa__ld(h + i)) : fa__ld(h + i)) * mul;
+            }
+        }
+    }
+};
+
+/* A tile by fa__cu_bwd_stage's loads, all in flight before the first store (vec), or by
+   fa__cu_tile (vec false). */
 template <typename T, int NROW, int DC, int LD, bool FIN>
 static __device__ __forceinline__ void fa__cu_bwd_in_tile(float *dst, const T *src, int64_t ts, int nvalid, int D,
                                                           float mul, bool vec)
 {
-    enum { EPV = 16 / sizeof(T), NV = NROW * DC / EPV, U = (NV + FA__CU_THREADS - 1) / FA__CU_THREADS };
+    fa__cu_bwd_stage<T, NROW, DC> x;
     if (!vec) {
         fa__cu_tile<T, NROW, DC, LD, FIN>(dst, src, ts, nvalid, D, mul);
         return;
     }
-    uint4 x[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int e = (int)threadIdx.x + u * FA__CU_THREADS, r = e / (DC / EPV), c = (e % (DC / EPV)) * EPV;
-        x[u] = make_uint4(0u, 0u, 0u, 0u);
-        if (e < NV && r < nvalid && c < D) x[u] = *(const uint4 *)(src + (int64_t)r * ts + c);
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int e = (int)threadIdx.x + u * FA__CU_THREADS, r = e / (DC / EPV), c = (e % (DC / EPV)) * EPV;
-        if (e < NV) {
-            const T *h = (const T *)&x[u];
-            float *o = dst + r * LD + c;
-#pragma unroll
-            for (int i = 0; i < EPV; i++) o[i] = (FIN ? fa__cu_fin(fa__ld(h + i)) : fa__ld(h + i)) * mul;
-        }
+    x.load(src, ts, nvalid, D);
+    x.template store<LD, FIN>(dst, mul);
+}
+
+/* lse and delta of query rows [i0, i0 + nq) of (b, h) into shared memory (lse -inf, delta 0 past nq) */
+template <class CFG>
+static __device__ __forceinline__ void fa__cu_bwd_load_ld(const fa__dims &d, const float *delta, int b, int h, int i0,
+                                                          int nq, float *sL, float *sDl)
+{
+    const int64_t bh = (int64_t)b * d.Hq + h;
+    for (int x = threadIdx.x; x < fa__cu_bgeom<CFG>::BQ; x += blockDim.x) {
+        sL[x] = x < nq ? d.lse[bh * d.Sq + i0 + x] : -INFINITY;
+        sDl[x] = x < nq ? delta[bh * d.Sq + i0 + x] : 0.0f;
     }
 }
 
@@ -8397,24 +8447,17 @@ static __device__ __forceinline__ void fa__cu_bwd_load_q(const fa__dims &d, cons
                                                          float *sO, float *sL, float *sDl, bool vec)
 {
     typedef fa__cu_bgeom<CFG> G;
-    const int64_t bh = (int64_t)b * d.Hq + h;
     fa__cu_bwd_in_tile<T, G::BQ, G::DC, G::LD, FIN>(sQ, q + (int64_t)b * d.qs[0] + (int64_t)h * d.qs[1] + (int64_t)i0 * d.qs[2],
                                                d.qs[2], nq, d.D, 1.0f, vec);
     fa__cu_bwd_in_tile<T, G::BQ, G::DC, G::LD, FIN>(sO, dO + (int64_t)b * d.os[0] + (int64_t)h * d.os[1] + (int64_t)i0 * d.os[2],
                                                d.os[2], nq, d.Dv, 1.0f, vec);
-    for (int x = threadIdx.x; x < G::BQ; x += blockDim.x) {
-        sL[x] = x < nq ? d.lse[bh * d.Sq + i0 + x] : -INFINITY;
-        sDl[x] = x < nq ? delta[bh * d.Sq + i0 + x] : 0.0f;
-    }
+    fa__cu_bwd_load_ld<CFG>(d, delta, b, h, i0, nq, sL, sDl);
 }
 
-/* One (key block, batch, kv head): dK and dV of the block over every query head of the group and
-   every query row that sees the block; DQ: each query block's dS K added into dqacc (fp32,
-   packed [B][Hq][Sq][D]). Key blocks in increasing order: under causal the first ones see the
-   most rows, so they start first. */
 /* dq's share of one key block, for both dq paths (the atomic one in fa__cu_bwd_dkv, the ordered
    one in fa__cu_bwd_dq): aq[r][64n + 4tx + e] += sum_j dS^T[j][RM ty + r] K[j][64n + 4tx + e], K
-   carrying the scale, dS^T in sST (LDT floats a key), K in sK (LD floats a key). */
+   carrying the scale, dS^T in sST (LDT floats a key), K in sK (LD floats a key). A thread's RM
+   rows of dS^T are adjacent: one 16-byte load (8 at RM = 2). */
 template <class CFG>
 static __device__ __forceinline__ void fa__cu_bwd_dsk(float (&aq)[fa__cu_bgeom<CFG>::RM][4 * fa__cu_bgeom<CFG>::NC],
                                                       const float *sST, const float *sK, int tx, int ty)
@@ -8423,8 +8466,19 @@ static __device__ __forceinline__ void fa__cu_bwd_dsk(float (&aq)[fa__cu_bgeom<C
     enum { RM = G::RM, NC = G::NC, BK = G::BK, LD = G::LD, LDT = G::LDT };
     for (int j = 0; j < BK; j++) {
         float sv[RM];
+        if (RM % 4 == 0) {
 #pragma unroll
-        for (int r = 0; r < RM; r++) sv[r] = sST[j * LDT + RM * ty + r];
+            for (int r = 0; r < RM; r += 4) {
+                const float4 x = *(const float4 *)(sST + j * LDT + RM * ty + r);
+                sv[r] = x.x; sv[(r + 1) % RM] = x.y; sv[(r + 2) % RM] = x.z; sv[(r + 3) % RM] = x.w;
+            }
+        } else if (RM == 2) {
+            const float2 x = *(const float2 *)(sST + j * LDT + RM * ty);
+            sv[0] = x.x; sv[1 % RM] = x.y;
+        } else {
+#pragma unroll
+            for (int r = 0; r < RM; r++) sv[r] = sST[j * LDT + RM * ty + r];
+        }
 #pragma unroll
         for (int n = 0; n < NC; n++) {
             const float4 kk = *(const float4 *)(sK + j * LD + 64 * n + 4 * tx);
@@ -8439,26 +8493,71 @@ static __device__ __forceinline__ void fa__cu_bwd_dsk(float (&aq)[fa__cu_bgeom<C
     }
 }
 
-template <typename T, class CFG, bool DQ, bool FIN>
+/* The deterministic dq of the FFMA backward in one pass (FA__BWD_TURNS): query block qb of
+   (b, h) takes the key blocks' dS K in key-block order, fa__rows_range's first block (the CPU
+   backward's dq turns, fa__tbwd_tiles, on the same rule) first: turn[qb] counts the blocks that
+   have added theirs, and key block kb adds its own when the count is kb - t0. The spin is one
+   thread's, the others wait at the barrier; the block that passes the turn makes its adds visible
+   first (fence after the barrier). A key block waits only on work items of lower index (same batch
+   and kv head, the key block before it). Work items are tickets, not blockIdx: each block takes
+   the next one from a counter (the turns' first word), so an item it waits on belongs to a block
+   that is already running, whatever order the hardware starts blocks in; no wait can hang. */
+static __device__ __forceinline__ unsigned fa__cu_ld_acquire(const unsigned *p)
+{
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+static __device__ __forceinline__ void fa__cu_turn_wait(const unsigned *turn, unsigned want)
+{
+    if (threadIdx.x == 0)
+        while (fa__cu_ld_acquire(turn) != want) __nanosleep(32);
+    __syncthreads();
+}
+
+/* after a barrier that follows the block's adds */
+static __device__ __forceinline__ void fa__cu_turn_pass(unsigned *turn)
+{
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(turn, 1u);
+    }
+}
+
+/* The FFMA dK/dV kernel's ways with dq (fa__cu_bwd_dkv's DQ): none (the separate ordered pass,
+   fa__cu_bwd_dq, follows), atomics in any order, atomics in key-block order (the turns above). */
+enum { FA__BWD_DQ_NONE = 0, FA__BWD_DQ_ATOMIC = 1, FA__BWD_DQ_TURNS = 2 };
+
+/* One (key block, batch, kv head): dK and dV of the block over every query head of the group and
+   every query block (BQ rows at multiples of BQ) holding a row that sees the block; DQ (not
+   FA__BWD_DQ_NONE): each query block's dS K added into dqacc (fp32, packed [B][Hq][Sq][D]), in
+   key-block order where DQ is FA__BWD_DQ_TURNS (turns: [B][Hq][query blocks], zero before).
+   Key blocks in increasing order: under causal the first ones see the most rows, so they start
+   first. CFG::MINB 1 (one block an SM: nothing else hides a load) with vec: the next query
+   block's Q and dO loads are in flight in registers during the dq product. */
+template <typename T, class CFG, int DQ, bool FIN>
 static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, const T *__restrict__ q,
                                                             const T *__restrict__ k, const T *__restrict__ v,
                                                             const T *__restrict__ dO, const float *__restrict__ delta,
-                                                            const float *__restrict__ kbad, float *dqacc, T *dk, T *dv,
-                                                            int vec, int64_t blk)
+                                                            const float *__restrict__ kbad, float *dqacc,
+                                                            unsigned *turns, T *dk, T *dv, int vec, int64_t blk)
 {
     typedef fa__cu_bgeom<CFG> G;
-    enum { RM = G::RM, CN = G::CN, NC = G::NC, BQ = G::BQ, BK = G::BK, LD = G::LD, LDT = G::LDT };
+    enum { RM = G::RM, CN = G::CN, NC = G::NC, BQ = G::BQ, BK = G::BK, LD = G::LD, LDT = G::LDT, PF = CFG::MINB == 1 };
     extern __shared__ float4 fa__cu_smem[];
     float *sK = (float *)fa__cu_smem, *sV = sK + BK * LD, *sQ = sV + BK * LD, *sO = sQ + BQ * LD;
     float *sPT = sO + BQ * LD, *sST = sPT + BK * LDT, *sL = sST + BK * LDT, *sDl = sL + BQ;
-    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int64_t nbg = (int64_t)d.B * d.Hkv;
     const int kb = (int)(blk / nbg), bg = (int)(blk % nbg), b = bg / d.Hkv, g = bg % d.Hkv;
-    const int k0 = kb * BK, nk = min((int)BK, d.Sk - k0);
-    const bool sc = d.softcap > 0.0f, al = d.alibi != NULL, bi = d.bias != NULL;
+    const int k0 = kb * BK, nk = min((int)BK, d.Sk - k0), qblocks = (d.Sq + BQ - 1) / BQ;
+    const bool sc = d.softcap > 0.0f, al = d.alibi != NULL, bi = d.bias != NULL, vq = (vec & 1) != 0;
     const float *kbg = kbad + (int64_t)bg * d.Sk;
+    const T *qb_ = q + (int64_t)b * d.qs[0], *ob_ = dO + (int64_t)b * d.os[0];
     float adk[CN][4 * NC], adv[CN][4 * NC];
     int64_t r0, r1;
+    int tx, ty, qlo, nqb, ntile;
+    fa__cu_bwd_txy(tx, ty);
 #pragma unroll
     for (int r = 0; r < CN; r++)
 #pragma unroll
@@ -8468,76 +8567,100 @@ static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, c
     fa__cu_bwd_in_tile<T, BK, G::DC, LD, false>(sV, v + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1] + (int64_t)k0 * d.vs[2],
                                                 d.vs[2], nk, d.Dv, 1.0f, (vec & 2) != 0);
     fa__key_rows(&d, k0, k0 + nk, &r0, &r1);
-    for (int hh = 0; hh < d.group && r0 < r1; hh++) {
-        const int h = g * d.group + hh;
+    qlo = (int)(r0 / BQ);
+    nqb = r0 < r1 ? (int)((r1 + BQ - 1) / BQ) - qlo : 0;
+    ntile = d.group * nqb;                                 /* tile t: query head g group + t / nqb, block qlo + t % nqb */
+    if (ntile > 0) fa__cu_bwd_load_q<T, CFG, FIN>(d, q, dO, delta, b, g * d.group, qlo * BQ, min((int)BQ, d.Sq - qlo * BQ),
+                                                  sQ, sO, sL, sDl, vq);
+    for (int t = 0; t < ntile; t++) {
+        const int h = g * d.group + t / nqb, qb = qlo + t % nqb, i0 = qb * BQ, nq = min((int)BQ, d.Sq - i0);
         const fa__cu_mods md = fa__cu_mods_of(d, b, h, 1.0f, 1.0f, sc, al, false);
-        for (int i0 = (int)r0; i0 < r1; i0 += BQ) {
-            const int nq = min((int)BQ, d.Sq - i0);
-            const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
-            float p[RM][CN], ds[RM][CN];
-            __syncthreads();                              /* the last block's Q, dO, P^T, dS^T are consumed */
-            fa__cu_bwd_load_q<T, CFG, FIN>(d, q, dO, delta, b, h, i0, nq, sQ, sO, sL, sDl, (vec & 1) != 0);
-            __syncthreads();
-            fa__cu_bwd_tile<CFG, FIN>(d, md, sc, al, bi, sQ, sO, sK, sV, sL, sDl, kbg, i0, k0,
-                                 fa__keys_full(&kr, k0, k0 + BK) != 0, p, ds);
+        const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
+        const bool more = t + 1 < ntile, pf = PF && vq && more;
+        const int hn = g * d.group + (t + 1) / nqb, in0 = (qlo + (t + 1) % nqb) * BQ, nqn = min((int)BQ, d.Sq - in0);
+        fa__cu_bwd_stage<T, BQ, G::DC> nQ, nO;
+        float p[RM][CN], ds[RM][CN];
+        __syncthreads();                                   /* this block's Q, dO, lse, delta are stored */
+        fa__cu_bwd_tile<CFG, FIN>(d, md, sc, al, bi, sQ, sO, sK, sV, sL, sDl, kbg, i0, k0,
+                                  fa__keys_full(&kr, k0, k0 + BK) != 0, p, ds);
+#pragma unroll
+        for (int r = 0; r < RM; r++)
+#pragma unroll
+            for (int c = 0; c < CN; c++) {
+                sPT[(tx + 16 * c) * LDT + ty + 16 * r] = p[r][c];
+                sST[(tx + 16 * c) * LDT + ty + 16 * r] = ds[r][c];
+            }
+        __syncthreads();
+        /* dV += P^T dO, dK += dS^T Q: this thread's keys ty + 16r, columns 64n + 4tx .. +3 */
+        for (int i = 0; i < BQ; i += 4) {
+            float4 pt[CN], st[CN];
+#pragma unroll
+            for (int r = 0; r < CN; r++) {
+                pt[r] = *(const float4 *)(sPT + (ty + 16 * r) * LDT + i);
+                st[r] = *(const float4 *)(sST + (ty + 16 * r) * LDT + i);
+            }
+#pragma unroll
+            for (int ii = 0; ii < 4; ii++)
+#pragma unroll
+                for (int n = 0; n < NC; n++) {
+                    const float4 oo = *(const float4 *)(sO + (i + ii) * LD + 64 * n + 4 * tx);
+                    const float4 qq = *(const float4 *)(sQ + (i + ii) * LD + 64 * n + 4 * tx);
+#pragma unroll
+                    for (int r = 0; r < CN; r++) {
+                        const float a = ii == 0 ? pt[r].x : ii == 1 ? pt[r].y : ii == 2 ? pt[r].z : pt[r].w;
+                        const float e = ii == 0 ? st[r].x : ii == 1 ? st[r].y : ii == 2 ? st[r].z : st[r].w;
+                        adv[r][4 * n + 0] = fmaf(a, oo.x, adv[r][4 * n + 0]);
+                        adv[r][4 * n + 1] = fmaf(a, oo.y, adv[r][4 * n + 1]);
+                        adv[r][4 * n + 2] = fmaf(a, oo.z, adv[r][4 * n + 2]);
+                        adv[r][4 * n + 3] = fmaf(a, oo.w, adv[r][4 * n + 3]);
+                        adk[r][4 * n + 0] = fmaf(e, qq.x, adk[r][4 * n + 0]);
+                        adk[r][4 * n + 1] = fmaf(e, qq.y, adk[r][4 * n + 1]);
+                        adk[r][4 * n + 2] = fmaf(e, qq.z, adk[r][4 * n + 2]);
+                        adk[r][4 * n + 3] = fmaf(e, qq.w, adk[r][4 * n + 3]);
+                    }
+                }
+        }
+        if (pf) {                                          /* the next block's Q and dO in flight */
+            nQ.load(qb_ + (int64_t)hn * d.qs[1] + (int64_t)in0 * d.qs[2], d.qs[2], nqn, d.D);
+            nO.load(ob_ + (int64_t)hn * d.os[1] + (int64_t)in0 * d.os[2], d.os[2], nqn, d.Dv);
+        }
+        if (DQ != FA__BWD_DQ_NONE) {   /* dq rows RM ty + r of the block += dS K (K carries the scale), by atomics */
+            float aq[RM][4 * NC];
+            unsigned *turn = turns + ((int64_t)b * d.Hq + h) * qblocks + qb;
 #pragma unroll
             for (int r = 0; r < RM; r++)
 #pragma unroll
-                for (int c = 0; c < CN; c++) {
-                    sPT[(tx + 16 * c) * LDT + ty + 16 * r] = p[r][c];
-                    sST[(tx + 16 * c) * LDT + ty + 16 * r] = ds[r][c];
-                }
-            __syncthreads();
-            /* dV += P^T dO, dK += dS^T Q: this thread's keys ty + 16r, columns 64n + 4tx .. +3 */
-            for (int i = 0; i < BQ; i += 4) {
-                float4 pt[CN], st[CN];
+                for (int c = 0; c < 4 * NC; c++) aq[r][c] = 0.0f;
+            fa__cu_bwd_dsk<CFG>(aq, sST, sK, tx, ty);
+            if (DQ == FA__BWD_DQ_TURNS) {
+                int64_t lo, hi;
+                fa__rows_range(&d, i0, (int64_t)i0 + nq, &lo, &hi);
+                fa__cu_turn_wait(turn, (unsigned)(kb - (int)(lo / BK)));
+            }
 #pragma unroll
-                for (int r = 0; r < CN; r++) {
-                    pt[r] = *(const float4 *)(sPT + (ty + 16 * r) * LDT + i);
-                    st[r] = *(const float4 *)(sST + (ty + 16 * r) * LDT + i);
-                }
+            for (int r = 0; r < RM; r++) {
+                const int x = RM * ty + r;
+                if (x >= nq) continue;
+                float *dst = dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i0 + x) * d.D;
 #pragma unroll
-                for (int ii = 0; ii < 4; ii++)
+                for (int n = 0; n < NC; n++)
 #pragma unroll
-                    for (int n = 0; n < NC; n++) {
-                        const float4 oo = *(const float4 *)(sO + (i + ii) * LD + 64 * n + 4 * tx);
-                        const float4 qq = *(const float4 *)(sQ + (i + ii) * LD + 64 * n + 4 * tx);
-#pragma unroll
-                        for (int r = 0; r < CN; r++) {
-                            const float a = ii == 0 ? pt[r].x : ii == 1 ? pt[r].y : ii == 2 ? pt[r].z : pt[r].w;
-                            const float e = ii == 0 ? st[r].x : ii == 1 ? st[r].y : ii == 2 ? st[r].z : st[r].w;
-                            adv[r][4 * n + 0] = fmaf(a, oo.x, adv[r][4 * n + 0]);
-                            adv[r][4 * n + 1] = fmaf(a, oo.y, adv[r][4 * n + 1]);
-                            adv[r][4 * n + 2] = fmaf(a, oo.z, adv[r][4 * n + 2]);
-                            adv[r][4 * n + 3] = fmaf(a, oo.w, adv[r][4 * n + 3]);
-                            adk[r][4 * n + 0] = fmaf(e, qq.x, adk[r][4 * n + 0]);
-                            adk[r][4 * n + 1] = fmaf(e, qq.y, adk[r][4 * n + 1]);
-                            adk[r][4 * n + 2] = fmaf(e, qq.z, adk[r][4 * n + 2]);
-                            adk[r][4 * n + 3] = fmaf(e, qq.w, adk[r][4 * n + 3]);
-                        }
+                    for (int e = 0; e < 4; e++) {
+                        const int col = 64 * n + 4 * tx + e;
+                        if (col < d.D) atomicAdd(dst + col, aq[r][4 * n + e]);
                     }
             }
-            if (DQ) {   /* dq rows RM ty + r of the block += dS K (K carries the scale), by atomics */
-                float aq[RM][4 * NC];
-#pragma unroll
-                for (int r = 0; r < RM; r++)
-#pragma unroll
-                    for (int c = 0; c < 4 * NC; c++) aq[r][c] = 0.0f;
-                fa__cu_bwd_dsk<CFG>(aq, sST, sK, tx, ty);
-#pragma unroll
-                for (int r = 0; r < RM; r++) {
-                    const int x = RM * ty + r;
-                    if (x >= nq) continue;
-                    float *dst = dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i0 + x) * d.D;
-#pragma unroll
-                    for (int n = 0; n < NC; n++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            const int col = 64 * n + 4 * tx + e;
-                            if (col < d.D) atomicAdd(dst + col, aq[r][4 * n + e]);
-                        }
-                }
-            }
+            __syncthreads();                               /* the adds are issued; Q, dO, P^T, dS^T consumed */
+            if (DQ == FA__BWD_DQ_TURNS) fa__cu_turn_pass(turn);
+        } else {
+            __syncthreads();                               /* Q, dO, P^T, dS^T consumed */
+        }
+        if (pf) {
+            nQ.template store<LD, FIN>(sQ, 1.0f);
+            nO.template store<LD, FIN>(sO, 1.0f);
+            fa__cu_bwd_load_ld<CFG>(d, delta, b, hn, in0, nqn, sL, sDl);
+        } else if (more) {
+            fa__cu_bwd_load_q<T, CFG, FIN>(d, q, dO, delta, b, hn, in0, nqn, sQ, sO, sL, sDl, vq);
         }
     }
     /* dk = scale dK, dv = dV of the block's keys (0 for a key no row sees) */
@@ -8558,18 +8681,23 @@ static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, c
     }
 }
 
-template <typename T, class CFG, bool DQ, bool FIN>
+template <typename T, class CFG, int DQ, bool FIN>
 __global__ void __launch_bounds__(FA__CU_THREADS, CFG::MINB)
 fa__cu_bwd_dkv(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                const T *__restrict__ dO, const float *__restrict__ delta, const float *__restrict__ kbad,
-               const unsigned *flag, int64_t nblk, float *dqacc, T *dk, T *dv, int vec)
+               const unsigned *flag, int64_t nblk, float *dqacc, unsigned *turns, T *dk, T *dv, int vec)
 {
     if ((*flag != 0) != FIN) return;   /* FIN: only a call with a non-finite q, d_o or k; else only one without */
-    if (!FIN) {                                            /* a block a tile */
-        fa__cu_bwd_dkv_block<T, CFG, DQ, FIN>(d, q, k, v, dO, delta, kbad, dqacc, dk, dv, vec, (int64_t)blockIdx.x);
-    } else {                                               /* a few blocks walk the tiles */
+    if (!FIN && DQ == FA__BWD_DQ_TURNS) {                  /* a block a tile, the tile by ticket */
+        __shared__ unsigned ticket;
+        if (threadIdx.x == 0) ticket = atomicAdd(turns, 1u);
+        __syncthreads();
+        fa__cu_bwd_dkv_block<T, CFG, DQ, FIN>(d, q, k, v, dO, delta, kbad, dqacc, turns + 1, dk, dv, vec, (int64_t)ticket);
+    } else if (!FIN) {                                     /* a block a tile */
+        fa__cu_bwd_dkv_block<T, CFG, DQ, FIN>(d, q, k, v, dO, delta, kbad, dqacc, turns, dk, dv, vec, (int64_t)blockIdx.x);
+    } else {                                               /* a few blocks walk the tiles (never in turns) */
         for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
-            fa__cu_bwd_dkv_block<T, CFG, DQ, FIN>(d, q, k, v, dO, delta, kbad, dqacc, dk, dv, vec, blk);
+            fa__cu_bwd_dkv_block<T, CFG, DQ, FIN>(d, q, k, v, dO, delta, kbad, dqacc, turns, dk, dv, vec, blk);
             __syncthreads();                               /* this tile's shared memory is consumed */
         }
     }
@@ -8590,7 +8718,6 @@ static __device__ __forceinline__ void fa__cu_bwd_dq_block(const fa__dims &d, co
     extern __shared__ float4 fa__cu_smem[];
     float *sK = (float *)fa__cu_smem, *sV = sK + BK * LD, *sQ = sV + BK * LD, *sO = sQ + BQ * LD;
     float *sST = sO + BQ * LD + BK * LDT, *sL = sST + BK * LDT, *sDl = sL + BQ;
-    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int64_t nbh = (int64_t)d.B * d.Hq;
     const int qb = qblocks - 1 - (int)(blk / nbh), bh = (int)(blk % nbh), b = bh / d.Hq, h = bh % d.Hq;
     const int g = h / d.group, i0 = qb * BQ, nq = min((int)BQ, d.Sq - i0);
@@ -8600,6 +8727,8 @@ static __device__ __forceinline__ void fa__cu_bwd_dq_block(const fa__dims &d, co
     const T *kb = k + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1], *vb = v + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1];
     const float *kbg = kbad + ((int64_t)b * d.Hkv + g) * d.Sk;
     float aq[RM][4 * NC];
+    int tx, ty;
+    fa__cu_bwd_txy(tx, ty);
 #pragma unroll
     for (int r = 0; r < RM; r++)
 #pragma unroll
@@ -9966,22 +10095,28 @@ static int fa__cu_bwd_vec(const void *x, const int64_t s[3], int width, size_t e
 }
 
 /* Launches the FFMA backward's kernels in configuration CFG (fa__cu_pick_backward has checked
-   that they fit): fa__cu_bwd_dkv with dq by atomics into dqacc, or (det) without, then fa__cu_bwd_dq.
+   that they fit): fa__cu_bwd_dkv with dq in way dqm (FA__BWD_DQ_*: by atomics into dqacc, by
+   atomics in key-block order into dqacc with turns, or none), then with none fa__cu_bwd_dq.
    FIN false: they run only for a call whose flag is clear (no non-finite q, d_o or k), a block a
    tile; FIN true: only for a call whose flag is set (section 8e2's rule for non-finite inputs), on
-   at most cap blocks that walk the tiles, so that they return at once, and cheaply, when it is clear. */
+   at most cap blocks that walk the tiles, so that they return at once, and cheaply, when it is
+   clear. Turns need every block that a block waits on started, which cap blocks walking tiles
+   do not promise: FIN takes the separate dq pass instead (writing dq itself). */
 template <typename T, class CFG, bool FIN>
-static fa_status fa__cu_bwd_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q,
+static fa_status fa__cu_bwd_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, int dqm, const void *q,
                                    const void *k, const void *v, const void *d_o, const float *delta,
-                                   const float *kbad, const unsigned *flag, int64_t cap, float *dqacc, void *dq,
-                                   void *dk, void *dv, cudaStream_t st)
+                                   const float *kbad, const unsigned *flag, int64_t cap, float *dqacc,
+                                   unsigned *turns, void *dq, void *dk, void *dv, cudaStream_t st)
 {
     typedef fa__cu_bgeom<CFG> G;
     const int64_t nk = pl->kblocks * d->B * d->Hkv, nq = pl->qblocks * d->B * d->Hq;
     const unsigned kgrid = (unsigned)(FIN && nk > cap ? cap : nk), qgrid = (unsigned)(FIN && nq > cap ? cap : nq);
     const int vec = (fa__cu_bwd_vec(q, d->qs, d->D, sizeof(T)) && fa__cu_bwd_vec(d_o, d->os, d->Dv, sizeof(T))) |
                     (fa__cu_bwd_vec(k, d->ks, d->D, sizeof(T)) && fa__cu_bwd_vec(v, d->vs, d->Dv, sizeof(T))) << 1;
-    auto dkv = det ? fa__cu_bwd_dkv<T, CFG, false, FIN> : fa__cu_bwd_dkv<T, CFG, true, FIN>;
+    const int m = FIN && dqm == FA__BWD_DQ_TURNS ? FA__BWD_DQ_NONE : dqm;
+    auto dkv = m == FA__BWD_DQ_NONE ? fa__cu_bwd_dkv<T, CFG, FA__BWD_DQ_NONE, FIN>
+             : m == FA__BWD_DQ_ATOMIC ? fa__cu_bwd_dkv<T, CFG, FA__BWD_DQ_ATOMIC, FIN>
+             : fa__cu_bwd_dkv<T, CFG, FIN ? FA__BWD_DQ_NONE : FA__BWD_DQ_TURNS, FIN>;
     fa_status s;
     if ((s = fa__cu(cudaFuncSetAttribute(dkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM))) != FA_OK)
         return s;
@@ -9989,8 +10124,8 @@ static fa_status fa__cu_bwd_launch(const fa__dims *d, const fa__cu_bwd_plan *pl,
         (s = fa__cu(cudaFuncSetAttribute(dkv, cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
         return s;
     dkv<<<kgrid, FA__CU_THREADS, G::SMEM, st>>>(*d, (const T *)q, (const T *)k, (const T *)v, (const T *)d_o, delta, kbad,
-                                              flag, nk, dqacc, (T *)dk, (T *)dv, vec);
-    if ((s = fa__cu(cudaGetLastError())) != FA_OK || !det) return s;
+                                              flag, nk, dqacc, turns, (T *)dk, (T *)dv, vec);
+    if ((s = fa__cu(cudaGetLastError())) != FA_OK || m != FA__BWD_DQ_NONE) return s;
     if ((s = fa__cu(cudaFuncSetAttribute(fa__cu_bwd_dq<T, CFG, FIN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)G::SMEM))) != FA_OK)
         return s;
@@ -10002,15 +10137,16 @@ static fa_status fa__cu_bwd_launch(const fa__dims *d, const fa__cu_bwd_plan *pl,
 /* The FFMA backward in configuration CFG for a call: the kernels for finite inputs, then the ones
    for a flagged call (one of the two returns at once); cap as for fa__cu_bwd_launch. */
 template <typename T, class CFG>
-static fa_status fa__cu_bwd_launch2(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q,
+static fa_status fa__cu_bwd_launch2(const fa__dims *d, const fa__cu_bwd_plan *pl, int dqm, const void *q,
                                     const void *k, const void *v, const void *d_o, const float *delta,
-                                    const float *kbad, const unsigned *flag, int64_t cap, float *dqacc, void *dq,
-                                    void *dk, void *dv, cudaStream_t st)
+                                    const float *kbad, const unsigned *flag, int64_t cap, float *dqacc,
+                                    unsigned *turns, void *dq, void *dk, void *dv, cudaStream_t st)
 {
-    const fa_status s = fa__cu_bwd_launch<T, CFG, false>(d, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq,
-                                                         dk, dv, st);
+    const fa_status s = fa__cu_bwd_launch<T, CFG, false>(d, pl, dqm, q, k, v, d_o, delta, kbad, flag, cap, dqacc,
+                                                         turns, dq, dk, dv, st);
     if (s != FA_OK) return s;
-    return fa__cu_bwd_launch<T, CFG, true>(d, pl, det, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, st);
+    return fa__cu_bwd_launch<T, CFG, true>(d, pl, dqm, q, k, v, d_o, delta, kbad, flag, cap, dqacc, turns, dq, dk, dv,
+                                           st);
 }
 
 /* Launches the tensor-core dK/dV kernel (DQ: with dq by atomics) or the deterministic dq kernel
@@ -10714,9 +10850,9 @@ static fa_status fa__cu_nbwd_run(const fa__dims *d, const fa__cu_nbwd_plan *pl, 
                                                    CUDA_R_32F, Sk, sS, &zero, dV, CUDA_R_32F, Dv, sV, (int)nbh,
                                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (st == FA_OK) {
-        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rq), 128, 0, s>>>(dQ, (T *)dq, d->Hq, 1, Sq, D, d->qs[0], d->qs[1], d->qs[2], rq, 1.0f, (const unsigned *)NULL);
-        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rkv), 128, 0, s>>>(dK, (T *)dk, d->Hkv, d->group, Sk, D, d->ks[0], d->ks[1], d->ks[2], rkv, 1.0f, (const unsigned *)NULL);
-        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rkv), 128, 0, s>>>(dV, (T *)dv, d->Hkv, d->group, Sk, Dv, d->vs[0], d->vs[1], d->vs[2], rkv, 1.0f, (const unsigned *)NULL);
+        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rq), 128, 0, s>>>(dQ, (T *)dq, d->Hq, 1, Sq, D, d->qs[0], d->qs[1], d->qs[2], rq, 1.0f, (const unsigned *)NULL, 0);
+        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rkv), 128, 0, s>>>(dK, (T *)dk, d->Hkv, d->group, Sk, D, d->ks[0], d->ks[1], d->ks[2], rkv, 1.0f, (const unsigned *)NULL, 0);
+        fa__cu_bwd_out<T><<<fa__cu_rows_grid(rkv), 128, 0, s>>>(dV, (T *)dv, d->Hkv, d->group, Sk, Dv, d->vs[0], d->vs[1], d->vs[2], rkv, 1.0f, (const unsigned *)NULL, 0);
         st = fa__cu(cudaGetLastError());
     }
     if (hd) {
@@ -10762,12 +10898,22 @@ FLASHATTN_DEF fa_status fa_cuda_naive_backward(const fa_params *p, const void *q
 
 /* The tiled backward's workspace (byte offsets, each 256-aligned): delta and lx [B][Hq][Sq] fp32
    at 0 and lx, kbad [B][Hkv][Sk] fp32, the flag (one unsigned, its 256 bytes zeroed with dq's
-   buffer), and (where dq is accumulated by atomics, fa__cu_bwd_atomics) dq's fp32 accumulator
-   [B][Hq][Sq][D]; O(Sq D + Sk), never O(Sq x Sk). total 0 for an empty call, SIZE_MAX when a
-   count overflows. */
+   buffer), and (where dq is accumulated by atomics, fa__cu_bwd_atomics, or in the deterministic
+   mode's turns, fa__cu_bwd_turns) dq's fp32 accumulator [B][Hq][Sq][D], then (turns, at turn;
+   else turn is 0) the FFMA backward's ticket counter and turns [B][Hq][query blocks]; O(Sq D + Sk), never
+   O(Sq x Sk). total 0 for an empty call, SIZE_MAX when a count overflows. */
 typedef struct fa__cu_tbwd_ws {
-    size_t lx, kbad, flag, dq, total;
+    size_t lx, kbad, flag, dq, turn, total;
 } fa__cu_tbwd_ws;
+
+/* 1 when the deterministic tiled backward of d takes dq in the FFMA kernel's turns (FA__BWD_DQ_TURNS;
+   its workspace holds dq's fp32 buffer and the turns): det, and d is not one the tensor-core
+   backwards take by their dims (fp16/bf16 at D = Dv = 64 or 128, with their own deterministic dq
+   kernels; should their pointers send such a call to the FFMA kernel, it runs its dq pass). */
+static int fa__cu_bwd_turns(const fa__dims *d, int det)
+{
+    return det && !((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128));
+}
 
 /* 1 when the tiled backward of d accumulates dq by atomics (so that its workspace holds dq's fp32
    buffer): the default mode, unless the Hopper backward (8e3, which has no dq atomics) serves d's
@@ -10811,9 +10957,20 @@ static void fa__cu_tbwd_layout(const fa__dims *d, int det, fa__cu_tbwd_ws *w)
     w->kbad = fa__add_size(rb, rb);
     w->flag = fa__add_size(w->kbad, fa__cu_round(fa__mul_size(keys, sizeof(float))));
     w->dq = fa__add_size(w->flag, 256);
-    w->total = d->Sq == 0 || d->Sk == 0 ? 0
-             : !fa__cu_bwd_atomics(d, det) ? w->dq
-             : fa__add_size(w->dq, fa__mul_size(fa__mul_size(rows, (size_t)d->D), sizeof(float)));
+    w->turn = 0;
+    if (d->Sq == 0 || d->Sk == 0) {
+        w->total = 0;
+    } else if (fa__cu_bwd_turns(d, det)) {
+        fa__cu_bwd_plan fp;
+        fa__cu_bwd_ffma_of(d, d->D > d->Dv ? d->D : d->Dv, &fp);
+        w->turn = fa__add_size(w->dq, fa__cu_round(fa__mul_size(fa__mul_size(rows, (size_t)d->D), sizeof(float))));
+        /* the ticket counter, then the turns [B][Hq][query blocks] */
+        w->total = fa__add_size(w->turn, fa__mul_size(fa__add_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq),
+                                                                                 (size_t)fp.qblocks), 1), sizeof(unsigned)));
+    } else {
+        w->total = !fa__cu_bwd_atomics(d, det) ? w->dq
+                 : fa__add_size(w->dq, fa__mul_size(fa__mul_size(rows, (size_t)d->D), sizeof(float)));
+    }
 }
 
 /* fa__cu_bwd_prep on stream s: 16-byte loads where q, k, o and d_o allow them, lanes a row for
@@ -10848,7 +11005,7 @@ static fa_status fa__cu_bwd_prep_launch(const fa__dims *d, const void *q, const 
    call without a non-finite q, d_o or k the picked kernel as it is (the FFMA one, or the tensor
    cores); for one with, the FFMA kernel of section 8e2's rule (FIN; in its deterministic
    arrangement after the Hopper backward, which has no dq atomics in either mode). Then, with dq by
-   atomics, fa__cu_bwd_out. */
+   atomics (in turns or not), fa__cu_bwd_out. */
 template <typename T>
 static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, char *mem,
                                  const fa__cu_tbwd_ws *w, const void *q, const void *k, const void *v, const void *o,
@@ -10857,40 +11014,47 @@ static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, i
     const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
     float *delta = (float *)mem, *lx = (float *)(mem + w->lx), *kbad = (float *)(mem + w->kbad);
     const int tc = pl->kernel >= FA__CU_BWD_TC_D64;
+    /* deterministic dq in the FFMA kernel's turns: asked for, the FFMA kernel picked, and the workspace has them */
+    const int turns = det && !tc && w->turn != 0;
     /* dq by its own kernel: asked for, or the Hopper backward's way (8e3), or the workspace has no dq buffer */
-    const int kdet = det || pl->kernel == FA__CU_BWD_WG_D64 || pl->kernel == FA__CU_BWD_WG_D128 || w->total <= w->dq;
+    const int kdet = !turns && (det || pl->kernel == FA__CU_BWD_WG_D64 || pl->kernel == FA__CU_BWD_WG_D128 || w->total <= w->dq);
+    const int dqm = turns ? FA__BWD_DQ_TURNS : kdet ? FA__BWD_DQ_NONE : FA__BWD_DQ_ATOMIC;
     float *dqacc = kdet ? NULL : (float *)(mem + w->dq);
-    unsigned *flag = (unsigned *)(mem + w->flag);
+    unsigned *flag = (unsigned *)(mem + w->flag), *turn = turns ? (unsigned *)(mem + w->turn) : NULL;
     const int64_t cap = 2 * (int64_t)pl->sms;
     fa__dims dl = *d;
     fa_status st;
     dl.lse = lx;
-    /* the flag, and dq's buffer where atomics use it */
+    /* the flag, and dq's buffer (and the turns) where atomics use it */
     if ((st = fa__cu(cudaMemsetAsync(flag, 0, (kdet ? w->dq : w->total) - w->flag, s))) != FA_OK) return st;
     if ((st = fa__cu_bwd_prep_launch<T>(d, q, k, o, d_o, delta, lx, kbad, flag, s)) != FA_OK) return st;
     switch (pl->kernel) {
-    case FA__CU_BWD_D64: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d64>(&dl, pl, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
-    case FA__CU_BWD_D128: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d128>(&dl, pl, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
-    case FA__CU_BWD_D256: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d256>(&dl, pl, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s); break;
+    case FA__CU_BWD_D64: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d64>(&dl, pl, dqm, q, k, v, d_o, delta, kbad, flag, cap, dqacc, turn, dq, dk, dv, s); break;
+    case FA__CU_BWD_D128: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d128>(&dl, pl, dqm, q, k, v, d_o, delta, kbad, flag, cap, dqacc, turn, dq, dk, dv, s); break;
+    case FA__CU_BWD_D256: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d256>(&dl, pl, dqm, q, k, v, d_o, delta, kbad, flag, cap, dqacc, turn, dq, dk, dv, s); break;
     default: st = fa__tcb_dispatch<T>(&dl, pl, kdet, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, s); break;
     }
     if (st == FA_OK && tc) {   /* the tensor-core backward's fallback */
         fa__cu_bwd_plan fb;
         if (fa__cu_bwd_ffma_of(d, d->D, &fb) == FA__CU_BWD_D64)
-            st = fa__cu_bwd_launch<T, fa__cu_bwd_d64, true>(&dl, &fb, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s);
+            st = fa__cu_bwd_launch<T, fa__cu_bwd_d64, true>(&dl, &fb, dqm, q, k, v, d_o, delta, kbad, flag, cap, dqacc, NULL, dq, dk, dv, s);
         else
-            st = fa__cu_bwd_launch<T, fa__cu_bwd_d128, true>(&dl, &fb, kdet, q, k, v, d_o, delta, kbad, flag, cap, dqacc, dq, dk, dv, s);
+            st = fa__cu_bwd_launch<T, fa__cu_bwd_d128, true>(&dl, &fb, dqm, q, k, v, d_o, delta, kbad, flag, cap, dqacc, NULL, dq, dk, dv, s);
     }
     if (st != FA_OK || kdet) return st;
-    /* the FFMA kernels' K carries the scale; the tensor-core kernel's dq buffer does not */
+    /* the FFMA kernels' K carries the scale; the tensor-core kernel's dq buffer does not; a flagged
+       call in turns ran the FFMA dq pass, which wrote dq */
     fa__cu_bwd_out<T><<<fa__cu_rows_grid(rows), 128, 0, s>>>(dqacc, (T *)dq, d->Hq, 1, d->Sq, d->D, d->qs[0], d->qs[1],
-                                                           d->qs[2], rows, tc ? d->scale : 1.0f, tc ? flag : NULL);
+                                                           d->qs[2], rows, tc ? d->scale : 1.0f,
+                                                           tc || turns ? flag : NULL, turns);
     return fa__cu(cudaGetLastError());
 }
 
 /* fa_cuda_tiled_backward: section 8e2's tiled path, the kernel fa__cu_pick_backward chooses,
    queued on p->stream with its workspace allocated and freed stream-ordered (no host
-   synchronisation). p->deterministic: dq by fa__cu_bwd_dq instead of atomics. */
+   synchronisation). p->deterministic: dq by atomics in a fixed order (the FFMA kernel's turns) or
+   by a dq kernel of its own (fa__cu_bwd_dq, the tensor-core backwards' dq kernels) instead of
+   atomics in any order. */
 FLASHATTN_DEF fa_status fa_cuda_tiled_backward(const fa_params *p, const void *q, const void *k, const void *v,
                                                const void *o, const void *d_o, void *dq, void *dk, void *dv)
 {

@@ -236,7 +236,7 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
         st = fa__tcb_go_dkv<T, typename CFG::KV, false, true>(a, kgrid, 0);
         if (st == FA_OK)
             fa__cu_bwd_out<T><<<fa__cu_rows_grid(rows), 128>>>(dqacc, (T *)dq, d.Hq, 1, d.Sq, d.D, d.qs[0], d.qs[1], d.qs[2],
-                                                              rows, d.scale, (const unsigned *)NULL);
+                                                              rows, d.scale, (const unsigned *)NULL, 0);
     }
     fa__cu_free(mem, 0, pooled);
     return st;

@@ -11,7 +11,7 @@ Note: PyTorch's is_causal is top-left aligned, ours bottom-right; they agree for
 output against q, k, v for an N(0,1) upstream gradient), for flash, efficient and cuDNN at
 S = 1024..16384 (bench/bench_cuda_backward.cu's shapes); FLOPs 2.5 x the forward's, halved for causal;
 TF32 off (matmul and cuDNN); relerr not computed ("-"; the library's gradients are checked by
-tests/test_cuda_backward.cu).
+tests/test_cuda_backward.cu). --dtype bf16|fp16|fp32 (repeatable): those dtypes' rows only.
 
 Row format: ROW impl dtype D causal S B H extra ms TFLOP/s relerr status
 
@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 QUICK = "--quick" in sys.argv
+DTYPES = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--dtype"]   # --backward: these dtypes only
 BUDGET = 0.08
 TOL = {torch.bfloat16: 5e-3, torch.float16: 1e-3, torch.float32: 1e-5}
 DN = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -249,6 +250,8 @@ def main_backward():
             B = 16384 // S
             for causal in (0, 1):
                 for dt in (torch.bfloat16, torch.float16, torch.float32):
+                    if DTYPES and DN[dt] not in DTYPES:
+                        continue
                     q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=dt, requires_grad=True) for _ in range(3))
                     do = torch.randn(B, H, S, D, device="cuda", dtype=dt)
                     for name, fn in IMPLS[:3]:
