@@ -596,13 +596,12 @@ static void decode_rows(double cgbs)
 
 /* ---- --decode-probe (issue 14): the decode rows under other plans of the same build ------------
    Per DEC_ROWS row, us per call (N calls between two events, median of 5; K/V copies rotated as
-   --decode): "pick" fa_cuda_tiled as shipped; "r16" the 16-row tensor-core kernel with the chunk
-   rule of 16-row blocks (the kernel and cut of main before the 32-row blocks); "r32m512" the
-   32-row kernel with chunks of at least 512 keys (MQA rows); "c512"/"c2048" the picked kernel with
-   that chunk (B = 1, Sk = 32k); "split" the picked plan's split kernel alone and "merge" its merge
-   alone (the workspace allocated once); "graph" the picked call's N calls captured in one CUDA
-   graph and replayed (what the host's launch overhead costs). Each plan's o is checked against
-   the picked call's (max |diff|, printed). */
+   --decode): "pick" fa_cuda_tiled as shipped; "c512"/"c2048" the picked kernel with that chunk
+   (B = 1, Sk = 32k); "split" the picked plan's split kernel alone and "merge" its merge alone (the
+   workspace allocated once); "graph" the picked call's N calls captured in one CUDA graph and
+   replayed (what the host's launch overhead costs). Each plan's o is checked against the picked
+   call's (max |diff|, printed). The 32-row decode blocks were measured with this probe (branch
+   dec-r32; bench/RESULTS.md, CUDA decode, "32-row decode blocks"). */
 template <class C>
 static void dec_split_only(const fa__cu_plan &pl, const fa__dims &d, const void *q, const void *k, const void *v, float *ws)
 {
@@ -610,16 +609,13 @@ static void dec_split_only(const fa__cu_plan &pl, const fa__dims &d, const void 
     memset(&a, 0, sizeof a);
     a.d = d; a.q = q; a.k = k; a.v = v;
     a.chunk = pl.chunk; a.chunks = pl.chunks;
-    a.rblocks = (d.group * d.Sq + pl.bq - 1) / pl.bq;
+    a.rblocks = (d.group * d.Sq + FA__CU_DEC_ROWS - 1) / FA__CU_DEC_ROWS;
     a.wo = ws;
     a.wl = ws + (size_t)d.B * d.Hq * d.Sq * pl.chunks * d.Dv;
     void (*kern)(const fa__dec_args) = pl.mods ? fa__dec_tc<__nv_bfloat16, C, 4> : fa__dec_tc<__nv_bfloat16, C, 0>;
     CK(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa__dec_geom<C>::SMEM));
     kern<<<dim3((unsigned)(a.rblocks * a.chunks), (unsigned)d.Hkv, (unsigned)d.B), C::NW * 32, fa__dec_geom<C>::SMEM>>>(a);
 }
-
-/* the 32-row kernel at D = 128 with Q held in registers (QREG 1: 255 registers, spills), for the probe's "split-qreg" */
-struct dec_d128_r32_qreg { enum { D = 128, NW = 4, MT = 2, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0 }; };
 
 static void decode_probe(void)
 {
@@ -644,26 +640,9 @@ static void decode_probe(void)
             n_fail++;
             continue;
         }
-        const int R = d.group * d.Sq;
         struct Var { const char *name; fa__cu_plan pl; };
         std::vector<Var> vars;
         vars.push_back({ "pick", pick });
-        {
-            fa__cu_plan x = pick;
-            x.kernel = FA__CU_DEC_TC_D128; x.bq = 16;
-            x.chunk = x.bk = fa__cu_dec_chunk(&d, 16);
-            x.chunks = (d.Sk + x.chunk - 1) / x.chunk;
-            if (R > 16) vars.push_back({ "r16", x });
-        }
-        if (R > 16) {
-            fa__cu_plan x = pick;
-            const int64_t work = (int64_t)d.Sk * d.Hkv * ((R + 31) / 32);
-            int64_t cc = ((work + FA__CU_DEC_PARTS - 1) / FA__CU_DEC_PARTS + 255) / 256 * 256;
-            cc = cc < 512 ? 512 : cc >= d.Sk ? d.Sk : cc;
-            x.kernel = FA__CU_DEC_TC_D128_R32; x.bq = 32; x.chunk = x.bk = (int)cc;
-            x.chunks = (int)((d.Sk + cc - 1) / cc);
-            vars.push_back({ "r32m512", x });
-        }
         if (r.B == 1 && r.Sk == 32768 && r.Hkv == 8)
             for (int cc : { 512, 2048 }) {
                 fa__cu_plan x = pick;
@@ -725,24 +704,13 @@ static void decode_probe(void)
             CK(cudaMalloc(&ws, fa__cu_dec_bytes(&d, pick.chunks)));
             const float *wl = ws + (size_t)d.B * d.Hq * d.Sq * pick.chunks * d.Dv;
             auto split = [&](int i) {
-                fa__dims dd = d;
-                if (pick.kernel == FA__CU_DEC_TC_D128_R32)
-                    dec_split_only<fa__dec_d128_r32>(pick, dd, b.q, ks[i % copies], vs[i % copies], ws);
-                else dec_split_only<fa__dec_d128>(pick, dd, b.q, ks[i % copies], vs[i % copies], ws);
+                dec_split_only<fa__dec_d128>(pick, d, b.q, ks[i % copies], vs[i % copies], ws);
             };
             auto merge = [&](int) {
                 fa__cu_dec_merge<__nv_bfloat16><<<(unsigned)(d.B * d.Hq * d.Sq), FA__CU_DEC_THREADS>>>(d, ws, wl, pick.chunks,
                                                                                                   (__nv_bfloat16 *)b.o);
             };
-            auto split_qreg = [&](int i) {
-                dec_split_only<dec_d128_r32_qreg>(pick, d, b.q, ks[i % copies], vs[i % copies], ws);
-            };
             const double us_s = timed(split), us_m = timed(merge);
-            if (pick.kernel == FA__CU_DEC_TC_D128_R32) {
-                const double us_q = timed(split_qreg);
-                printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us %8.1f GB/s\n", r.B, r.Sq, r.Sk,
-                       r.Hkv, "splitqrg", "QREG=1", pick.bq, pick.chunks, pick.chunk, us_q, kvb / (us_q * 1e-6) / 1e9);
-            }
             printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us %8.1f GB/s\n", r.B, r.Sq, r.Sk, r.Hkv,
                    "split", fa__cu_kernel_name(pick.kernel), pick.bq, pick.chunks, pick.chunk, us_s, kvb / (us_s * 1e-6) / 1e9);
             printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us\n", r.B, r.Sq, r.Sk, r.Hkv, "merge",
