@@ -25,7 +25,8 @@
 
    Options: --quick (fewer shapes), --no-api (time the tensor-core kernel only, through
    fa__cu_pick and fa__cu_launch), --no-tune, --no-naive, --no-check, --budget SEC (per timed row, default 0.08),
-   --prof (one launch per profiled shape, for ncu).
+   --prof (one launch per profiled shape, for ncu), --decode-probe (the decode rows under other plans
+   of the same build, see decode_probe).
 
    Row format (shared with bench/torch_sdpa.py):
    ROW impl dtype D causal S B H extra ms TFLOP/s relerr status */
@@ -593,6 +594,172 @@ static void decode_rows(double cgbs)
     }
 }
 
+/* ---- --decode-probe (issue 14): the decode rows under other plans of the same build ------------
+   Per DEC_ROWS row, us per call (N calls between two events, median of 5; K/V copies rotated as
+   --decode): "pick" fa_cuda_tiled as shipped; "c512"/"c2048" the picked kernel with that chunk
+   (B = 1, Sk = 32k); "split" the picked plan's split kernel alone and "merge" its merge alone (the
+   workspace allocated once); "graph" the picked call's N calls captured in one CUDA graph and
+   replayed (what the host's launch overhead costs). Each plan's o is checked against the picked
+   call's (max |diff|, printed). The 32-row decode blocks were measured with this probe (branch
+   dec-r32; bench/RESULTS.md, CUDA decode, "32-row decode blocks"). */
+template <class C>
+static void dec_split_only(const fa__cu_plan &pl, const fa__dims &d, const void *q, const void *k, const void *v, float *ws)
+{
+    fa__dec_args a;
+    memset(&a, 0, sizeof a);
+    a.d = d; a.q = q; a.k = k; a.v = v;
+    a.chunk = pl.chunk; a.chunks = pl.chunks;
+    a.rblocks = (d.group * d.Sq + FA__CU_DEC_ROWS - 1) / FA__CU_DEC_ROWS;
+    a.wo = ws;
+    a.wl = ws + (size_t)d.B * d.Hq * d.Sq * pl.chunks * d.Dv;
+    void (*kern)(const fa__dec_args) = pl.mods ? fa__dec_tc<__nv_bfloat16, C, 4> : fa__dec_tc<__nv_bfloat16, C, 0>;
+    CK(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa__dec_geom<C>::SMEM));
+    kern<<<dim3((unsigned)(a.rblocks * a.chunks), (unsigned)d.Hkv, (unsigned)d.B), C::NW * 32, fa__dec_geom<C>::SMEM>>>(a);
+}
+
+static void decode_probe(void)
+{
+    for (const DecRow &r : DEC_ROWS) {
+        Case c = { r.B, 32, r.Hkv, r.Sq, r.Sk, 128, 0, 0, 0, 0, FA_BF16, 0.0f, 0, 0 };
+        const double kvb = 2.0 * r.B * r.Hkv * (double)r.Sk * 128 * 2;
+        const int copies = kvb >= 256e6 ? 1 : (int)ceil(256e6 / kvb);
+        Bufs b;
+        alloc_bufs(c, b, 4000 + r.Sk + r.B + r.Hkv);
+        std::vector<void *> ks(copies), vs(copies);
+        ks[0] = b.k; vs[0] = b.v;
+        for (int i = 1; i < copies; i++) {
+            CK(cudaMalloc(&ks[i], b.nk * 2)); CK(cudaMalloc(&vs[i], b.nk * 2));
+            randn(ks[i], b.nk, c.dt, 77 + 2 * i); randn(vs[i], b.nk, c.dt, 78 + 2 * i);
+        }
+        fa_params p;
+        make_params(c, b, &p);
+        fa__dims d;
+        fa__cu_plan pick;
+        if (fa__resolve(&p, b.q, b.k, b.v, b.o, &d, NULL) != FA_OK || fa__cu_pick(&d, b.q, b.k, b.v, b.o, &pick) != FA_OK) {
+            printf("# probe B=%d Sk=%d Hkv=%d: not resolved\n", r.B, r.Sk, r.Hkv);
+            n_fail++;
+            continue;
+        }
+        struct Var { const char *name; fa__cu_plan pl; };
+        std::vector<Var> vars;
+        vars.push_back({ "pick", pick });
+        if (r.B == 1 && r.Sk == 32768 && r.Hkv == 8)
+            for (int cc : { 512, 2048 }) {
+                fa__cu_plan x = pick;
+                x.chunk = x.bk = cc;
+                x.chunks = (d.Sk + cc - 1) / cc;
+                vars.push_back({ cc == 512 ? "c512" : "c2048", x });
+            }
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+        auto timed = [&](auto &&call) {   /* us per call: N calls between events, median of 5 */
+            float ms1 = 0;
+            call(0);
+            CK(cudaDeviceSynchronize());
+            CK(cudaEventRecord(e0));
+            for (int i = 0; i < copies; i++) call(i);
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaEventElapsedTime(&ms1, e0, e1));
+            const int n = (int)std::min(400.0, std::max((double)copies, 15.0 / std::max(ms1 / copies, 1e-3f)));
+            std::vector<float> t(5);
+            for (size_t rep = 0; rep < t.size(); rep++) {
+                CK(cudaEventRecord(e0));
+                for (int i = 0; i < n; i++) call(i);
+                CK(cudaEventRecord(e1));
+                CK(cudaEventSynchronize(e1));
+                CK(cudaEventElapsedTime(&t[rep], e0, e1));
+            }
+            CK(cudaGetLastError());
+            std::sort(t.begin(), t.end());
+            return 1e3 * t[t.size() / 2] / n;
+        };
+        const size_t ob = b.no * 2;
+        std::vector<unsigned char> ref(ob), got(ob);
+        printf("# probe B=%d Sq=%d Sk=%d Hkv=%d (%d K/V copies), %.1f MB of K/V:\n", r.B, r.Sq, r.Sk, r.Hkv, copies, kvb / 1e6);
+        for (size_t vi = 0; vi < vars.size(); vi++) {
+            const fa__cu_plan pl = vars[vi].pl;
+            auto call = [&](int i) {
+                fa__dims dd;
+                fa__cu_plan x;
+                fa__resolve(&p, b.q, ks[i % copies], vs[i % copies], b.o, &dd, NULL);
+                fa__cu_pick(&dd, b.q, ks[i % copies], vs[i % copies], b.o, &x);   /* the same host work as a call */
+                fa__cu_launch(&pl, &dd, b.q, ks[i % copies], vs[i % copies], b.o, (cudaStream_t)dd.stream);
+            };
+            const double us = timed(call);
+            k_fill_u8<<<256, 256>>>((unsigned char *)b.o, ob, 0xff);
+            call(0);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(got.data(), b.o, ob, cudaMemcpyDeviceToHost));
+            if (vi == 0) ref = got;
+            double md = 0;
+            for (size_t e = 0; e < b.no; e++) md = std::max(md, (double)fabsf(tof(got.data(), e, c.dt) - tof(ref.data(), e, c.dt)));
+            printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us %8.1f GB/s  maxdiff %.3g\n", r.B, r.Sq,
+                   r.Sk, r.Hkv, vars[vi].name, fa__cu_kernel_name(pl.kernel), pl.bq, pl.chunks, pl.chunk, us,
+                   kvb / (us * 1e-6) / 1e9, md);
+            fflush(stdout);
+        }
+        {   /* the picked plan's split kernel and merge alone, the workspace allocated once */
+            float *ws = NULL;
+            CK(cudaMalloc(&ws, fa__cu_dec_bytes(&d, pick.chunks)));
+            const float *wl = ws + (size_t)d.B * d.Hq * d.Sq * pick.chunks * d.Dv;
+            auto split = [&](int i) {
+                dec_split_only<fa__dec_d128>(pick, d, b.q, ks[i % copies], vs[i % copies], ws);
+            };
+            auto merge = [&](int) {
+                fa__cu_dec_merge<__nv_bfloat16><<<(unsigned)(d.B * d.Hq * d.Sq), FA__CU_DEC_THREADS>>>(d, ws, wl, pick.chunks,
+                                                                                                  (__nv_bfloat16 *)b.o);
+            };
+            const double us_s = timed(split), us_m = timed(merge);
+            printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us %8.1f GB/s\n", r.B, r.Sq, r.Sk, r.Hkv,
+                   "split", fa__cu_kernel_name(pick.kernel), pick.bq, pick.chunks, pick.chunk, us_s, kvb / (us_s * 1e-6) / 1e9);
+            printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us\n", r.B, r.Sq, r.Sk, r.Hkv, "merge",
+                   fa__cu_kernel_name(pick.kernel), pick.bq, pick.chunks, pick.chunk, us_m);
+            cudaFree(ws);
+        }
+        {   /* the picked call captured as a graph of N calls on a stream of its own */
+            cudaStream_t st;
+            cudaGraph_t g;
+            cudaGraphExec_t ge;
+            const int n = std::max(copies, 40);
+            CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+            fa_params ps = p;
+            ps.stream = st;
+            bool ok = cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed) == cudaSuccess;
+            for (int i = 0; ok && i < n; i++) ok = fa_cuda_tiled(&ps, b.q, ks[i % copies], vs[i % copies], b.o) == FA_OK;
+            ok = cudaStreamEndCapture(st, &g) == cudaSuccess && ok;
+            ok = ok && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
+            if (ok) {
+                std::vector<float> t(5);
+                CK(cudaGraphLaunch(ge, st));
+                CK(cudaStreamSynchronize(st));
+                for (size_t rep = 0; rep < t.size(); rep++) {
+                    CK(cudaEventRecord(e0, st));
+                    CK(cudaGraphLaunch(ge, st));
+                    CK(cudaEventRecord(e1, st));
+                    CK(cudaEventSynchronize(e1));
+                    CK(cudaEventElapsedTime(&t[rep], e0, e1));
+                }
+                std::sort(t.begin(), t.end());
+                const double us = 1e3 * t[2] / n;
+                printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us %8.1f GB/s\n", r.B, r.Sq, r.Sk,
+                       r.Hkv, "graph", fa__cu_kernel_name(pick.kernel), pick.bq, pick.chunks, pick.chunk, us,
+                       kvb / (us * 1e-6) / 1e9);
+                cudaGraphExecDestroy(ge);
+                cudaGraphDestroy(g);
+            } else {
+                printf("# probe: graph capture failed (%s)\n", cudaGetErrorString(cudaGetLastError()));
+            }
+            (void)cudaGetLastError();
+            cudaStreamDestroy(st);
+        }
+        fflush(stdout);
+        CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
+        for (int i = 1; i < copies; i++) { cudaFree(ks[i]); cudaFree(vs[i]); }
+        free_bufs(b);
+    }
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -604,7 +771,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--budget") && i + 1 < argc) opt_budget = atof(argv[++i]);
         else if (!strcmp(argv[i], "--prof")) opt_prof = 1;
         else if (!strcmp(argv[i], "--decode")) opt_decode = 1;
-        else { fprintf(stderr, "usage: %s [--quick] [--no-api] [--no-tune] [--no-naive] [--no-check] [--budget s] [--decode]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--decode-probe")) opt_decode = 2;
+        else { fprintf(stderr, "usage: %s [--quick] [--no-api] [--no-tune] [--no-naive] [--no-check] [--budget s] [--decode] [--decode-probe]\n", argv[0]); return 2; }
     }
 #ifdef FA_BENCH_TC_ONLY
     opt_api = 0;
@@ -623,7 +791,8 @@ int main(int argc, char **argv)
         const double cg = copy_gbs();
         printf("# device-to-device cudaMemcpy: %.1f GB/s (bytes read + written)\n", cg);
         printf("COPY %.1f\n", cg);
-        decode_rows(cg);
+        if (opt_decode == 2) decode_probe();
+        else decode_rows(cg);
         printf("# %s: %d failure(s)\n", n_fail ? "FAILED" : "all checks passed", n_fail);
         return n_fail ? 1 : 0;
     }
