@@ -6121,8 +6121,9 @@ struct fa__cu_tanh_approx {
    as a float, computed the caller's way), bias if bi (the caller has checked that (i, j) lies in
    the bias: i < Sq, j < Sk). Returns the modified score times u. PRE: x needs m.pre without
    softcap too (the raw dot product). The backward's softcap factor is 1 - t^2 for t the tanh
-   taken here: pass t to keep it. */
-template <class TANH, bool PRE>
+   taken here: pass t to keep it. NONNEG: the caller knows dist >= 0 (a key left of the row's
+   diagonal, e.g. a causal tile every row sees), so |dist| is dist (no abs: one op fewer). */
+template <class TANH, bool PRE, bool NONNEG = false>
 static __device__ __forceinline__ float fa__cu_modify(const fa__cu_mods &m, float x, bool sc, bool al, bool bi,
                                                       float dist, int64_t i, int64_t j, float *t = 0)
 {
@@ -6133,7 +6134,7 @@ static __device__ __forceinline__ float fa__cu_modify(const fa__cu_mods &m, floa
     } else if (PRE) {
         x *= m.pre;
     }
-    if (al) x = fa__alibi1(x, m.slope, fabsf(dist));
+    if (al) x = fa__alibi1(x, m.slope, NONNEG ? dist : fabsf(dist));
     if (bi) x = fa__bias1(x, m.bias[m.bh + i * m.bq + j * m.bk] * m.unit);
     return x;
 }
@@ -6718,7 +6719,7 @@ static __device__ __forceinline__ void fa__tc_qk(float (&s)[C::MT][C::BK / 8][4]
 /* Step: the score modifiers (8b's rule, in fa__tc_mod_of's unit) and the mask on one tile's scores.
    This thread's rows are r0 + 16 mt + 8 hf (r0 = i0 + its first row), its columns k0 + cq + 8n + e
    (e < 2). MOD: fa__tc_fwd's (0: none, the scale is folded into the exp; 2: ALiBi on raw dot
-   products, no pre-multiply). full: the tile is
+   products, no pre-multiply, and no abs on a causal full tile). full: the tile is
    visible to every row (fa__keys_full), so no mask. */
 template <class C, int MOD>
 static __device__ __forceinline__ void fa__tc_scores(float (&s)[C::MT][C::BK / 8][4], const fa__dims &d,
@@ -6726,6 +6727,8 @@ static __device__ __forceinline__ void fa__tc_scores(float (&s)[C::MT][C::BK / 8
                                                      int k0, bool full)
 {
     typedef fa__tc_geom<C> G;
+    /* ALiBi alone on a causal tile that every row sees: each key lies left of each row's diagonal */
+    const bool left = MOD == 2 && full && d.causal;
 #pragma unroll
     for (int mt = 0; mt < G::MT; mt++)
 #pragma unroll
@@ -6734,14 +6737,23 @@ static __device__ __forceinline__ void fa__tc_scores(float (&s)[C::MT][C::BK / 8
             if (MOD) {
                 const float dd = (float)((int64_t)row + d.Sk - d.Sq - k0 - cq);   /* d - j = dd - column */
                 const bool rowok = row < d.Sq;
+                if (left) {
 #pragma unroll
-                for (int n = 0; n < G::NN; n++)
+                    for (int n = 0; n < G::NN; n++)
 #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int j = k0 + cq + n * 8 + e;
-                        s[mt][n][2 * hf + e] = fa__cu_modify<fa__cu_tanh_approx, MOD != 2>(
-                            md, s[mt][n][2 * hf + e], sc, al, bi && rowok && j < d.Sk, dd - (float)(n * 8 + e), row, j);
-                    }
+                        for (int e = 0; e < 2; e++)
+                            s[mt][n][2 * hf + e] = fa__cu_modify<fa__cu_tanh_approx, false, true>(
+                                md, s[mt][n][2 * hf + e], false, true, false, dd - (float)(n * 8 + e), row, 0);
+                } else {
+#pragma unroll
+                    for (int n = 0; n < G::NN; n++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int j = k0 + cq + n * 8 + e;
+                            s[mt][n][2 * hf + e] = fa__cu_modify<fa__cu_tanh_approx, MOD != 2>(
+                                md, s[mt][n][2 * hf + e], sc, al, bi && rowok && j < d.Sk, dd - (float)(n * 8 + e), row, j);
+                        }
+                }
             }
             if (!full) {   /* the visible keys of this row (rows past Sq as the last), relative to this lane's first column */
                 int lo, hi;
