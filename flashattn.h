@@ -1112,7 +1112,7 @@ static FA__HD inline float fa__lse_weight(float m, float mx, float l) { return m
 static FA__HD inline float fa__lse_of(float mx, float sum) { return mx == -INFINITY ? -INFINITY : mx + logf(sum); }
 
 /* 2^x on the FMA pipe, for kernels whose exps outrun the special-function unit (the Hopper
-   forward, 8d3, takes a share of its exps here). A Cody-Waite split: j = round(x) read from the
+   forward, 8d3, can take a share of its exps here: 8a's XP0-XP2, 0 as shipped). A Cody-Waite split: j = round(x) read from the
    low mantissa bits of x + 1.5 2^23 (exact for |x| < 2^22), f = x - j in [-1/2, 1/2] (exact), 2^f
    by the degree-3 minimax polynomial of the least relative error on that interval (Remez, error
    7.48e-5, below an fp16 P's rounding, 2^-12), times 2^j built as a float's exponent field. x is
@@ -5866,14 +5866,17 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    consumer order; 0 only for the bench's ablation). XP0, XP1, XP2: of every 16 column pairs of
    a score tile, how many take their exps on the FMA pipe (section 1's fa__ex2_poly, through 8d's
    fa__tc_exp_pack) rather than the MUFU, in modifier variants 0 (plain), 1 (softcap: its tanh
-   holds the MUFU too) and 2 (ALiBi); variant 4 takes none. */
+   holds the MUFU too) and 2 (ALiBi); variant 4 takes none. All 0: every share measured slower on
+   the H200, the more the slower (softcap at D = 128, 8 of 16: -5.5%; D = 64 plain, 3: -9%), as if
+   a consumer's softmax were bound by its warps' instruction issue rather than by the MUFU
+   (bench/RESULTS.md, "Hopper forward (issue 15)", exp shares); kept for the bench's --xp. */
 struct fa__wg_d128 {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 8, XP2 = 0 };
+           XP0 = 0, XP1 = 0, XP2 = 0 };
 };
 struct fa__wg_d64 {
     enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1,
-           XP0 = 3, XP1 = 8, XP2 = 0 };
+           XP0 = 0, XP1 = 0, XP2 = 0 };
 };
 /* D = 64's two-consumer block (128 rows, 232 registers a consumer): modifier variant 4 (bias,
    combinations: fa__tc_mods; in 160 registers its constants spill 384 bytes) and rows that see
@@ -6801,7 +6804,8 @@ static __device__ __forceinline__ float fa__tc_ex2_by(float x, bool poly) { retu
    returns this thread's sum of the fp32 values. The forward passes its running reference; a
    backward passes lse * log2(e) and gets P itself. XP of every 16 column pairs n (spread evenly:
    n XP mod 16 < XP) take fa__ex2_poly instead of the MUFU, for a kernel whose exps (and softcap's
-   tanh) hold the MUFU longer than its GEMMs hold the tensor pipe (8a's fa__wg_* shares). */
+   tanh) hold the MUFU longer than its GEMMs hold the tensor pipe (8a's fa__wg_* shares: 0 as
+   shipped, measured slower on the H200). */
 template <typename T, class C, int XP = 0>
 static __device__ __forceinline__ float fa__tc_exp_pack(const float (&s)[C::MT][C::BK / 8][4], int mt, int hf, float f,
                                                         float ref, unsigned (&pa)[C::MT][C::BK / 16][4])
