@@ -672,7 +672,12 @@ int main(int argc, char **argv)
         return n_fail ? 1 : 0;
     }
 #endif
-#ifdef FA_BENCH_TUNE
+#ifndef FA_BENCH_TUNE
+    if (opt_xp) {
+        fprintf(stderr, "%s: --xp needs a build with -DFA_BENCH_TUNE (make build/bench_cuda)\n", argv[0]);
+        return 2;
+    }
+#else
     if (opt_xp) {   /* the exps' FMA-pipe shares alone (xp_impls) */
         for (int D : { 128, 64 }) {
             const int H = 2048 / D;
