@@ -1112,15 +1112,16 @@ static FA__HD inline float fa__lse_weight(float m, float mx, float l) { return m
 static FA__HD inline float fa__lse_of(float mx, float sum) { return mx == -INFINITY ? -INFINITY : mx + logf(sum); }
 
 /* 2^x on the FMA pipe, for kernels whose exps outrun the special-function unit (the Hopper
-   forward, 8d3, can take a share of its exps here: 8a's XP0-XP2, 0 as shipped). A Cody-Waite split: j = round(x) read from the
-   low mantissa bits of x + 1.5 2^23 (exact for |x| < 2^22), f = x - j in [-1/2, 1/2] (exact), 2^f
-   by the degree-3 minimax polynomial of the least relative error on that interval (Remez, error
-   7.48e-5, below an fp16 P's rounding, 2^-12), times 2^j built as a float's exponent field. x is
-   first raised to -127 (a max that keeps a NaN): there 2^j's bits are 0, so -INFINITY and every
-   x < -126.5 give +0 exactly (as the hardware exp's flush does), and a NaN stays NaN through p.
-   Below 2^-126 + 2^-127 the result may be a subnormal or 0 where 2^x is not (absolute error below
-   2^-125). For x <= 127 (the online softmax hands in x <= ~0). tests/test_flashattn.c
-   (test_ex2_poly) checks it against exp2 over (-inf, 1]; tests/test_cuda.cu the device's bits. */
+   forward, 8d3, can take a share of its exps here: 8a's XP0-XP2, 0 as shipped). A Cody-Waite
+   split: j = round(x) read from the low mantissa bits of x + 1.5 2^23 (exact for |x| < 2^22),
+   f = x - j in [-1/2, 1/2] (exact), 2^f by the degree-3 minimax polynomial of the least relative
+   error on that interval (Remez, error 7.48e-5, below an fp16 P's rounding, 2^-12), times 2^j
+   built as a float's exponent field. x is first raised to -127 (a max that keeps a NaN): there
+   2^j's bits are 0, so -INFINITY and every x < -126.5 give +0 exactly (as the hardware exp's
+   flush does), and a NaN stays NaN through p. Below 2^-126 + 2^-127 the result may be a
+   subnormal or 0 where 2^x is not (absolute error below 2^-125). For x <= 127 (the online
+   softmax hands in x <= ~0). tests/test_flashattn.c (test_ex2_poly) checks it against exp2 on
+   [-130, 2] and at -INFINITY and NaN; tests/test_cuda.cu (test_ex2_poly_device) the device's bits. */
 #define FA__EX2_C0 0.999928073535f
 #define FA__EX2_C1 0.693260985454f
 #define FA__EX2_C2 0.242611122224f
