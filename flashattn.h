@@ -1111,6 +1111,44 @@ static FA__HD inline float fa__lse_max(float mx, float m) { return (m > mx || m 
 static FA__HD inline float fa__lse_weight(float m, float mx, float l) { return m == -INFINITY ? 0.0f : expf(m - mx) * l; }
 static FA__HD inline float fa__lse_of(float mx, float sum) { return mx == -INFINITY ? -INFINITY : mx + logf(sum); }
 
+/* 2^x on the FMA pipe, for kernels whose exps outrun the special-function unit (the Hopper
+   forward, 8d3, can take a share of its exps here: 8a's XP0-XP2, 0 as shipped). A Cody-Waite
+   split: j = round(x) read from the low mantissa bits of x + 1.5 2^23 (exact for |x| < 2^22),
+   f = x - j in [-1/2, 1/2] (exact), 2^f by the degree-3 minimax polynomial of the least relative
+   error on that interval (Remez, error 7.48e-5, below an fp16 P's rounding, 2^-12), times 2^j
+   built as a float's exponent field. x is first raised to -127 (a max that keeps a NaN): there
+   2^j's bits are 0, so -INFINITY and every x < -126.5 give +0 exactly (as the hardware exp's
+   flush does), and a NaN stays NaN through p. Below 2^-126 + 2^-127 the result may be a
+   subnormal or 0 where 2^x is not (absolute error below 2^-125). For x <= 127 (the online
+   softmax hands in x <= ~0). tests/test_flashattn.c (test_ex2_poly) checks it against exp2 on
+   [-130, 2] and at -INFINITY and NaN; tests/test_cuda.cu (test_ex2_poly_device) the device's bits. */
+#define FA__EX2_C0 0.999928073535f
+#define FA__EX2_C1 0.693260985454f
+#define FA__EX2_C2 0.242611122224f
+#define FA__EX2_C3 0.0551716690926f
+static FA__HD inline float fa__ex2_poly(float x)
+{
+    const float magic = 12582912.0f;   /* 1.5 2^23 */
+    float t, f, p, e;
+    uint32_t u;
+#ifdef __CUDA_ARCH__
+    asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(x) : "f"(x), "f"(-127.0f));
+    t = __fadd_rn(x, magic);
+    f = __fsub_rn(x, __fsub_rn(t, magic));
+    u = (__float_as_uint(t) << 23) + 0x3F800000u;   /* (j + 127) << 23: t's mantissa field is 2^22 + j */
+    e = __uint_as_float(u);
+#else
+    x = x < -127.0f ? -127.0f : x;   /* a NaN fails the test and stays */
+    t = x + magic;
+    f = x - (t - magic);
+    memcpy(&u, &t, sizeof u);
+    u = (u << 23) + 0x3F800000u;
+    memcpy(&e, &u, sizeof e);
+#endif
+    p = fmaf(fmaf(fmaf(FA__EX2_C3, f, FA__EX2_C2), f, FA__EX2_C1), f, FA__EX2_C0);
+    return p * e;
+}
+
 /* ============================================================================================== */
 /* 2. CPU: the score rule (contract steps 2-5), written once, used by every CPU path        >>rule */
 /* ============================================================================================== */
@@ -5826,18 +5864,27 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    registers (o 32, S 64, P 32), 192 rows a block, so that two consumers' softmax runs while the
    third's GEMMs hold the tensor pipe, where rows see >= 1024 keys (fa__wg_wide, 8f; else
    fa__wg_d64x2). PP: the consumers take turns at their GEMMs (ping-pong, in
-   consumer order; 0 only for the bench's ablation). */
+   consumer order; 0 only for the bench's ablation). XP0, XP1, XP2: of every 16 column pairs of
+   a score tile, how many take their exps on the FMA pipe (section 1's fa__ex2_poly, through 8d's
+   fa__tc_exp_pack) rather than the MUFU, in modifier variants 0 (plain), 1 (softcap: its tanh
+   holds the MUFU too) and 2 (ALiBi); variant 4 takes none. All 0: every share measured slower on
+   the H200, the more the slower (softcap at D = 128, 8 of 16: -5.5%; D = 64 plain, 3: -9%), as if
+   a consumer's softmax were bound by its warps' instruction issue rather than by the MUFU
+   (bench/RESULTS.md, "Hopper forward (issue 15)", exp shares); kept for the bench's --xp. */
 struct fa__wg_d128 {
-    enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1 };
+    enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
+           XP0 = 0, XP1 = 0, XP2 = 0 };
 };
 struct fa__wg_d64 {
-    enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1 };
+    enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1,
+           XP0 = 0, XP1 = 0, XP2 = 0 };
 };
 /* D = 64's two-consumer block (128 rows, 232 registers a consumer): modifier variant 4 (bias,
    combinations: fa__tc_mods; in 160 registers its constants spill 384 bytes) and rows that see
    few keys (fa__wg_wide, 8f) run on it. */
 struct fa__wg_d64x2 {
-    enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 384, REG_P = 40, REG_C = 232, PP = 1 };
+    enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
+           XP0 = 0, XP1 = 0, XP2 = 0 };
 };
 
 /* The tensor-core backward's configurations (8e2), one per FA__CU_BWD_TC_* kernel: a pair of 8d
@@ -6078,8 +6125,9 @@ struct fa__cu_tanh_approx {
    as a float, computed the caller's way), bias if bi (the caller has checked that (i, j) lies in
    the bias: i < Sq, j < Sk). Returns the modified score times u. PRE: x needs m.pre without
    softcap too (the raw dot product). The backward's softcap factor is 1 - t^2 for t the tanh
-   taken here: pass t to keep it. */
-template <class TANH, bool PRE>
+   taken here: pass t to keep it. NONNEG: the caller knows dist >= 0 (a key left of the row's
+   diagonal, e.g. a causal tile every row sees), so |dist| is dist (no abs: one op fewer). */
+template <class TANH, bool PRE, bool NONNEG = false>
 static __device__ __forceinline__ float fa__cu_modify(const fa__cu_mods &m, float x, bool sc, bool al, bool bi,
                                                       float dist, int64_t i, int64_t j, float *t = 0)
 {
@@ -6090,7 +6138,7 @@ static __device__ __forceinline__ float fa__cu_modify(const fa__cu_mods &m, floa
     } else if (PRE) {
         x *= m.pre;
     }
-    if (al) x = fa__alibi1(x, m.slope, fabsf(dist));
+    if (al) x = fa__alibi1(x, m.slope, NONNEG ? dist : fabsf(dist));
     if (bi) x = fa__bias1(x, m.bias[m.bh + i * m.bq + j * m.bk] * m.unit);
     return x;
 }
@@ -6672,9 +6720,10 @@ static __device__ __forceinline__ void fa__tc_qk(float (&s)[C::MT][C::BK / 8][4]
     }
 }
 
-/* Step: the score modifiers (8b's rule, log2 domain) and the mask on one tile's scores. This
-   thread's rows are r0 + 16 mt + 8 hf (r0 = i0 + its first row), its columns k0 + cq + 8n + e
-   (e < 2). MOD: fa__tc_fwd's (0: none, the scale is folded into the exp). full: the tile is
+/* Step: the score modifiers (8b's rule, in fa__tc_mod_of's unit) and the mask on one tile's scores.
+   This thread's rows are r0 + 16 mt + 8 hf (r0 = i0 + its first row), its columns k0 + cq + 8n + e
+   (e < 2). MOD: fa__tc_fwd's (0: none, the scale is folded into the exp; 2: ALiBi on raw dot
+   products, no pre-multiply, and no abs on a causal full tile). full: the tile is
    visible to every row (fa__keys_full), so no mask. */
 template <class C, int MOD>
 static __device__ __forceinline__ void fa__tc_scores(float (&s)[C::MT][C::BK / 8][4], const fa__dims &d,
@@ -6682,6 +6731,8 @@ static __device__ __forceinline__ void fa__tc_scores(float (&s)[C::MT][C::BK / 8
                                                      int k0, bool full)
 {
     typedef fa__tc_geom<C> G;
+    /* ALiBi alone on a causal tile that every row sees: each key lies left of each row's diagonal */
+    const bool left = MOD == 2 && full && d.causal;
 #pragma unroll
     for (int mt = 0; mt < G::MT; mt++)
 #pragma unroll
@@ -6690,14 +6741,23 @@ static __device__ __forceinline__ void fa__tc_scores(float (&s)[C::MT][C::BK / 8
             if (MOD) {
                 const float dd = (float)((int64_t)row + d.Sk - d.Sq - k0 - cq);   /* d - j = dd - column */
                 const bool rowok = row < d.Sq;
+                if (left) {
 #pragma unroll
-                for (int n = 0; n < G::NN; n++)
+                    for (int n = 0; n < G::NN; n++)
 #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int j = k0 + cq + n * 8 + e;
-                        s[mt][n][2 * hf + e] = fa__cu_modify<fa__cu_tanh_approx, true>(
-                            md, s[mt][n][2 * hf + e], sc, al, bi && rowok && j < d.Sk, dd - (float)(n * 8 + e), row, j);
-                    }
+                        for (int e = 0; e < 2; e++)
+                            s[mt][n][2 * hf + e] = fa__cu_modify<fa__cu_tanh_approx, false, true>(
+                                md, s[mt][n][2 * hf + e], false, true, false, dd - (float)(n * 8 + e), row, 0);
+                } else {
+#pragma unroll
+                    for (int n = 0; n < G::NN; n++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int j = k0 + cq + n * 8 + e;
+                            s[mt][n][2 * hf + e] = fa__cu_modify<fa__cu_tanh_approx, MOD != 2>(
+                                md, s[mt][n][2 * hf + e], sc, al, bi && rowok && j < d.Sk, dd - (float)(n * 8 + e), row, j);
+                        }
+                }
             }
             if (!full) {   /* the visible keys of this row (rows past Sq as the last), relative to this lane's first column */
                 int lo, hi;
@@ -6737,19 +6797,28 @@ static __device__ __forceinline__ float fa__tc_quad_max(float x)
     return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 
+/* 2^x by the special-function unit (MUFU.EX2) or, when poly, by section 1's fa__ex2_poly on the
+   FMA pipe (the same value within 7.5e-5 relative; both give +0 for -INFINITY and keep a NaN). */
+static __device__ __forceinline__ float fa__tc_ex2_by(float x, bool poly) { return poly ? fa__ex2_poly(x) : fa__tc_ex2(x); }
+
 /* P = 2^(s f - ref) of row (mt, hf), rounded to 16 bits straight into the A fragments of P V;
    returns this thread's sum of the fp32 values. The forward passes its running reference; a
-   backward passes lse * log2(e) and gets P itself. */
-template <typename T, class C>
+   backward passes lse * log2(e) and gets P itself. XP of every 16 column pairs n (spread evenly:
+   n XP mod 16 < XP) take fa__ex2_poly instead of the MUFU, for a kernel whose exps (and softcap's
+   tanh) hold the MUFU longer than its GEMMs hold the tensor pipe (8a's fa__wg_* shares: 0 as
+   shipped, measured slower on the H200). */
+template <typename T, class C, int XP = 0>
 static __device__ __forceinline__ float fa__tc_exp_pack(const float (&s)[C::MT][C::BK / 8][4], int mt, int hf, float f,
                                                         float ref, unsigned (&pa)[C::MT][C::BK / 16][4])
 {
     enum { NN = C::BK / 8 };
+    static_assert(XP >= 0 && XP <= 16, "the exps' polynomial share is XP of 16");
     float mv[NN];
 #pragma unroll
     for (int n = 0; n < NN; n++) {
-        const float p0 = fa__tc_ex2(fmaf(s[mt][n][2 * hf], f, -ref));
-        const float p1 = fa__tc_ex2(fmaf(s[mt][n][2 * hf + 1], f, -ref));
+        const bool poly = n * XP % 16 < XP;
+        const float p0 = fa__tc_ex2_by(fmaf(s[mt][n][2 * hf], f, -ref), poly);
+        const float p1 = fa__tc_ex2_by(fmaf(s[mt][n][2 * hf + 1], f, -ref), poly);
         mv[n] = p0 + p1;
         pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(p0, p1);
     }
@@ -6762,8 +6831,9 @@ static __device__ __forceinline__ float fa__tc_exp_pack(const float (&s)[C::MT][
 
 /* Step: the online softmax of one tile for this thread's rows. m: the running max of the scores
    (in their unit; f turns them into log2 units), l: this thread's share of the running sum, o:
-   the accumulator, rescaled by alpha = 2^(m_old f - ref) unless no row max of the warp moved. */
-template <typename T, class C>
+   the accumulator, rescaled by alpha = 2^(m_old f - ref) unless no row max of the warp moved.
+   XP: fa__tc_exp_pack's FMA-pipe share of the exps. */
+template <typename T, class C, int XP = 0>
 static __device__ __forceinline__ void fa__tc_softmax(const float (&s)[C::MT][C::BK / 8][4], float (&m)[C::MT][2],
                                                       float (&l)[C::MT][2], float (&o)[C::MT][C::D / 8][4],
                                                       unsigned (&pa)[C::MT][C::BK / 16][4], float f)
@@ -6780,7 +6850,7 @@ static __device__ __forceinline__ void fa__tc_softmax(const float (&s)[C::MT][C:
             alpha[mt][hf] = fa__tc_ex2(fmaf(m[mt][hf], f, -ref));
             moved |= mx != m[mt][hf];
             m[mt][hf] = mx;
-            l[mt][hf] = fmaf(l[mt][hf], alpha[mt][hf], fa__tc_exp_pack<T, C>(s, mt, hf, f, ref, pa));
+            l[mt][hf] = fmaf(l[mt][hf], alpha[mt][hf], fa__tc_exp_pack<T, C, XP>(s, mt, hf, f, ref, pa));
         }
     if (__any_sync(0xffffffffu, moved)) {   /* no row max of this warp moved: alpha is 1 everywhere */
 #pragma unroll
@@ -7056,8 +7126,9 @@ static __device__ __forceinline__ void fa__tc_write(const fa__tc_args &a, const 
 /* The modifier variant MOD of the forward tensor-core kernels (fa__tc_fwd, 8d3's fa__wg_fwd) for
    (b, h): which modifiers run (sc softcap, al ALiBi, bi bias), their constants md, and f, from a
    score's unit to log2 units at the exp. Plain: raw dot products, f folds the scale; softcap alone
-   keeps tanh values, its positive factor folded into f; else scores are rebuilt in the log2
-   domain (f = 1). */
+   keeps tanh values, its positive factor folded into f; ALiBi alone keeps raw dot products too,
+   its slopes in their unit (slope / scale, the scale positive there), f folding the scale (no
+   multiply a score); else scores are rebuilt in the log2 domain (f = 1). */
 struct fa__tc_mod {
     float f;
     bool sc, al, bi;
@@ -7067,11 +7138,11 @@ struct fa__tc_mod {
 template <int MOD> static __device__ __forceinline__ fa__tc_mod fa__tc_mod_of(const fa__dims &d, int b, int h)
 {
     fa__tc_mod r;
-    r.f = MOD == 0 ? d.scale * FA__CU_LOG2E : MOD == 1 ? d.softcap * FA__CU_LOG2E : 1.0f;
+    r.f = MOD == 0 || MOD == 2 ? d.scale * FA__CU_LOG2E : MOD == 1 ? d.softcap * FA__CU_LOG2E : 1.0f;
     r.sc = (MOD & 1) || ((MOD & 4) && d.softcap > 0.0f);
     r.al = (MOD & 2) || ((MOD & 4) && d.alibi != 0);
     r.bi = (MOD & 4) && d.bias != 0;
-    r.md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, r.sc, r.al, MOD == 1);
+    r.md = fa__cu_mods_of(d, b, h, d.scale, MOD == 2 ? 1.0f / d.scale : FA__CU_LOG2E, r.sc, r.al, MOD == 1);
     return r;
 }
 
@@ -7791,6 +7862,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     typedef fa__wg_geom<C> G;
     typedef fa__wg_mma<T> X;
     enum { BQ = G::BQ, BK = G::BK, D = G::D, ST = G::ST, NC = C::NW / 4 };
+    enum { XP = MOD == 0 ? C::XP0 : MOD == 1 ? C::XP1 : MOD == 2 ? C::XP2 : 0 };   /* the exps' FMA-pipe share */
     static_assert(D == 64 || D == 128, "the Hopper kernel's head dims");
     static_assert(C::NW % 4 == 0 && NC >= 2 && NC <= 3 && C::WG == 32 * C::NW + 128 &&
                       C::REG_P * 128 + C::REG_C * 32 * C::NW <= 65536, "the Hopper kernel's warpgroups and registers");
@@ -7893,7 +7965,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                 const bool kfull = fa__keys_full(&kr, k0, k0 + BK);
                 ppart = mv.bi || !kfull;
                 fa__tc_scores<C, MOD>(s, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, kfull);
-                fa__tc_softmax<T, C>(s, m, l, o, pa, mv.f);
+                fa__tc_softmax<T, C, XP>(s, m, l, o, pa, mv.f);
             }
         }
         if (C::PP && cw == 0) fa__wg_bar_sync(FA__WG_BAR_TURN);   /* the last consumer's last arrival */

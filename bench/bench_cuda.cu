@@ -26,7 +26,8 @@
    Options: --quick (fewer shapes), --no-api (time the tensor-core kernel only, through
    fa__cu_pick and fa__cu_launch), --no-tune, --no-naive, --no-check, --budget SEC (per timed row, default 0.08),
    --prof (one launch per profiled shape, for ncu), --decode-probe (the decode rows under other plans
-   of the same build, see decode_probe).
+   of the same build, see decode_probe), --xp (the Hopper kernel's exp shares: the fa__wg_* XP0/XP1/XP2
+   sweep, bf16 at S = 16384, and nothing else).
 
    Row format (shared with bench/torch_sdpa.py):
    ROW impl dtype D causal S B H extra ms TFLOP/s relerr status */
@@ -38,6 +39,7 @@
 #include "flashattn.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,6 +59,7 @@
 static int opt_quick = 0, opt_api = 1, opt_tune = 1, opt_naive = 1, opt_check = 1;
 static double opt_budget = 0.08;
 static int opt_prof = 0;
+static int opt_xp = 0;       /* the exps' FMA-pipe share sweep alone (FA_BENCH_TUNE) */
 static int opt_decode = 0;   /* the decode rows alone */   /* one launch of each profiled shape, nothing else (for ncu) */
 static int n_fail = 0;
 
@@ -350,9 +353,49 @@ struct tc128_w4m2k64_pf { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF 
    instead of 3, without the consumers' ping-pong, and at D = 64 the two-consumer block of 128 rows
    (the header's fa__wg_d64x2, everywhere, not only where fa__wg_wide picks it) and three consumers
    without the ping-pong. */
-struct wg128_st2 { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1 }; };
-struct wg128_nopp { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 0 }; };
-struct wg64_nopp { enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 0 }; };
+#define WG128_XP XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2
+#define WG64_XP XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2
+struct wg128_st2 { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1, WG128_XP }; };
+struct wg128_nopp { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 0, WG128_XP }; };
+struct wg64_nopp { enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 0, WG64_XP }; };
+/* The exps' FMA-pipe shares (fa__wg_d128's XP0 / XP1 / XP2: plain / softcap / ALiBi, of 16), as
+   picked but for the share XS of variant V: --xp times them (bf16, S = 16384 causal, the variant's
+   row of the modifier rows; D = 64 plain also non-causal). */
+template <int DIM, int V, int XS> struct wg_xp {
+    typedef fa__wg_d128 B128;
+    typedef fa__wg_d64 B64;
+    enum { D = DIM, NW = DIM == 128 ? 8 : 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = DIM == 128 ? 3 : 4,
+           WG = DIM == 128 ? 384 : 512, REG_P = DIM == 128 ? 40 : 24, REG_C = DIM == 128 ? 232 : 160, PP = 1,
+           XP0 = V == 0 ? XS : DIM == 128 ? (int)B128::XP0 : (int)B64::XP0,
+           XP1 = V == 1 ? XS : DIM == 128 ? (int)B128::XP1 : (int)B64::XP1,
+           XP2 = V == 2 ? XS : DIM == 128 ? (int)B128::XP2 : (int)B64::XP2 };
+};
+/* the picked configuration itself where XS is its share (one kernel instance fewer to compile) */
+template <int DIM, int V, int XS> struct wg_xp_of {
+    typedef typename std::conditional<DIM == 128, fa__wg_d128, fa__wg_d64>::type B;
+    typedef typename std::conditional<(V == 0 ? (int)B::XP0 : V == 1 ? (int)B::XP1 : (int)B::XP2) == XS, B,
+                                      wg_xp<DIM, V, XS> >::type type;
+};
+template <class C, int V>
+static fa_status wg_xp_config(const fa__dims *d, const void *q, const void *k, const void *v, void *o, cudaStream_t s)
+{
+    fa__cu_plan pl;
+    fa_status st = fa__cu_pick(d, q, k, v, o, &pl);
+    if (st != FA_OK) return st;
+    if ((pl.kernel != FA__CU_WG_D128 && pl.kernel != FA__CU_WG_D64) || d->D != C::D || pl.mods != V || d->dtype != FA_BF16)
+        return FA_ERR_UNSUPPORTED;
+    return fa__wg_run<C>(d, fa__wg_fwd<__nv_bfloat16, C, V>, q, k, v, o, s);
+}
+struct XpImpl { Impl im; int v; };
+#define WG_XP(D, V, XS) { { "wg" #D "_v" #V "_xp" #XS, 2, wg_xp_config<typename wg_xp_of<D, V, XS>::type, V>, D }, V }
+static const XpImpl xp_impls[] = {
+    WG_XP(128, 0, 0), WG_XP(128, 0, 2),
+    WG_XP(128, 1, 0), WG_XP(128, 1, 4), WG_XP(128, 1, 8), WG_XP(128, 1, 12),
+    WG_XP(128, 2, 0), WG_XP(128, 2, 2),
+    WG_XP(64, 0, 0), WG_XP(64, 0, 3), WG_XP(64, 0, 6),
+    WG_XP(64, 1, 0), WG_XP(64, 1, 6), WG_XP(64, 1, 8), WG_XP(64, 1, 12),
+    WG_XP(64, 2, 0), WG_XP(64, 2, 3),
+};
 template <class C>
 static fa_status wg_config(const fa__dims *d, const void *q, const void *k, const void *v, void *o, cudaStream_t s)
 {
@@ -772,7 +815,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--prof")) opt_prof = 1;
         else if (!strcmp(argv[i], "--decode")) opt_decode = 1;
         else if (!strcmp(argv[i], "--decode-probe")) opt_decode = 2;
-        else { fprintf(stderr, "usage: %s [--quick] [--no-api] [--no-tune] [--no-naive] [--no-check] [--budget s] [--decode] [--decode-probe]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--xp")) opt_xp = 1;
+        else { fprintf(stderr, "usage: %s [--quick] [--no-api] [--no-tune] [--no-naive] [--no-check] [--budget s] [--decode] [--decode-probe] [--xp]\n", argv[0]); return 2; }
     }
 #ifdef FA_BENCH_TC_ONLY
     opt_api = 0;
@@ -793,6 +837,34 @@ int main(int argc, char **argv)
         printf("COPY %.1f\n", cg);
         if (opt_decode == 2) decode_probe();
         else decode_rows(cg);
+        printf("# %s: %d failure(s)\n", n_fail ? "FAILED" : "all checks passed", n_fail);
+        return n_fail ? 1 : 0;
+    }
+#endif
+#ifndef FA_BENCH_TUNE
+    if (opt_xp) {
+        fprintf(stderr, "%s: --xp needs a build with -DFA_BENCH_TUNE (make build/bench_cuda)\n", argv[0]);
+        return 2;
+    }
+#else
+    if (opt_xp) {   /* the exps' FMA-pipe shares alone (xp_impls) */
+        for (int D : { 128, 64 }) {
+            const int H = 2048 / D;
+            Case base = { 1, H, H, 16384, 16384, D, 1, 0, 0, 0, FA_BF16, 0.0f, 1, 0 };
+            Bufs b;
+            alloc_bufs(base, b, 4242 + D);   /* with the slopes */
+            for (const XpImpl &x : xp_impls) {
+                if (x.im.D != D) continue;
+                for (int causal = x.v == 0 && D == 64 ? 0 : 1; causal < 2; causal++) {
+                    Case c = base;
+                    c.causal = causal;
+                    c.softcap = x.v == 1 ? 30.0f : 0.0f;
+                    c.alibi = x.v == 2;
+                    bench_row(x.im, c, b, x.v == 0 ? "plain" : x.v == 1 ? "softcap30" : "alibi");
+                }
+            }
+            free_bufs(b);
+        }
         printf("# %s: %d failure(s)\n", n_fail ? "FAILED" : "all checks passed", n_fail);
         return n_fail ? 1 : 0;
     }

@@ -15,6 +15,7 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <float.h>
 extern "C" {
 #include <cmocka.h>
 }
@@ -1118,6 +1119,48 @@ static void test_merge(void **state)
     ref_tensors_free(&t);
 }
 
+/* ---- section 1's fa__ex2_poly on the device ------------------------------------------------------
+   The Hopper forward takes a share of its exps through fa__ex2_poly (8d's fa__tc_exp_pack); its
+   accuracy is checked on the CPU (tests/test_flashattn.c, test_ex2_poly). Here: the device's body
+   (max.NaN, the bit casts) gives the host's bits on every 4099th float of [-130, 2] and on the
+   special values (+0 for -INFINITY, a NaN for a NaN). */
+static __global__ void k_ex2_poly(const float *x, float *y, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = fa__ex2_poly(x[i]);
+}
+
+static void test_ex2_poly_device(void **state)
+{
+    static const float special[] = { -INFINITY, -FLT_MAX, -1e30f, -127.0f, -126.5f, -126.0f, -0.0f, 0.0f, 1.0f, NAN };
+    const int ns = (int)COUNT(special);
+    const int n = ns + (int)((0xC3020000u - 0x80000000u) / 4099 + 1) + (int)(0x40000000u / 4099 + 1);
+    float *hx = (float *)malloc((size_t)n * 4), *hy = (float *)malloc((size_t)n * 4);
+    float *dx = (float *)dalloc((size_t)n * 4), *dy = (float *)dalloc((size_t)n * 4);
+    int i, k = 0, bad = 0;
+    uint32_t u;
+    (void)state;
+    assert_non_null(hx);
+    assert_non_null(hy);
+    for (i = 0; i < ns; i++) hx[k++] = special[i];
+    for (u = 0x80000000u; u <= 0xC3020000u; u += 4099) memcpy(&hx[k++], &u, 4);   /* -0 down to -130 */
+    for (u = 0; u <= 0x40000000u; u += 4099) memcpy(&hx[k++], &u, 4);              /* +0 up to 2 */
+    assert_int_equal(k, n);
+    CU(cudaMemcpy(dx, hx, (size_t)n * 4, cudaMemcpyHostToDevice));
+    k_ex2_poly<<<(n + 255) / 256, 256>>>(dx, dy, n);
+    CU(cudaGetLastError());
+    CU(cudaMemcpy(hy, dy, (size_t)n * 4, cudaMemcpyDeviceToHost));
+    for (i = 0; i < n; i++) {
+        const float want = fa__ex2_poly(hx[i]);
+        const int same = want != want ? hy[i] != hy[i] : memcmp(&want, &hy[i], 4) == 0;
+        if (!same && bad++ < 5) print_error("  fa__ex2_poly(%a): device %a, host %a\n", (double)hx[i], (double)hy[i], (double)want);
+    }
+    assert_int_equal(bad, 0);
+    assert_true(hy[0] == 0.0f && !signbit(hy[0]) && hy[ns - 1] != hy[ns - 1]);   /* -INFINITY -> +0, NaN -> NaN */
+    cudaFree(dx); cudaFree(dy);
+    free(hx); free(hy);
+}
+
 /* ---- bitwise reproducible: run to run, and one sequence alone or inside a batch ----------------
    fa_cuda_tiled's kernels give a query tile to one block that walks its keys in a fixed order, so
    a row's o and lse must not depend on the run or on the batch around it. Each shape runs twice
@@ -1335,6 +1378,7 @@ int main(void)
         cmocka_unit_test(test_modifiers_half),
         cmocka_unit_test(test_stream),
         cmocka_unit_test(test_merge),
+        cmocka_unit_test(test_ex2_poly_device),
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_decode_batch_invariance),
         cmocka_unit_test(test_decode_nan),

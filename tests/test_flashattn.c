@@ -2742,6 +2742,58 @@ static void test_half_alias(void **state)
    because it is host code too: every (batch-head, query tile) is exactly one item of the grid, a
    group's blocks are one run of items, and within a group the tiles never get longer (the longest,
    causal, first), the group's heads side by side at each tile. */
+/* Section 1's fa__ex2_poly (the FMA-pipe 2^x a share of the Hopper forward's exps takes) against
+   exp2 in double over what the online softmax hands it: every 199th float of [-130, 2] (11 million,
+   their bits walked), integers and their neighbours, -INFINITY, the most negative floats and NaN.
+   2^x >= 2^-126.5: relative error <= 7.6e-5 (the polynomial's 7.48e-5 and fp32 rounding) plus 2^-149
+   (a subnormal result's rounding); below: +0 exactly, as the hardware exp's flush. */
+static void ex2_poly_check(float x, double *worst)
+{
+    const float y = fa__ex2_poly(x);
+    const double r = exp2((double)x);
+    if (x != x) {
+        assert_true(y != y);
+        return;
+    }
+    if (x < -126.5f) {   /* 2^j's bits are 0 here */
+        if (!(y == 0.0f && !signbit(y))) print_error("fa__ex2_poly(%a) = %a, want +0\n", (double)x, (double)y);
+        assert_true(y == 0.0f && !signbit(y));
+        return;
+    }
+    if (!(fabs(y - r) <= 7.6e-5 * r + 0x1p-149)) print_error("fa__ex2_poly(%a) = %a, exp2 %a\n", (double)x, (double)y, r);
+    assert_true(fabs(y - r) <= 7.6e-5 * r + 0x1p-149);
+    if (x >= -126.0f && fabs(y - r) / r > *worst) *worst = fabs(y - r) / r;
+}
+
+static void test_ex2_poly(void **state)
+{
+    static const float special[] = { -INFINITY, -FLT_MAX, -1e30f, -1e6f, -4194304.0f, -127.0f, -126.5f, -126.0f, -125.5f,
+                                     -0.0f, 0.0f, 1e-30f, -1e-30f, 0.5f, -0.5f, 1.0f, 0x1p-149f, -0x1p-149f };
+    double worst = 0.0;
+    uint32_t u;
+    float x;
+    int k, i;
+    (void)state;
+    for (i = 0; i < (int)(sizeof special / sizeof special[0]); i++) ex2_poly_check(special[i], &worst);
+    ex2_poly_check(NAN, &worst);
+    ex2_poly_check(-NAN, &worst);
+    for (k = -130; k <= 2; k++)   /* where round(x) steps: k - 1/2 and its neighbours, and k */
+        for (i = -2; i <= 2; i++) {
+            ex2_poly_check(nextafterf(k - 0.5f, (float)(k + i)), &worst);
+            ex2_poly_check(nextafterf((float)k, (float)(k + i)), &worst);
+        }
+    for (u = 0x80000000u; u <= 0xC3020000u; u += 199) {   /* -0 down to -130 */
+        memcpy(&x, &u, sizeof x);
+        ex2_poly_check(x, &worst);
+    }
+    for (u = 0; u <= 0x40000000u; u += 199) {              /* +0 up to 2 */
+        memcpy(&x, &u, sizeof x);
+        ex2_poly_check(x, &worst);
+    }
+    assert_true(worst > 7.0e-5 && worst <= 7.6e-5);   /* the polynomial's error, not a vacuous 0 */
+    assert_true(fa__ex2_poly(0.0f) > 0.9999f && fa__ex2_poly(-1.0f) > 0.4999f);
+}
+
 static void test_qtile_order(void **state)
 {
     static const int64_t shapes[][3] = {   /* nbh, qtiles, kv bytes a head */
@@ -2784,6 +2836,7 @@ int main(void)
         cmocka_unit_test(test_status_string),
         cmocka_unit_test(test_allclose),
         cmocka_unit_test(test_qtile_order),
+        cmocka_unit_test(test_ex2_poly),
         cmocka_unit_test(test_seq_lengths),
         cmocka_unit_test(test_head_dims),
         cmocka_unit_test(test_block_sizes),
