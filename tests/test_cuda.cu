@@ -40,7 +40,9 @@ static int g_hopper = 0;   /* the device has compute capability 9.0: the Hopper 
 
 /* ---- cases ------------------------------------------------------------------------------------- */
 
-enum { L_PACKED = 0, L_BSHD = 1, L_PADDED = 2 };
+/* L_KVB: k and v shared by the batch (batch stride 0; TMA refuses it, so on a Hopper the fp16/bf16
+   prefill runs on the mma.sync kernel: its modifier variants run there too) */
+enum { L_PACKED = 0, L_BSHD = 1, L_PADDED = 2, L_KVB = 3 };
 enum { BIAS_NONE = 0, BIAS_FULL, BIAS_KEYPAD, BIAS_SHARED, BIAS_HIDE_ROWS, BIAS_HIDE_TILES, BIAS_STRIDED,
        BIAS_PER_HEAD };
 enum { ALIBI_NONE = 0, ALIBI_HEAD, ALIBI_BATCH };
@@ -74,6 +76,11 @@ static void make_params(const tcase *c, fa_params *p)
         p->k_stride[0] = (int64_t)c->Sk * Hkv * c->D; p->k_stride[1] = c->D; p->k_stride[2] = (int64_t)Hkv * c->D;
         p->v_stride[0] = (int64_t)c->Sk * Hkv * Dv; p->v_stride[1] = Dv; p->v_stride[2] = (int64_t)Hkv * Dv;
         p->o_stride[0] = (int64_t)c->Sq * c->Hq * Dv; p->o_stride[1] = Dv; p->o_stride[2] = (int64_t)c->Hq * Dv;
+    } else if (c->layout == L_KVB) {              /* [Hkv][Sk][D] k and v for every batch */
+        int Hkv = c->Hkv ? c->Hkv : c->Hq;
+        (void)Hkv;
+        p->k_stride[0] = 0; p->k_stride[1] = (int64_t)c->Sk * c->D; p->k_stride[2] = c->D;
+        p->v_stride[0] = 0; p->v_stride[1] = (int64_t)c->Sk * Dv; p->v_stride[2] = Dv;
     } else if (c->layout == L_PADDED) {           /* token rows with gaps after them */
         int Hkv = c->Hkv ? c->Hkv : c->Hq;
         int64_t tq = c->D + 3, tk = c->D + 1, tv = Dv + 2, to = Dv + 5;
@@ -175,7 +182,7 @@ static fa__cu_kernel want_kernel(const tcase *c, fa_dtype dt, int *mods)
         if (c->D == Dv && (c->D == 64 || c->D == 128) && c->layout != L_PADDED) {
             const int sc = c->softcap > 0.0f, al = c->alibi != ALIBI_NONE;
             *mods = c->bias != BIAS_NONE || c->scale < 0.0f || (sc && al) ? 4 : sc ? 1 : al ? 2 : 0;
-            if (g_hopper && c->Sk >= 1) return c->D == 64 ? FA__CU_WG_D64 : FA__CU_WG_D128;
+            if (g_hopper && c->Sk >= 1 && c->layout != L_KVB) return c->D == 64 ? FA__CU_WG_D64 : FA__CU_WG_D128;
             return c->D == 64 ? FA__CU_TC_D64 : FA__CU_TC_D128;
         }
         return generic;
@@ -404,6 +411,16 @@ static const tcase g_mods[] = {
     { "alibi d128 causal", 1, 4, 2, 200, 333, 128, 0, 1, L_PACKED, 0, 0, 0, 0, ALIBI_HEAD, 0, 0 },
     { "softcap d64 1200 keys", 1, 2, 0, 300, 1200, 64, 0, 0, L_PACKED, 0, 0, 0, 20.0f, 0, 0, 0 },
     { "alibi d64 causal 1500 keys", 1, 4, 2, 400, 1500, 64, 0, 1, L_PACKED, 0, 0, 0, 0, ALIBI_HEAD, 0, 0 },
+    /* k/v broadcast over the batch: the mma.sync kernel's variants 1, 2, 4 on a Hopper too */
+    { "alibi kv-broadcast causal", 2, 4, 2, 150, 333, 64, 0, 1, L_KVB, 0, 0, 0, 0, ALIBI_HEAD, 0, 1 },
+    { "alibi kv-broadcast d128", 2, 4, 2, 200, 200, 128, 0, 0, L_KVB, 0, 0, 0, 0, ALIBI_BATCH, 0, 0 },
+    { "alibi kv-broadcast d128 causal", 2, 2, 1, 300, 300, 128, 0, 1, L_KVB, 0, 0, 0, 0, ALIBI_HEAD, 0, 0 },
+    { "softcap kv-broadcast d128", 2, 2, 0, 97, 150, 128, 0, 1, L_KVB, 0, 0, 0, 20.0f, 0, 0, 1 },
+    { "all together kv-broadcast", 2, 4, 2, 97, 203, 64, 0, 1, L_KVB, 0, 40, 0, 10.0f, ALIBI_BATCH, BIAS_FULL, 0 },
+    { "all together kv-broadcast d128", 2, 4, 2, 130, 260, 128, 0, 1, L_KVB, 0, 100, 0, 15.0f, ALIBI_HEAD, BIAS_KEYPAD, 0 },
+    { "softcap kv-broadcast d64", 2, 4, 1, 120, 170, 64, 0, 0, L_KVB, 0, 0, 0, 5.0f, 0, 0, 0 },
+    { "plain kv-broadcast d64", 2, 4, 2, 100, 129, 64, 0, 1, L_KVB, 0, 0, 0, 0, 0, 0, 0 },
+    { "plain kv-broadcast d128", 2, 2, 2, 140, 140, 128, 0, 0, L_KVB, 0, 0, 0, 0, 0, 0, 0 },
 };
 
 /* The split-key decode path (8d2): few query rows per (batch, kv head), Sk from 1 to 200000 (1 to
@@ -1266,7 +1283,7 @@ static void test_kernels_served(void **state)
             print_error("  %s: a modifier variant served no run\n", fa__cu_kernel_name((fa__cu_kernel)k));
             n++;
         }
-        if (modded && (!g_served[k][0] || !g_served[k][1] || !g_served[k][2] || !g_served[k][4])) {
+        if ((modded || (tc && !g_small)) && (!g_served[k][0] || !g_served[k][1] || !g_served[k][2] || !g_served[k][4])) {
             print_error("  %s: a modifier variant served no run\n", fa__cu_kernel_name((fa__cu_kernel)k));
             n++;
         }
