@@ -247,13 +247,14 @@
    (cuBLAS GEMMs in exact fp32 over packed fp32 copies and materialised S, dP; it returns with its
    work done and needs no lse) and fa_cuda_tiled_backward (every feature; the forward's lse
    required; O(Sq D) workspace allocated stream-ordered, only queued on `stream`; dq accumulated
-   by fp32 atomics, or with p->deterministic by a second pass in a fixed order: bitwise the same
-   gradients every run). fp16/bf16 at head_dim = head_dim_v = 64 or 128 with 16-byte aligned rows
+   by fp32 atomics, or with p->deterministic in a fixed order (atomics in key-block turns, or a
+   second dq pass): bitwise the same gradients every run). fp16/bf16 at head_dim = head_dim_v = 64 or 128 with 16-byte aligned rows
    of q, k, v, d_o, dq, dk, dv (sm_80+) run on a tensor-core backward (mma.sync, the
    FlashAttention-2 arrangement; deterministic mode 0.8-1.25x the default's time; on an H100/H200
    the wgmma/TMA kernels of section 8e3 where TMA takes q, k, v, d_o, with the second dq pass in
    both modes and, for such dims and strides, no fp32 dq buffer in the workspace); everything else
-   on an exact-fp32 FFMA kernel (head_dim <= 256; deterministic 1.25-1.6x). A NaN or inf reaches
+   on an exact-fp32 FFMA kernel (head_dim <= 256; deterministic: dq's atomics in key-block turns
+   inside the dK/dV kernel, 1.06-1.10x the default's time on the H200). A NaN or inf reaches
    only the gradients it reaches, as on the CPU: the first pass (delta) also reads q and k, and a
    call whose q, d_o or k holds a non-finite value runs the FFMA kernel's variant for it instead.
    fa_cuda_naive_backward_workspace_bytes and fa_cuda_tiled_backward_workspace_bytes give the
@@ -5757,8 +5758,8 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
    chunks fixed by Sk, partials merged by 8b's rule); 8d3 the Hopper forward kernel (sm_90a: wgmma,
    TMA into an mbarrier ring, a producer warpgroup and two ping-ponging consumers, on 8d's steps);
    8e the naive path's and merge's kernels;
-   8e2 the backward (the naive path's kernels, the FFMA tiled backward and its deterministic dq
-   pass, the tensor-core tiled backward and its deterministic dq pass); 8e3 the Hopper backward
+   8e2 the backward (the naive path's kernels, the FFMA tiled backward with its dq turns and its
+   dq pass for non-finite inputs, the tensor-core tiled backward and its deterministic dq pass); 8e3 the Hopper backward
    (sm_90a: wgmma dK/dV and dq kernels on 8e2's element steps, TMA); 8f the kernel pickers (forward and
    backward) and the launches; 8g the entry points. */
 
