@@ -576,20 +576,44 @@ static const DecRow DEC_ROWS[] = {
     { 32, 1, 8192, 8 }, { 8, 4, 32768, 8 }, { 1, 1, 131072, 1 }, { 8, 1, 32768, 1 },
 };
 
-static void decode_rows(double cgbs)
-{
-    for (const DecRow &r : DEC_ROWS) {
-        Case c = { r.B, 32, r.Hkv, r.Sq, r.Sk, 128, 0, 0, 0, 0, FA_BF16, 0.0f, 0, 0 };
-        const double kvb = 2.0 * r.B * r.Hkv * (double)r.Sk * 128 * 2;
-        const int copies = kvb >= 256e6 ? 1 : (int)ceil(256e6 / kvb);
-        Bufs b;
+/* One decode row's buffers (bf16, D = 128, Hq = 32): q, k, v, o, and enough K/V copies (ks, vs;
+   [0] is b's) that the calls rotated over them read at least 256 MB, so K/V come from memory, not
+   the L2; kvb the bytes of one K/V. Freed at the end of the row's scope. */
+struct DecSet {
+    Case c;
+    Bufs b;
+    double kvb;
+    int copies;
+    std::vector<void *> ks, vs;
+    explicit DecSet(const DecRow &r)
+        : c{ r.B, 32, r.Hkv, r.Sq, r.Sk, 128, 0, 0, 0, 0, FA_BF16, 0.0f, 0, 0 },
+          kvb(2.0 * r.B * r.Hkv * (double)r.Sk * 128 * 2), copies(kvb >= 256e6 ? 1 : (int)ceil(256e6 / kvb))
+    {
         alloc_bufs(c, b, 4000 + r.Sk + r.B + r.Hkv);
-        std::vector<void *> ks(copies), vs(copies);
-        ks[0] = b.k; vs[0] = b.v;
+        ks.assign(copies, b.k); vs.assign(copies, b.v);
         for (int i = 1; i < copies; i++) {
             CK(cudaMalloc(&ks[i], b.nk * 2)); CK(cudaMalloc(&vs[i], b.nk * 2));
             randn(ks[i], b.nk, c.dt, 77 + 2 * i); randn(vs[i], b.nk, c.dt, 78 + 2 * i);
         }
+    }
+    ~DecSet()
+    {
+        for (int i = 1; i < copies; i++) { cudaFree(ks[i]); cudaFree(vs[i]); }
+        free_bufs(b);
+    }
+    DecSet(const DecSet &) = delete;
+    DecSet &operator=(const DecSet &) = delete;
+};
+
+static void decode_rows(double cgbs)
+{
+    for (const DecRow &r : DEC_ROWS) {
+        DecSet ds(r);
+        const Case &c = ds.c;
+        Bufs &b = ds.b;
+        const double kvb = ds.kvb;
+        const int copies = ds.copies;
+        const std::vector<void *> &ks = ds.ks, &vs = ds.vs;
         fa_params p;
         make_params(c, b, &p);
         char line[400];
@@ -632,8 +656,6 @@ static void decode_rows(double cgbs)
             CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
         }
         fflush(stdout);
-        for (int i = 1; i < copies; i++) { cudaFree(ks[i]); cudaFree(vs[i]); }
-        free_bufs(b);
     }
 }
 
@@ -663,17 +685,12 @@ static void dec_split_only(const fa__cu_plan &pl, const fa__dims &d, const void 
 static void decode_probe(void)
 {
     for (const DecRow &r : DEC_ROWS) {
-        Case c = { r.B, 32, r.Hkv, r.Sq, r.Sk, 128, 0, 0, 0, 0, FA_BF16, 0.0f, 0, 0 };
-        const double kvb = 2.0 * r.B * r.Hkv * (double)r.Sk * 128 * 2;
-        const int copies = kvb >= 256e6 ? 1 : (int)ceil(256e6 / kvb);
-        Bufs b;
-        alloc_bufs(c, b, 4000 + r.Sk + r.B + r.Hkv);
-        std::vector<void *> ks(copies), vs(copies);
-        ks[0] = b.k; vs[0] = b.v;
-        for (int i = 1; i < copies; i++) {
-            CK(cudaMalloc(&ks[i], b.nk * 2)); CK(cudaMalloc(&vs[i], b.nk * 2));
-            randn(ks[i], b.nk, c.dt, 77 + 2 * i); randn(vs[i], b.nk, c.dt, 78 + 2 * i);
-        }
+        DecSet ds(r);
+        const Case &c = ds.c;
+        Bufs &b = ds.b;
+        const double kvb = ds.kvb;
+        const int copies = ds.copies;
+        const std::vector<void *> &ks = ds.ks, &vs = ds.vs;
         fa_params p;
         make_params(c, b, &p);
         fa__dims d;
@@ -798,8 +815,6 @@ static void decode_probe(void)
         }
         fflush(stdout);
         CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
-        for (int i = 1; i < copies; i++) { cudaFree(ks[i]); cudaFree(vs[i]); }
-        free_bufs(b);
     }
 }
 
