@@ -77,8 +77,6 @@ static void make_params(const tcase *c, fa_params *p)
         p->v_stride[0] = (int64_t)c->Sk * Hkv * Dv; p->v_stride[1] = Dv; p->v_stride[2] = (int64_t)Hkv * Dv;
         p->o_stride[0] = (int64_t)c->Sq * c->Hq * Dv; p->o_stride[1] = Dv; p->o_stride[2] = (int64_t)c->Hq * Dv;
     } else if (c->layout == L_KVB) {              /* [Hkv][Sk][D] k and v for every batch */
-        int Hkv = c->Hkv ? c->Hkv : c->Hq;
-        (void)Hkv;
         p->k_stride[0] = 0; p->k_stride[1] = (int64_t)c->Sk * c->D; p->k_stride[2] = c->D;
         p->v_stride[0] = 0; p->v_stride[1] = (int64_t)c->Sk * Dv; p->v_stride[2] = Dv;
     } else if (c->layout == L_PADDED) {           /* token rows with gaps after them */
