@@ -530,10 +530,11 @@ extern "C" {
 #endif
 #define FA__BLOCK_K 64
 /* ... and its key block on AMX-BF16 tiles (bf16, section 3) when block_k is 0 (on the Xeon 128 ran
-   0.89-1.46x as fast as 64 at 2 threads, 0.97-1.25x at 16) [RESULTS, CPU half precision, "AMX
-   forward restructured"] */
+   0.89-1.46x as fast as 64 at 2 threads, 0.97-1.25x at 16 [RESULTS, CPU half precision, "AMX
+   forward restructured"]; 256 with FA__AMX_RR 32, 0.91-1.57x as fast as 128 with the panel pipeline
+   at 2 threads (geometric mean 1.13), 1.06-1.36x at 16 (1.13) ["AMX forward, round 4"]) */
 #ifndef FA__AMX_BLOCK_K
-#define FA__AMX_BLOCK_K 128
+#define FA__AMX_BLOCK_K 256
 #endif
 /* ... FA__AMX_PIPE 1: a panel's online step runs the neighbouring panels' tile products along
    its vector work (fa__online_amx); 0: before it (on the Xeon 1.15x faster at 2 and 16 threads in
@@ -558,9 +559,12 @@ extern "C" {
    each (64 D and 128 np16 bytes a panel; at least one panel): the chunk's scores, each panel's online
    step, the chunk's P V, each product's 2 x 2 blocks round robin over the chunk's panels
    (fa__amx_run_rr), so that a block's K and Vt tiles are read from L2 once per chunk rather than once
-   per panel (the same blocks in the same order: the bits of FA__AMX_RR 0, the panel pipeline) */
+   per panel (the same blocks in the same order: the bits of FA__AMX_RR 0, the panel pipeline). On
+   the Xeon at key blocks of 128, 16 (2 panels) and 32 (4) ran 1.05x / 0.96x as fast as 0 at 2
+   threads (geometric means; within the noise), 1.06x / 1.08x at 16; 32 ships with blocks of 256 (2
+   panels a chunk there), the pair measured [RESULTS, CPU half precision, "AMX forward, round 4"] */
 #ifndef FA__AMX_RR
-#define FA__AMX_RR 16
+#define FA__AMX_RR 32
 #endif
 
 /* Decoding: the key axis is split for tiles of at most FA__SPLIT_ROWS rows per head (or packed
