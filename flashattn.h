@@ -530,10 +530,11 @@ extern "C" {
 #endif
 #define FA__BLOCK_K 64
 /* ... and its key block on AMX-BF16 tiles (bf16, section 3) when block_k is 0 (on the Xeon 128 ran
-   0.89-1.46x as fast as 64 at 2 threads, 0.97-1.25x at 16) [RESULTS, CPU half precision, "AMX
-   forward restructured"] */
+   0.89-1.46x as fast as 64 at 2 threads, 0.97-1.25x at 16 [RESULTS, CPU half precision, "AMX
+   forward restructured"]; 256 with FA__AMX_RR 32, 0.91-1.57x as fast as 128 with the panel pipeline
+   at 2 threads (geometric mean 1.13), 1.06-1.36x at 16 (1.13) ["AMX forward, round 4"]) */
 #ifndef FA__AMX_BLOCK_K
-#define FA__AMX_BLOCK_K 128
+#define FA__AMX_BLOCK_K 256
 #endif
 /* ... FA__AMX_PIPE 1: a panel's online step runs the neighbouring panels' tile products along
    its vector work (fa__online_amx); 0: before it (on the Xeon 1.15x faster at 2 and 16 threads in
@@ -553,6 +554,17 @@ extern "C" {
    not once per tile and block, when a kv head has more than one tile and Sq Sk >= 2^20 */
 #ifndef FA__AMX_VT_ALL
 #define FA__AMX_VT_ALL 1
+#endif
+/* ... and FA__AMX_RR > 0: a block's panels in chunks whose Qp and Pp take at most FA__AMX_RR KiB
+   each (64 D and 128 np16 bytes a panel; at least one panel): the chunk's scores, each panel's online
+   step, the chunk's P V, each product's 2 x 2 blocks round robin over the chunk's panels
+   (fa__amx_run_rr), so that a block's K and Vt tiles are read from L2 once per chunk rather than once
+   per panel (the same blocks in the same order: the bits of FA__AMX_RR 0, the panel pipeline). On
+   the Xeon at key blocks of 128, 16 (2 panels) and 32 (4) ran 1.05x / 0.96x as fast as 0 at 2
+   threads (geometric means; within the noise), 1.06x / 1.08x at 16; 32 ships with blocks of 256 (2
+   panels a chunk there), the pair measured [RESULTS, CPU half precision, "AMX forward, round 4"] */
+#ifndef FA__AMX_RR
+#define FA__AMX_RR 32
 #endif
 
 /* Decoding: the key axis is split for tiles of at most FA__SPLIT_ROWS rows per head (or packed
@@ -2960,6 +2972,17 @@ FA__AMXT static void fa__amx_run(fa__amx_job *j, int n)
         while (j[i].m < j[i].M) fa__amx_group(&j[i]);
 }
 
+/* the blocks of n jobs round robin: block 0 of every job, then block 1, ...; for jobs that share
+   their A operand (the panels of a chunk, FA__AMX_RR) a block's A tiles are read by every job in
+   turn while they are in L1. Each block is computed whole, so the bits are fa__amx_run's. */
+FA__AMXT static void fa__amx_run_rr(fa__amx_job *j, int n)
+{
+    int i, left = 1;
+    while (left)
+        for (left = 0, i = 0; i < n; i++)
+            if (j[i].m < j[i].M) { fa__amx_group(&j[i]); left = 1; }
+}
+
 FA__AMXT static void fa__mm_amx(const uint16_t *A, int64_t lda, int M, int Kd, const uint32_t *B, int64_t ldb, float *C,
                                int64_t ldc, int N, int acc, float scale)
 {
@@ -3203,6 +3226,7 @@ typedef struct fa__kernels {
     void (*amx_online)(const float *S, int off, int nk, int nvec, float scale, float *m, float *l, float *O, int Dv,
                        uint32_t *Pp, int np16, fa__amx_job *jobs, int njobs);
     void (*amx_run)(fa__amx_job *j, int n);
+    void (*amx_run_rr)(fa__amx_job *j, int n);
 } fa__kernels;
 
 #ifdef FLASHATTN__X86
@@ -3229,22 +3253,22 @@ static const fa__kernels *fa__kernels_for(int isa)
     static const fa__kernels portable = {
         fa__gemm_c, fa__online_c, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
 #ifdef FLASHATTN__X86
     static const fa__kernels avx2 = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     /* an AVX2 CPU without F16C (none shipped that we know of) converts in C */
     static const fa__kernels avx2_nof16c = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     static const fa__kernels avx512 = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
-        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     pthread_once(&fa__cpu_once, fa__cpu_probe);
 #ifndef FLASHATTN_NO_AVX512BF16
     static const fa__kernels avx512bf16 = {
@@ -3252,7 +3276,7 @@ static const fa__kernels *fa__kernels_for(int isa)
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
         fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
-        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
 #ifdef FA__HAVE_AMX
     static const fa__kernels amx = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
@@ -3260,7 +3284,7 @@ static const fa__kernels *fa__kernels_for(int isa)
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
         fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
         fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, fa__qk_amx, fa__pv_amx, fa__vt_pack,
-        fa__mm_amx, fa__qk_amx_job, fa__pv_amx_job, fa__online_amx, fa__amx_run };
+        fa__mm_amx, fa__qk_amx_job, fa__pv_amx_job, fa__online_amx, fa__amx_run, fa__amx_run_rr };
     if (isa == 2 && fa__cpu_has_amx) return &amx;
 #endif
     /* AVX512-BF16 (with the BW and VL it implies on every CPU that has it) unless
@@ -4544,38 +4568,71 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
 #define FA__OP(ip) (Ot + (size_t)(FA__PV(ip) / 2) * 32 * Dv + FA__LO(ip))
 #define FA__SP(x, ip) (St + (size_t)((x) & 1) * 32 * bk + FA__LO(ip))
 #define FA__PP(x, ip) (Pp + (size_t)((x) & 1) * 32 * pl->np16 + FA__LO(ip))
-                if (!(la && la_f0 == f0 && la_nkq == nkq && la_pv == FA__PV(0) && la_va <= FA__VA(0) &&
-                      FA__VA(0) + FA__NV(0) <= la_vb)) {
-                    K->amx_qk_job(khb + f0 * ks, ks, nkq, D, FA__QP(0), FA__SP(amx_it, 0), FA__NV(0), &pf, &ajob[0]);
-                    K->amx_run(ajob, 1);
-                }
-                la = 0;
-                for (ip = 0; ip < npn; ip++) {
-                    float *s0 = FA__SP(amx_it, ip) + (size_t)off * 32;
-                    nj = 0;
-                    for (i = 0; i < amx_pf; i++) fa__pf_step(&pf);
-                    if (pend) { K->amx_pv_job(pend_vt, pl->np16, Dv, pend_pp, pend_op, pend_nv, &pf, &ajob[nj++]); pend = 0; }
-                    if (ip + 1 < npn) {
-                        K->amx_qk_job(khb + f0 * ks, ks, nkq, D, FA__QP(ip + 1), FA__SP(amx_it + 1, ip + 1), FA__NV(ip + 1), &pf,
-                                      &ajob[nj++]);
-                    } else if (pl->vt_all && kb + 1 < kb1) {
-                        int64_t g0 = f0 + bk, g1 = g0 + bk < d->Sk ? g0 + bk : d->Sk, gn = (g1 < khi ? g1 : khi) - g0;
-                        if (gn > 0) {   /* the next block's keys in this tile from its first (off 0), as above */
-                            la_nkq = (int)((gn + 15) / 16 * 16 < g1 - g0 ? (gn + 15) / 16 * 16 : g1 - g0);
-                            la = 1; la_f0 = g0; la_pv = FA__PV(0); la_va = FA__VA(0); la_vb = FA__VA(0) + FA__NV(0);
-                            K->amx_qk_job(khb + g0 * ks, ks, la_nkq, D, FA__QP(0), FA__SP(amx_it + 1, 0), FA__NV(0), &pf, &ajob[nj++]);
+                if (FA__AMX_RR > 0) {
+                    /* chunks of g panels (FA__AMX_RR), panel ip's scores and P in the chunk's slot
+                       ip - c0 (St and Pp hold ld / 32 >= npn panels) */
+                    int g = FA__AMX_RR * 1024 / (64 * D > 128 * pl->np16 ? 64 * D : 128 * pl->np16), c0, c1;
+#define FA__SR(ip) (St + (size_t)((ip) - c0) * 32 * bk + FA__LO(ip))
+#define FA__PR(ip) (Pp + (size_t)((ip) - c0) * 32 * pl->np16 + FA__LO(ip))
+                    fa__amx_job cj[8];
+                    if (g < 1) g = 1;
+                    if (g > 8) g = 8;
+                    FA__AMX_FLUSH;
+                    la = 0;
+                    for (c0 = 0; c0 < npn; c0 = c1) {
+                        c1 = c0 + g < npn ? c0 + g : npn;
+                        for (ip = c0; ip < c1; ip++)
+                            K->amx_qk_job(khb + f0 * ks, ks, nkq, D, FA__QP(ip), FA__SR(ip), FA__NV(ip), &pf, &cj[ip - c0]);
+                        K->amx_run_rr(cj, c1 - c0);
+                        for (ip = c0; ip < c1; ip++) {
+                            float *s0 = FA__SR(ip) + (size_t)off * 32;
+                            for (i = 0; i < amx_pf; i++) fa__pf_step(&pf);
+                            if (ln.mods)
+                                for (j = 0; j < nk; j++) K->scale(s0 + (size_t)j * 32, s0 + (size_t)j * 32, 16 * FA__NV(ip), d->scale);
+                            if (ln.mods || mask) fa__modify_tile(K, &ln, 16 * FA__VA(ip), s0, 32, FA__NV(ip), k0, nk, mask);
+                            K->amx_online(FA__SR(ip), off, nk, FA__NV(ip), sc, m + 16 * FA__VA(ip), l + 16 * FA__VA(ip), FA__OP(ip),
+                                          Dv, FA__PR(ip), pl->np16, cj, 0);
                         }
+                        for (ip = c0; ip < c1; ip++)
+                            K->amx_pv_job(Vt, pl->np16, Dv, FA__PR(ip), FA__OP(ip), FA__NV(ip), &pf, &cj[ip - c0]);
+                        K->amx_run_rr(cj, c1 - c0);
                     }
-                    if (!FA__AMX_PIPE) { K->amx_run(ajob, nj); nj = 0; }
-                    if (ln.mods)
-                        for (j = 0; j < nk; j++) K->scale(s0 + (size_t)j * 32, s0 + (size_t)j * 32, 16 * FA__NV(ip), d->scale);
-                    if (ln.mods || mask) fa__modify_tile(K, &ln, 16 * FA__VA(ip), s0, 32, FA__NV(ip), k0, nk, mask);
-                    K->amx_online(FA__SP(amx_it, ip), off, nk, FA__NV(ip), sc, m + 16 * FA__VA(ip), l + 16 * FA__VA(ip), FA__OP(ip), Dv,
-                                  FA__PP(amx_it, ip), pl->np16, ajob, nj);
-                    pend = 1; pend_vt = Vt; pend_pp = FA__PP(amx_it, ip); pend_op = FA__OP(ip); pend_nv = FA__NV(ip);
-                    amx_it++;
+#undef FA__SR
+#undef FA__PR
+                } else {
+                    if (!(la && la_f0 == f0 && la_nkq == nkq && la_pv == FA__PV(0) && la_va <= FA__VA(0) &&
+                          FA__VA(0) + FA__NV(0) <= la_vb)) {
+                        K->amx_qk_job(khb + f0 * ks, ks, nkq, D, FA__QP(0), FA__SP(amx_it, 0), FA__NV(0), &pf, &ajob[0]);
+                        K->amx_run(ajob, 1);
+                    }
+                    la = 0;
+                    for (ip = 0; ip < npn; ip++) {
+                        float *s0 = FA__SP(amx_it, ip) + (size_t)off * 32;
+                        nj = 0;
+                        for (i = 0; i < amx_pf; i++) fa__pf_step(&pf);
+                        if (pend) { K->amx_pv_job(pend_vt, pl->np16, Dv, pend_pp, pend_op, pend_nv, &pf, &ajob[nj++]); pend = 0; }
+                        if (ip + 1 < npn) {
+                            K->amx_qk_job(khb + f0 * ks, ks, nkq, D, FA__QP(ip + 1), FA__SP(amx_it + 1, ip + 1), FA__NV(ip + 1), &pf,
+                                          &ajob[nj++]);
+                        } else if (pl->vt_all && kb + 1 < kb1) {
+                            int64_t g0 = f0 + bk, g1 = g0 + bk < d->Sk ? g0 + bk : d->Sk, gn = (g1 < khi ? g1 : khi) - g0;
+                            if (gn > 0) {   /* the next block's keys in this tile from its first (off 0), as above */
+                                la_nkq = (int)((gn + 15) / 16 * 16 < g1 - g0 ? (gn + 15) / 16 * 16 : g1 - g0);
+                                la = 1; la_f0 = g0; la_pv = FA__PV(0); la_va = FA__VA(0); la_vb = FA__VA(0) + FA__NV(0);
+                                K->amx_qk_job(khb + g0 * ks, ks, la_nkq, D, FA__QP(0), FA__SP(amx_it + 1, 0), FA__NV(0), &pf, &ajob[nj++]);
+                            }
+                        }
+                        if (!FA__AMX_PIPE) { K->amx_run(ajob, nj); nj = 0; }
+                        if (ln.mods)
+                            for (j = 0; j < nk; j++) K->scale(s0 + (size_t)j * 32, s0 + (size_t)j * 32, 16 * FA__NV(ip), d->scale);
+                        if (ln.mods || mask) fa__modify_tile(K, &ln, 16 * FA__VA(ip), s0, 32, FA__NV(ip), k0, nk, mask);
+                        K->amx_online(FA__SP(amx_it, ip), off, nk, FA__NV(ip), sc, m + 16 * FA__VA(ip), l + 16 * FA__VA(ip), FA__OP(ip), Dv,
+                                      FA__PP(amx_it, ip), pl->np16, ajob, nj);
+                        pend = 1; pend_vt = Vt; pend_pp = FA__PP(amx_it, ip); pend_op = FA__OP(ip); pend_nv = FA__NV(ip);
+                        amx_it++;
+                    }
+                    if (!pl->vt_all) FA__AMX_FLUSH;     /* the next block's Vt goes where this one's is */
                 }
-                if (!pl->vt_all) FA__AMX_FLUSH;     /* the next block's Vt goes where this one's is */
 #undef FA__PV
 #undef FA__VA
 #undef FA__NV

@@ -6,7 +6,9 @@
    transpose per block (fa__vpack_bf16 + fa__vt_pack, once per tile and block, shared by the panels),
    then the four in their real order, beside this thread's AMX tile-loop ceiling; then the fused online
    step with P's rounding (fa__online_amx, `oamx`) and the panel pipeline of fa__tiled_item with the
-   jobs run before each online step (`pipe0`) or through it (`pipe`). Prints ns per
+   jobs run before each online step (`pipe0`) or through it (`pipe`), and FA__AMX_RR's order: panels
+   in chunks of 1, 2, 3 and 6, each product's 2 x 2 blocks round robin over a chunk (fa__amx_run_rr;
+   the scores alone, P V alone, and the whole chunked block). Prints ns per
    panel-block and the GFLOP/s the two products' 4 x lanes x keys x D would run at.
    Needs an AMX-BF16 CPU (prints "no AMX" and exits 0 elsewhere, or under FA__AMX_EMULATE runs the
    C emulation, for checking that it runs at all).
@@ -70,6 +72,9 @@ int main(int argc, char **argv)
             uint32_t *Vt = (uint32_t *)amalloc((size_t)D * np16 * 4);
             float m[LD * NPAN], l[LD * NPAN], tmp[LD * NPAN], *f = (float *)amalloc((size_t)bk * D * 4);
             double t0, tq = 0, to = 0, tp = 0, tv = 0, tk = 0, ts = 0, flops = 4.0 * LANES * bk * D, tf = 0, tz = 0, tpp = 0;
+#ifndef PROBE_OLD
+            double rrq[4] = { 0 }, rrv[4] = { 0 }, rra[4] = { 0 };
+#endif
             fa__pf pf;
             memset(&pf, 0, sizeof pf);
             memset(Pp, 0, (size_t)np16 * LD * NPAN * 4);
@@ -155,6 +160,46 @@ int main(int argc, char **argv)
                         a = tnow() - t0; if (r) { if (pipe) tpp = a / n / NPAN; else tz = a / n / NPAN; }
                     }
                 }
+                {   /* FA__AMX_RR's order: chunks of g panels, each product's 2 x 2 blocks round robin over
+                       the chunk (fa__amx_run_rr), the scores alone (qk), P V alone (pv), and the whole
+                       chunked block (all: scores, online steps, P V), for g = 1, 2, 3, 6 */
+                    static const int gs[4] = { 1, 2, 3, 6 };
+                    int gi, c0, c1;
+                    for (gi = 0; gi < 4; gi++) {
+                        fa__amx_job cj[NPAN];
+                        int g = gs[gi];
+                        t0 = tnow();
+                        for (k = 0; k < n; k++)
+                            for (c0 = 0; c0 < NPAN; c0 = c1) {
+                                c1 = c0 + g < NPAN ? c0 + g : NPAN;
+                                for (p = c0; p < c1; p++) fa__qk_amx_job(K, D, bk, D, QP(p), SP(p), NV, &pf, &cj[p - c0]);
+                                fa__amx_run_rr(cj, c1 - c0);
+                            }
+                        a = tnow() - t0; if (r) rrq[gi] = a / n / NPAN;
+                        t0 = tnow();
+                        for (k = 0; k < n; k++)
+                            for (c0 = 0; c0 < NPAN; c0 = c1) {
+                                c1 = c0 + g < NPAN ? c0 + g : NPAN;
+                                for (p = c0; p < c1; p++) fa__pv_amx_job(Vt, np16, D, PP(p), OP(p), NV, &pf, &cj[p - c0]);
+                                fa__amx_run_rr(cj, c1 - c0);
+                            }
+                        a = tnow() - t0; if (r) rrv[gi] = a / n / NPAN;
+                        t0 = tnow();
+                        for (k = 0; k < n; k++) {
+                            j = fa__vpack_bf16(V, D, bk, D, Vp); fa__vt_pack(Vp, (bk + 1) / 2, D, Vt, np16);
+                            for (c0 = 0; c0 < NPAN; c0 = c1) {
+                                c1 = c0 + g < NPAN ? c0 + g : NPAN;
+                                for (p = c0; p < c1; p++) fa__qk_amx_job(K, D, bk, D, QP(p), SP(p), NV, &pf, &cj[p - c0]);
+                                fa__amx_run_rr(cj, c1 - c0);
+                                for (p = c0; p < c1; p++)
+                                    fa__online_amx(SP(p), 0, bk, NV, 0.088f, m + p * LANES, l + p * LANES, OP(p), D, PP(p), np16, NULL, 0);
+                                for (p = c0; p < c1; p++) fa__pv_amx_job(Vt, np16, D, PP(p), OP(p), NV, &pf, &cj[p - c0]);
+                                fa__amx_run_rr(cj, c1 - c0);
+                            }
+                        }
+                        a = tnow() - t0; if (r) rra[gi] = a / n / NPAN;
+                    }
+                }
 #endif
                 memset(Ot, 0, (size_t)NPAN * LD * D * 4);
                 for (i = 0; i < (size_t)LD * NPAN; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
@@ -164,6 +209,14 @@ int main(int argc, char **argv)
                    1e9 * tq, 1e9 * to, 1e9 * tp, 1e9 * tv, 1e9 * tk, 1e9 * (tq + to + tp + tv + tk), 1e9 * ts,
                    flops / (tq + to + tp + tv + tk) * 1e-9, flops / ts * 1e-9, 1e9 * tf, 1e9 * tz, 1e9 * tpp,
                    tz > 0 ? flops / tz * 1e-9 : 0.0, tpp > 0 ? flops / tpp * 1e-9 : 0.0);
+#ifndef PROBE_OLD
+            printf("%4d %4d | chunks of 1/2/3/6 panels, round robin: qk %.0f/%.0f/%.0f/%.0f pv %.0f/%.0f/%.0f/%.0f all %.0f/%.0f/%.0f/%.0f"
+                   " (ns per tdpbf16ps qk %.1f/%.1f/%.1f/%.1f, GF all %.0f/%.0f/%.0f/%.0f)\n", D, bk,
+                   1e9 * rrq[0], 1e9 * rrq[1], 1e9 * rrq[2], 1e9 * rrq[3], 1e9 * rrv[0], 1e9 * rrv[1], 1e9 * rrv[2], 1e9 * rrv[3],
+                   1e9 * rra[0], 1e9 * rra[1], 1e9 * rra[2], 1e9 * rra[3], 1e9 * rrq[0] / (bk / 16 * 2 * D / 32.0),
+                   1e9 * rrq[1] / (bk / 16 * 2 * D / 32.0), 1e9 * rrq[2] / (bk / 16 * 2 * D / 32.0), 1e9 * rrq[3] / (bk / 16 * 2 * D / 32.0),
+                   flops / rra[0] * 1e-9, flops / rra[1] * 1e-9, flops / rra[2] * 1e-9, flops / rra[3] * 1e-9);
+#endif
             free(K); free(V); free(Qp); free(St); free(Ot); free(Pp); free(Vp); free(Vt); free(f);
         }
     {   /* one 2 x 2 block of tiles (fa__amx_group) on operands that stay in L1: 32 x 32 C over a reduction
