@@ -5839,12 +5839,10 @@ struct fa__cu_generic_d256 { enum { DC = 256, RM = 4, CN = 2, PIPE = 0, MINB = 1
    class. RM: query rows a thread (BQ = 16 RM rows a query block), CN: keys a thread (BK = 16 CN
    keys a key block). D = 256 halves both so that K, V, Q, dO and dS fit in shared memory. MINB:
    blocks per SM of the dK/dV kernel (D = 64: two of 103 KB, 128 registers a thread, spilling up to
-   48 bytes; the deterministic dq kernel stays at one, where two spilled 260 bytes). SPLIT: the
-   dK/dV kernel's products by halves of the block (fa__cu_bwd_sxy: S and dV on warps 0-3, dP and dK
-   on warps 4-7, 8 x 4 and 8 x 4 NC register tiles); it needs RM = CN = 4. */
-struct fa__cu_bwd_d64 { enum { DC = 64, RM = 4, CN = 4, MINB = 2, SPLIT = 1 }; };
-struct fa__cu_bwd_d128 { enum { DC = 128, RM = 4, CN = 4, MINB = 1, SPLIT = 1 }; };
-struct fa__cu_bwd_d256 { enum { DC = 256, RM = 2, CN = 2, MINB = 1, SPLIT = 0 }; };
+   48 bytes; the deterministic dq kernel stays at one, where two spilled 260 bytes). */
+struct fa__cu_bwd_d64 { enum { DC = 64, RM = 4, CN = 4, MINB = 2 }; };
+struct fa__cu_bwd_d128 { enum { DC = 128, RM = 4, CN = 4, MINB = 1 }; };
+struct fa__cu_bwd_d256 { enum { DC = 256, RM = 2, CN = 2, MINB = 1 }; };
 
 /* The tensor-core kernel's tile configurations (8d), one per FA__CU_TC_* kernel. D: the head dim.
    NW: warps a block. MT: m16 tiles a warp (BQ = 16 MT NW query rows a block). BK: keys a tile.
@@ -8388,19 +8386,19 @@ static __device__ __forceinline__ void fa__cu_bwd_txy(int &tx, int &ty)
     ty = (t >> 3 & 3) | (w >> 1) << 2;
 }
 
-/* acc[r][c] += dot(A's row ty + SR r, B's row tx + SC c) over [0, n), n a multiple of 4, rows LD
+/* acc[r][c] += dot(A's row ty + 16 r, B's row tx + 16 c) over [0, n), n a multiple of 4, rows LD
    floats apart in shared memory: the FFMA backward's S = Q K^T and dP = dO V^T. */
-template <int RM, int CN, int LD, int SR = 16, int SC = 16>
+template <int RM, int CN, int LD>
 static __device__ __forceinline__ void fa__cu_bwd_dots(float (&acc)[RM][CN], const float *A, const float *B, int n,
                                                        int tx, int ty)
 {
     for (int t = 0; t < n; t += 4) {
         float4 bb[CN];
 #pragma unroll
-        for (int c = 0; c < CN; c++) bb[c] = *(const float4 *)(B + (tx + SC * c) * LD + t);
+        for (int c = 0; c < CN; c++) bb[c] = *(const float4 *)(B + (tx + 16 * c) * LD + t);
 #pragma unroll
         for (int r = 0; r < RM; r++) {
-            const float4 aa = *(const float4 *)(A + (ty + SR * r) * LD + t);
+            const float4 aa = *(const float4 *)(A + (ty + 16 * r) * LD + t);
 #pragma unroll
             for (int c = 0; c < CN; c++) {
                 acc[r][c] = fmaf(aa.x, bb[c].x, acc[r][c]);
@@ -8452,117 +8450,6 @@ static __device__ __forceinline__ void fa__cu_bwd_tile(const fa__dims &d, const 
             p[r][c] = pj;
             ds[r][c] = pj == 0.0f ? 0.0f : pj * (ds[r][c] - dl) * (sc ? 1.0f - t * t : 1.0f);
         }
-    }
-}
-
-/* The split dK/dV kernel's thread (sx, sy) of a half of the block (half 0: warps 0-3, half 1:
-   warps 4-7), a 16 x 8 grid laid out in each half as fa__cu_bwd_txy lays out the whole block (a warp
-   8 sx by 4 sy). In the split tile a thread owns query rows sy + 8r (r < 8) and keys sx + 16c
-   (c < 4); in the split dV/dK product keys sy + 8r and columns 64n + 4sx .. + 3. */
-static __device__ __forceinline__ void fa__cu_bwd_sxy(int &sx, int &sy, int &half)
-{
-    const int t = (int)threadIdx.x & 127, w = t >> 5;
-    half = (int)threadIdx.x >> 7;
-    sx = (t & 7) | (w & 1) << 3;
-    sy = (t >> 3 & 3) | (w >> 1) << 2;
-}
-
-/* fa__cu_bwd_tile by halves (CFG::SPLIT; BQ = BK = 64, 256 threads): half 0 forms S = Q K^T and,
-   by the same rule as fa__cu_bwd_tile, P (into sPT, transposed) and the modifier's derivative
-   factor (softcap's 1 - t^2, else 1, into sST); half 1 forms dP = dO V^T and, after the barrier,
-   dS = P (dP - delta) factor (0 where P is 0) into sST in place. Each half's register tile is 8 x 4,
-   12 shared loads for 128 FFMAs a k-step (fa__cu_bwd_tile: 8 for 64). The same products in the
-   same order as fa__cu_bwd_tile's, so the same bits. Ends with sPT (P^T) and sST (dS^T) written
-   by the threads that own them; the caller's barrier publishes them. */
-template <class CFG, bool FIN>
-static __device__ __forceinline__ void fa__cu_bwd_tile_split(const fa__dims &d, const fa__cu_mods &md, bool sc, bool al,
-                                                             bool bi, const float *sQ, const float *sO,
-                                                             const float *sK, const float *sV, const float *sL,
-                                                             const float *sDl, const float *kb, int i0, int k0,
-                                                             bool full, float *sPT, float *sST)
-{
-    typedef fa__cu_bgeom<CFG> G;
-    enum { LD = G::LD, LDT = G::LDT, R = 8, C = 4 };
-    static_assert(!CFG::SPLIT || (G::BQ == 8 * R && G::BK == 16 * C && FA__CU_THREADS == 256),
-                  "the split tile is 64 x 64 on 256 threads");
-    const int Dp = (d.D + 3) & ~3, Dvp = (d.Dv + 3) & ~3;
-    const bool mods = sc || al || bi;
-    float a[R][C];
-    int sx, sy, half;
-    fa__cu_bwd_sxy(sx, sy, half);
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int c = 0; c < C; c++) a[r][c] = 0.0f;
-    /* half 0: S = Q K^T (K carries the scale); half 1: dP = dO V^T */
-    fa__cu_bwd_dots<R, C, LD, 8, 16>(a, half ? sO : sQ, half ? sV : sK, half ? Dvp : Dp, sx, sy);
-    if (half == 0) {
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int64_t i = (int64_t)i0 + sy + 8 * r;
-            const float L = sL[sy + 8 * r];
-            int lo = 0, hi = d.Sk;
-            if (!full) fa__cu_row_keys(d, (int)(i < d.Sq ? i : d.Sq - 1), &lo, &hi);
-#pragma unroll
-            for (int c = 0; c < C; c++) {
-                const int j = k0 + sx + 16 * c;
-                const bool in = i < d.Sq && j < d.Sk;
-                float x = FIN ? a[r][c] + (j < d.Sk ? kb[j] : 0.0f) : a[r][c], t = 0.0f;
-                if (mods && in) x = fa__cu_modify<fa__cu_tanh, false>(md, x, sc, al, bi, (float)(i + d.Sk - d.Sq - j), i, j, &t);
-                sPT[(sx + 16 * c) * LDT + sy + 8 * r] =
-                    !in || j < lo || j >= hi || L == -INFINITY || x == -INFINITY ? 0.0f : expf(x - L);
-                sST[(sx + 16 * c) * LDT + sy + 8 * r] = sc ? 1.0f - t * t : 1.0f;
-            }
-        }
-    }
-    __syncthreads();                                       /* P^T and the factors are stored */
-    if (half != 0) {
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const float dl = sDl[sy + 8 * r];
-#pragma unroll
-            for (int c = 0; c < C; c++) {
-                const int x = (sx + 16 * c) * LDT + sy + 8 * r;
-                const float pj = sPT[x];
-                sST[x] = pj == 0.0f ? 0.0f : pj * (a[r][c] - dl) * sST[x];
-            }
-        }
-    }
-}
-
-/* The split dV/dK product (CFG::SPLIT): acc[r][64n + 4 sx + e] += sum_i A[sy + 8r][i] B[i][64n + 4 sx + e]
-   over the block's BQ rows, with A = P^T, B = dO on half 0 (dV) and A = dS^T, B = Q on half 1 (dK):
-   8 keys by 4 NC columns a thread, 8 + 4 NC shared loads for 32 NC FFMAs each 4 rows (the
-   unsplit product: 2 CN + 8 NC for 32 CN NC). The same order of sums as the unsplit product. */
-template <class CFG>
-static __device__ __forceinline__ void fa__cu_bwd_pv_split(float (&acc)[2 * CFG::CN][4 * fa__cu_bgeom<CFG>::NC],
-                                                           const float *sPT, const float *sST, const float *sQ,
-                                                           const float *sO)
-{
-    typedef fa__cu_bgeom<CFG> G;
-    enum { NC = G::NC, BQ = G::BQ, LD = G::LD, LDT = G::LDT, R = 2 * CFG::CN };
-    static_assert(!CFG::SPLIT || R == 8, "the split product's keys: 8 a thread");
-    int sx, sy, half;
-    fa__cu_bwd_sxy(sx, sy, half);
-    const float *A = half ? sST : sPT, *B = half ? sQ : sO;
-    for (int i = 0; i < BQ; i += 4) {
-        float4 at[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) at[r] = *(const float4 *)(A + (sy + 8 * r) * LDT + i);
-#pragma unroll
-        for (int ii = 0; ii < 4; ii++)
-#pragma unroll
-            for (int n = 0; n < NC; n++) {
-                const float4 bb = *(const float4 *)(B + (i + ii) * LD + 64 * n + 4 * sx);
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const float x = ii == 0 ? at[r].x : ii == 1 ? at[r].y : ii == 2 ? at[r].z : at[r].w;
-                    acc[r][4 * n + 0] = fmaf(x, bb.x, acc[r][4 * n + 0]);
-                    acc[r][4 * n + 1] = fmaf(x, bb.y, acc[r][4 * n + 1]);
-                    acc[r][4 * n + 2] = fmaf(x, bb.z, acc[r][4 * n + 2]);
-                    acc[r][4 * n + 3] = fmaf(x, bb.w, acc[r][4 * n + 3]);
-                }
-            }
     }
 }
 
@@ -8740,17 +8627,14 @@ static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, c
     const bool sc = d.softcap > 0.0f, al = d.alibi != NULL, bi = d.bias != NULL, vq = (vec & 1) != 0;
     const float *kbg = kbad + (int64_t)bg * d.Sk;
     const T *qb_ = q + (int64_t)b * d.qs[0], *ob_ = dO + (int64_t)b * d.os[0];
-    /* unsplit: acc[r] dK and acc[CN + r] dV of keys ty + 16r; split: acc[r] dV (half 0) or dK (half 1)
-       of keys sy + 8r (fa__cu_bwd_sxy) */
-    float acc[2 * CN][4 * NC];
+    float adk[CN][4 * NC], adv[CN][4 * NC];
     int64_t r0, r1;
     int tx, ty, qlo, nqb, ntile;
-    static_assert(!CFG::SPLIT || (RM == 4 && CN == 4), "the split kernel's tiles are 64 x 64");
     fa__cu_bwd_txy(tx, ty);
 #pragma unroll
-    for (int r = 0; r < 2 * CN; r++)
+    for (int r = 0; r < CN; r++)
 #pragma unroll
-        for (int c = 0; c < 4 * NC; c++) acc[r][c] = 0.0f;
+        for (int c = 0; c < 4 * NC; c++) adk[r][c] = adv[r][c] = 0.0f;
     fa__cu_bwd_in_tile<T, BK, G::DC, LD, FIN>(sK, k + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1] + (int64_t)k0 * d.ks[2],
                                               d.ks[2], nk, d.D, d.scale, (vec & 2) != 0);
     fa__cu_bwd_in_tile<T, BK, G::DC, LD, false>(sV, v + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1] + (int64_t)k0 * d.vs[2],
@@ -8768,53 +8652,46 @@ static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, c
         const bool more = t + 1 < ntile, pf = PF && vq && more;
         const int hn = g * d.group + (t + 1) / nqb, in0 = (qlo + (t + 1) % nqb) * BQ, nqn = min((int)BQ, d.Sq - in0);
         fa__cu_bwd_stage<T, BQ, G::DC> nQ, nO;
+        float p[RM][CN], ds[RM][CN];
         __syncthreads();                                   /* this block's Q, dO, lse, delta are stored */
-        if (CFG::SPLIT) {
-            fa__cu_bwd_tile_split<CFG, FIN>(d, md, sc, al, bi, sQ, sO, sK, sV, sL, sDl, kbg, i0, k0,
-                                            fa__keys_full(&kr, k0, k0 + BK) != 0, sPT, sST);
-            __syncthreads();
-            fa__cu_bwd_pv_split<CFG>(acc, sPT, sST, sQ, sO);
-        } else {
-            float p[RM][CN], ds[RM][CN];
-            fa__cu_bwd_tile<CFG, FIN>(d, md, sc, al, bi, sQ, sO, sK, sV, sL, sDl, kbg, i0, k0,
-                                      fa__keys_full(&kr, k0, k0 + BK) != 0, p, ds);
+        fa__cu_bwd_tile<CFG, FIN>(d, md, sc, al, bi, sQ, sO, sK, sV, sL, sDl, kbg, i0, k0,
+                                  fa__keys_full(&kr, k0, k0 + BK) != 0, p, ds);
 #pragma unroll
-            for (int r = 0; r < RM; r++)
+        for (int r = 0; r < RM; r++)
 #pragma unroll
-                for (int c = 0; c < CN; c++) {
-                    sPT[(tx + 16 * c) * LDT + ty + 16 * r] = p[r][c];
-                    sST[(tx + 16 * c) * LDT + ty + 16 * r] = ds[r][c];
-                }
-            __syncthreads();
-            /* dV += P^T dO, dK += dS^T Q: this thread's keys ty + 16r, columns 64n + 4tx .. +3 */
-            for (int i = 0; i < BQ; i += 4) {
-                float4 pt[CN], st[CN];
-#pragma unroll
-                for (int r = 0; r < CN; r++) {
-                    pt[r] = *(const float4 *)(sPT + (ty + 16 * r) * LDT + i);
-                    st[r] = *(const float4 *)(sST + (ty + 16 * r) * LDT + i);
-                }
-#pragma unroll
-                for (int ii = 0; ii < 4; ii++)
-#pragma unroll
-                    for (int n = 0; n < NC; n++) {
-                        const float4 oo = *(const float4 *)(sO + (i + ii) * LD + 64 * n + 4 * tx);
-                        const float4 qq = *(const float4 *)(sQ + (i + ii) * LD + 64 * n + 4 * tx);
-#pragma unroll
-                        for (int r = 0; r < CN; r++) {
-                            const float a = ii == 0 ? pt[r].x : ii == 1 ? pt[r].y : ii == 2 ? pt[r].z : pt[r].w;
-                            const float e = ii == 0 ? st[r].x : ii == 1 ? st[r].y : ii == 2 ? st[r].z : st[r].w;
-                            acc[CN + r][4 * n + 0] = fmaf(a, oo.x, acc[CN + r][4 * n + 0]);
-                            acc[CN + r][4 * n + 1] = fmaf(a, oo.y, acc[CN + r][4 * n + 1]);
-                            acc[CN + r][4 * n + 2] = fmaf(a, oo.z, acc[CN + r][4 * n + 2]);
-                            acc[CN + r][4 * n + 3] = fmaf(a, oo.w, acc[CN + r][4 * n + 3]);
-                            acc[r][4 * n + 0] = fmaf(e, qq.x, acc[r][4 * n + 0]);
-                            acc[r][4 * n + 1] = fmaf(e, qq.y, acc[r][4 * n + 1]);
-                            acc[r][4 * n + 2] = fmaf(e, qq.z, acc[r][4 * n + 2]);
-                            acc[r][4 * n + 3] = fmaf(e, qq.w, acc[r][4 * n + 3]);
-                        }
-                    }
+            for (int c = 0; c < CN; c++) {
+                sPT[(tx + 16 * c) * LDT + ty + 16 * r] = p[r][c];
+                sST[(tx + 16 * c) * LDT + ty + 16 * r] = ds[r][c];
             }
+        __syncthreads();
+        /* dV += P^T dO, dK += dS^T Q: this thread's keys ty + 16r, columns 64n + 4tx .. +3 */
+        for (int i = 0; i < BQ; i += 4) {
+            float4 pt[CN], st[CN];
+#pragma unroll
+            for (int r = 0; r < CN; r++) {
+                pt[r] = *(const float4 *)(sPT + (ty + 16 * r) * LDT + i);
+                st[r] = *(const float4 *)(sST + (ty + 16 * r) * LDT + i);
+            }
+#pragma unroll
+            for (int ii = 0; ii < 4; ii++)
+#pragma unroll
+                for (int n = 0; n < NC; n++) {
+                    const float4 oo = *(const float4 *)(sO + (i + ii) * LD + 64 * n + 4 * tx);
+                    const float4 qq = *(const float4 *)(sQ + (i + ii) * LD + 64 * n + 4 * tx);
+#pragma unroll
+                    for (int r = 0; r < CN; r++) {
+                        const float a = ii == 0 ? pt[r].x : ii == 1 ? pt[r].y : ii == 2 ? pt[r].z : pt[r].w;
+                        const float e = ii == 0 ? st[r].x : ii == 1 ? st[r].y : ii == 2 ? st[r].z : st[r].w;
+                        adv[r][4 * n + 0] = fmaf(a, oo.x, adv[r][4 * n + 0]);
+                        adv[r][4 * n + 1] = fmaf(a, oo.y, adv[r][4 * n + 1]);
+                        adv[r][4 * n + 2] = fmaf(a, oo.z, adv[r][4 * n + 2]);
+                        adv[r][4 * n + 3] = fmaf(a, oo.w, adv[r][4 * n + 3]);
+                        adk[r][4 * n + 0] = fmaf(e, qq.x, adk[r][4 * n + 0]);
+                        adk[r][4 * n + 1] = fmaf(e, qq.y, adk[r][4 * n + 1]);
+                        adk[r][4 * n + 2] = fmaf(e, qq.z, adk[r][4 * n + 2]);
+                        adk[r][4 * n + 3] = fmaf(e, qq.w, adk[r][4 * n + 3]);
+                    }
+                }
         }
         if (pf) {                                          /* the next block's Q and dO in flight */
             nQ.load(qb_ + (int64_t)hn * d.qs[1] + (int64_t)in0 * d.qs[2], d.qs[2], nqn, d.D);
@@ -8860,25 +8737,6 @@ static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, c
         }
     }
     /* dk = scale dK, dv = dV of the block's keys (0 for a key no row sees) */
-    if (CFG::SPLIT) {                                      /* half 0 dv, half 1 dk of keys sy + 8r */
-        int sx, sy, half;
-        fa__cu_bwd_sxy(sx, sy, half);
-#pragma unroll
-        for (int r = 0; r < 2 * CN; r++) {
-            const int j = sy + 8 * r, w = half ? d.D : d.Dv;
-            if (j >= nk) continue;
-            T *row = half ? dk + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1] + (int64_t)(k0 + j) * d.ks[2]
-                          : dv + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1] + (int64_t)(k0 + j) * d.vs[2];
-#pragma unroll
-            for (int n = 0; n < NC; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int col = 64 * n + 4 * sx + e;
-                    if (col < w) fa__st(row + col, half ? acc[r][4 * n + e] * d.scale : acc[r][4 * n + e]);
-                }
-        }
-        return;
-    }
 #pragma unroll
     for (int r = 0; r < CN; r++) {
         const int j = ty + 16 * r;
@@ -8890,8 +8748,8 @@ static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, c
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int col = 64 * n + 4 * tx + e;
-                if (col < d.D) fa__st(kr_ + col, acc[r][4 * n + e] * d.scale);
-                if (col < d.Dv) fa__st(vr_ + col, acc[CN + r][4 * n + e]);
+                if (col < d.D) fa__st(kr_ + col, adk[r][4 * n + e] * d.scale);
+                if (col < d.Dv) fa__st(vr_ + col, adv[r][4 * n + e]);
             }
     }
 }
