@@ -5930,20 +5930,21 @@ struct fa__wgb_d128 {
    own key tiles of BK through a private ring of ST cp.async stages) plus ST; BK x D is 2 KB a row
    of the ring at both head dims, so that 2 blocks fit an SM (MINB); QK2 1: S = Q K^T on two
    accumulator chains a tile (fa__dec_qk; at D = 128, whose 8 k-steps make one chain long; MT = 2
-   has two chains already). MT = 1 (16 rows) for group * Sq <= 16; the _r32 ones (MT = 2, 32 rows)
-   above, so that a GQA/MQA group of up to 32 packed rows reads each K/V tile once (8f); at D = 128
-   their Q is re-read from shared memory every tile (QREG 0: held in registers, o's 128 and Q's 64
-   registers a thread reach 255 and spill, 216 bytes in the modifier variant). The FFMA
+   keeps the same two chains, so that a row's sums do not depend on MT). MT = 1 (16 rows); the _r32
+   ones (MT = 2, 32 rows), where group * Sq > 16 and the grid of 16-row blocks takes more than one
+   wave (8f), read each K/V tile once for a GQA/MQA group of up to 32 packed rows and give a row the
+   same bits as the 16-row ones; at D = 128 their Q is re-read from shared memory every tile (QREG
+   0: held in registers, o's 128 and Q's 64 registers a thread reach 255 and spill). The FFMA
    one walks tiles of FA__CU_DEC_BK keys with FA__CU_DEC_THREADS threads over FA__CU_DEC_ROWS packed
    rows. Chunks: a row's keys are cut at multiples of fa__cu_dec_chunk's size (8f), a function of
-   one sequence's shape (Sk, Hkv, group * Sq and the rows a block that the shape picks; never B): at
+   one sequence's shape (Sk, Hkv, group * Sq; never B, the device, or the block picked): at
    least FA__CU_DEC_CHUNK_MIN keys, a multiple of 256, and as many chunks as make about
    FA__CU_DEC_PARTS blocks a sequence (so at most that many). The picker takes the decode path for
    Sq <= FA__CU_DEC_MAX_SQ and group * Sq <= FA__CU_DEC_MAX_ROWS. */
 struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0 }; };
 struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 1 }; };
 struct fa__dec_d64_r32 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0 }; };
-struct fa__dec_d128_r32 { enum { D = 128, NW = 4, MT = 2, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 0 }; };
+struct fa__dec_d128_r32 { enum { D = 128, NW = 4, MT = 2, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1 }; };
 #define FA__CU_DEC_ROWS 16
 #define FA__CU_DEC_BK 32
 #define FA__CU_DEC_THREADS 128
@@ -6678,6 +6679,21 @@ static __device__ __forceinline__ void fa__tc_q_frags(unsigned (&qf)[C::MT][C::D
         for (int kk = 0; kk < C::D / 16; kk++) fa__tc_a_frag<C>(aq, mt, kk, qf[mt][kk]);
 }
 
+/* Q's A fragment of m16 tile mt, k-step kk: from the registers qf (QREG) or re-read through aq. */
+template <class C>
+static __device__ __forceinline__ void fa__tc_q_of(const unsigned (&qf)[C::MT][C::D / 16][4], const unsigned (&aq)[4],
+                                                   int mt, int kk, unsigned (&r)[4])
+{
+    if (fa__tc_geom<C>::QREG) {
+        r[0] = qf[mt][kk][0];
+        r[1] = qf[mt][kk][1];
+        r[2] = qf[mt][kk][2];
+        r[3] = qf[mt][kk][3];
+    } else {
+        fa__tc_a_frag<C>(aq, mt, kk, r);
+    }
+}
+
 /* Step: S = Q K^T for the K tile at stage offset st. s[mt][n] is the m16 x n8 accumulator of m16
    tile mt and keys 8n .. 8n+7 of the tile: raw dot products (no scale), what a backward keeps as
    the score before softcap. Q from qf (QREG) or re-read through aq. */
@@ -6695,16 +6711,7 @@ static __device__ __forceinline__ void fa__tc_qk(float (&s)[C::MT][C::BK / 8][4]
     for (int kk = 0; kk < G::KD; kk++) {
         unsigned qa[G::MT][4];
 #pragma unroll
-        for (int mt = 0; mt < G::MT; mt++) {
-            if (G::QREG) {
-                qa[mt][0] = qf[mt][kk][0];
-                qa[mt][1] = qf[mt][kk][1];
-                qa[mt][2] = qf[mt][kk][2];
-                qa[mt][3] = qf[mt][kk][3];
-            } else {
-                fa__tc_a_frag<C>(aq, mt, kk, qa[mt]);
-            }
-        }
+        for (int mt = 0; mt < G::MT; mt++) fa__tc_q_of<C>(qf, aq, mt, kk, qa[mt]);
         if (G::PF) {
             unsigned kb[G::NN][2];
 #pragma unroll
@@ -6842,7 +6849,10 @@ static __device__ __forceinline__ float fa__tc_exp_pack(const float (&s)[C::MT][
 /* Step: the online softmax of one tile for this thread's rows. m: the running max of the scores
    (in their unit; f turns them into log2 units), l: this thread's share of the running sum, o:
    the accumulator, rescaled by alpha = 2^(m_old f - ref) unless no row max of the warp moved.
-   XP: fa__tc_exp_pack's FMA-pipe share of the exps. */
+   A row whose max did not move takes alpha = 1 exactly (2^(m f - ref) is 2 to the rounding error
+   of m f there, not always 1), so that skipping the rescale changes no bit and a row's result does
+   not depend on the other rows of its warp (the decode kernels' 16- and 32-row blocks, 8d2, give
+   the same bits). XP: fa__tc_exp_pack's FMA-pipe share of the exps. */
 template <typename T, class C, int XP = 0>
 static __device__ __forceinline__ void fa__tc_softmax(const float (&s)[C::MT][C::BK / 8][4], float (&m)[C::MT][2],
                                                       float (&l)[C::MT][2], float (&o)[C::MT][C::D / 8][4],
@@ -6857,8 +6867,9 @@ static __device__ __forceinline__ void fa__tc_softmax(const float (&s)[C::MT][C:
         for (int hf = 0; hf < 2; hf++) {
             const float mx = fa__tc_quad_max(fmaxf(m[mt][hf], fa__tc_row_max<C>(s, mt, hf)));
             const float ref = fa__online_ref(mx) * f;   /* a row hidden so far stays at 0 */
-            alpha[mt][hf] = fa__tc_ex2(fmaf(m[mt][hf], f, -ref));
-            moved |= mx != m[mt][hf];
+            const bool mv = mx != m[mt][hf];
+            alpha[mt][hf] = mv ? fa__tc_ex2(fmaf(m[mt][hf], f, -ref)) : 1.0f;
+            moved |= mv;
             m[mt][hf] = mx;
             l[mt][hf] = fmaf(l[mt][hf], alpha[mt][hf], fa__tc_exp_pack<T, C, XP>(s, mt, hf, f, ref, pa));
         }
@@ -7255,8 +7266,9 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tc_fwd(const fa__tc_a
    fa__cu_dec_merge then merges each row's chunks into o (storage type, o's strides) and lse, by
    8b's merge rule (the one fa_cuda_merge runs).
    Two kernels: fa__dec_tc (fp16/bf16, D = Dv in {64, 128}, 16-byte aligned q/k/v rows, sm_80+),
-   8d's steps on MT m16 tiles of packed rows (MT = 2 where a group's rows pass 16, so that K/V are
-   read once for up to 32 of them): each of the NW warps walks its own key tiles (tile
+   8d's steps on MT m16 tiles of packed rows (MT = 2 where a group's rows pass 16 and the 16-row
+   grid takes more than a wave, so that K/V are read once for up to 32 of them; a row's bits are
+   the same at MT = 1 and 2): each of the NW warps walks its own key tiles (tile
    t0 + warp + NW u of the chunk) through a private ring of ST cp.async stages (no block barrier in
    the loop), with 16-byte loads, mma.sync and fp32 accumulators; at the end the warps' results
    (normalised o and lse, through shared memory) are merged by the same rule, in warp order.
@@ -7349,12 +7361,12 @@ static __device__ __forceinline__ void fa__dec_scores(float (&s)[C::MT][C::BK / 
                 }
 }
 
-/* Step: S = Q K^T of one key tile from fa__tc_qk's operands (Q in registers, K by ldmatrix), the
-   k-steps alternating between two accumulators added at the end: twice the independent mma
-   chains (the same products, summed in another order). */
+/* Step: S = Q K^T of one key tile from fa__tc_qk's operands (Q from qf (QREG) or re-read through
+   aq, K by ldmatrix), the k-steps alternating between two accumulators added at the end: twice the
+   independent mma chains (the same products, summed in another order, the same for every MT). */
 template <typename T, class C>
 static __device__ __forceinline__ void fa__dec_qk(float (&s)[C::MT][C::BK / 8][4], const unsigned (&qf)[C::MT][C::D / 16][4],
-                                                  const unsigned (&ak)[4], unsigned st)
+                                                  const unsigned (&aq)[4], const unsigned (&ak)[4], unsigned st)
 {
     typedef fa__tc_geom<C> G;
     typedef fa__tc_type<T> X;
@@ -7373,9 +7385,12 @@ static __device__ __forceinline__ void fa__dec_qk(float (&s)[C::MT][C::BK / 8][4
             fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * G::D + 64 * (kk >> 2)) * 2u, kb[n][0], kb[n][1], kb[n + 1][0],
                         kb[n + 1][1]);
 #pragma unroll
-        for (int mt = 0; mt < G::MT; mt++)
+        for (int mt = 0; mt < G::MT; mt++) {
+            unsigned qa[4];
+            fa__tc_q_of<C>(qf, aq, mt, kk, qa);
 #pragma unroll
-            for (int n = 0; n < G::NN; n++) X::mma(kk & 1 ? s2[mt][n] : s[mt][n], qf[mt][kk], kb[n][0], kb[n][1]);
+            for (int n = 0; n < G::NN; n++) X::mma(kk & 1 ? s2[mt][n] : s[mt][n], qa, kb[n][0], kb[n][1]);
+        }
     }
 #pragma unroll
     for (int mt = 0; mt < G::MT; mt++)
@@ -7480,7 +7495,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
         fa__cu_commit();
         float s[MT][G::NN][4];
         unsigned pa[MT][G::KB][4];
-        if (C::QK2) fa__dec_qk<T, C>(s, qf, ak, st);
+        if (C::QK2) fa__dec_qk<T, C>(s, qf, aq, ak, st);
         else fa__tc_qk<T, C>(s, qf, aq, ak, st);
         fa__dec_scores<C, MOD>(s, d, md, sc, al, bi, qi, rok, lo, hi, kt + cq, full);
         fa__tc_softmax<T, C>(s, m, l, o, pa, f);
@@ -9755,14 +9770,14 @@ static int fa__cu_fits_kernel(fa__cu_kernel k, const fa__dims *d, int optin, fa_
 }
 
 /* The decode path's cut of the key axis (8d2): keys a chunk, from one sequence's shape alone (Sk,
-   Hkv and its row blocks, ceil(group * Sq / rows), rows the packed rows a block of the kernel that
-   the shape picks; never B or the device, so that a row's arithmetic is the same in any batch):
+   Hkv and its row blocks of FA__CU_DEC_ROWS, ceil(group * Sq / FA__CU_DEC_ROWS), whichever block the
+   picker then runs; never B or the device, so that a row's arithmetic is the same in any batch):
    the sequence's Hkv * row blocks * Sk keys over FA__CU_DEC_PARTS blocks, rounded up to a multiple
    of 256, at least FA__CU_DEC_CHUNK_MIN; so a sequence runs about FA__CU_DEC_PARTS blocks (two an
    SM of a 132-SM device at B = 1) and a row has at most FA__CU_DEC_PARTS chunks. */
-static int fa__cu_dec_chunk(const fa__dims *d, int rows)
+static int fa__cu_dec_chunk(const fa__dims *d)
 {
-    const int64_t rb = ((int64_t)d->group * d->Sq + rows - 1) / rows;
+    const int64_t rb = ((int64_t)d->group * d->Sq + FA__CU_DEC_ROWS - 1) / FA__CU_DEC_ROWS;
     const int64_t work = (int64_t)d->Sk * d->Hkv * rb;
     const int64_t c = ((work + FA__CU_DEC_PARTS - 1) / FA__CU_DEC_PARTS + 255) / 256 * 256;
     return c < FA__CU_DEC_CHUNK_MIN ? FA__CU_DEC_CHUNK_MIN : c >= d->Sk ? d->Sk : (int)c;   /* Sk: one chunk */
@@ -9780,32 +9795,41 @@ static size_t fa__cu_dec_bytes(const fa__dims *d, int chunks)
    FA__CU_DEC_MAX_ROWS (few query rows per (batch, kv head)), B and Hkv within the grid's y and z
    limits. fp16/bf16 with D = Dv in {64, 128} and q, k, v rows 16-byte aligned on an sm_80+ device
    whose blocks can take its shared memory: the tensor-core kernel (variant 0 plain, 4 when a
-   modifier, a bias or a non-positive scale needs the scores rebuilt), in blocks of 16 packed rows
-   for group * Sq <= 16, else of 32 (the _r32 kernels: a group of up to 32 rows reads K/V once);
-   else the FFMA kernel of the head-dim class. pl->bq: the packed rows a block. None of this
-   depends on B (batch invariance). Returns 1 when the request is the decode path's (*pl set, *st
-   FA_OK, or *st FA_ERR_DEVICE when the device cannot be queried), 0 to leave it to the steps
-   below. */
+   modifier, a bias or a non-positive scale needs the scores rebuilt), in blocks of 16 packed rows,
+   or of 32 (the _r32 kernels, which read each K/V tile once for up to 32 rows) when group * Sq >
+   16 and the 16-row grid would take more than one wave of MINB blocks an SM (RESULTS, CUDA
+   decode: B = 8 MQA +8.5% in 32-row blocks, B = 1 MQA 131k -25%, where 16-row blocks fill one
+   wave and 32-row ones half of it); else the FFMA kernel of the head-dim class. pl->bq: the
+   packed rows a block. The choice of block depends on B and the device, but nothing a row
+   computes does: the chunks come from the shape alone (fa__cu_dec_chunk), and a row's bits are
+   the same in a 16- or a 32-row block (the same products, softmax steps and warp merge: tested),
+   so a sequence's o and lse stay bitwise the same alone or in a batch. Returns 1 when the request
+   is the decode path's (*pl set, *st FA_OK, or *st FA_ERR_DEVICE when the device cannot be
+   queried), 0 to leave it to the steps below. */
 static int fa__cu_dec_pick(const fa__dims *d, const void *q, const void *k, const void *v, fa__cu_plan *pl,
                            fa_status *st)
 {
     const int dc = d->D > d->Dv ? d->D : d->Dv;
-    int dev = 0, major = 0, optin = 0;
+    int dev = 0, major = 0, optin = 0, sms = 0;
     if (d->Sk < 1 || d->Sq > FA__CU_DEC_MAX_SQ || (int64_t)d->group * d->Sq > FA__CU_DEC_MAX_ROWS ||
         d->B > 65535 || d->Hkv > 65535 || (int64_t)d->B * d->Hq * d->Sq > INT_MAX)
         return 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
         (void)cudaGetLastError();
         *st = FA_ERR_DEVICE;
         return 1;
     }
     pl->mods = 0;
     *st = FA_OK;
+    pl->chunk = pl->bk = fa__cu_dec_chunk(d);
+    pl->chunks = (int)(((int64_t)d->Sk + pl->chunk - 1) / pl->chunk);
     if ((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) && major >= 8 &&
         fa__tc_aligned(q, d->qs) && fa__tc_aligned(k, d->ks) && fa__tc_aligned(v, d->vs)) {
-        const int r32 = (int64_t)d->group * d->Sq > 16;
+        const int64_t rb16 = ((int64_t)d->group * d->Sq + FA__CU_DEC_ROWS - 1) / FA__CU_DEC_ROWS;
+        const int r32 = rb16 > 1 && (int64_t)d->B * d->Hkv * rb16 * pl->chunks > (int64_t)(d->D == 64 ? (int)fa__dec_d64::MINB : (int)fa__dec_d128::MINB) * sms;
         const int smem = d->D == 64 ? (r32 ? (int)fa__dec_geom<fa__dec_d64_r32>::SMEM : (int)fa__dec_geom<fa__dec_d64>::SMEM)
                                     : (r32 ? (int)fa__dec_geom<fa__dec_d128_r32>::SMEM : (int)fa__dec_geom<fa__dec_d128>::SMEM);
         if (optin >= smem) {
@@ -9813,15 +9837,11 @@ static int fa__cu_dec_pick(const fa__dims *d, const void *q, const void *k, cons
                                     : (r32 ? FA__CU_DEC_TC_D128_R32 : FA__CU_DEC_TC_D128);
             pl->mods = d->bias || !(d->scale > 0.0f) || d->softcap > 0.0f || d->alibi ? 4 : 0;
             pl->bq = r32 ? 32 : 16;
-            pl->chunk = pl->bk = fa__cu_dec_chunk(d, pl->bq);
-            pl->chunks = (int)(((int64_t)d->Sk + pl->chunk - 1) / pl->chunk);
             return 1;
         }
     }
     pl->kernel = dc <= 64 ? FA__CU_DEC_D64 : dc <= 128 ? FA__CU_DEC_D128 : FA__CU_DEC_D256;
     pl->bq = FA__CU_DEC_ROWS;
-    pl->chunk = pl->bk = fa__cu_dec_chunk(d, pl->bq);
-    pl->chunks = (int)(((int64_t)d->Sk + pl->chunk - 1) / pl->chunk);
     if (optin < (dc <= 64 ? (int)fa__dec_ffma_geom<64>::SMEM : dc <= 128 ? (int)fa__dec_ffma_geom<128>::SMEM
                                                                         : (int)fa__dec_ffma_geom<256>::SMEM)) {
         memset(pl, 0, sizeof *pl);
