@@ -9829,7 +9829,8 @@ static int fa__cu_dec_pick(const fa__dims *d, const void *q, const void *k, cons
     if ((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) && major >= 8 &&
         fa__tc_aligned(q, d->qs) && fa__tc_aligned(k, d->ks) && fa__tc_aligned(v, d->vs)) {
         const int64_t rb16 = ((int64_t)d->group * d->Sq + FA__CU_DEC_ROWS - 1) / FA__CU_DEC_ROWS;
-        const int r32 = rb16 > 1 && (int64_t)d->B * d->Hkv * rb16 * pl->chunks > (int64_t)(d->D == 64 ? (int)fa__dec_d64::MINB : (int)fa__dec_d128::MINB) * sms;
+        const int minb = d->D == 64 ? (int)fa__dec_d64::MINB : (int)fa__dec_d128::MINB;
+        const int r32 = rb16 > 1 && (int64_t)d->B * d->Hkv * rb16 * pl->chunks > (int64_t)minb * sms;
         const int smem = d->D == 64 ? (r32 ? (int)fa__dec_geom<fa__dec_d64_r32>::SMEM : (int)fa__dec_geom<fa__dec_d64>::SMEM)
                                     : (r32 ? (int)fa__dec_geom<fa__dec_d128_r32>::SMEM : (int)fa__dec_geom<fa__dec_d128>::SMEM);
         if (optin >= smem) {
