@@ -5846,6 +5846,8 @@ typedef enum fa__cu_kernel {
     FA__CU_GENERIC_D256,    /*   D, Dv <= 256 */
     FA__CU_DEC_TC_D64,      /* split-key decode (8d2), few query rows: tensor cores, fp16/bf16, D = Dv = 64, aligned */
     FA__CU_DEC_TC_D128,     /*   the same at D = Dv = 128 */
+    FA__CU_DEC_TC_D64_R32,  /*   blocks of 32 packed rows (group * Sq > 16), D = Dv = 64 */
+    FA__CU_DEC_TC_D128_R32, /*   blocks of 32 packed rows, D = Dv = 128 */
     FA__CU_DEC_D64,         /*   FFMA, any dtype and layout, D, Dv <= 64 */
     FA__CU_DEC_D128,        /*   D, Dv <= 128 */
     FA__CU_DEC_D256,        /*   D, Dv <= 256 */
@@ -5981,17 +5983,25 @@ struct fa__wgb_d128 {
 };
 
 /* The split-key decode kernels' configurations (8d2). The tensor-core one is an fa__tc_* trait
-   (one m16 tile of packed query rows, MT = 1, shared by NW warps that each walk their own key
-   tiles of BK through a private ring of ST cp.async stages) plus ST; BK x D is 2 KB a row of the
-   ring at both head dims, so that 2 blocks fit an SM (MINB); QK2 1: S = Q K^T on two accumulator
-   chains (fa__dec_qk; at D = 128, whose 8 k-steps make one chain long). The FFMA one walks tiles of
-   FA__CU_DEC_BK keys with FA__CU_DEC_THREADS threads over FA__CU_DEC_ROWS packed rows. Chunks:
-   a row's keys are cut at multiples of fa__cu_dec_chunk's size (8f), a function of one sequence's
-   shape (Sk, Hkv, group * Sq; never B): at least FA__CU_DEC_CHUNK_MIN keys, a multiple of 256,
-   and as many chunks as make about FA__CU_DEC_PARTS blocks a sequence (so at most that many). The
-   picker takes the decode path for Sq <= FA__CU_DEC_MAX_SQ and group * Sq <= FA__CU_DEC_MAX_ROWS. */
+   (MT m16 tiles of packed query rows, 16 MT rows a block, shared by NW warps that each walk their
+   own key tiles of BK through a private ring of ST cp.async stages) plus ST; BK x D is 2 KB a row
+   of the ring at both head dims, so that 2 blocks fit an SM (MINB); QK2 1: S = Q K^T on two
+   accumulator chains a tile (fa__dec_qk; at D = 128, whose 8 k-steps make one chain long; MT = 2
+   keeps the same two chains, so that a row's sums do not depend on MT). MT = 1 (16 rows); the _r32
+   ones (MT = 2, 32 rows), where group * Sq > 16 and the grid of 16-row blocks takes more than one
+   wave (8f), read each K/V tile once for a GQA/MQA group of up to 32 packed rows and give a row the
+   same bits as the 16-row ones; at D = 128 their Q is re-read from shared memory every tile (QREG
+   0: held in registers, o's 128 and Q's 64 registers a thread reach 255 and spill). The FFMA
+   one walks tiles of FA__CU_DEC_BK keys with FA__CU_DEC_THREADS threads over FA__CU_DEC_ROWS packed
+   rows. Chunks: a row's keys are cut at multiples of fa__cu_dec_chunk's size (8f), a function of
+   one sequence's shape (Sk, Hkv, group * Sq; never B, the device, or the block picked): at
+   least FA__CU_DEC_CHUNK_MIN keys, a multiple of 256, and as many chunks as make about
+   FA__CU_DEC_PARTS blocks a sequence (so at most that many). The picker takes the decode path for
+   Sq <= FA__CU_DEC_MAX_SQ and group * Sq <= FA__CU_DEC_MAX_ROWS. */
 struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0 }; };
 struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 1 }; };
+struct fa__dec_d64_r32 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0 }; };
+struct fa__dec_d128_r32 { enum { D = 128, NW = 4, MT = 2, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1 }; };
 #define FA__CU_DEC_ROWS 16
 #define FA__CU_DEC_BK 32
 #define FA__CU_DEC_THREADS 128
@@ -6726,6 +6736,21 @@ static __device__ __forceinline__ void fa__tc_q_frags(unsigned (&qf)[C::MT][C::D
         for (int kk = 0; kk < C::D / 16; kk++) fa__tc_a_frag<C>(aq, mt, kk, qf[mt][kk]);
 }
 
+/* Q's A fragment of m16 tile mt, k-step kk: from the registers qf (QREG) or re-read through aq. */
+template <class C>
+static __device__ __forceinline__ void fa__tc_q_of(const unsigned (&qf)[C::MT][C::D / 16][4], const unsigned (&aq)[4],
+                                                   int mt, int kk, unsigned (&r)[4])
+{
+    if (fa__tc_geom<C>::QREG) {
+        r[0] = qf[mt][kk][0];
+        r[1] = qf[mt][kk][1];
+        r[2] = qf[mt][kk][2];
+        r[3] = qf[mt][kk][3];
+    } else {
+        fa__tc_a_frag<C>(aq, mt, kk, r);
+    }
+}
+
 /* Step: S = Q K^T for the K tile at stage offset st. s[mt][n] is the m16 x n8 accumulator of m16
    tile mt and keys 8n .. 8n+7 of the tile: raw dot products (no scale), what a backward keeps as
    the score before softcap. Q from qf (QREG) or re-read through aq. */
@@ -6743,16 +6768,7 @@ static __device__ __forceinline__ void fa__tc_qk(float (&s)[C::MT][C::BK / 8][4]
     for (int kk = 0; kk < G::KD; kk++) {
         unsigned qa[G::MT][4];
 #pragma unroll
-        for (int mt = 0; mt < G::MT; mt++) {
-            if (G::QREG) {
-                qa[mt][0] = qf[mt][kk][0];
-                qa[mt][1] = qf[mt][kk][1];
-                qa[mt][2] = qf[mt][kk][2];
-                qa[mt][3] = qf[mt][kk][3];
-            } else {
-                fa__tc_a_frag<C>(aq, mt, kk, qa[mt]);
-            }
-        }
+        for (int mt = 0; mt < G::MT; mt++) fa__tc_q_of<C>(qf, aq, mt, kk, qa[mt]);
         if (G::PF) {
             unsigned kb[G::NN][2];
 #pragma unroll
@@ -6890,7 +6906,10 @@ static __device__ __forceinline__ float fa__tc_exp_pack(const float (&s)[C::MT][
 /* Step: the online softmax of one tile for this thread's rows. m: the running max of the scores
    (in their unit; f turns them into log2 units), l: this thread's share of the running sum, o:
    the accumulator, rescaled by alpha = 2^(m_old f - ref) unless no row max of the warp moved.
-   XP: fa__tc_exp_pack's FMA-pipe share of the exps. */
+   A row whose max did not move takes alpha = 1 exactly (2^(m f - ref) is 2 to the rounding error
+   of m f there, not always 1), so that skipping the rescale changes no bit and a row's result does
+   not depend on the other rows of its warp (the decode kernels' 16- and 32-row blocks, 8d2, give
+   the same bits). XP: fa__tc_exp_pack's FMA-pipe share of the exps. */
 template <typename T, class C, int XP = 0>
 static __device__ __forceinline__ void fa__tc_softmax(const float (&s)[C::MT][C::BK / 8][4], float (&m)[C::MT][2],
                                                       float (&l)[C::MT][2], float (&o)[C::MT][C::D / 8][4],
@@ -6905,8 +6924,9 @@ static __device__ __forceinline__ void fa__tc_softmax(const float (&s)[C::MT][C:
         for (int hf = 0; hf < 2; hf++) {
             const float mx = fa__tc_quad_max(fmaxf(m[mt][hf], fa__tc_row_max<C>(s, mt, hf)));
             const float ref = fa__online_ref(mx) * f;   /* a row hidden so far stays at 0 */
-            alpha[mt][hf] = fa__tc_ex2(fmaf(m[mt][hf], f, -ref));
-            moved |= mx != m[mt][hf];
+            const bool mv = mx != m[mt][hf];
+            alpha[mt][hf] = mv ? fa__tc_ex2(fmaf(m[mt][hf], f, -ref)) : 1.0f;
+            moved |= mv;
             m[mt][hf] = mx;
             l[mt][hf] = fmaf(l[mt][hf], alpha[mt][hf], fa__tc_exp_pack<T, C, XP>(s, mt, hf, f, ref, pa));
         }
@@ -7294,15 +7314,18 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tc_fwd(const fa__tc_a
    key axis is cut into chunks of fa__cu_dec_chunk keys (8f; a function of one sequence's Sk, Hkv,
    group and Sq, never of B or the device: a sequence's o and lse are bitwise the same decoded
    alone or in a batch).
-   One block per (row block of FA__CU_DEC_ROWS packed rows, chunk, kv head, batch) walks the
-   chunk's keys that some row sees (the chunk clipped to fa__cu_tile_keys of rows 0 .. Sq-1; the
-   per-row mask is fa__cu_row_keys, the modifiers fa__cu_modify) and writes its rows' partial o
+   One block per (row block, chunk, kv head, batch), a row block 16 MT packed rows (the FFMA
+   kernel's FA__CU_DEC_ROWS), walks the chunk's keys that some row sees (the chunk clipped to
+   fa__cu_tile_keys of rows 0 .. Sq-1; the per-row mask is fa__cu_row_keys, the modifiers
+   fa__cu_modify) and writes its rows' partial o
    (normalised, fp32) and lse into the workspace: o [rows][chunks][Dv], then lse [rows][chunks],
    rows in [B][Hq][Sq] order. A chunk that no row sees writes lse = -INFINITY and o = 0.
    fa__cu_dec_merge then merges each row's chunks into o (storage type, o's strides) and lse, by
    8b's merge rule (the one fa_cuda_merge runs).
    Two kernels: fa__dec_tc (fp16/bf16, D = Dv in {64, 128}, 16-byte aligned q/k/v rows, sm_80+),
-   8d's steps on one m16 tile of packed rows: each of the NW warps walks its own key tiles (tile
+   8d's steps on MT m16 tiles of packed rows (MT = 2 where a group's rows pass 16 and the 16-row
+   grid takes more than a wave, so that K/V are read once for up to 32 of them; a row's bits are
+   the same at MT = 1 and 2): each of the NW warps walks its own key tiles (tile
    t0 + warp + NW u of the chunk) through a private ring of ST cp.async stages (no block barrier in
    the loop), with 16-byte loads, mma.sync and fp32 accumulators; at the end the warps' results
    (normalised o and lse, through shared memory) are merged by the same rule, in warp order.
@@ -7345,11 +7368,13 @@ static __device__ __forceinline__ int64_t fa__dec_out_row(const fa__dims &d, int
     return ((int64_t)b * d.Hq + h) * d.Sq + i;
 }
 
-/* The tensor-core kernel's shared memory: the Q tile (16 rows x D, 16-bit), then per warp a K
-   ring and a V ring of ST stages of BK x D 16-bit elements (after the loop the K ring holds the
-   warp's normalised o as fp32 rows of D + 4 floats, the V ring its 16 lse). */
+/* The tensor-core kernel's shared memory: the Q tile (ROWS = 16 MT rows x D, 16-bit), then per
+   warp a K ring and a V ring of ST stages of BK x D 16-bit elements (after the loop the warp's two
+   rings hold its normalised o as fp32 rows of D + 4 floats, then at byte LO its ROWS lse). */
 template <class C> struct fa__dec_geom {
-    enum { QB = 16 * C::D * 2, RING = C::ST * C::BK * C::D * 2, SMEM = QB + C::NW * 2 * RING, LDO = C::D + 4 };
+    enum { ROWS = 16 * C::MT, QB = ROWS * C::D * 2, RING = C::ST * C::BK * C::D * 2, SMEM = QB + C::NW * 2 * RING,
+           LDO = C::D + 4, LO = ROWS * LDO * 4 };
+    static_assert(LO + ROWS * 4 <= 2 * RING, "a warp's o and lse fit its rings");
 };
 
 /* Step: the K and V tiles of keys [k0, k0 + BK) into stage `stage` of this warp's rings (rows past
@@ -7365,44 +7390,50 @@ static __device__ __forceinline__ void fa__dec_load(unsigned sK, unsigned sV, in
 }
 
 /* Step: the modifiers (MOD 4: 8b's rule in the log2 domain, as fa__tc_scores) and the mask on one
-   tile's scores of this thread's two packed rows (hf = 0, 1: query row qi[hf], its visible keys
-   [lo, hi), its head's constants md[hf]); its columns are j0 + 8n + e. */
+   tile's scores of this thread's 2 MT packed rows (mt, hf: query row qi[mt][hf], its visible keys
+   [lo, hi), its head's constants md[mt][hf]); its columns are j0 + 8n + e. */
 template <class C, int MOD>
-static __device__ __forceinline__ void fa__dec_scores(float (&s)[1][C::BK / 8][4], const fa__dims &d,
-                                                      const fa__cu_mods (&md)[2], bool sc, bool al, bool bi,
-                                                      const int (&qi)[2], const bool (&rok)[2], const int (&lo)[2],
-                                                      const int (&hi)[2], int j0, bool full)
+static __device__ __forceinline__ void fa__dec_scores(float (&s)[C::MT][C::BK / 8][4], const fa__dims &d,
+                                                      const fa__cu_mods (&md)[C::MT][2], bool sc, bool al, bool bi,
+                                                      const int (&qi)[C::MT][2], const bool (&rok)[C::MT][2],
+                                                      const int (&lo)[C::MT][2], const int (&hi)[C::MT][2], int j0,
+                                                      bool full)
 {
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++)
+    for (int mt = 0; mt < C::MT; mt++)
 #pragma unroll
-        for (int n = 0; n < C::BK / 8; n++)
+        for (int hf = 0; hf < 2; hf++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int j = j0 + n * 8 + e;
-                float x = s[0][n][2 * hf + e];
-                if (MOD)
-                    x = fa__cu_modify<fa__cu_tanh_approx, true>(md[hf], x, sc, al, bi && rok[hf] && j < d.Sk,
-                                                                (float)((int64_t)qi[hf] + d.Sk - d.Sq - j), qi[hf], j);
-                if (!full && (j < lo[hf] || j >= hi[hf])) x = -INFINITY;
-                s[0][n][2 * hf + e] = x;
-            }
+            for (int n = 0; n < C::BK / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = j0 + n * 8 + e;
+                    float x = s[mt][n][2 * hf + e];
+                    if (MOD)
+                        x = fa__cu_modify<fa__cu_tanh_approx, true>(md[mt][hf], x, sc, al, bi && rok[mt][hf] && j < d.Sk,
+                                                                    (float)((int64_t)qi[mt][hf] + d.Sk - d.Sq - j),
+                                                                    qi[mt][hf], j);
+                    if (!full && (j < lo[mt][hf] || j >= hi[mt][hf])) x = -INFINITY;
+                    s[mt][n][2 * hf + e] = x;
+                }
 }
 
-/* Step: S = Q K^T of one key tile from fa__tc_qk's operands (Q in registers, K by ldmatrix), the
-   k-steps alternating between two accumulators added at the end: twice the independent mma
-   chains (the same products, summed in another order). */
+/* Step: S = Q K^T of one key tile from fa__tc_qk's operands (Q from qf (QREG) or re-read through
+   aq, K by ldmatrix), the k-steps alternating between two accumulators added at the end: twice the
+   independent mma chains (the same products, summed in another order, the same for every MT). */
 template <typename T, class C>
-static __device__ __forceinline__ void fa__dec_qk(float (&s)[1][C::BK / 8][4], const unsigned (&qf)[1][C::D / 16][4],
-                                                  const unsigned (&ak)[4], unsigned st)
+static __device__ __forceinline__ void fa__dec_qk(float (&s)[C::MT][C::BK / 8][4], const unsigned (&qf)[C::MT][C::D / 16][4],
+                                                  const unsigned (&aq)[4], const unsigned (&ak)[4], unsigned st)
 {
     typedef fa__tc_geom<C> G;
     typedef fa__tc_type<T> X;
-    float s2[G::NN][4];
+    float s2[G::MT][G::NN][4];
 #pragma unroll
-    for (int n = 0; n < G::NN; n++)
+    for (int mt = 0; mt < G::MT; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) s[0][n][e] = s2[n][e] = 0.0f;
+        for (int n = 0; n < G::NN; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[mt][n][e] = s2[mt][n][e] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < G::KD; kk++) {
         unsigned kb[G::NN][2];
@@ -7411,12 +7442,19 @@ static __device__ __forceinline__ void fa__dec_qk(float (&s)[1][C::BK / 8][4], c
             fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * G::D + 64 * (kk >> 2)) * 2u, kb[n][0], kb[n][1], kb[n + 1][0],
                         kb[n + 1][1]);
 #pragma unroll
-        for (int n = 0; n < G::NN; n++) X::mma(kk & 1 ? s2[n] : s[0][n], qf[0][kk], kb[n][0], kb[n][1]);
+        for (int mt = 0; mt < G::MT; mt++) {
+            unsigned qa[4];
+            fa__tc_q_of<C>(qf, aq, mt, kk, qa);
+#pragma unroll
+            for (int n = 0; n < G::NN; n++) X::mma(kk & 1 ? s2[mt][n] : s[mt][n], qa, kb[n][0], kb[n][1]);
+        }
     }
 #pragma unroll
-    for (int n = 0; n < G::NN; n++)
+    for (int mt = 0; mt < G::MT; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) s[0][n][e] += s2[n][e];
+        for (int n = 0; n < G::NN; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[mt][n][e] += s2[mt][n][e];
 }
 
 /* The warps' results in shared memory as parts of 8b's merge rule (part p = warp p). */
@@ -7426,7 +7464,7 @@ template <class C> struct fa__dec_warp_parts {
     __device__ __forceinline__ float l(int p) const
     {
         typedef fa__dec_geom<C> G;
-        return ((const float *)(base + G::QB + p * 2 * G::RING + G::RING))[rr];
+        return ((const float *)(base + G::QB + p * 2 * G::RING + G::LO))[rr];
     }
     __device__ __forceinline__ float o(int p, int t) const
     {
@@ -7435,7 +7473,7 @@ template <class C> struct fa__dec_warp_parts {
     }
 };
 
-/* T: __half or __nv_bfloat16. C: fa__dec_d64 or fa__dec_d128 (8a). MOD: 0 plain (scale > 0, no
+/* T: __half or __nv_bfloat16. C: one of 8a's fa__dec_d* (MT m16 tiles of packed rows). MOD: 0 plain (scale > 0, no
    modifier: raw dot products, the scale folded into the exp), 4 the modifiers decided at run
    time (fa__tc_fwd's variant 4). */
 template <typename T, class C, int MOD>
@@ -7443,18 +7481,18 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
 {
     typedef fa__tc_geom<C> G;
     typedef fa__dec_geom<C> E;
-    enum { D = C::D, BK = C::BK, NW = C::NW, ST = C::ST };
+    enum { D = C::D, BK = C::BK, NW = C::NW, ST = C::ST, MT = C::MT, ROWS = E::ROWS };
     extern __shared__ __align__(128) unsigned char fa__dec_smem[];
     const fa__dims &d = a.d;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int rb = (int)(blockIdx.x % (unsigned)a.rblocks), c = (int)(blockIdx.x / (unsigned)a.rblocks);
-    const int g = blockIdx.y, b = blockIdx.z, R = d.group * d.Sq, r0 = rb * 16;
+    const int g = blockIdx.y, b = blockIdx.z, R = d.group * d.Sq, r0 = rb * ROWS;
     const unsigned sQ = fa__cu_sa(fa__dec_smem), sK = sQ + E::QB + (unsigned)warp * 2 * E::RING, sV = sK + E::RING;
     const T *gk = (const T *)a.k + b * d.ks[0] + g * d.ks[1];
     const T *gv = (const T *)a.v + b * d.vs[0] + g * d.vs[1];
 
     /* the packed Q tile (rows past the pack zero-filled), one cp.async group */
-    for (int idx = tid; idx < 16 * G::CH; idx += NW * 32) {
+    for (int idx = tid; idx < ROWS * G::CH; idx += NW * 32) {
         const int r = idx / G::CH, cc = idx % G::CH;
         int h, i;
         fa__dec_row(d, g, r0 + r, &h, &i);
@@ -7474,33 +7512,35 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
         fa__cu_commit();
     }
 
-    /* this thread's packed rows r0 + (lane >> 2) + 8 hf: query row, visible keys, head constants */
+    /* this thread's packed rows r0 + 16 mt + (lane >> 2) + 8 hf: query row, visible keys, head constants */
     const float f = MOD == 0 ? d.scale * FA__CU_LOG2E : 1.0f;
     const bool sc = MOD && d.softcap > 0.0f, al = MOD && d.alibi != 0, bi = MOD && d.bias != 0;
     const int cq = 2 * (lane & 3);
-    int qi[2], lo[2], hi[2];
-    bool rok[2];
-    fa__cu_mods md[2];
+    int qi[MT][2], lo[MT][2], hi[MT][2];
+    bool rok[MT][2];
+    fa__cu_mods md[MT][2];
+    float o[MT][G::CH][4], m[MT][2], l[MT][2];
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int pr = r0 + (lane >> 2) + 8 * hf;
-        int h;
-        fa__dec_row(d, g, pr, &h, &qi[hf]);
-        rok[hf] = pr < R;
-        md[hf] = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
-        fa__cu_row_keys(d, qi[hf], &lo[hf], &hi[hf]);
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int pr = r0 + 16 * mt + (lane >> 2) + 8 * hf;
+            int h;
+            fa__dec_row(d, g, pr, &h, &qi[mt][hf]);
+            rok[mt][hf] = pr < R;
+            md[mt][hf] = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
+            fa__cu_row_keys(d, qi[mt][hf], &lo[mt][hf], &hi[mt][hf]);
+        }
+#pragma unroll
+        for (int n = 0; n < G::CH; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
     }
-
-    float o[1][G::CH][4], m[1][2], l[1][2];
-#pragma unroll
-    for (int n = 0; n < G::CH; n++) o[0][n][0] = o[0][n][1] = o[0][n][2] = o[0][n][3] = 0.0f;
-    m[0][0] = m[0][1] = -INFINITY;
-    l[0][0] = l[0][1] = 0.0f;
-    unsigned qf[1][G::KD][4], aq[4], ak[4], av[4];
+    unsigned qf[MT][G::KD][4], aq[4], ak[4], av[4];   /* qf unused (and gone) unless QREG */
     fa__tc_bases<C>(sQ, sK, sV, 0, lane, aq, ak, av);
     fa__cu_wait<ST - 1>();   /* the Q group, the oldest */
     __syncthreads();
-    fa__tc_q_frags<C>(qf, aq);
+    if (G::QREG) fa__tc_q_frags<C>(qf, aq);
 
     for (int u = 0; u < nt; u++) {
         const int kt = (t0 + warp + NW * u) * BK;
@@ -7510,9 +7550,9 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
         __syncwarp();
         if (u + ST - 1 < nt) fa__dec_load<C>(sK, sV, (u + ST - 1) % ST, gk, gv, d, (t0 + warp + NW * (u + ST - 1)) * BK, lane);
         fa__cu_commit();
-        float s[1][G::NN][4];
-        unsigned pa[1][G::KB][4];
-        if (C::QK2) fa__dec_qk<T, C>(s, qf, ak, st);
+        float s[MT][G::NN][4];
+        unsigned pa[MT][G::KB][4];
+        if (C::QK2) fa__dec_qk<T, C>(s, qf, aq, ak, st);
         else fa__tc_qk<T, C>(s, qf, aq, ak, st);
         fa__dec_scores<C, MOD>(s, d, md, sc, al, bi, qi, rok, lo, hi, kt + cq, full);
         fa__tc_softmax<T, C>(s, m, l, o, pa, f);
@@ -7528,23 +7568,25 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
 
     /* this warp's normalised o and lse (NaN kept) into its rings, as fp32 */
     {
-        float *so = (float *)(fa__dec_smem + E::QB + warp * 2 * E::RING), *sl = so + E::RING / 4;
+        float *so = (float *)(fa__dec_smem + E::QB + warp * 2 * E::RING), *sl = so + E::LO / 4;
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float lse;
-            const float inv = fa__tc_row_end(l[0][hf], m[0][hf], f, &lse);
-            const int rr = (lane >> 2) + 8 * hf;
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int n = 0; n < G::CH; n++) {
-                so[rr * E::LDO + 8 * n + cq] = o[0][n][2 * hf] * inv;
-                so[rr * E::LDO + 8 * n + cq + 1] = o[0][n][2 * hf + 1] * inv;
+            for (int hf = 0; hf < 2; hf++) {
+                float lse;
+                const float inv = fa__tc_row_end(l[mt][hf], m[mt][hf], f, &lse);
+                const int rr = 16 * mt + (lane >> 2) + 8 * hf;
+#pragma unroll
+                for (int n = 0; n < G::CH; n++) {
+                    so[rr * E::LDO + 8 * n + cq] = o[mt][n][2 * hf] * inv;
+                    so[rr * E::LDO + 8 * n + cq + 1] = o[mt][n][2 * hf + 1] * inv;
+                }
+                if ((lane & 3) == 0) sl[rr] = lse;
             }
-            if ((lane & 3) == 0) sl[rr] = lse;
-        }
     }
     __syncthreads();
     /* the warps merged, in warp order, into this chunk's partial of each packed row */
-    for (int e = tid; e < 16 * D; e += NW * 32) {
+    for (int e = tid; e < ROWS * D; e += NW * 32) {
         const int rr = e / D, t = e % D, pr = r0 + rr;
         if (pr >= R) break;   /* rows go up with e */
         const fa__dec_warp_parts<C> v = { fa__dec_smem, rr };
@@ -9736,6 +9778,8 @@ static const char *fa__cu_kernel_name(fa__cu_kernel k)
     case FA__CU_GENERIC_D256: return "generic_d256";
     case FA__CU_DEC_TC_D64: return "dec_tc_d64";
     case FA__CU_DEC_TC_D128: return "dec_tc_d128";
+    case FA__CU_DEC_TC_D64_R32: return "dec_tc_d64_r32";
+    case FA__CU_DEC_TC_D128_R32: return "dec_tc_d128_r32";
     case FA__CU_DEC_D64: return "dec_d64";
     case FA__CU_DEC_D128: return "dec_d128";
     case FA__CU_DEC_D256: return "dec_d256";
@@ -9783,11 +9827,11 @@ static int fa__cu_fits_kernel(fa__cu_kernel k, const fa__dims *d, int optin, fa_
 }
 
 /* The decode path's cut of the key axis (8d2): keys a chunk, from one sequence's shape alone (Sk,
-   Hkv and its row blocks, ceil(group * Sq / FA__CU_DEC_ROWS); never B or the device, so that a
-   row's arithmetic is the same in any batch): the sequence's Hkv * row blocks * Sk keys over
-   FA__CU_DEC_PARTS blocks, rounded up to a multiple of 256, at least FA__CU_DEC_CHUNK_MIN; so a
-   sequence runs about FA__CU_DEC_PARTS blocks (two an SM of a 132-SM device at B = 1) and a row
-   has at most FA__CU_DEC_PARTS chunks. */
+   Hkv and its row blocks of FA__CU_DEC_ROWS, ceil(group * Sq / FA__CU_DEC_ROWS), whichever block the
+   picker then runs; never B or the device, so that a row's arithmetic is the same in any batch):
+   the sequence's Hkv * row blocks * Sk keys over FA__CU_DEC_PARTS blocks, rounded up to a multiple
+   of 256, at least FA__CU_DEC_CHUNK_MIN; so a sequence runs about FA__CU_DEC_PARTS blocks (two an
+   SM of a 132-SM device at B = 1) and a row has at most FA__CU_DEC_PARTS chunks. */
 static int fa__cu_dec_chunk(const fa__dims *d)
 {
     const int64_t rb = ((int64_t)d->group * d->Sq + FA__CU_DEC_ROWS - 1) / FA__CU_DEC_ROWS;
@@ -9808,39 +9852,54 @@ static size_t fa__cu_dec_bytes(const fa__dims *d, int chunks)
    FA__CU_DEC_MAX_ROWS (few query rows per (batch, kv head)), B and Hkv within the grid's y and z
    limits. fp16/bf16 with D = Dv in {64, 128} and q, k, v rows 16-byte aligned on an sm_80+ device
    whose blocks can take its shared memory: the tensor-core kernel (variant 0 plain, 4 when a
-   modifier, a bias or a non-positive scale needs the scores rebuilt); else the FFMA kernel of the
-   head-dim class. None of this depends on B (batch invariance). Returns 1 when the request is
-   the decode path's (*pl set, *st FA_OK, or *st FA_ERR_DEVICE when the device cannot be queried),
-   0 to leave it to the steps below. */
+   modifier, a bias or a non-positive scale needs the scores rebuilt), in blocks of 16 packed rows,
+   or of 32 (the _r32 kernels, which read each K/V tile once for up to 32 rows) when group * Sq >
+   16 and the 16-row grid would take more than one wave of MINB blocks an SM (RESULTS, CUDA
+   decode: B = 8 MQA +8.5% in 32-row blocks, B = 1 MQA 131k -25%, where 16-row blocks fill one
+   wave and 32-row ones half of it); else the FFMA kernel of the head-dim class. pl->bq: the
+   packed rows a block. The choice of block depends on B and the device, but nothing a row
+   computes does: the chunks come from the shape alone (fa__cu_dec_chunk), and a row's bits are
+   the same in a 16- or a 32-row block (the same products, softmax steps and warp merge: tested),
+   so a sequence's o and lse stay bitwise the same alone or in a batch. Returns 1 when the request
+   is the decode path's (*pl set, *st FA_OK, or *st FA_ERR_DEVICE when the device cannot be
+   queried), 0 to leave it to the steps below. */
 static int fa__cu_dec_pick(const fa__dims *d, const void *q, const void *k, const void *v, fa__cu_plan *pl,
                            fa_status *st)
 {
     const int dc = d->D > d->Dv ? d->D : d->Dv;
-    int dev = 0, major = 0, optin = 0;
+    int dev = 0, major = 0, optin = 0, sms = 0;
     if (d->Sk < 1 || d->Sq > FA__CU_DEC_MAX_SQ || (int64_t)d->group * d->Sq > FA__CU_DEC_MAX_ROWS ||
         d->B > 65535 || d->Hkv > 65535 || (int64_t)d->B * d->Hq * d->Sq > INT_MAX)
         return 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
         (void)cudaGetLastError();
         *st = FA_ERR_DEVICE;
         return 1;
     }
-    pl->chunk = fa__cu_dec_chunk(d);
-    pl->chunks = (int)(((int64_t)d->Sk + pl->chunk - 1) / pl->chunk);
-    pl->bq = FA__CU_DEC_ROWS;
-    pl->bk = pl->chunk;
     pl->mods = 0;
     *st = FA_OK;
+    pl->chunk = pl->bk = fa__cu_dec_chunk(d);
+    pl->chunks = (int)(((int64_t)d->Sk + pl->chunk - 1) / pl->chunk);
     if ((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) && major >= 8 &&
-        fa__tc_aligned(q, d->qs) && fa__tc_aligned(k, d->ks) && fa__tc_aligned(v, d->vs) &&
-        optin >= (d->D == 64 ? (int)fa__dec_geom<fa__dec_d64>::SMEM : (int)fa__dec_geom<fa__dec_d128>::SMEM)) {
-        pl->kernel = d->D == 64 ? FA__CU_DEC_TC_D64 : FA__CU_DEC_TC_D128;
-        pl->mods = d->bias || !(d->scale > 0.0f) || d->softcap > 0.0f || d->alibi ? 4 : 0;
-        return 1;
+        fa__tc_aligned(q, d->qs) && fa__tc_aligned(k, d->ks) && fa__tc_aligned(v, d->vs)) {
+        const int64_t rb16 = ((int64_t)d->group * d->Sq + FA__CU_DEC_ROWS - 1) / FA__CU_DEC_ROWS;
+        const int minb = d->D == 64 ? (int)fa__dec_d64::MINB : (int)fa__dec_d128::MINB;
+        const int r32 = rb16 > 1 && (int64_t)d->B * d->Hkv * rb16 * pl->chunks > (int64_t)minb * sms;
+        const int smem = d->D == 64 ? (r32 ? (int)fa__dec_geom<fa__dec_d64_r32>::SMEM : (int)fa__dec_geom<fa__dec_d64>::SMEM)
+                                    : (r32 ? (int)fa__dec_geom<fa__dec_d128_r32>::SMEM : (int)fa__dec_geom<fa__dec_d128>::SMEM);
+        if (optin >= smem) {
+            pl->kernel = d->D == 64 ? (r32 ? FA__CU_DEC_TC_D64_R32 : FA__CU_DEC_TC_D64)
+                                    : (r32 ? FA__CU_DEC_TC_D128_R32 : FA__CU_DEC_TC_D128);
+            pl->mods = d->bias || !(d->scale > 0.0f) || d->softcap > 0.0f || d->alibi ? 4 : 0;
+            pl->bq = r32 ? 32 : 16;
+            return 1;
+        }
     }
     pl->kernel = dc <= 64 ? FA__CU_DEC_D64 : dc <= 128 ? FA__CU_DEC_D128 : FA__CU_DEC_D256;
+    pl->bq = FA__CU_DEC_ROWS;
     if (optin < (dc <= 64 ? (int)fa__dec_ffma_geom<64>::SMEM : dc <= 128 ? (int)fa__dec_ffma_geom<128>::SMEM
                                                                         : (int)fa__dec_ffma_geom<256>::SMEM)) {
         memset(pl, 0, sizeof *pl);
@@ -10495,7 +10554,7 @@ static fa_status fa__wg_launch(const fa__dims *d, int mods, const void *q, const
 #endif
 
 /* Runs the decode path fa__cu_pick chose (8d2) on storage type T, its split kernel `kern` (smem
-   bytes of shared memory, `threads` a block): the workspace allocated stream-ordered (fa__cu_alloc:
+   bytes of shared memory, `threads` a block, pl->bq packed rows a block): the workspace allocated stream-ordered (fa__cu_alloc:
    cudaMallocAsync on the stream where the device has memory pools), the split kernel, the merge,
    the workspace freed behind them on the same stream. */
 template <typename T>
@@ -10513,7 +10572,7 @@ static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const voi
     a.q = q; a.k = k; a.v = v;
     a.chunk = pl->chunk;
     a.chunks = pl->chunks;
-    a.rblocks = (d->group * d->Sq + FA__CU_DEC_ROWS - 1) / FA__CU_DEC_ROWS;
+    a.rblocks = (d->group * d->Sq + pl->bq - 1) / pl->bq;
     if ((s = fa__cu(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem))) != FA_OK)
         return s;
     if ((s = fa__cu_alloc(&ws, bytes, st, &pooled)) != FA_OK) return s;
@@ -10573,6 +10632,12 @@ static fa_status fa__cu_launch(const fa__cu_plan *pl, const fa__dims *d, const v
     case FA__CU_DEC_TC_D128:
         return d->dtype == FA_BF16 ? fa__dec_tc_launch<__nv_bfloat16, fa__dec_d128>(pl, d, q, k, v, o, st)
                                    : fa__dec_tc_launch<__half, fa__dec_d128>(pl, d, q, k, v, o, st);
+    case FA__CU_DEC_TC_D64_R32:
+        return d->dtype == FA_BF16 ? fa__dec_tc_launch<__nv_bfloat16, fa__dec_d64_r32>(pl, d, q, k, v, o, st)
+                                   : fa__dec_tc_launch<__half, fa__dec_d64_r32>(pl, d, q, k, v, o, st);
+    case FA__CU_DEC_TC_D128_R32:
+        return d->dtype == FA_BF16 ? fa__dec_tc_launch<__nv_bfloat16, fa__dec_d128_r32>(pl, d, q, k, v, o, st)
+                                   : fa__dec_tc_launch<__half, fa__dec_d128_r32>(pl, d, q, k, v, o, st);
     case FA__CU_DEC_D64:
     case FA__CU_DEC_D128:
     case FA__CU_DEC_D256:

@@ -662,7 +662,8 @@ static void decode_rows(double cgbs)
 /* ---- --decode-probe (issue 14): the decode rows under other plans of the same build ------------
    Per DEC_ROWS row, us per call (N calls between two events, median of 5; K/V copies rotated as
    --decode): "pick" fa_cuda_tiled as shipped; "c512"/"c2048" the picked kernel with that chunk
-   (B = 1, Sk = 32k); "split" the picked plan's split kernel alone and "merge" its merge alone (the
+   (B = 1, Sk = 32k); "r16"/"r32" the tensor-core kernel in blocks of 16 or 32 packed rows where a
+   group's rows pass 16 (the same chunks, so the same bits: maxdiff 0); "split" the picked plan's split kernel alone and "merge" its merge alone (the
    workspace allocated once); "graph" the picked call's N calls captured in one CUDA graph and
    replayed (what the host's launch overhead costs). Each plan's o is checked against the picked
    call's (max |diff|, printed). The 32-row decode blocks were measured with this probe (branch
@@ -674,7 +675,7 @@ static void dec_split_only(const fa__cu_plan &pl, const fa__dims &d, const void 
     memset(&a, 0, sizeof a);
     a.d = d; a.q = q; a.k = k; a.v = v;
     a.chunk = pl.chunk; a.chunks = pl.chunks;
-    a.rblocks = (d.group * d.Sq + FA__CU_DEC_ROWS - 1) / FA__CU_DEC_ROWS;
+    a.rblocks = (d.group * d.Sq + pl.bq - 1) / pl.bq;
     a.wo = ws;
     a.wl = ws + (size_t)d.B * d.Hq * d.Sq * pl.chunks * d.Dv;
     void (*kern)(const fa__dec_args) = pl.mods ? fa__dec_tc<__nv_bfloat16, C, 4> : fa__dec_tc<__nv_bfloat16, C, 0>;
@@ -709,6 +710,13 @@ static void decode_probe(void)
                 x.chunk = x.bk = cc;
                 x.chunks = (d.Sk + cc - 1) / cc;
                 vars.push_back({ cc == 512 ? "c512" : "c2048", x });
+            }
+        if (d.group * d.Sq > 16 && (pick.kernel == FA__CU_DEC_TC_D128 || pick.kernel == FA__CU_DEC_TC_D128_R32))
+            for (int rows : { 16, 32 }) {   /* both row blocks, the same chunks: the same bits (maxdiff 0) */
+                fa__cu_plan x = pick;
+                x.kernel = rows == 32 ? FA__CU_DEC_TC_D128_R32 : FA__CU_DEC_TC_D128;
+                x.bq = rows;
+                vars.push_back({ rows == 32 ? "r32" : "r16", x });
             }
         cudaEvent_t e0, e1;
         CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
@@ -764,7 +772,10 @@ static void decode_probe(void)
             CK(cudaMalloc(&ws, fa__cu_dec_bytes(&d, pick.chunks)));
             const float *wl = ws + (size_t)d.B * d.Hq * d.Sq * pick.chunks * d.Dv;
             auto split = [&](int i) {
-                dec_split_only<fa__dec_d128>(pick, d, b.q, ks[i % copies], vs[i % copies], ws);
+                if (pick.kernel == FA__CU_DEC_TC_D128_R32)
+                    dec_split_only<fa__dec_d128_r32>(pick, d, b.q, ks[i % copies], vs[i % copies], ws);
+                else
+                    dec_split_only<fa__dec_d128>(pick, d, b.q, ks[i % copies], vs[i % copies], ws);
             };
             auto merge = [&](int) {
                 fa__cu_dec_merge<__nv_bfloat16><<<(unsigned)(d.B * d.Hq * d.Sq), FA__CU_DEC_THREADS>>>(d, ws, wl, pick.chunks,

@@ -31,6 +31,11 @@ extern "C" {
 static int g_small = 0;
 static int g_block_k = 0;   /* p.block_k of the runs: 32 and 64 pick the other fp32 kernels */
 static int g_block_q = 0;   /* p.block_q of the runs: 64 and 128 pick the fp32 kernels with several blocks/SM */
+static int g_dec_rows = 0;  /* 16 or 32: the tensor-core decode path's block forced (run_case, nan_run); 0: as picked */
+static unsigned char *g_kept_o = NULL;   /* with g_keep: run_case's o (bytes as stored) and lse, for a bitwise compare */
+static float *g_kept_l = NULL;
+static size_t g_kept_no = 0, g_kept_rows = 0;   /* their sizes: bytes of o, rows of lse */
+static int g_keep = 0;
 static int g_tiled_only = 0;   /* run_list skips fa_cuda_naive (which ignores block_q) */
 static int g_served[FA__CU_KERNELS][5];   /* tiled runs served by each kernel (fa__cu_pick), by modifier variant */
 static int g_wg64_rows[2][5];   /* runs of the D = 64 Hopper kernel in its 128-row [0] and 192-row [1] blocks (fa__wg_wide), by variant */
@@ -151,11 +156,56 @@ static int close_or_report(const char *what, const char *name, const float *a, c
 }
 
 
+/* The packed rows of a tensor-core decode block that fa__cu_dec_pick takes for this shape: 32 where
+   group * Sq > 16 and the grid of 16-row blocks (B Hkv row blocks chunks, the chunks from the shape,
+   fa__cu_dec_chunk) would take more than one wave of two blocks an SM of this device, else 16;
+   g_dec_rows when it forces one. */
+static int want_dec_rows(int B, int Hq, int Hkv, int Sq, int Sk)
+{
+    fa__dims d;
+    int dev = 0, sms = 0;
+    int64_t rb, chunks;
+    if (g_dec_rows) return g_dec_rows;
+    memset(&d, 0, sizeof d);
+    d.Hkv = Hkv ? Hkv : Hq; d.group = Hq / d.Hkv; d.Sq = Sq; d.Sk = Sk;
+    rb = ((int64_t)d.group * Sq + 15) / 16;
+    chunks = ((int64_t)Sk + fa__cu_dec_chunk(&d) - 1) / fa__cu_dec_chunk(&d);
+    CU(cudaGetDevice(&dev));
+    CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return rb > 1 && (int64_t)B * d.Hkv * rb * chunks > 2 * (int64_t)sms ? 32 : 16;
+}
+
+/* A tensor-core decode plan turned into the block g_dec_rows forces (nothing else changes: the
+   chunks come from the shape either way). */
+static void force_dec_rows(fa__cu_plan *pl)
+{
+    const int d64 = pl->kernel == FA__CU_DEC_TC_D64 || pl->kernel == FA__CU_DEC_TC_D64_R32;
+    if (!g_dec_rows || !(d64 || pl->kernel == FA__CU_DEC_TC_D128 || pl->kernel == FA__CU_DEC_TC_D128_R32)) return;
+    pl->kernel = g_dec_rows == 32 ? (d64 ? FA__CU_DEC_TC_D64_R32 : FA__CU_DEC_TC_D128_R32)
+                                  : (d64 ? FA__CU_DEC_TC_D64 : FA__CU_DEC_TC_D128);
+    pl->bq = g_dec_rows;
+}
+
+/* fa_cuda_tiled; with g_dec_rows, the same steps with the decode block forced (fa__cu_launch of the
+   forced plan, as fa_cuda_tiled launches the picked one). */
+static fa_status tiled_run(const fa_params *p, const void *q, const void *k, const void *v, void *o)
+{
+    fa__dims d;
+    fa__cu_plan plan;
+    fa_status st;
+    if (!g_dec_rows) return fa_cuda_tiled(p, q, k, v, o);
+    if ((st = fa__resolve(p, q, k, v, o, &d, NULL)) != FA_OK || (st = fa__cu_check(&d)) != FA_OK || d.Sq == 0) return st;
+    if ((st = fa__cu_pick(&d, q, k, v, o, &plan)) != FA_OK) return st;
+    force_dec_rows(&plan);
+    return fa__cu_launch(&plan, &d, q, k, v, o, (cudaStream_t)d.stream);
+}
+
 /* The kernel fa_cuda_tiled must run for a case (fa__cu_pick's rules, as the header documents them),
    so that a silent fall back to another kernel fails. First the split-key decode path (8d2): Sk >= 1,
    Sq <= 16 and group * Sq <= 64 take the decode kernels, the tensor-core one for fp16/bf16 at D = Dv in
    {64, 128} with rows that are multiples of 8 elements (variant 4 with any modifier, a bias or a
-   negative scale), else the FFMA one of the head-dim class. Then: fp16/bf16 at D = Dv in {64, 128} with rows
+   negative scale; blocks of 32 packed rows, the _r32 kernels, where want_dec_rows says), else the FFMA
+   one of the head-dim class. Then: fp16/bf16 at D = Dv in {64, 128} with rows
    that are multiples of 8 elements (packed and [B][S][H][D] here; the padded layout is not) run on
    tensor cores: on a compute capability 9.0 device with Sk >= 1 the Hopper kernel (8d3,
    whose sm_90a code this build must hold), else the mma.sync kernel; fp32 with every q/k/v row a multiple of 4 floats on the aligned-fp32 kernels that
@@ -171,8 +221,10 @@ static fa__cu_kernel want_kernel(const tcase *c, fa_dtype dt, int *mods)
     *mods = 0;
     if (c->Sk >= 1 && c->Sq <= 16 && (c->Hq / (c->Hkv ? c->Hkv : c->Hq)) * c->Sq <= 64) {
         if (dt != FA_F32 && c->D == Dv && (c->D == 64 || c->D == 128) && c->layout != L_PADDED) {
+            const int r32 = want_dec_rows(c->B, c->Hq, c->Hkv, c->Sq, c->Sk) == 32;
             *mods = c->bias != BIAS_NONE || c->scale < 0.0f || c->softcap > 0.0f || c->alibi != ALIBI_NONE ? 4 : 0;
-            return c->D == 64 ? FA__CU_DEC_TC_D64 : FA__CU_DEC_TC_D128;
+            return c->D == 64 ? (r32 ? FA__CU_DEC_TC_D64_R32 : FA__CU_DEC_TC_D64)
+                              : (r32 ? FA__CU_DEC_TC_D128_R32 : FA__CU_DEC_TC_D128);
         }
         return dc <= 64 ? FA__CU_DEC_D64 : dc <= 128 ? FA__CU_DEC_D128 : FA__CU_DEC_D256;
     }
@@ -270,6 +322,7 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
         const fa__cu_kernel want = want_kernel(c, dt, &want_mods);
         assert_int_equal(fa__resolve(&pd, dq, dk, dv, dout, &dd, NULL), FA_OK);
         assert_int_equal(fa__cu_pick(&dd, dq, dk, dv, dout, &plan), FA_OK);
+        force_dec_rows(&plan);
         if (plan.kernel != want || plan.mods != want_mods) {
             print_error("  FAIL %s: served by %s (variant %d), want %s (variant %d)\n", name,
                         fa__cu_kernel_name(plan.kernel), plan.mods, fa__cu_kernel_name(want), want_mods);
@@ -282,7 +335,7 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
             const int dec = want >= FA__CU_DEC_TC_D64 && want <= FA__CU_DEC_D256;
             fa_cuda_describe(&pd, dq, dk, dv, dout, line, sizeof line);
             snprintf(kname, sizeof kname, dec ? "kernel %s (" : "kernel %s,", fa__cu_kernel_name(want));
-            if (!strstr(line, kname)) {
+            if (!strstr(line, kname) && !g_dec_rows) {   /* describe names the picked block, not a forced one */
                 print_error("  FAIL %s: fa_cuda_describe says \"%s\", want kernel %s\n", name, line, fa__cu_kernel_name(want));
                 ok = 0;
             }
@@ -292,7 +345,7 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
             }
         }
     }
-    st = tiled ? fa_cuda_tiled(&pd, dq, dk, dv, dout) : fa_cuda_naive(&pd, dq, dk, dv, dout, dscores);
+    st = tiled ? tiled_run(&pd, dq, dk, dv, dout) : fa_cuda_naive(&pd, dq, dk, dv, dout, dscores);
     CU(cudaDeviceSynchronize());
     if (st != FA_OK) {
         print_error("  FAIL %s: status %d (%s)\n", name, (int)st, fa_status_string(st));
@@ -300,6 +353,16 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
         goto done;
     }
     download(ob, dout, t.no, dt, raw);
+    if (g_keep) {   /* o's bytes as stored and lse, for the caller's bitwise compare */
+        free(g_kept_o); free(g_kept_l);
+        g_kept_o = (unsigned char *)malloc(t.no * es + 1);
+        g_kept_l = ref_alloc(rows);
+        assert_true(g_kept_o && g_kept_l);
+        memcpy(g_kept_o, raw, t.no * es);
+        download(g_kept_l, dlse, rows, FA_F32, NULL);
+        g_kept_no = t.no * es;
+        g_kept_rows = rows;
+    }
     /* the bytes between strided rows are untouched */
     {
         unsigned char *in_row = (unsigned char *)calloc(t.no + 1, 1);
@@ -452,6 +515,17 @@ static const tcase g_decode[] = {
     { "dec d64 dv128", 1, 4, 2, 1, 900, 64, 128, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
     { "dec negative scale", 1, 4, 2, 1, 700, 64, 0, 0, L_PACKED, -0.2f, 0, 0, 0, 0, 0, 1 },
     { "dec d3 dv5", 2, 3, 1, 2, 333, 3, 5, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    /* blocks of 32 packed rows (group * Sq > 16: dec_tc_*_r32): MQA/GQA groups of 17 .. 64 rows,
+       padding rows, two row blocks, every mask and modifier, the bench's MQA shapes */
+    { "dec r32 mqa group 32 sk=32768", 2, 32, 1, 1, 32768, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "dec r32 mqa group 32 sk=131073", 1, 32, 1, 1, 131073, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "dec r32 group 32 sq=2 causal d64 (two row blocks)", 2, 32, 1, 2, 5001, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "dec r32 group 20 window bshd (padding rows)", 2, 40, 2, 1, 3333, 128, 0, 1, L_BSHD, 0, 500, 0, 0, 0, 0, 1 },
+    { "dec r32 group 8 sq=5 window both d128", 1, 16, 2, 5, 2100, 128, 0, 0, L_PACKED, 0, 300, 40, 0, 0, 0, 0 },
+    { "dec r32 group 32 bias key padding", 2, 32, 1, 1, 1500, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, BIAS_KEYPAD, 0 },
+    { "dec r32 group 16 sq=4 all together d128", 1, 32, 2, 4, 2500, 128, 0, 1, L_BSHD, 0, 700, 0, 10.0f, ALIBI_HEAD, BIAS_PER_HEAD, 1 },
+    { "dec r32 group 32 negative scale d64", 1, 32, 1, 1, 900, 64, 0, 0, L_PACKED, -0.2f, 0, 0, 0, 0, 0, 0 },
+    { "dec r32 group 32 alibi per batch d64 sk=1", 2, 32, 1, 1, 1, 64, 0, 0, L_PACKED, 0, 0, 0, 0, ALIBI_BATCH, 0, 1 },
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -526,16 +600,65 @@ static void test_decode(void **state)
     g_tiled_only = 0;
 }
 
+/* The tensor-core decode kernel in blocks of 16 and of 32 packed rows gives bitwise the same o and
+   lse (and both meet the float64 reference in run_case), on every decode shape with more than 16
+   packed rows a kv head, fp16 and bf16: what lets fa__cu_dec_pick choose the block by the grid's
+   waves (B and the device) without breaking batch invariance. */
+static void test_decode_rows(void **state)
+{
+    size_t i;
+    int k, f = 0, n = 0;
+    (void)state;
+    g_tiled_only = 1;
+    g_keep = 1;
+    for (i = 0; i < COUNT(g_decode); i++) {
+        const tcase *c = &g_decode[i];
+        const int Dv = c->Dv ? c->Dv : c->D, hkv = c->Hkv ? c->Hkv : c->Hq;
+        if ((g_small && !c->small) || c->Hq / hkv * c->Sq <= 16 || c->D != Dv || (c->D != 64 && c->D != 128) ||
+            c->layout == L_PADDED)
+            continue;
+        for (k = 0; k < 2; k++) {
+            unsigned char *o16;
+            float *l16;
+            g_dec_rows = 16;
+            f += !run_case(c, 1, k_half[k]);
+            o16 = g_kept_o; l16 = g_kept_l;
+            g_kept_o = NULL; g_kept_l = NULL;
+            g_dec_rows = 32;
+            f += !run_case(c, 1, k_half[k]);
+            g_dec_rows = 0;
+            if (!o16 || !g_kept_o || memcmp(o16, g_kept_o, g_kept_no) || memcmp(l16, g_kept_l, g_kept_rows * 4)) {
+                print_error("  FAIL %s %s: o or lse differs in blocks of 16 and of 32 packed rows\n", c->name, dt_name(k_half[k]));
+                f++;
+            }
+            n++;
+            free(o16); free(l16);
+        }
+    }
+    g_keep = 0;
+    g_tiled_only = 0;
+    free(g_kept_o); free(g_kept_l);
+    g_kept_o = NULL; g_kept_l = NULL;
+    if (f) print_error("%d failures in %d shape-dtype pairs\n", f, n);
+    assert_true(n >= (g_small ? 2 : 8));
+    assert_int_equal(f, 0);
+}
+
 /* Batch invariance: one sequence decoded alone (B = 1) and as batch element 37 of B = 64 gives
-   bitwise the same o and lse (memcmp), per dtype, for Sq = 1 and Sq = 4 causal. */
+   bitwise the same o and lse (memcmp), per dtype, for GQA 8/2 at Sq = 1 and Sq = 4 causal (blocks
+   of 16 packed rows) and MQA 32/1 at Sq = 1 (the batch's grid takes blocks of 32, the _r32 kernels,
+   and the sequence alone blocks of 16). */
 static void test_decode_batch_invariance(void **state)
 {
     enum { BB = 64, PICK = 37 };
-    const int H = 8, HKV = 2, D = g_small ? 64 : 128, SK = g_small ? 1500 : 3001;
-    int k, sq;
+    static const int shapes[3][3] = { { 8, 2, 1 }, { 8, 2, 4 }, { 32, 1, 1 } };   /* H, HKV, Sq */
+    const int D = g_small ? 64 : 128, SK = g_small ? 2100 : 3001;   /* three chunks of 1024 */
+    int k, si;
     (void)state;
     for (k = 0; k < 3; k++)
-        for (sq = 1; sq <= 4; sq += 3) {
+        for (si = 0; si < 3; si++) {
+            const int H = shapes[si][0], HKV = shapes[si][1], sq = shapes[si][2];
+            const int r32 = want_dec_rows(BB, H, HKV, sq, SK) == 32, r32_1 = want_dec_rows(1, H, HKV, sq, SK) == 32;
             const fa_dtype dt = k_all[k];
             const size_t es = esize(dt), nq = (size_t)BB * H * sq * D, nk = (size_t)BB * HKV * SK * D;
             const size_t q1 = (size_t)H * sq * D, k1 = (size_t)HKV * SK * D, rows1 = (size_t)H * sq;
@@ -548,7 +671,7 @@ static void test_decode_batch_invariance(void **state)
             void *dq, *dk, *dv, *dout, *dout1;
             float *dlse, *dlse1;
             assert_true(hq && hk && hv);
-            ref_seed(&r, 4242 + 17 * (uint64_t)k + (uint64_t)sq);
+            ref_seed(&r, 4242 + 17 * (uint64_t)k + (uint64_t)sq + 1000 * (uint64_t)(si / 2));
             ref_fill_normal(&r, hq, nq); ref_fill_normal(&r, hk, nk); ref_fill_normal(&r, hv, nk);
             dq = upload(hq, nq, dt); dk = upload(hk, nk, dt); dv = upload(hv, nk, dt);
             dout = dalloc(nq * es); dout1 = dalloc(q1 * es);
@@ -560,8 +683,18 @@ static void test_decode_batch_invariance(void **state)
             assert_int_equal(fa__resolve(&p, dq, dk, dv, dout, &dd, NULL), FA_OK);
             assert_int_equal(fa__cu_pick(&dd, dq, dk, dv, dout, &plan), FA_OK);
             assert_true(plan.kernel == (dt == FA_F32 ? (D == 64 ? FA__CU_DEC_D64 : FA__CU_DEC_D128)
-                                                    : (D == 64 ? FA__CU_DEC_TC_D64 : FA__CU_DEC_TC_D128)));
+                                        : r32 ? (D == 64 ? FA__CU_DEC_TC_D64_R32 : FA__CU_DEC_TC_D128_R32)
+                                              : (D == 64 ? FA__CU_DEC_TC_D64 : FA__CU_DEC_TC_D128)));
             assert_true(plan.chunks > 1);
+            /* MQA: the batch in 32-row blocks, the sequence alone in 16-row ones (on a device of up to
+               BB * 2 * chunks / 2 SMs): the bits must not depend on the block either */
+            if (si == 2 && dt != FA_F32) {
+                int dev = 0, sms = 0;
+                CU(cudaGetDevice(&dev));
+                CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+                assert_true(r32_1 == 0);
+                assert_true(r32 || (int64_t)BB * 2 * plan.chunks <= 2 * (int64_t)sms);
+            }
             assert_int_equal(fa_cuda_tiled(&p, dq, dk, dv, dout), FA_OK);
             assert_int_equal(fa_cuda_tiled(&p1, (char *)dq + PICK * q1 * es, (char *)dk + PICK * k1 * es,
                                            (char *)dv + PICK * k1 * es, dout1), FA_OK);
@@ -574,7 +707,8 @@ static void test_decode_batch_invariance(void **state)
             CU(cudaMemcpy(la, dlse + PICK * rows1, rows1 * 4, cudaMemcpyDeviceToHost));
             CU(cudaMemcpy(lb, dlse1, rows1 * 4, cudaMemcpyDeviceToHost));
             if (memcmp(oa, ob, q1 * es) || memcmp(la, lb, rows1 * 4))
-                print_error("  FAIL batch invariance %s sq=%d: o or lse differs alone and in a batch of %d\n", dt_name(dt), sq, BB);
+                print_error("  FAIL batch invariance %s H=%d HKV=%d sq=%d: o or lse differs alone and in a batch of %d\n",
+                            dt_name(dt), H, HKV, sq, BB);
             assert_true(memcmp(oa, ob, q1 * es) == 0);
             assert_true(memcmp(la, lb, rows1 * 4) == 0);
             assert_false(ref_is_poison(ob, q1 * es));
@@ -591,12 +725,13 @@ static void test_decode_batch_invariance(void **state)
    workspace that cannot be allocated: FA_ERR_NO_MEMORY, nothing written. */
 static void test_decode_nan(void **state)
 {
-    enum { H = 8, HKV = 2, D = 128, SK = 2000, NANH = 3, NANKEY = 1234, NANCOL = 7 };
+    enum { D = 128, SK = 2000, NANH = 3, NANKEY = 1234, NANCOL = 7 };
     int k;
     (void)state;
-    for (k = 0; k < 6; k++) {   /* Sq = 2: the decode kernels; Sq = 300: the forward kernels (tc, FFMA) */
+    for (k = 0; k < 9; k++) {   /* Sq = 2: the decode kernels (k >= 6: MQA 32/1, 64 packed rows, blocks of 32 forced);
+                                   Sq = 300: the forward kernels (tc, FFMA) */
         const fa_dtype dt = k_all[k % 3];
-        const int SQ = k < 3 ? 2 : 300;
+        const int SQ = k < 3 || k >= 6 ? 2 : 300, H = k < 6 ? 8 : 32, HKV = k < 6 ? 2 : 1;
         const size_t es = esize(dt), nq = (size_t)H * SQ * D, nk = (size_t)HKV * SK * D, rows = (size_t)H * SQ;
         fa_params p;
         ref_rng r;
@@ -614,7 +749,17 @@ static void test_decode_nan(void **state)
         memset(&p, 0, sizeof p);
         p.batch = 1; p.heads = H; p.kv_heads = HKV; p.seq_q = SQ; p.seq_k = SK; p.head_dim = D; p.dtype = dt;
         p.causal = 1; p.lse = dlse;
-        assert_int_equal(fa_cuda_tiled(&p, dq, dk, dv, dout), FA_OK);
+        g_dec_rows = k >= 6 ? 32 : 0;   /* k >= 6: the 32-row blocks forced (this shape picks 16) */
+        if (k >= 6 && dt != FA_F32) {
+            fa__dims dd;
+            fa__cu_plan plan;
+            assert_int_equal(fa__resolve(&p, dq, dk, dv, dout, &dd, NULL), FA_OK);
+            assert_int_equal(fa__cu_pick(&dd, dq, dk, dv, dout, &plan), FA_OK);
+            force_dec_rows(&plan);
+            assert_int_equal(plan.kernel, FA__CU_DEC_TC_D128_R32);
+        }
+        assert_int_equal(tiled_run(&p, dq, dk, dv, dout), FA_OK);
+        g_dec_rows = 0;
         CU(cudaDeviceSynchronize());
         download(ho, dout, nq, dt, NULL);
         download(hl, dlse, rows, FA_F32, NULL);
@@ -682,8 +827,9 @@ static int nan_run(const nan_case *nc, fa__cu_kernel *kern)
 {
     static const char *const mname[NM_MASKS] = { "none", "causal", "window", "bias" };
     static const char *const bname[NB_KINDS] = { "nan q", "nan k", "nan v", "inf v" };
-    const int B = 2, Hq = nc->decode ? 8 : 4, Hkv = 2;
-    const int Sq = nc->decode ? (nc->mask == NM_NONE ? 1 : nc->mask == NM_CAUSAL ? 4 : nc->mask == NM_WINDOW ? 2 : 3) : 200;
+    const int B = 2, Hq = nc->decode == 2 ? 32 : nc->decode ? 8 : 4, Hkv = 2;   /* decode 2: group 16 (32-row blocks) */
+    const int Sq = nc->decode ? (nc->mask == NM_NONE ? nc->decode : nc->mask == NM_CAUSAL ? 4 : nc->mask == NM_WINDOW ? 2 : 3)
+                              : 200;
     const int Sk = nc->decode ? 2000 : 200, D = nc->D;
     /* the bad key: causal hides it from the rows above its diagonal, the window from all but a few */
     const int kj = nc->mask == NM_WINDOW ? (nc->decode ? Sk - Sq - 300 + 1 : 150) : (nc->decode ? Sk - 2 : 150);
@@ -700,8 +846,8 @@ static int nan_run(const nan_case *nc, fa__cu_kernel *kern)
     fa_status st;
 
     snprintf(name, sizeof name, "%s %s D=%d %s mask %s%s block_q=%d block_k=%d", nc->tiled ? "tiled" : "naive",
-             dt_name(nc->dt), D, nc->decode ? "decode" : "prefill", mname[nc->mask], nc->bcast ? " kv-broadcast" : "",
-             nc->block_q, nc->block_k);
+             dt_name(nc->dt), D, nc->decode == 2 ? "decode r32" : nc->decode ? "decode" : "prefill", mname[nc->mask],
+             nc->bcast ? " kv-broadcast" : "", nc->block_q, nc->block_k);
     memset(&p, 0, sizeof p);
     p.batch = B; p.heads = Hq; p.kv_heads = Hkv; p.seq_q = Sq; p.seq_k = Sk; p.head_dim = D; p.dtype = nc->dt;
     p.causal = nc->mask == NM_CAUSAL || (nc->decode && nc->mask == NM_WINDOW);
@@ -752,9 +898,10 @@ static int nan_run(const nan_case *nc, fa__cu_kernel *kern)
         fa__cu_plan plan;
         assert_int_equal(fa__resolve(&pd, dq, dk, dv, dout, &dd, NULL), FA_OK);
         assert_int_equal(fa__cu_pick(&dd, dq, dk, dv, dout, &plan), FA_OK);
+        force_dec_rows(&plan);
         *kern = plan.kernel;
     }
-    st = nc->tiled ? fa_cuda_tiled(&pd, dq, dk, dv, dout) : fa_cuda_naive(&pd, dq, dk, dv, dout, NULL);
+    st = nc->tiled ? tiled_run(&pd, dq, dk, dv, dout) : fa_cuda_naive(&pd, dq, dk, dv, dout, NULL);
     CU(cudaDeviceSynchronize());
     assert_int_equal(st, FA_OK);
     download(ob, dout, t.no, nc->dt, NULL);
@@ -820,7 +967,7 @@ static void test_nan_hidden(void **state)
     int dec, di, k, mask, bad, bc, tiled, n, fails = 0, runs = 0;
     (void)state;
     memset(g_nan_served, 0, sizeof g_nan_served);
-    for (dec = 0; dec <= 1; dec++)
+    for (dec = 0; dec <= 2; dec++)
         for (di = 0; di < 3; di++)
             for (k = 0; k < 3; k++)
                 for (bc = 0; bc <= 1; bc++)
@@ -832,11 +979,15 @@ static void test_nan_hidden(void **state)
                                 int good;
                                 /* broadcast k/v: the half kernels' prefill shapes (mma.sync on a Hopper) */
                                 if (bc && (dec || k_all[k] == FA_F32 || dims[di] == 33 || !tiled)) continue;
+                                /* decode 2 (the 32-row blocks, forced): the tensor-core decode's dtypes and head dims */
+                                if (dec == 2 && (k_all[k] == FA_F32 || dims[di] == 33 || !tiled)) continue;
                                 if (g_small && (di == 1 || bad == NB_VINF || (bad == NB_Q && mask != NM_CAUSAL))) continue;
                                 if (bad == NB_VINF && (mask == NM_NONE || mask == NM_WINDOW)) continue;
                                 nc.decode = dec; nc.D = dims[di]; nc.mask = mask; nc.bad = bad; nc.bcast = bc;
                                 nc.tiled = tiled; nc.block_q = 0; nc.block_k = 0; nc.dt = k_all[k];
+                                g_dec_rows = dec == 2 ? 32 : 0;   /* the 32-row blocks forced (the shape picks 16) */
                                 good = nan_run(&nc, &kern);
+                                g_dec_rows = 0;
                                 g_nan_served[kern][0]++;
                                 g_nan_served[kern][1] += !good;
                                 fails += !good;
@@ -866,10 +1017,12 @@ static void test_nan_hidden(void **state)
                    g_nan_served[k][0], g_nan_served[k][1]);
     /* every forward kernel family was reached */
     n = g_nan_served[FA__CU_GENERIC_D64][0] && g_nan_served[FA__CU_F32_D64][0] && g_nan_served[FA__CU_TC_D64][0] &&
-        g_nan_served[FA__CU_DEC_TC_D64][0] && g_nan_served[FA__CU_DEC_D64][0] && g_nan_served[FA__CU_KERNELS][0] &&
+        g_nan_served[FA__CU_DEC_TC_D64][0] && g_nan_served[FA__CU_DEC_TC_D64_R32][0] && g_nan_served[FA__CU_DEC_D64][0] &&
+        g_nan_served[FA__CU_KERNELS][0] &&
         (!g_hopper || g_nan_served[FA__CU_WG_D64][0]) &&
         (g_small || (g_nan_served[FA__CU_F32_D128][0] && g_nan_served[FA__CU_TC_D128][0] &&   /* D = 128: full grid */
-                     g_nan_served[FA__CU_DEC_TC_D128][0] && g_nan_served[FA__CU_DEC_D128][0] &&
+                     g_nan_served[FA__CU_DEC_TC_D128][0] && g_nan_served[FA__CU_DEC_TC_D128_R32][0] &&
+                     g_nan_served[FA__CU_DEC_D128][0] &&
                      g_nan_served[FA__CU_F32_D64_Q64K32][0] && g_nan_served[FA__CU_F32_D128_K32][0] &&
                      (!g_hopper || (g_nan_served[FA__CU_WG_D128][0] && g_nan_served[FA__CU_F32_D128_Q128][0]))));
     if (!n) print_error("  test_nan_hidden: a kernel family was not reached\n");
@@ -1277,7 +1430,8 @@ static void test_kernels_served(void **state)
         printf("\n");
         if (wg && !g_hopper) continue;   /* the Hopper kernel serves compute capability 9.0 alone */
         if (runs == 0) { print_error("  no run was served by %s\n", fa__cu_kernel_name((fa__cu_kernel)k)); n++; }
-        if ((k == FA__CU_DEC_TC_D64 || k == FA__CU_DEC_TC_D128) && (!g_served[k][0] || !g_served[k][4])) {
+        if ((k == FA__CU_DEC_TC_D64 || k == FA__CU_DEC_TC_D128 || k == FA__CU_DEC_TC_D64_R32 || k == FA__CU_DEC_TC_D128_R32) &&
+            (!g_served[k][0] || !g_served[k][4])) {
             print_error("  %s: a modifier variant served no run\n", fa__cu_kernel_name((fa__cu_kernel)k));
             n++;
         }
@@ -1395,6 +1549,7 @@ int main(void)
         cmocka_unit_test(test_merge),
         cmocka_unit_test(test_ex2_poly_device),
         cmocka_unit_test(test_decode),
+        cmocka_unit_test(test_decode_rows),
         cmocka_unit_test(test_decode_batch_invariance),
         cmocka_unit_test(test_decode_nan),
         cmocka_unit_test(test_nan_hidden),
