@@ -231,7 +231,8 @@
    FFMA otherwise), the keys cut into chunks of max(1024, S/256 rounded up to 256) keys, S =
    seq_k * kv_heads * ceil(heads / kv_heads * seq_q / 16) (about 256 blocks a sequence), a function
    of one sequence's shape and never of batch, so a sequence's o and lse are bitwise the same
-   decoded alone or in any batch; each
+   decoded alone or in any batch (a group of more than 16 rows may run in blocks of 16 or 32 by
+   the grid's size; both give a row the same bits); each
    chunk's partial o and lse (fp32) go to a workspace of batch * heads * seq_q * chunks * (Dv + 1)
    floats, merged by the log-sum-exp rule of fa_cuda_merge. That workspace is allocated
    stream-ordered on p->stream (cudaMallocAsync; cudaMalloc where the device has no memory pools)
