@@ -9390,9 +9390,9 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
 
 /* ---- 8e3. CUDA: the Hopper backward (sm_90a: wgmma, TMA, an mbarrier ring) -----------------------
    FlashAttention-3's arrangement of the backward for fp16/bf16 at D = Dv in {64, 128} on compute
-   capability 9.0, in two kernels after fa__cu_bwd_prep, for the default and the deterministic mode
-   alike (no dq atomics: bench/RESULTS.md, "Hopper backward", measured the separate dq pass faster
-   than dq by atomics from the dK/dV kernel):
+   capability 9.0, in two kernels after fa__cu_bwd_prep (launched as one grid: fa__wgb_both), for
+   the default and the deterministic mode alike (no dq atomics: bench/RESULTS.md, "Hopper
+   backward", measured the separate dq pass faster than dq by atomics from the dK/dV kernel):
    - fa__wgb_dkv, one block per (key block of BKV = 128 keys, batch, kv head), walking the GQA
      group's query heads and the rows that see the block (fa__key_rows) in tiles of BQ = 64 rows,
      exactly as 8e2's fa__tcb_dkv. A producer warpgroup (setmaxnreg down) loads by TMA the K and V
@@ -9431,6 +9431,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
 struct fa__wgb_args {
     CUtensorMap tq, to, tk, tv;
     fa__tcb_args a;
+    int hmaj;   /* the blocks' order: 0 block-major (the longest first), 1 head-major (fa__wgb_both) */
 };
 
 /* The dK/dV kernel's shared memory (C: fa__wgb_d64 or fa__wgb_d128, 8a), from a 1024-byte aligned
@@ -9473,7 +9474,7 @@ static __device__ __forceinline__ unsigned long long fa__wg_desc_at(unsigned lon
 
 /* T: __half or __nv_bfloat16. C: fa__wgb_d64 or fa__wgb_d128 (8a). MODS: as fa__tcb_dkv's. */
 template <typename T, class C, bool MODS>
-__global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ fa__wgb_args w)
+static __device__ __forceinline__ void fa__wgb_dkv_block(const fa__wgb_args &w, int blk)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef fa__wgb_geom<C> G;
@@ -9484,7 +9485,8 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ 
     const fa__tcb_args &a = w.a;
     const fa__dims &d = a.d;
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
-    const int nbg = d.B * d.Hkv, kb = (int)blockIdx.x / nbg, bg = (int)blockIdx.x - kb * nbg;
+    const int nbg = d.B * d.Hkv, nkb = (d.Sk + BKV - 1) / BKV;
+    const int kb = w.hmaj ? blk % nkb : blk / nbg, bg = w.hmaj ? blk / nkb : blk - kb * nbg;
     const int b = bg / d.Hkv, g = bg - b * d.Hkv, k0 = kb * BKV, nk = min((int)BKV, d.Sk - k0);
     const unsigned s0 = fa__cu_sa(fa__wg_smem), sK = (s0 + 1023u) & ~1023u, sV = sK + G::KB, sQ = sV + G::KB;
     const unsigned sO = sQ + ST * G::QB;
@@ -9608,13 +9610,14 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ 
     }
 #else
     /* another target: never launched */
+    (void)blk;
     if (w.a.d.Sq < 0 && *w.a.flag) asm volatile("trap;\n");
 #endif
 }
 
 /* T: __half or __nv_bfloat16. C: fa__wgq_d64 or fa__wgq_d128 (8a). MODS: as fa__tcb_dq's. */
 template <typename T, class C, bool MODS>
-__global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ fa__wgb_args w)
+static __device__ __forceinline__ void fa__wgq_dq_block(const fa__wgb_args &w, int blk)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef fa__wgq_geom<C> G;
@@ -9625,7 +9628,8 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ f
     const fa__tcb_args &a = w.a;
     const fa__dims &d = a.d;
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
-    const int nbh = d.B * d.Hq, qb = a.qblocks - 1 - (int)blockIdx.x / nbh, bh = (int)blockIdx.x % nbh;
+    const int nbh = d.B * d.Hq, bh = w.hmaj ? blk / a.qblocks : blk % nbh;
+    const int qb = a.qblocks - 1 - (w.hmaj ? blk - bh * a.qblocks : blk / nbh);
     const int b = bh / d.Hq, h = bh - b * d.Hq, g = h / d.group, i0 = qb * BQ, nq = min((int)BQ, d.Sq - i0);
     const unsigned s0 = fa__cu_sa(fa__wg_smem), sQ = (s0 + 1023u) & ~1023u, sO = sQ + G::QB, sK = sO + G::QB;
     const unsigned sV = sK + ST * G::KB, full = sQ + G::BARS, empty = full + 8 * ST, qbar = empty + 8 * ST;
@@ -9731,8 +9735,41 @@ __global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ f
     }
 #else
     /* another target: never launched */
+    (void)blk;
     if (w.a.d.Sq < 0 && *w.a.flag) asm volatile("trap;\n");
 #endif
+}
+
+/* The kernels: fa__wgb_dkv and fa__wgq_dq, a block each of their grids (the bench's split timings);
+   fa__wgb_both, the two in one grid (what fa__wgb_launch runs): its first kgrid blocks the dK/dV
+   kernel's, the rest the dq kernel's. The two are independent (both read fa__cu_bwd_prep's output
+   and write disjoint gradients), so the dq blocks start on the SMs the dK/dV grid's last wave
+   leaves idle instead of after it, and one launch gap goes; each gradient is still computed by one
+   block in the same order (the same bits as two launches). */
+template <typename T, class C, bool MODS>
+__global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ fa__wgb_args w)
+{
+    fa__wgb_dkv_block<T, C, MODS>(w, (int)blockIdx.x);
+}
+
+template <typename T, class C, bool MODS>
+__global__ void __launch_bounds__(C::NT, 1) fa__wgq_dq(const __grid_constant__ fa__wgb_args w)
+{
+    fa__wgq_dq_block<T, C, MODS>(w, (int)blockIdx.x);
+}
+
+/* fa__wgb_both's arguments: the dK/dV kernel's (k, q, d_o maps in its boxes), the dq kernel's. */
+struct fa__wgb_args2 {
+    fa__wgb_args k, q;
+    int kgrid;
+};
+
+template <typename T, class C, bool MODS>
+__global__ void __launch_bounds__(C::NT, 1) fa__wgb_both(const __grid_constant__ fa__wgb_args2 w)
+{
+    static_assert((int)C::NT == (int)C::DQ::NT, "one block size for both kernels");
+    if ((int)blockIdx.x < w.kgrid) fa__wgb_dkv_block<T, C, MODS>(w.k, (int)blockIdx.x);
+    else fa__wgq_dq_block<T, typename C::DQ, MODS>(w.q, (int)blockIdx.x - w.kgrid);
 }
 #endif
 
@@ -10396,6 +10433,7 @@ static int fa__wgb_maps(const fa__tcb_args &a, int bq, int bk, fa__wgb_args *w)
     const fa__dims &d = a.d;
     const fa__wg_encode_fn enc = fa__wg_encoder();
     w->a = a;
+    w->hmaj = 0;
     return enc && fa__wg_map(enc, &w->tq, a.q, d.dtype, d.D, d.Sq, d.Hq, d.B, d.qs, bq) &&
            fa__wg_map(enc, &w->to, a.d_o, d.dtype, d.D, d.Sq, d.Hq, d.B, d.os, bq) &&
            fa__wg_map(enc, &w->tk, a.k, d.dtype, d.D, d.Sk, d.Hkv, d.B, d.ks, bk) &&
@@ -10429,8 +10467,28 @@ static fa_status fa__wgq_go_dq(const fa__tcb_args &a, unsigned grid, cudaStream_
     return fa__wgb_go(fa__wgq_dq<T, C, MODS>, (int)fa__wgq_geom<C>::SMEM, C::NT, C::BQ, C::BK, a, grid, st);
 }
 
+/* fa__wgb_both in configuration C: kgrid dK/dV blocks, then qgrid dq blocks, one launch; hmaj: each
+   kernel's blocks in head-major order (a (batch, head)'s blocks adjacent; the bench's variant). */
+template <typename T, class C, bool MODS>
+static fa_status fa__wgb_go_both(const fa__tcb_args &a, unsigned kgrid, unsigned qgrid, cudaStream_t st, int hmaj = 0)
+{
+    typedef typename C::DQ Q;
+    const int sk = (int)fa__wgb_geom<C>::SMEM, sq = (int)fa__wgq_geom<Q>::SMEM, smem = sk > sq ? sk : sq;
+    fa__wgb_args2 w;
+    fa_status s;
+    if (!fa__wgb_maps(a, C::BQ, C::BKV, &w.k) || !fa__wgb_maps(a, Q::BQ, Q::BK, &w.q)) return FA_ERR_DEVICE;
+    w.kgrid = (int)kgrid;
+    w.k.hmaj = w.q.hmaj = hmaj;
+    s = fa__cu(cudaFuncSetAttribute((const void *)fa__wgb_both<T, C, MODS>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (s != FA_OK) return s;
+    fa__wgb_both<T, C, MODS><<<kgrid + qgrid, C::NT, smem, st>>>(w);
+    return fa__cu(cudaGetLastError());
+}
+
 /* The Hopper backward in configuration C (fa__cu_pick_backward has checked that it fits), in
-   either mode: the dK/dV kernel, then the dq kernel writing dq. MODS variants as fa__tcb_launch's. */
+   either mode: the dK/dV kernel and the dq kernel writing dq, in one grid (fa__wgb_both). MODS
+   variants as fa__tcb_launch's. */
 template <typename T, class C>
 static fa_status fa__wgb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, const void *q, const void *k,
                                 const void *v, const void *d_o, const float *delta, const unsigned *flag, void *dq,
@@ -10439,14 +10497,11 @@ static fa_status fa__wgb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, co
     const unsigned kgrid = (unsigned)(pl->kblocks * d->B * d->Hkv), qgrid = (unsigned)(pl->qblocks * d->B * d->Hq);
     const bool mods = d->softcap > 0.0f || d->alibi != NULL || d->bias != NULL;
     fa__tcb_args a;
-    fa_status s;
     a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = NULL; a.flag = flag;
     a.dq = dq; a.dk = dk; a.dv = dv;
     a.qblocks = (int)pl->qblocks;
     a.d = *d;
-    s = mods ? fa__wgb_go_dkv<T, C, true>(a, kgrid, st) : fa__wgb_go_dkv<T, C, false>(a, kgrid, st);
-    if (s != FA_OK) return s;
-    return mods ? fa__wgq_go_dq<T, typename C::DQ, true>(a, qgrid, st) : fa__wgq_go_dq<T, typename C::DQ, false>(a, qgrid, st);
+    return mods ? fa__wgb_go_both<T, C, true>(a, kgrid, qgrid, st) : fa__wgb_go_both<T, C, false>(a, kgrid, qgrid, st);
 }
 #endif
 

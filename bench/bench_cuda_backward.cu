@@ -246,7 +246,8 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
 /* The Hopper backward (8e3) in configuration C (fa__wgb_d* or a variant), through the library's
    steps (no modifiers): fa__cu_bwd_prep, the dK/dV kernel, the dq kernel (either mode); RUN 1: the
    dK/dV kernel alone, 2: the dq kernel alone (split timings: the prep's share is k + q - both; the
-   gradients of such a row are incomplete, so its relerr means nothing). Wq64: the D = 64 dq
+   gradients of such a row are incomplete, so its relerr means nothing); 3: both, two launches (main
+   4fbc773's arrangement); 4: both in one grid (fa__wgb_both, as shipped); 5: that grid in head-major order. Wq64: the D = 64 dq
    kernel's traits with BK, ST varied; Wc64: a D = 64 dK/dV configuration (ST varied) with dq
    kernel Q. */
 template <int K_, int S_> struct Wq64 { enum { D = 64, BQ = 128, BK = K_, ST = S_, NT = 384, REG_P = 24, REG_C = 240 }; };
@@ -255,7 +256,7 @@ template <int DST, class Q> struct Wc64 {
     typedef Q DQ;
 };
 
-template <class C, int RUN = 3>
+template <class C, int RUN = 4>
 static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
                               const void *d_o, void *dq, void *dk, void *dv)
 {
@@ -275,6 +276,9 @@ static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, 
     a.dq = dq; a.dk = dk; a.dv = dv;
     a.qblocks = (int)pl.qblocks;
     a.d = d;
+    if (RUN >= 4)
+        st = fa__wgb_go_both<T, C, false>(a, (unsigned)(pl.kblocks * d.B * d.Hkv), (unsigned)(pl.qblocks * d.B * d.Hq), 0,
+                                          RUN == 5);
     if (RUN & 1) st = fa__wgb_go_dkv<T, C, false>(a, (unsigned)(pl.kblocks * d.B * d.Hkv), 0);
     if (st == FA_OK && (RUN & 2)) st = fa__wgq_go_dq<T, typename C::DQ, false>(a, (unsigned)(pl.qblocks * d.B * d.Hq), 0);
     fa__cu_free(mem, 0, pooled);
@@ -298,12 +302,16 @@ static const TuneImpl tune_impls[] = {
     { "wg", 64, wg_tune_call<fa__wgb_d64> },   /* the Hopper backward as shipped */
     { "wg.k", 64, wg_tune_call<fa__wgb_d64, 1> },   /* its dK/dV kernel alone */
     { "wg.q", 64, wg_tune_call<fa__wgb_d64, 2> },   /* its dq kernel alone */
+    { "wg.2", 64, wg_tune_call<fa__wgb_d64, 3> },   /* both, two launches */
+    { "wg.h", 64, wg_tune_call<fa__wgb_d64, 5> },   /* one grid, head-major */
     { "wgk6", 64, wg_tune_call<Wc64<6, Wq64<128, 2> > > },        /* dK/dV: 6 stages */
     { "wgq64s4", 64, wg_tune_call<Wc64<4, Wq64<64, 4> > > },      /* dq: key tiles of 64, 4 stages */
     { "wgq128s3", 64, wg_tune_call<Wc64<4, Wq64<128, 3> > > },    /* dq: 3 stages */
     { "wg", 128, wg_tune_call<fa__wgb_d128> },
     { "wg.k", 128, wg_tune_call<fa__wgb_d128, 1> },
     { "wg.q", 128, wg_tune_call<fa__wgb_d128, 2> },
+    { "wg.2", 128, wg_tune_call<fa__wgb_d128, 3> },
+    { "wg.h", 128, wg_tune_call<fa__wgb_d128, 5> },
 #endif
 };
 
