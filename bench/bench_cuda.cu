@@ -27,7 +27,8 @@
    fa__cu_pick and fa__cu_launch), --no-tune, --no-naive, --no-check, --budget SEC (per timed row, default 0.08),
    --prof (one launch per profiled shape, for ncu), --decode-probe (the decode rows under other plans
    of the same build, see decode_probe), --xp (the Hopper kernel's exp shares: the fa__wg_* XP0/XP1/XP2
-   sweep, bf16 at S = 16384, and nothing else).
+   sweep, bf16 at S = 16384, and nothing else). FA_TUNE_ONLY=PREFIX (environment): the tile sweep's
+   configurations whose names start with PREFIX, and nothing else.
 
    Row format (shared with bench/torch_sdpa.py):
    ROW impl dtype D causal S B H extra ms TFLOP/s relerr status */
@@ -424,7 +425,8 @@ static const Impl tune_impls[] = {
     { "wg128_nopp", 2, wg_config<wg128_nopp>, 128 },            { "wg64_nc2", 2, wg_config<fa__wg_d64x2>, 64 },
     { "wg64_nopp", 2, wg_config<wg64_nopp>, 64 },               { "wg128_noper", 2, wg_config<wg128_noper>, 128 },
     { "wg64_noper", 2, wg_config<wg64_noper>, 64 },             { "wg128_per2", 2, wg_config<wg128_per2>, 128 },
-    { "wg64_per2", 2, wg_config<wg64_per2>, 64 },
+    { "wg64_per2", 2, wg_config<wg64_per2>, 64 },               { "wg128_picked", 2, wg_config<fa__wg_d128>, 128 },
+    { "wg64_picked", 2, wg_config<fa__wg_d64>, 64 },
 };
 #else
 static const Impl tune_impls[] = { { "tc_tiled", 2, tc_default, 0 } };
@@ -929,8 +931,10 @@ int main(int argc, char **argv)
     opt_tune = 0;
 #endif
     if (opt_tune) {
+        const char *only = getenv("FA_TUNE_ONLY");   /* e.g. FA_TUNE_ONLY=wg: those configurations' rows, then exit */
         for (const Impl &t : tune_impls) {
             int D = t.D, H = 2048 / D;
+            if (only && strncmp(t.name, only, strlen(only)) != 0) continue;
             for (int k = 0; k < 4; k++) {
                 int S = k == 0 || k == 3 ? 4096 : 16384, causal = k >= 2;
                 Case c = { 16384 / S, H, H, S, S, D, causal, 0, 0, 0, FA_BF16, 0.0f, 0, 0 };
@@ -940,6 +944,7 @@ int main(int argc, char **argv)
                 free_bufs(b);
             }
         }
+        if (only) return 0;
     }
     std::vector<Impl> rows;
 #ifndef FA_BENCH_TC_ONLY
