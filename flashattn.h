@@ -1095,6 +1095,16 @@ static FA__HD inline void fa__qtile_of(int64_t nbh, int64_t qtiles, int64_t hg, 
     *bh = first + r % gs;
 }
 
+/* A persistent grid of `grid` blocks over `items` items in that order (8d3's PER): block `blk`
+   takes, in its round k, item k grid + blk in even rounds and k grid + grid - 1 - blk in odd ones
+   (a snake, so that a block with the longer tiles of one round has the shorter of the next: under
+   causal the rounds' tiles shrink along the order); its work ends at the first item >= items. Each
+   item is exactly one block's (test_qtile_order). From the shape alone: the same on every run. */
+static FA__HD inline int64_t fa__sched_item(int64_t grid, int64_t blk, int64_t k)
+{
+    return k * grid + (k & 1 ? grid - 1 - blk : blk);
+}
+
 /* ---- The score modifiers, the online step's frame and the log-sum-exp merge, host and device ---
    SEMANTICS steps 2-4 on one score, and the two places where softmax meets -INFINITY, written
    once for every kernel: the CPU's row form (section 2) and lane passes (section 3, the same
@@ -5931,21 +5941,27 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    holds the MUFU too) and 2 (ALiBi); variant 4 takes none. All 0: every share measured slower on
    the H200, the more the slower (softcap at D = 128, 8 of 16: -5.5%; D = 64 plain, 3: -9%), as if
    a consumer's softmax were bound by its warps' instruction issue rather than by the MUFU
-   (bench/RESULTS.md, "Hopper forward (issue 15)", exp shares); kept for the bench's --xp. */
+   (bench/RESULTS.md, "Hopper forward (issue 15)", exp shares); kept for the bench's --xp.
+   PER: the block schedule. 0: a grid of every query tile, a block each (the hardware hands the next
+   tile to the first SM free). 1 and 2: persistent, at most one block an SM, each walking its tiles
+   in section 1's fa__sched_item order, so that a block's next Q tile and first K/V stages load while
+   its consumers finish the last tile (the launch, the ring's fill and the output's store no longer
+   idle the SM between tiles); causal tiles in one longest-first run over every head (1), which
+   the static schedule balances, or in fa__qtile_group's L2 groups as PER 0 (2, the bench's). */
 struct fa__wg_d128 {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1 };
 };
 struct fa__wg_d64 {
     enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1 };
 };
 /* D = 64's two-consumer block (128 rows, 232 registers a consumer): modifier variant 4 (bias,
    combinations: fa__tc_mods; in 160 registers its constants spill 384 bytes) and rows that see
    few keys (fa__wg_wide, 8f) run on it. */
 struct fa__wg_d64x2 {
     enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1 };
 };
 
 /* The tensor-core backward's configurations (8e2), one per FA__CU_BWD_TC_* kernel: a pair of 8d
@@ -6082,13 +6098,16 @@ static __device__ __forceinline__ void fa__st(__nv_bfloat16 *p, float x) { *p = 
 static __device__ __forceinline__ bool fa__cu_bad(float x) { return (__float_as_uint(x) & 0x7F800000u) == 0x7F800000u; }
 
 /* The forward kernels' block order (8c, 8d, 8d3): section 1's fa__qtile_of over the 1-D grid
-   (blockIdx.x the item), in groups of as many (batch, head)s as take FA__CU_L2_SET bytes of K and
-   V (Sk (D + Dv) es bytes each, es bytes an element). */
-static __device__ __forceinline__ void fa__cu_qtile(const fa__dims &d, int qtiles, int es, int *bh, int *qt)
+   (blockIdx.x the item, or `item` where a persistent block walks several: 8d3), in groups of as
+   many (batch, head)s as take FA__CU_L2_SET bytes of K and V (Sk (D + Dv) es bytes each, es bytes
+   an element), or (grouped false) in one group: every head's longest tiles first. */
+static __device__ __forceinline__ void fa__cu_qtile(const fa__dims &d, int qtiles, int es, int *bh, int *qt,
+                                                    int64_t item = -1, bool grouped = true)
 {
     const int64_t nbh = (int64_t)d.B * d.Hq;
     int64_t x, y;
-    fa__qtile_of(nbh, qtiles, fa__qtile_group(nbh, (int64_t)d.Sk * (d.D + d.Dv) * es, FA__CU_L2_SET), blockIdx.x, &x, &y);
+    fa__qtile_of(nbh, qtiles, grouped ? fa__qtile_group(nbh, (int64_t)d.Sk * (d.D + d.Dv) * es, FA__CU_L2_SET) : nbh,
+                 item < 0 ? (int64_t)blockIdx.x : item, &x, &y);
     *bh = (int)x;
     *qt = (int)y;
 }
@@ -7158,8 +7177,10 @@ static __device__ __forceinline__ float fa__tc_row_end(float l, float m, float f
 }
 
 /* Step: o = O / l (0 for a row with no visible key) and lse, staged through this warp's own
-   slice of the Q tile (sQ) and written as 16-byte rows. */
-template <typename T, class C>
+   slice of the Q tile (sQ) and written as 16-byte rows; or, with STAGED 0 (8d3's persistent
+   blocks, whose next Q tile is already loading there), stored from the registers, a thread's two
+   columns (4 bytes) at a time. */
+template <typename T, class C, int STAGED = 1>
 static __device__ __forceinline__ void fa__tc_write(const fa__tc_args &a, const float (&o)[C::MT][C::D / 8][4],
                                                     const float (&m)[C::MT][2], const float (&l)[C::MT][2], float f,
                                                     unsigned sQ, int b, int h, int i0, int warp, int lane)
@@ -7176,17 +7197,21 @@ static __device__ __forceinline__ void fa__tc_write(const fa__tc_args &a, const 
             float lse;
             const float inv = fa__tc_row_end(l[mt][hf], m[mt][hf], f, &lse);
             const int rr = wr0 + 16 * mt + 8 * hf;
+            T *gr = (T *)a.o + b * d.os[0] + h * d.os[1] + (int64_t)(i0 + rr) * d.os[2] + cq;
 #pragma unroll
             for (int n = 0; n < G::CH; n++) {
                 const unsigned u = X::pack(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv);
-                const unsigned addr = sQ + (unsigned)(rr * G::D + ((n ^ (rr & 7)) << 3) + cq) * 2u;
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(u) : "memory");
+                if (STAGED) {
+                    const unsigned addr = sQ + (unsigned)(rr * G::D + ((n ^ (rr & 7)) << 3) + cq) * 2u;
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(u) : "memory");
+                } else if (i0 + rr < d.Sq)
+                    *(unsigned *)(gr + 8 * n) = u;
             }
             if (d.lse && (lane & 3) == 0 && i0 + rr < d.Sq)
                 d.lse[((int64_t)b * d.Hq + h) * d.Sq + i0 + rr] = lse;
         }
-    __syncwarp();
-    {
+    if (STAGED) {
+        __syncwarp();
         T *go = (T *)a.o + b * d.os[0] + h * d.os[1];
 #pragma unroll
         for (int it = 0; it < 16 * G::MT * G::CH / 32; it++) {
@@ -7779,6 +7804,11 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
      round), so that the others' softmax runs under one's wgmma (with two consumers measured level
      with no turns at all, PP = 0: bench/RESULTS.md, "Hopper forward (issue 15)"; kept as
      FlashAttention-3's schedule, not for a measured gain).
+   With 8a's PER (persistent blocks) a block walks several query tiles (section 1's fa__sched_item
+   over fa__cu_qtile's order): the K/V ring runs on from one tile to the next, the producer
+   reloads the Q tile once every consumer warp has arrived on the "qfree" mbarrier after its last
+   Q K^T retired (the tile's last softmax, P V and output store then run under that load), and the
+   output goes from the registers to global memory (the Q tile is no longer free to stage it).
    The key tiles are 8d's: fa__cu_tile_keys of the block's rows, fa__keys_full for the tiles that
    need no mask, the longest (causal) blocks first. 8d's rare case too: before the P V of a partial
    tile (some row hides some key, or a bias) each consumer scans the V stage (its warpgroup's
@@ -7806,12 +7836,12 @@ struct fa__wg_args {
 };
 
 /* The shared memory of configuration C (8a): the Q tile, ST stages of K and V (each tile D / 64
-   panels of rows x 128 bytes), then the mbarriers (full[ST], empty[ST], q), the base rounded up to
+   panels of rows x 128 bytes), then the mbarriers (full[ST], empty[ST], q, qfree), the base rounded up to
    1024 bytes (the 128-byte swizzle repeats every 8 rows of 128 bytes). */
 template <class C> struct fa__wg_geom {
     enum { D = C::D, BQ = 16 * C::NW, BK = C::BK, ST = C::ST, PANELS = C::D / 64 };
     enum { QB = BQ * D * 2, KB = BK * D * 2, BARS = QB + 2 * ST * KB };
-    enum { SMEM = BARS + 8 * (2 * ST + 1) + 1024 };
+    enum { SMEM = BARS + 8 * (2 * ST + 2) + 1024 };
 };
 
 /* mbarriers (shared::cta): init with an arrival count, an arrival that also expects `bytes` of
@@ -7969,39 +7999,54 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                       C::REG_P * 128 + C::REG_C * 32 * C::NW <= 65536, "the Hopper kernel's warpgroups and registers");
     extern __shared__ __align__(1024) unsigned char fa__wg_smem[];
     const fa__dims &d = w.a.d;
-    const int tid = threadIdx.x, wg = tid >> 7;
-    int bh, qt;
-    fa__cu_qtile(d, (d.Sq + BQ - 1) / BQ, 2, &bh, &qt);   /* the longest (causal) blocks first */
-    const int b = bh / d.Hq, h = bh - b * d.Hq, g = h / d.group, i0 = qt * BQ;
-    const int nq = min((int)BQ, d.Sq - i0);
+    const int tid = threadIdx.x, wg = tid >> 7, qtiles = (d.Sq + BQ - 1) / BQ;
+    const int64_t items = (int64_t)d.B * d.Hq * qtiles;   /* the query tiles, fa__cu_qtile's order */
+    const bool grouped = C::PER != 1 || !d.causal;   /* PER 1: causal tiles in one longest-first run */
     const unsigned sQ = (fa__cu_sa(fa__wg_smem) + 1023u) & ~1023u, sK = sQ + G::QB, sV = sK + ST * G::KB;
-    const unsigned full = sQ + G::BARS, empty = full + 8 * ST, qbar = empty + 8 * ST;   /* + 8 s: stage s */
-    /* the keys of the block and its BK-aligned key tiles t0 .. t0 + nt - 1 (8d's) */
-    const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
-    const int t0 = (int)kr.lo / BK, nt = kr.hi > kr.lo ? ((int)kr.hi + BK - 1) / BK - t0 : 0;
+    const unsigned full = sQ + G::BARS, empty = full + 8 * ST, qbar = empty + 8 * ST, qfree = qbar + 8;   /* + 8 s: stage s */
     if (tid == 0) {
         for (int s = 0; s < ST; s++) {
             fa__mb_init(full + 8 * s, 1);
             fa__mb_init(empty + 8 * s, C::NW);
         }
         fa__mb_init(qbar, 1);
+        fa__mb_init(qfree, C::NW);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    /* The block's items: one (blockIdx.x) in a grid of every tile, or with C::PER a persistent grid's
+       (section 1's fa__sched_item). Per item: the (batch, head) and query tile, the keys of the block
+       and its BK-aligned key tiles t0 .. t0 + nt - 1 (8d's), which the producer and the consumers
+       both derive. The K/V ring runs on across items (tile number gi / gc from the block's first). */
+#define FA__WG_ITEM(k)                                                                                             \
+    int bh, qt;                                                                                                    \
+    fa__cu_qtile(d, qtiles, 2, &bh, &qt, fa__sched_item(gridDim.x, blockIdx.x, k), grouped);   /* longest first */ \
+    const int b = bh / d.Hq, h = bh - b * d.Hq, i0 = qt * BQ;                                                       \
+    const fa__keys kr = fa__cu_tile_keys(d, i0, min((int)BQ, d.Sq - i0));                                           \
+    const int t0 = (int)kr.lo / BK, nt = kr.hi > kr.lo ? ((int)kr.hi + BK - 1) / BK - t0 : 0
     if (wg == 0) {   /* the producer: one thread issues every copy */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_P));
-        if (tid == 0 && nt > 0) {
-            fa__mb_expect(qbar, G::QB);
+        if (tid == 0) {
+            int gi = 0;
+            for (int64_t k = 0; fa__sched_item(gridDim.x, blockIdx.x, k) < items; k++) {
+                FA__WG_ITEM(k);
+                const int g = h / d.group;
+                if (k > 0) fa__mb_wait(qfree, (unsigned)(k - 1) & 1u);   /* every consumer done with the last Q */
+                if (nt > 0) {
+                    fa__mb_expect(qbar, G::QB);
 #pragma unroll
-            for (int p = 0; p < G::PANELS; p++) fa__tma_load(sQ + p * BQ * 128, &w.tq, qbar, 64 * p, i0, h, b);
-            for (int j = 0; j < nt; j++) {
-                const int s = j % ST;
-                if (j >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(j / ST - 1) & 1u);   /* stage s consumed */
-                fa__mb_expect(full + 8 * s, 2 * G::KB);
+                    for (int p = 0; p < G::PANELS; p++) fa__tma_load(sQ + p * BQ * 128, &w.tq, qbar, 64 * p, i0, h, b);
+                } else
+                    fa__mb_arrive(qbar);
+                for (int j = 0; j < nt; j++, gi++) {
+                    const int s = gi % ST;
+                    if (gi >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(gi / ST - 1) & 1u);   /* stage s consumed */
+                    fa__mb_expect(full + 8 * s, 2 * G::KB);
 #pragma unroll
-                for (int p = 0; p < G::PANELS; p++) {
-                    fa__tma_load(sK + s * G::KB + p * BK * 128, &w.tk, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
-                    fa__tma_load(sV + s * G::KB + p * BK * 128, &w.tv, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
+                    for (int p = 0; p < G::PANELS; p++) {
+                        fa__tma_load(sK + s * G::KB + p * BK * 128, &w.tk, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
+                        fa__tma_load(sV + s * G::KB + p * BK * 128, &w.tv, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
+                    }
                 }
             }
         }
@@ -8009,70 +8054,85 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_C));
         const int cw = wg - 1, warp = (tid - 128) >> 5, lane = tid & 31;
         const int r0 = warp * 16 + (lane >> 2), cq = 2 * (lane & 3);
-        const fa__tc_mod mv = fa__tc_mod_of<MOD>(d, b, h);
         const unsigned qa = sQ + cw * 64 * 128;   /* this warpgroup's 64 rows of Q, in each panel */
         float o[1][D / 8][4], s[1][BK / 8][4], m[1][2], l[1][2];
         unsigned pa[1][BK / 16][4];
 #pragma unroll
-        for (int n = 0; n < D / 8; n++) o[0][n][0] = o[0][n][1] = o[0][n][2] = o[0][n][3] = 0.0f;
-#pragma unroll
         for (int n = 0; n < BK / 8; n++) s[0][n][0] = s[0][n][1] = s[0][n][2] = s[0][n][3] = 0.0f;
 #pragma unroll
         for (int n = 0; n < BK / 16; n++) pa[0][n][0] = pa[0][n][1] = pa[0][n][2] = pa[0][n][3] = 0u;
-        m[0][0] = m[0][1] = -INFINITY;
-        l[0][0] = l[0][1] = 0.0f;
-        if (nt > 0) fa__mb_wait(qbar, 0);
         if (C::PP && cw == NC - 1) fa__wg_bar_arrive(FA__WG_BAR_TURN);   /* consumer 0 takes the first turn */
-        bool ppart = false;   /* tile j-1 is partial (some row hides some key, or a bias) */
-        for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
-            const bool qk = j < nt, pv = j > 0;
-            const int sq = j % ST, sp = (j + ST - 1) % ST;
-            /* 8d's rare case: a partial tile whose V holds an inf or a NaN takes fa__tc_pv_clean, voted
-               by the warpgroup over the stage (which no thread writes: the TMA's alone) */
-            bool bad = false;
-            if (pv && ppart)   /* (the warp vote on top lets ptxas see a warp-uniform branch) */
-                bad = __any_sync(0xffffffffu, fa__wg_vote(FA__WG_BAR_VOTE + cw, fa__tc_scan<D, BK, 128, T>(sV + sp * G::KB, tid & 127)));
-            if (qk) fa__mb_wait(full + 8 * sq, (unsigned)(j / ST) & 1u);
-            if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
-            fa__wg_keep(o);
-            fa__wg_keep(s);
-            fa__wg_fence();
-            if (pv && !bad) {
+        int gc = 0;
+        for (int64_t k = 0; fa__sched_item(gridDim.x, blockIdx.x, k) < items; k++) {
+            FA__WG_ITEM(k);
+            const fa__tc_mod mv = fa__tc_mod_of<MOD>(d, b, h);
 #pragma unroll
-                for (int kk = 0; kk < BK / 16; kk++) {
-                    const unsigned long long dv = fa__wg_desc(sV + sp * G::KB + kk * 2048, BK * 128, 1024);
-                    if (D == 128) X::rs128(&o[0][0][0], pa[0][kk], dv);
-                    else X::rs64(&o[0][0][0], pa[0][kk], dv);
+            for (int n = 0; n < D / 8; n++) o[0][n][0] = o[0][n][1] = o[0][n][2] = o[0][n][3] = 0.0f;
+            m[0][0] = m[0][1] = -INFINITY;
+            l[0][0] = l[0][1] = 0.0f;
+            fa__mb_wait(qbar, (unsigned)k & 1u);   /* the Q tile (the producer's plain arrival where nt = 0) */
+            bool ppart = false;   /* tile j-1 is partial (some row hides some key, or a bias) */
+            for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
+                const bool qk = j < nt, pv = j > 0;
+                const int sq = (gc + j) % ST, sp = (gc + j + ST - 1) % ST;
+                /* 8d's rare case: a partial tile whose V holds an inf or a NaN takes fa__tc_pv_clean, voted
+                   by the warpgroup over the stage (which no thread writes: the TMA's alone) */
+                bool bad = false;
+                if (pv && ppart)   /* (the warp vote on top lets ptxas see a warp-uniform branch) */
+                    bad = __any_sync(0xffffffffu, fa__wg_vote(FA__WG_BAR_VOTE + cw, fa__tc_scan<D, BK, 128, T>(sV + sp * G::KB, tid & 127)));
+                if (qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
+                if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
+                fa__wg_keep(o);
+                fa__wg_keep(s);
+                fa__wg_fence();
+                if (pv && !bad) {
+#pragma unroll
+                    for (int kk = 0; kk < BK / 16; kk++) {
+                        const unsigned long long dv = fa__wg_desc(sV + sp * G::KB + kk * 2048, BK * 128, 1024);
+                        if (D == 128) X::rs128(&o[0][0][0], pa[0][kk], dv);
+                        else X::rs64(&o[0][0][0], pa[0][kk], dv);
+                    }
+                }
+                if (qk) {
+#pragma unroll
+                    for (int kk = 0; kk < D / 16; kk++)
+                        X::ss(&s[0][0][0], fa__wg_desc(qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024),
+                              fa__wg_desc(sK + sq * G::KB + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024), kk);
+                }
+                fa__wg_commit();
+                if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw + 1) % NC);   /* the next consumer's turn */
+                fa__wg_wait<0>();
+                fa__wg_keep(o);
+                fa__wg_keep(s);
+                if (C::PER != 0 && j == (nt > 0 ? nt - 1 : 0)) {   /* this warp's last Q K^T retired: the Q tile may be reloaded */
+                    __syncwarp();
+                    if (lane == 0) fa__mb_arrive(qfree);
+                }
+                if (pv) {   /* this warp is done with stage sp (K and V of tile j-1) */
+                    if (bad) fa__tc_pv_clean<T, C>(o, pa, fa__wg_vrows<BK>{ sV + sp * G::KB }, lane);
+                    __syncwarp();
+                    if (lane == 0) fa__mb_arrive(empty + 8 * sp);
+                }
+                if (qk) {
+                    const int k0 = (t0 + j) * BK;
+                    const bool kfull = fa__keys_full(&kr, k0, k0 + BK);
+                    ppart = mv.bi || !kfull;
+                    fa__tc_scores<C, MOD>(s, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, kfull);
+                    fa__tc_softmax<T, C, XP>(s, m, l, o, pa, mv.f);
                 }
             }
-            if (qk) {
-#pragma unroll
-                for (int kk = 0; kk < D / 16; kk++)
-                    X::ss(&s[0][0][0], fa__wg_desc(qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024),
-                          fa__wg_desc(sK + sq * G::KB + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024), kk);
-            }
-            fa__wg_commit();
-            if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw + 1) % NC);   /* the next consumer's turn */
-            fa__wg_wait<0>();
-            fa__wg_keep(o);
-            fa__wg_keep(s);
-            if (pv) {   /* this warp is done with stage sp (K and V of tile j-1) */
-                if (bad) fa__tc_pv_clean<T, C>(o, pa, fa__wg_vrows<BK>{ sV + sp * G::KB }, lane);
-                __syncwarp();
-                if (lane == 0) fa__mb_arrive(empty + 8 * sp);
-            }
-            if (qk) {
-                const int k0 = (t0 + j) * BK;
-                const bool kfull = fa__keys_full(&kr, k0, k0 + BK);
-                ppart = mv.bi || !kfull;
-                fa__tc_scores<C, MOD>(s, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, kfull);
-                fa__tc_softmax<T, C, XP>(s, m, l, o, pa, mv.f);
+            gc += nt;
+            if (C::PER != 0)   /* straight from the registers: the Q tile is the next item's */
+                fa__tc_write<T, C, 0>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);
+            else {
+                if (C::PP && cw == 0) fa__wg_bar_sync(FA__WG_BAR_TURN);   /* the last consumer's last arrival */
+                fa__wg_bar_sync(FA__WG_BAR_END, 32 * C::NW);   /* every wgmma reading the Q tile has retired */
+                fa__tc_write<T, C>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);
             }
         }
-        if (C::PP && cw == 0) fa__wg_bar_sync(FA__WG_BAR_TURN);   /* the last consumer's last arrival */
-        fa__wg_bar_sync(FA__WG_BAR_END, 32 * C::NW);   /* every wgmma reading the Q tile has retired */
-        fa__tc_write<T, C>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);
+        if (C::PER != 0 && C::PP && cw == 0) fa__wg_bar_sync(FA__WG_BAR_TURN);   /* the last consumer's last arrival */
     }
+#undef FA__WG_ITEM
 #else
     /* another target: never launched. The static shared word tells fa__wg_built so (8f). */
     __shared__ unsigned fa__wg_absent[1];
@@ -9440,7 +9500,7 @@ struct fa__wgb_args {
 template <class C> struct fa__wgb_geom {
     enum { D = C::D, BKV = C::BKV, BQ = C::BQ, ST = C::ST, NN = BQ / 8, CH = D / 8 };
     enum { KB = BKV * D * 2, QB = BQ * D * 2, LSE = 2 * KB + 2 * ST * QB, BARS = LSE + 2 * ST * BQ * 4 };
-    enum { SMEM = BARS + 8 * (2 * ST + 1) + 1024 };
+    enum { SMEM = BARS + 8 * (2 * ST + 2) + 1024 };
 };
 
 /* The dq kernel's (C: fa__wgq_d64 or fa__wgq_d128): the Q and dO blocks, ST stages of the K and V
@@ -9448,7 +9508,7 @@ template <class C> struct fa__wgb_geom {
 template <class C> struct fa__wgq_geom {
     enum { D = C::D, BQ = C::BQ, BK = C::BK, ST = C::ST, NN = BK / 8, CH = D / 8 };
     enum { QB = BQ * D * 2, KB = BK * D * 2, LSE = 2 * QB + 2 * ST * KB, BARS = LSE + 2 * BQ * 4 };
-    enum { SMEM = BARS + 8 * (2 * ST + 1) + 1024 };
+    enum { SMEM = BARS + 8 * (2 * ST + 2) + 1024 };
 };
 
 /* The producer's first warp: the lse and delta of query rows [i0, i0 + R) of (b, h) into sL, sDl
@@ -10574,7 +10634,8 @@ static fa_status fa__tc_launch(const fa__dims *d, int mods, const void *q, const
 #if FA__WG
 /* Launches the Hopper kernel (8d3) in configuration C, modifier variant mods (fa__wg_pick's; one
    instance kern in fa__wg_run): its three tensor maps encoded on the host (FA_ERR_DEVICE if the
-   driver refuses one), a 1-D grid of B Hq query tiles in fa__cu_qtile's order. */
+   driver refuses one), a 1-D grid of B Hq query tiles in fa__cu_qtile's order, or with C::PER at most
+   one block an SM, each walking its items (section 1's fa__sched_item). */
 template <class C>
 static fa_status fa__wg_run(const fa__dims *d, void (*kern)(const fa__wg_args), const void *q, const void *k,
                             const void *v, void *o, cudaStream_t stream)
@@ -10594,7 +10655,16 @@ static fa_status fa__wg_run(const fa__dims *d, void (*kern)(const fa__wg_args), 
         (void)cudaGetLastError();
         return FA_ERR_DEVICE;
     }
-    kern<<<(unsigned)fa__cu_qblocks(d, G::BQ), C::WG, G::SMEM, stream>>>(w);
+    int64_t grid = fa__cu_qblocks(d, G::BQ);
+    if (C::PER != 0) {   /* persistent: one block an SM (the shared memory allows no second), each walking items */
+        int dev = 0, sms = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return FA_ERR_DEVICE;
+        }
+        if (sms > 0 && grid > sms) grid = sms;
+    }
+    kern<<<(unsigned)grid, C::WG, G::SMEM, stream>>>(w);
     return fa__cu(cudaGetLastError());
 }
 

@@ -27,7 +27,8 @@
    fa__cu_pick and fa__cu_launch), --no-tune, --no-naive, --no-check, --budget SEC (per timed row, default 0.08),
    --prof (one launch per profiled shape, for ncu), --decode-probe (the decode rows under other plans
    of the same build, see decode_probe), --xp (the Hopper kernel's exp shares: the fa__wg_* XP0/XP1/XP2
-   sweep, bf16 at S = 16384, and nothing else).
+   sweep, bf16 at S = 16384, and nothing else). FA_TUNE_ONLY=PREFIX (environment): the tile sweep's
+   configurations whose names start with PREFIX, and nothing else.
 
    Row format (shared with bench/torch_sdpa.py):
    ROW impl dtype D causal S B H extra ms TFLOP/s relerr status */
@@ -355,9 +356,18 @@ struct tc128_w4m2k64_pf { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF 
    without the ping-pong. */
 #define WG128_XP XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2
 #define WG64_XP XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2
-struct wg128_st2 { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1, WG128_XP }; };
-struct wg128_nopp { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 0, WG128_XP }; };
-struct wg64_nopp { enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 0, WG64_XP }; };
+struct wg128_st2 { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1, WG128_XP, PER = 1 }; };
+struct wg128_nopp { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 0, WG128_XP, PER = 1 }; };
+/* The block schedule (the header's PER): one block a query tile, as before the persistent blocks
+   (PER = 0); persistent blocks with the causal tiles in fa__qtile_group's L2 groups (PER = 2)
+   rather than in one longest-first run (PER = 1, the header's) */
+#define WG_PER(N, P) \
+    struct wg128_##N { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1, WG128_XP, PER = P }; }; \
+    struct wg64_##N { enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1, WG64_XP, PER = P }; };
+WG_PER(noper, 0)
+WG_PER(per2, 2)
+#undef WG_PER
+struct wg64_nopp { enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 0, WG64_XP, PER = 1 }; };
 /* The exps' FMA-pipe shares (fa__wg_d128's XP0 / XP1 / XP2: plain / softcap / ALiBi, of 16), as
    picked but for the share XS of variant V: --xp times them (bf16, S = 16384 causal, the variant's
    row of the modifier rows; D = 64 plain also non-causal). */
@@ -368,7 +378,7 @@ template <int DIM, int V, int XS> struct wg_xp {
            WG = DIM == 128 ? 384 : 512, REG_P = DIM == 128 ? 40 : 24, REG_C = DIM == 128 ? 232 : 160, PP = 1,
            XP0 = V == 0 ? XS : DIM == 128 ? (int)B128::XP0 : (int)B64::XP0,
            XP1 = V == 1 ? XS : DIM == 128 ? (int)B128::XP1 : (int)B64::XP1,
-           XP2 = V == 2 ? XS : DIM == 128 ? (int)B128::XP2 : (int)B64::XP2 };
+           XP2 = V == 2 ? XS : DIM == 128 ? (int)B128::XP2 : (int)B64::XP2, PER = 1 };
 };
 /* the picked configuration itself where XS is its share (one kernel instance fewer to compile) */
 template <int DIM, int V, int XS> struct wg_xp_of {
@@ -413,7 +423,10 @@ static const Impl tune_impls[] = {
     { "tc64_w4m2k32q_pf", 2, tc_config<tc64_w4m2k32q_pf>, 64 }, { "tc128_w4m2k64", 2, tc_config<tc128_w4m2k64>, 128 },
     { "tc128_w4m2k64_pf", 2, tc_config<tc128_w4m2k64_pf>, 128 }, { "wg128_st2", 2, wg_config<wg128_st2>, 128 },
     { "wg128_nopp", 2, wg_config<wg128_nopp>, 128 },            { "wg64_nc2", 2, wg_config<fa__wg_d64x2>, 64 },
-    { "wg64_nopp", 2, wg_config<wg64_nopp>, 64 },
+    { "wg64_nopp", 2, wg_config<wg64_nopp>, 64 },               { "wg128_noper", 2, wg_config<wg128_noper>, 128 },
+    { "wg64_noper", 2, wg_config<wg64_noper>, 64 },             { "wg128_per2", 2, wg_config<wg128_per2>, 128 },
+    { "wg64_per2", 2, wg_config<wg64_per2>, 64 },               { "wg128_picked", 2, wg_config<fa__wg_d128>, 128 },
+    { "wg64_picked", 2, wg_config<fa__wg_d64>, 64 },
 };
 #else
 static const Impl tune_impls[] = { { "tc_tiled", 2, tc_default, 0 } };
@@ -924,15 +937,17 @@ int main(int argc, char **argv)
     }
 
     std::vector<int> Ss = opt_quick ? std::vector<int>{ 1024, 4096, 16384 } : std::vector<int>{ 512, 1024, 2048, 4096, 8192, 16384 };
-    /* tile configurations: bf16 plain, S = 4096 and 16384 non-causal, 16384 causal */
+    /* tile configurations: bf16 plain, S = 4096 and 16384 non-causal, 16384 and 4096 causal */
 #ifndef FA_BENCH_TUNE
     opt_tune = 0;
 #endif
     if (opt_tune) {
+        const char *only = getenv("FA_TUNE_ONLY");   /* e.g. FA_TUNE_ONLY=wg: those configurations' rows, then exit */
         for (const Impl &t : tune_impls) {
             int D = t.D, H = 2048 / D;
-            for (int k = 0; k < 3; k++) {
-                int S = k == 0 ? 4096 : 16384, causal = k == 2;
+            if (only && strncmp(t.name, only, strlen(only)) != 0) continue;
+            for (int k = 0; k < 4; k++) {
+                int S = k == 0 || k == 3 ? 4096 : 16384, causal = k >= 2;
                 Case c = { 16384 / S, H, H, S, S, D, causal, 0, 0, 0, FA_BF16, 0.0f, 0, 0 };
                 Bufs b;
                 alloc_bufs(c, b, 77 + S + D);
@@ -940,6 +955,7 @@ int main(int argc, char **argv)
                 free_bufs(b);
             }
         }
+        if (only) return 0;
     }
     std::vector<Impl> rows;
 #ifndef FA_BENCH_TC_ONLY

@@ -40,6 +40,9 @@ static int g_tiled_only = 0;   /* run_list skips fa_cuda_naive (which ignores bl
 static int g_served[FA__CU_KERNELS][5];   /* tiled runs served by each kernel (fa__cu_pick), by modifier variant */
 static int g_wg64_rows[2][5];   /* runs of the D = 64 Hopper kernel in its 128-row [0] and 192-row [1] blocks (fa__wg_wide), by variant */
 static int g_hopper = 0;   /* the device has compute capability 9.0: the Hopper kernel (8d3) serves D = 64 and 128 */
+static int g_sms = 0;      /* the device's SMs */
+static int g_wg_multi[2][5];   /* Hopper runs (D = 64 [0], 128 [1]) with more query tiles than SMs, by variant: its
+                                  persistent blocks (8d3's PER) walk several items there */
 
 #include "cuda_util.h"
 
@@ -330,6 +333,8 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
         }
         g_served[plan.kernel][plan.mods]++;
         if (plan.kernel == FA__CU_WG_D64) g_wg64_rows[plan.bq == 192][plan.mods]++;
+        if ((plan.kernel == FA__CU_WG_D64 || plan.kernel == FA__CU_WG_D128) && fa__cu_qblocks(&dd, plan.bq) > g_sms)
+            g_wg_multi[plan.kernel == FA__CU_WG_D128][plan.mods]++;
         {   /* the public query says the same kernel */
             char line[400], kname[64];
             const int dec = want >= FA__CU_DEC_TC_D64 && want <= FA__CU_DEC_D256;
@@ -438,6 +443,13 @@ static const tcase g_shapes[] = {
     { "d64 rows of 1500 keys", 1, 4, 2, 450, 1500, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
     { "d64 causal 2100 bshd", 1, 2, 0, 2100, 2100, 64, 0, 1, L_BSHD, 0, 0, 0, 0, 0, 0, 0 },
     { "sq=0", 2, 2, 0, 0, 9, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    /* more query tiles than an H200 has SMs (132): the Hopper kernel's persistent blocks walk several,
+       some with no key at all (causal sq>sk) */
+    { "d128 causal sq>sk 288 tiles", 3, 8, 2, 1500, 300, 128, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "d64 causal sq>sk 288 tiles", 3, 8, 2, 1500, 300, 64, 0, 1, L_BSHD, 0, 0, 0, 0, 0, 0, 1 },
+    { "d64 1030 keys 140 tiles", 7, 20, 5, 24, 1030, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "d64 causal 1400 keys 140 tiles", 7, 20, 4, 24, 1400, 64, 0, 1, L_BSHD, 0, 0, 0, 0, 0, 0, 0 },
+    { "d128 gqa 144 tiles", 1, 16, 4, 1060, 140, 128, 0, 0, L_BSHD, 0, 0, 0, 0, 0, 0, 0 },
 };
 
 /* |s| > 100: fp32 only (at half precision such scores are not what the tolerance is about) */
@@ -481,6 +493,13 @@ static const tcase g_mods[] = {
     { "all together kv-broadcast d128", 2, 4, 2, 130, 260, 128, 0, 1, L_KVB, 0, 100, 0, 15.0f, ALIBI_HEAD, BIAS_KEYPAD, 0 },
     { "softcap kv-broadcast d64", 2, 4, 1, 120, 170, 64, 0, 0, L_KVB, 0, 0, 0, 5.0f, 0, 0, 0 },
     { "plain kv-broadcast d64", 2, 4, 2, 100, 129, 64, 0, 1, L_KVB, 0, 0, 0, 0, 0, 0, 0 },
+    /* more query tiles than SMs (the Hopper kernel's persistent blocks), each variant */
+    { "softcap d128 144 tiles", 2, 8, 2, 1100, 200, 128, 0, 1, L_PACKED, 0, 0, 0, 20.0f, 0, 0, 1 },
+    { "alibi d128 causal sq>sk 192 tiles", 3, 8, 2, 900, 400, 128, 0, 1, L_PACKED, 0, 0, 0, 0, ALIBI_HEAD, 0, 0 },
+    { "bias d128 144 tiles", 2, 8, 0, 1100, 150, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, BIAS_KEYPAD, 0 },
+    { "softcap d64 1100 keys 140 tiles", 7, 20, 10, 24, 1100, 64, 0, 0, L_PACKED, 0, 0, 0, 15.0f, 0, 0, 0 },
+    { "alibi d64 144 tiles", 2, 8, 2, 1100, 250, 64, 0, 1, L_PACKED, 0, 0, 0, 0, ALIBI_BATCH, 0, 0 },
+    { "bias d64 144 tiles", 2, 8, 0, 1100, 150, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, BIAS_FULL, 1 },
     { "plain kv-broadcast d128", 2, 2, 2, 140, 140, 128, 0, 0, L_KVB, 0, 0, 0, 0, 0, 0, 0 },
 };
 
@@ -1449,6 +1468,14 @@ static void test_kernels_served(void **state)
             print_error("  wg_d64: a block served no run, or variant 4 ran in the 192-row block\n");
             n++;
         }
+        printf("  more query tiles than SMs (%d): wg_d64 %d/%d/%d/%d, wg_d128 %d/%d/%d/%d (variants 0/1/2/4)\n", g_sms,
+               g_wg_multi[0][0], g_wg_multi[0][1], g_wg_multi[0][2], g_wg_multi[0][4], g_wg_multi[1][0],
+               g_wg_multi[1][1], g_wg_multi[1][2], g_wg_multi[1][4]);
+        for (k = 0; k < 2; k++)
+            if (!g_wg_multi[k][0] || !g_wg_multi[k][1] || !g_wg_multi[k][2] || !g_wg_multi[k][4]) {
+                print_error("  %s: a modifier variant had no run with more query tiles than SMs\n", k ? "wg_d128" : "wg_d64");
+                n++;
+            }
     }
     assert_int_equal(n, 0);
 }
@@ -1569,7 +1596,8 @@ int main(void)
         int dev = 0, major = 0, minor = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
             printf("FAILED: the device cannot be queried\n");
             return 1;
         }

@@ -2825,6 +2825,23 @@ static void test_qtile_order(void **state)
             pbh = bh;
             pqt = qt;
         }
+        {   /* the persistent grids' schedule (fa__sched_item): each item exactly once, whatever the grid */
+            static const int64_t grids[] = { 1, 2, 3, 7, 132, 1000 };
+            size_t gi;
+            for (gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
+                const int64_t grid = grids[gi] < n ? grids[gi] : n;
+                int64_t blk, k, count = 0;
+                memset(seen, 0, (size_t)n);
+                for (blk = 0; blk < grid; blk++)
+                    for (k = 0; (item = fa__sched_item(grid, blk, k)) < n; k++) {
+                        assert_true(item >= 0);
+                        assert_false(seen[item]);
+                        seen[item] = 1;
+                        count++;
+                    }
+                assert_int_equal(count, n);
+            }
+        }
         free(seen);
     }
 }
