@@ -575,11 +575,19 @@ extern "C" {
 #define FA__SPLIT_ROWS 16
 #define FA__CHUNK_KEYS 512
 #define FA__MAX_CHUNKS 32
+#ifndef FA__AHEAD
 #define FA__AHEAD 8
+#endif
 /* ... and the half-precision decode kernels FA__AHEAD_HALF keys ahead (8 KB of a D = 128 row
    stream; RESULTS, "CPU half precision", decode prefetch: on the development machine bf16 decode
-   ran 5.0-5.2 ms at 8 keys ahead, 4.4-4.7 at 16, 3.9-4.6 at 32, 4.0-4.4 at 64) */
+   ran 5.0-5.2 ms at 8 keys ahead, 4.4-4.7 at 16, 3.9-4.6 at 32, 4.0-4.4 at 64), into the cache
+   level FA__HPREF_HINT names; FA__AHEAD_HALF 0: no prefetch instructions */
+#ifndef FA__AHEAD_HALF
 #define FA__AHEAD_HALF 32
+#endif
+#ifndef FA__HPREF_HINT
+#define FA__HPREF_HINT _MM_HINT_T0
+#endif
 
 /* The tiled backward: keys per item (two 48-lane register panels) below FA__BWD_WIDE keys, and
    from it FA__BWD_KT_WIDE (Q, dO and dq then stream half as often), in blocks of FA__BWD_QB query
@@ -588,6 +596,13 @@ extern "C" {
 #define FA__BWD_KT_WIDE 192
 #define FA__BWD_WIDE 2048
 #define FA__BWD_QB 64
+/* ... and on AMX tiles key tiles of FA__BWD_KT_AMX keys at every Sk (0: the rule above). RESULTS,
+   "Backward key tiles of 192 on AMX": 192 against the rule's 96 below 2048 keys, Xeon, bf16, same
+   call: 0.96-1.51x per row (geometric mean 1.17x) at 2 threads, 0.89-1.16x (1.02x) at 16; 256 was
+   faster at 2 threads but 3.2x slower at S = 512, D = 128, 16 threads (two tiles a head) */
+#ifndef FA__BWD_KT_AMX
+#define FA__BWD_KT_AMX 192
+#endif
 /* ... and on bf16 inputs (head dims multiples of 32, AVX512-BF16) its five products in bf16 with fp32
    sums, on AMX tiles where the CPU has them (1), or the fp32 kernels on fp32 copies (0) */
 #ifndef FA__BWD_BF16
@@ -2217,7 +2232,11 @@ FA__AVX512 static inline __m512 fa__ldh16_tail(int f16, const uint16_t *p, int n
     return fa__ldh16(f16, b);
 }
 
-#define FA__HPREF(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#if FA__AHEAD_HALF > 0
+#define FA__HPREF(p) _mm_prefetch((const char *)(p), FA__HPREF_HINT)
+#else
+#define FA__HPREF(p) ((void)(p))
+#endif
 FA__AVX512 static void fa__dots_h_avx512(fa_dtype dt, const float *Q, int nr, const uint16_t *K, int64_t ks, int nk,
                                          int D, float *S, int64_t lds)
 {
@@ -5320,11 +5339,12 @@ static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
     const fa__kernels *K = fa__kernels_for(fa__isa());
     memset(pl, 0, sizeof *pl);
     if (d->Sq == 0 || d->Sk == 0) return;      /* zeros are written, nothing is allocated */
-    pl->kt = d->block_k ? d->block_k : d->Sk >= FA__BWD_WIDE ? FA__BWD_KT_WIDE : FA__BWD_KT;
     /* bf16 with head dims multiples of 32 on AVX512-BF16: the five products on the bf16 values
        (FA__BWD_BF16; the fp32 copies stay, for delta and for blocks holding a non-finite value) */
     pl->bf = FA__BWD_BF16 && d->dtype == FA_BF16 && K->gemm_bf16 && d->D % 32 == 0 && d->Dv % 32 == 0;
     pl->amx = pl->bf && K->amx_mm != NULL;
+    pl->kt = d->block_k ? d->block_k : pl->amx && FA__BWD_KT_AMX > 0 ? FA__BWD_KT_AMX
+           : d->Sk >= FA__BWD_WIDE ? FA__BWD_KT_WIDE : FA__BWD_KT;
     pl->qb = d->block_q ? d->block_q : pl->amx ? FA__BWD_QB_AMX : FA__BWD_QB;
     if (pl->kt > d->Sk) pl->kt = d->Sk;
     if (pl->qb > d->Sq) pl->qb = d->Sq;

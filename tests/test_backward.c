@@ -864,6 +864,10 @@ static void test_half_storage(void **state)
     bh_case(&p, "Sq97 Sk300 D128 softcap");
     p = shape(1, 1, 1, 70, 90, 32, 64); p.block_q = 24; p.block_k = 40;
     bh_case(&p, "Sq70 Sk90 D32 Dv64 bq24 bk40");
+    /* several key tiles at every tile rule (96, FA__BWD_KT_AMX = 256: two full and a tail), each
+       query block's dq over three or more turns, causal with GQA */
+    p = shape(1, 4, 2, 300, 600, 64, 64); p.causal = 1;
+    bh_case(&p, "Sq300 Sk600 H4/2 D64 causal");
 }
 
 /* bf16's own products with an inf in the V of a key that one row sees: the fp32 kernels serve the
@@ -877,6 +881,7 @@ static void test_half_nonfinite(void **state)
     int t, g;
     (void)state;
     p.causal = 1;
+    p.block_k = 64;     /* two key tiles at every default tile rule */
     bc_init(&c, &p, "half nonfinite");
     ref_round_to(FA_BF16, c.t.q, c.t.nq); ref_round_to(FA_BF16, c.t.k, c.t.nk); ref_round_to(FA_BF16, c.t.v, c.t.nv);
     ref_round_to(FA_BF16, c.d_o, c.t.no);
