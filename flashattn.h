@@ -5987,21 +5987,15 @@ struct fa__tcb_d128 { typedef fa__tcb_kv_d128 KV; typedef fa__tcb_dq_d128 DQ; };
    3 at D = 128: 160 KB), a producer warpgroup and two consumers (NT = 384 threads; registers
    REG_P / REG_C after setmaxnreg, REG_P 128 + REG_C 256 <= 65536); DQ its dq kernel (fa__wgq_dq):
    query blocks of BQ = 128 rows (64 a consumer), key tiles of BK in a ring of ST stages (D = 128:
-   BK 64, so that dq, S, dP and dS fit the consumers' registers). PER: the dK/dV blocks' schedule: 0 a
-   block per key block (the hardware hands the next to the first SM free); 1 persistent, at most one
-   block an SM walking its key blocks in section 1's fa__sched_item order, the ring running on from
-   one key block to the next (the launch, the ring's fill and the K/V load no longer idle the SM
-   between key blocks). KVB: the K/V buffers of a persistent block (2: the next key block's K and V
-   load under the current one's last tiles; D = 128 has shared memory for one, so its reload waits
-   for the consumers' last tile of the block before). */
+   BK 64, so that dq, S, dP and dS fit the consumers' registers). */
 struct fa__wgq_d64 { enum { D = 64, BQ = 128, BK = 128, ST = 2, NT = 384, REG_P = 24, REG_C = 240 }; };
 struct fa__wgq_d128 { enum { D = 128, BQ = 128, BK = 64, ST = 3, NT = 384, REG_P = 24, REG_C = 240 }; };
 struct fa__wgb_d64 {
-    enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = 4, REG_P = 24, REG_C = 240, PER = 1, KVB = 2 };
+    enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = 4, REG_P = 24, REG_C = 240 };
     typedef fa__wgq_d64 DQ;
 };
 struct fa__wgb_d128 {
-    enum { D = 128, BKV = 128, BQ = 64, NT = 384, ST = 3, REG_P = 24, REG_C = 240, PER = 1, KVB = 1 };
+    enum { D = 128, BKV = 128, BQ = 64, NT = 384, ST = 3, REG_P = 24, REG_C = 240 };
     typedef fa__wgq_d128 DQ;
 };
 
@@ -9501,33 +9495,13 @@ struct fa__wgb_args {
 };
 
 /* The dK/dV kernel's shared memory (C: fa__wgb_d64 or fa__wgb_d128, 8a), from a 1024-byte aligned
-   base: KVB buffers of the K and V blocks (K, then V: D / 64 panels of BKV rows each), ST stages of
-   the Q and dO tiles (panels of BQ rows), ST stages of lse and delta, the mbarriers (full[ST],
-   empty[ST], kv[KVB]: K/V landed, kvfree[KVB]: K/V read by every consumer thread). */
+   base: the K and V blocks (D / 64 panels of BKV rows each), ST stages of the Q and dO tiles
+   (panels of BQ rows), ST stages of lse and delta, the mbarriers (full[ST], empty[ST], kv). */
 template <class C> struct fa__wgb_geom {
-    enum { D = C::D, BKV = C::BKV, BQ = C::BQ, ST = C::ST, KVB = C::KVB, NN = BQ / 8, CH = D / 8 };
-    enum { KB = BKV * D * 2, QB = BQ * D * 2, LSE = 2 * KVB * KB + 2 * ST * QB, BARS = LSE + 2 * ST * BQ * 4 };
-    enum { SMEM = BARS + 8 * (2 * ST + 2 * KVB) + 1024 };
+    enum { D = C::D, BKV = C::BKV, BQ = C::BQ, ST = C::ST, NN = BQ / 8, CH = D / 8 };
+    enum { KB = BKV * D * 2, QB = BQ * D * 2, LSE = 2 * KB + 2 * ST * QB, BARS = LSE + 2 * ST * BQ * 4 };
+    enum { SMEM = BARS + 8 * (2 * ST + 2) + 1024 };
 };
-
-/* Item `item` of the dK/dV kernel's nbg x nkb (batch, kv head) x key blocks (hmaj: 0 the key block
-   slowest, the longest first under causal; 1 head-major): its batch b, kv head g, first key k0 and
-   keys nk, the first query row r0 that sees them, nqb tiles of BQ rows per query head, tiles in all. */
-template <int BKV, int BQ>
-static __device__ __forceinline__ void fa__wgb_item(const fa__dims &d, int hmaj, int item, int nbg, int nkb, int &b,
-                                                    int &g, int &k0, int &nk, int &r0, int &nqb, int &tiles)
-{
-    const int kb = hmaj ? item % nkb : item / nbg, bg = hmaj ? item / nkb : item - kb * nbg;
-    int64_t r0_, r1_;
-    b = bg / d.Hkv;
-    g = bg - b * d.Hkv;
-    k0 = kb * BKV;
-    nk = min(BKV, d.Sk - k0);
-    fa__key_rows(&d, k0, k0 + nk, &r0_, &r1_);
-    r0 = (int)r0_;
-    nqb = r1_ > r0_ ? (int)((r1_ - r0_ + BQ - 1) / BQ) : 0;
-    tiles = nqb * d.group;
-}
 
 /* The dq kernel's (C: fa__wgq_d64 or fa__wgq_d128): the Q and dO blocks, ST stages of the K and V
    tiles, lse and delta, the mbarriers (full[ST], empty[ST], q). */
@@ -9558,178 +9532,145 @@ static __device__ __forceinline__ unsigned long long fa__wg_desc_at(unsigned lon
     return d + (off >> 4);
 }
 
-/* T: __half or __nv_bfloat16. C: fa__wgb_d64 or fa__wgb_d128 (8a). MODS: as fa__tcb_dkv's. Block blk
-   of grid dK/dV blocks: the items (fa__wgb_item) fa__sched_item(grid, blk, n) for n = 0, 1, ... below
-   the item count (one, blk, when grid is the item count); the ring's tiles t and the K/V loads
-   counted over all of them, so that the next item's tiles load under the current one's. */
+/* T: __half or __nv_bfloat16. C: fa__wgb_d64 or fa__wgb_d128 (8a). MODS: as fa__tcb_dkv's. */
 template <typename T, class C, bool MODS>
-static __device__ __forceinline__ void fa__wgb_dkv_block(const fa__wgb_args &w, int blk, int grid)
+static __device__ __forceinline__ void fa__wgb_dkv_block(const fa__wgb_args &w, int blk)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef fa__wgb_geom<C> G;
     typedef fa__wg_mma<T> X;
-    enum { BKV = G::BKV, BQ = G::BQ, D = G::D, ST = G::ST, NN = G::NN, CH = G::CH, KVB = G::KVB };
-    static_assert(BKV == 128 && BQ == 64 && (D == 64 || D == 128) && C::NT == 384 && (KVB == 1 || KVB == 2),
-                  "the Hopper backward's tile");
+    enum { BKV = G::BKV, BQ = G::BQ, D = G::D, ST = G::ST, NN = G::NN, CH = G::CH };
+    static_assert(BKV == 128 && BQ == 64 && (D == 64 || D == 128) && C::NT == 384, "the Hopper backward's tile");
     extern __shared__ __align__(1024) unsigned char fa__wg_smem[];
     const fa__tcb_args &a = w.a;
     const fa__dims &d = a.d;
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
-    const int nbg = d.B * d.Hkv, nkb = (d.Sk + BKV - 1) / BKV, items = nbg * nkb;
-    const unsigned s0 = fa__cu_sa(fa__wg_smem), sK = (s0 + 1023u) & ~1023u, sQ = sK + 2 * KVB * G::KB;
-    const unsigned sO = sQ + ST * G::QB;   /* K/V buffer j: K at sK + 2 KB j, V at KB past it */
-    const unsigned full = sK + G::BARS, empty = full + 8 * ST, kvbar = empty + 8 * ST, kvfree = kvbar + 8 * KVB;
+    const int nbg = d.B * d.Hkv, nkb = (d.Sk + BKV - 1) / BKV;
+    const int kb = w.hmaj ? blk % nkb : blk / nbg, bg = w.hmaj ? blk / nkb : blk - kb * nbg;
+    const int b = bg / d.Hkv, g = bg - b * d.Hkv, k0 = kb * BKV, nk = min((int)BKV, d.Sk - k0);
+    const unsigned s0 = fa__cu_sa(fa__wg_smem), sK = (s0 + 1023u) & ~1023u, sV = sK + G::KB, sQ = sV + G::KB;
+    const unsigned sO = sQ + ST * G::QB;
+    const unsigned full = sK + G::BARS, empty = full + 8 * ST, kvbar = empty + 8 * ST;   /* + 8 s: stage s */
     float *sL = (float *)(fa__wg_smem + (sK - s0) + G::LSE), *sDl = sL + ST * BQ;
+    int64_t r0_, r1_;
     if (*a.flag) return;   /* a non-finite q, d_o or k: the FFMA fallback computes this call */
+    fa__key_rows(&d, k0, k0 + nk, &r0_, &r1_);
+    const int r0 = (int)r0_, nqb = r1_ > r0_ ? (int)((r1_ - r0_ + BQ - 1) / BQ) : 0, tiles = nqb * d.group;
     if (tid == 0) {
         for (int s = 0; s < ST; s++) {
             fa__mb_init(full + 8 * s, 32);    /* the producer's first warp */
             fa__mb_init(empty + 8 * s, 256);  /* every consumer thread */
         }
-        for (int j = 0; j < KVB; j++) {
-            fa__mb_init(kvbar + 8 * j, 1);
-            fa__mb_init(kvfree + 8 * j, 256);
-        }
+        fa__mb_init(kvbar, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
     if (wg == 0) {   /* the producer: its first warp stores lse and delta, its first thread issues the copies */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_P));
-        if (tid < 32) {
-            int t = 0, nkv = 0;   /* the ring's tiles and the K/V blocks loaded, over the block's items */
-            for (int n = 0;; n++) {
-                const int64_t item = fa__sched_item(grid, blk, n);
-                int b, g, k0, nk, r0, nqb, tiles;
-                if (item >= items) break;
-                fa__wgb_item<BKV, BQ>(d, w.hmaj, (int)item, nbg, nkb, b, g, k0, nk, r0, nqb, tiles);
-                if (tiles == 0) continue;
-                /* the K/V block: first, into a buffer free since the item before last (or never used); with
-                   one buffer after this item's first ST - 1 tiles, whose stages free before the last
-                   tile of the item before, which frees the buffer */
-                const int kv = nkv % KVB, pre = nkv < KVB || KVB > 1 ? 0 : min(ST - 1, tiles);
-                for (int u = 0; u <= tiles; u++) {
-                    if (u == pre && tid == 0) {
-                        if (nkv >= KVB) fa__mb_wait(kvfree + 8 * kv, (unsigned)(nkv / KVB - 1) & 1u);
-                        fa__mb_expect(kvbar + 8 * kv, 2 * G::KB);
+        if (tid < 32 && tiles > 0) {
+            if (tid == 0) {
+                fa__mb_expect(kvbar, 2 * G::KB);
 #pragma unroll
-                        for (int p = 0; p < D / 64; p++) {
-                            fa__tma_load(sK + kv * 2 * G::KB + p * BKV * 128, &w.tk, kvbar + 8 * kv, 64 * p, k0, g, b);
-                            fa__tma_load(sK + kv * 2 * G::KB + G::KB + p * BKV * 128, &w.tv, kvbar + 8 * kv, 64 * p, k0, g, b);
-                        }
-                    }
-                    if (u == tiles) break;
-                    const int s = t % ST, hh = u / nqb, h = g * d.group + hh, i0 = r0 + (u - hh * nqb) * BQ;
-                    if (t >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(t / ST - 1) & 1u);   /* stage s consumed */
-                    fa__wgb_put_ld<BQ>(a, sL + s * BQ, sDl + s * BQ, b, h, i0, tid, full + 8 * s, 2 * G::QB);
-                    if (tid == 0) {
-#pragma unroll
-                        for (int p = 0; p < D / 64; p++) {
-                            fa__tma_load(sQ + s * G::QB + p * BQ * 128, &w.tq, full + 8 * s, 64 * p, i0, h, b);
-                            fa__tma_load(sO + s * G::QB + p * BQ * 128, &w.to, full + 8 * s, 64 * p, i0, h, b);
-                        }
-                    }
-                    t++;
+                for (int p = 0; p < D / 64; p++) {
+                    fa__tma_load(sK + p * BKV * 128, &w.tk, kvbar, 64 * p, k0, g, b);
+                    fa__tma_load(sV + p * BKV * 128, &w.tv, kvbar, 64 * p, k0, g, b);
                 }
-                nkv++;
+            }
+            for (int t = 0; t < tiles; t++) {
+                const int s = t % ST, hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ;
+                if (t >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(t / ST - 1) & 1u);   /* stage s consumed */
+                fa__wgb_put_ld<BQ>(a, sL + s * BQ, sDl + s * BQ, b, h, i0, tid, full + 8 * s, 2 * G::QB);
+                if (tid == 0) {
+#pragma unroll
+                    for (int p = 0; p < D / 64; p++) {
+                        fa__tma_load(sQ + s * G::QB + p * BQ * 128, &w.tq, full + 8 * s, 64 * p, i0, h, b);
+                        fa__tma_load(sO + s * G::QB + p * BQ * 128, &w.to, full + 8 * s, 64 * p, i0, h, b);
+                    }
+                }
             }
         }
     } else {   /* a consumer: 64 keys, its warps 16 each */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_C));
         const int c = wg - 1, cw = (tid - 128) >> 5;   /* cw: the warp among the consumers' 8 */
-        const int cq = 2 * (lane & 3);
-        const unsigned ka = (unsigned)c * 64 * 128;    /* its 64 key rows, in each panel */
+        const int kr0 = k0 + cw * 16 + (lane >> 2), cq = 2 * (lane & 3);   /* this thread's keys kr0 + 8 hf */
+        const unsigned ka = (unsigned)c * 64 * 128;                         /* its 64 key rows, in each panel */
         const float f = d.scale * FA__CU_LOG2E;
         const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
         float dk[1][CH][4], dv[1][CH][4], s[1][NN][4], dp[1][NN][4];
+#pragma unroll
+        for (int n = 0; n < CH; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[0][n][e] = dv[0][n][e] = 0.0f;
 #pragma unroll
         for (int n = 0; n < NN; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) s[0][n][e] = dp[0][n][e] = 0.0f;
         unsigned pp[1][NN / 2][4], ps[1][NN / 2][4];   /* P^T and dS^T, the A fragments of dV's and dK's wgmmas */
-        int t = 0, nkv = 0;   /* as the producer's */
-        for (int n = 0;; n++) {
-            const int64_t item = fa__sched_item(grid, blk, n);
-            int b, g, k0, nk, r0, nqb, tiles;
-            if (item >= items) break;
-            fa__wgb_item<BKV, BQ>(d, w.hmaj, (int)item, nbg, nkb, b, g, k0, nk, r0, nqb, tiles);
-            const int kr0 = k0 + cw * 16 + (lane >> 2);   /* this thread's keys kr0 + 8 hf */
+        const unsigned long long kd = fa__wg_desc(sK + ka, 16, 1024), vd = fa__wg_desc(sV + ka, 16, 1024);
+        int hh = 0, qi = 0;   /* tile t: query head g group + hh, its query tile qi */
+        if (tiles > 0) fa__mb_wait(kvbar, 0);
+        for (int t = 0; t < tiles; t++) {
+            const int sg = t % ST, h = g * d.group + hh, i0 = r0 + qi * BQ;
+            const unsigned st = (unsigned)sg * G::QB;
+            const unsigned long long qd = fa__wg_desc(sQ + st, 16, 1024), od = fa__wg_desc(sO + st, 16, 1024);
+            const unsigned long long qn = fa__wg_desc(sQ + st, BQ * 128, 1024), on = fa__wg_desc(sO + st, BQ * 128, 1024);
+            const float *tL = sL + sg * BQ, *tD = sDl + sg * BQ;
+            const fa__keys kr = fa__cu_tile_keys(d, i0, min((int)BQ, d.Sq - i0));
+            const bool kfull = fa__keys_full(&kr, k0, k0 + BKV) != 0;
+            const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
+            fa__mb_wait(full + 8 * sg, (unsigned)(t / ST) & 1u);
+            fa__wg_keep(s);
+            fa__wg_keep(dp);
+            fa__wg_fence();
 #pragma unroll
-            for (int n2 = 0; n2 < CH; n2++)
+            for (int kk = 0; kk < D / 16; kk++)   /* S^T = K Q^T: this consumer's 64 keys x the tile's rows */
+                X::ss64(&s[0][0][0], fa__wg_desc_at(kd, (kk >> 2) * BKV * 128 + (kk & 3) * 32),
+                        fa__wg_desc_at(qd, (kk >> 2) * BQ * 128 + (kk & 3) * 32), kk);
+            fa__wg_commit();
 #pragma unroll
-                for (int e = 0; e < 4; e++) dk[0][n2][e] = dv[0][n2][e] = 0.0f;
-            if (tiles > 0) {
-                const int kv = nkv % KVB;
-                const unsigned kvs = sK + kv * 2 * G::KB;
-                const unsigned long long kd = fa__wg_desc(kvs + ka, 16, 1024), vd = fa__wg_desc(kvs + G::KB + ka, 16, 1024);
-                int hh = 0, qi = 0;   /* tile u: query head g group + hh, its query tile qi */
-                fa__mb_wait(kvbar + 8 * kv, (unsigned)(nkv / KVB) & 1u);
-                for (int u = 0; u < tiles; u++, t++) {
-                    const int sg = t % ST, h = g * d.group + hh, i0 = r0 + qi * BQ;
-                    const unsigned st = (unsigned)sg * G::QB;
-                    const unsigned long long qd = fa__wg_desc(sQ + st, 16, 1024), od = fa__wg_desc(sO + st, 16, 1024);
-                    const unsigned long long qn = fa__wg_desc(sQ + st, BQ * 128, 1024), on = fa__wg_desc(sO + st, BQ * 128, 1024);
-                    const float *tL = sL + sg * BQ, *tD = sDl + sg * BQ;
-                    const fa__keys kr = fa__cu_tile_keys(d, i0, min((int)BQ, d.Sq - i0));
-                    const bool kfull = fa__keys_full(&kr, k0, k0 + BKV) != 0;
-                    const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
-                    fa__mb_wait(full + 8 * sg, (unsigned)(t / ST) & 1u);
-                    fa__wg_keep(s);
-                    fa__wg_keep(dp);
-                    fa__wg_fence();
+            for (int kk = 0; kk < D / 16; kk++)   /* dP^T = V dO^T */
+                X::ss64(&dp[0][0][0], fa__wg_desc_at(vd, (kk >> 2) * BKV * 128 + (kk & 3) * 32),
+                        fa__wg_desc_at(od, (kk >> 2) * BQ * 128 + (kk & 3) * 32), kk);
+            fa__wg_commit();
+            fa__wg_wait<1>();
+            fa__wg_keep(s);
+            if (!MODS && kfull) fa__tcb_pt<T, 1, NN, MODS, true>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, true);
+            else fa__tcb_pt<T, 1, NN, MODS>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, kfull);   /* (MODS: one copy) */
+            fa__wg_keep(dv);
+            fa__wg_fence();
 #pragma unroll
-                    for (int kk = 0; kk < D / 16; kk++)   /* S^T = K Q^T: this consumer's 64 keys x the tile's rows */
-                        X::ss64(&s[0][0][0], fa__wg_desc_at(kd, (kk >> 2) * BKV * 128 + (kk & 3) * 32),
-                                fa__wg_desc_at(qd, (kk >> 2) * BQ * 128 + (kk & 3) * 32), kk);
-                    fa__wg_commit();
-#pragma unroll
-                    for (int kk = 0; kk < D / 16; kk++)   /* dP^T = V dO^T */
-                        X::ss64(&dp[0][0][0], fa__wg_desc_at(vd, (kk >> 2) * BKV * 128 + (kk & 3) * 32),
-                                fa__wg_desc_at(od, (kk >> 2) * BQ * 128 + (kk & 3) * 32), kk);
-                    fa__wg_commit();
-                    fa__wg_wait<1>();
-                    fa__wg_keep(s);
-                    if (!MODS && kfull) fa__tcb_pt<T, 1, NN, MODS, true>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, true);
-                    else fa__tcb_pt<T, 1, NN, MODS>(s, pp, d, md, sc, al, bi, f, tL, i0, cq, kr0, kfull);   /* (MODS: one copy) */
-                    fa__wg_keep(dv);
-                    fa__wg_fence();
-#pragma unroll
-                    for (int kk = 0; kk < BQ / 16; kk++) {   /* dV += P^T dO, under dP^T's wait */
-                        const unsigned long long dO_ = fa__wg_desc_at(on, kk * 2048);
-                        if (D == 128) X::rs128(&dv[0][0][0], pp[0][kk], dO_);
-                        else X::rs64(&dv[0][0][0], pp[0][kk], dO_);
-                    }
-                    fa__wg_commit();
-                    fa__wg_wait<1>();
-                    fa__wg_keep(dp);
-                    fa__tcb_dst<T, 1, NN>(s, dp, ps, tD, cq);
-                    fa__wg_keep(dk);
-                    fa__wg_fence();
-#pragma unroll
-                    for (int kk = 0; kk < BQ / 16; kk++) {   /* dK += dS^T Q */
-                        const unsigned long long dQ_ = fa__wg_desc_at(qn, kk * 2048);
-                        if (D == 128) X::rs128(&dk[0][0][0], ps[0][kk], dQ_);
-                        else X::rs64(&dk[0][0][0], ps[0][kk], dQ_);
-                    }
-                    fa__wg_commit();
-                    fa__wg_wait<0>();
-                    fa__wg_keep(dk);
-                    fa__wg_keep(dv);
-                    fa__mb_arrive(empty + 8 * sg);   /* this thread is done with stage sg */
-                    if (++qi == nqb) {   /* the next query head of the group */
-                        qi = 0;
-                        hh++;
-                    }
-                }
-                fa__mb_arrive(kvfree + 8 * kv);   /* and with this K/V buffer (its wgmmas retired) */
-                nkv++;
+            for (int kk = 0; kk < BQ / 16; kk++) {   /* dV += P^T dO, under dP^T's wait */
+                const unsigned long long dO_ = fa__wg_desc_at(on, kk * 2048);
+                if (D == 128) X::rs128(&dv[0][0][0], pp[0][kk], dO_);
+                else X::rs64(&dv[0][0][0], pp[0][kk], dO_);
             }
-            fa__tcb_write_kv<T, 1, CH>(a, dk, dv, b, g, kr0, cq);
+            fa__wg_commit();
+            fa__wg_wait<1>();
+            fa__wg_keep(dp);
+            fa__tcb_dst<T, 1, NN>(s, dp, ps, tD, cq);
+            fa__wg_keep(dk);
+            fa__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++) {   /* dK += dS^T Q */
+                const unsigned long long dQ_ = fa__wg_desc_at(qn, kk * 2048);
+                if (D == 128) X::rs128(&dk[0][0][0], ps[0][kk], dQ_);
+                else X::rs64(&dk[0][0][0], ps[0][kk], dQ_);
+            }
+            fa__wg_commit();
+            fa__wg_wait<0>();
+            fa__wg_keep(dk);
+            fa__wg_keep(dv);
+            fa__mb_arrive(empty + 8 * sg);   /* this thread is done with stage sg */
+            if (++qi == nqb) {   /* the next query head of the group */
+                qi = 0;
+                hh++;
+            }
         }
+        fa__tcb_write_kv<T, 1, CH>(a, dk, dv, b, g, kr0, cq);
     }
 #else
     /* another target: never launched */
     (void)blk;
-    (void)grid;
     if (w.a.d.Sq < 0 && *w.a.flag) asm volatile("trap;\n");
 #endif
 }
@@ -9859,18 +9800,16 @@ static __device__ __forceinline__ void fa__wgq_dq_block(const fa__wgb_args &w, i
 #endif
 }
 
-/* The kernels: fa__wgb_dkv and fa__wgq_dq, a block each of their grids (the bench's split timings;
-   fa__wgb_dkv walks gridDim.x blocks' items); fa__wgb_both, the two in one grid (what
-   fa__wgb_launch runs): its first kgrid blocks the dK/dV kernel's (C::PER 1: at most one an SM,
-   walking the key blocks), the rest the dq kernel's. The two are independent (both read
-   fa__cu_bwd_prep's output and write disjoint gradients), so the dq blocks start on the SMs the
-   dK/dV blocks leave idle at their end instead of after the last, and one launch gap goes; each
-   gradient is still computed by one block in the same order (the same bits as two launches, and
-   as a block per key block). */
+/* The kernels: fa__wgb_dkv and fa__wgq_dq, a block each of their grids (the bench's split timings);
+   fa__wgb_both, the two in one grid (what fa__wgb_launch runs): its first kgrid blocks the dK/dV
+   kernel's, the rest the dq kernel's. The two are independent (both read fa__cu_bwd_prep's output
+   and write disjoint gradients), so the dq blocks start on the SMs the dK/dV grid's last wave
+   leaves idle instead of after it, and one launch gap goes; each gradient is still computed by one
+   block in the same order (the same bits as two launches). */
 template <typename T, class C, bool MODS>
 __global__ void __launch_bounds__(C::NT, 1) fa__wgb_dkv(const __grid_constant__ fa__wgb_args w)
 {
-    fa__wgb_dkv_block<T, C, MODS>(w, (int)blockIdx.x, (int)gridDim.x);
+    fa__wgb_dkv_block<T, C, MODS>(w, (int)blockIdx.x);
 }
 
 template <typename T, class C, bool MODS>
@@ -9889,7 +9828,7 @@ template <typename T, class C, bool MODS>
 __global__ void __launch_bounds__(C::NT, 1) fa__wgb_both(const __grid_constant__ fa__wgb_args2 w)
 {
     static_assert((int)C::NT == (int)C::DQ::NT, "one block size for both kernels");
-    if ((int)blockIdx.x < w.kgrid) fa__wgb_dkv_block<T, C, MODS>(w.k, (int)blockIdx.x, w.kgrid);
+    if ((int)blockIdx.x < w.kgrid) fa__wgb_dkv_block<T, C, MODS>(w.k, (int)blockIdx.x);
     else fa__wgq_dq_block<T, typename C::DQ, MODS>(w.q, (int)blockIdx.x - w.kgrid);
 }
 #endif
@@ -10345,16 +10284,6 @@ static int fa__cu_bwd_mma_only = 0;
 #else
 #define FA__CU_BWD_MMA_ONLY 0
 #endif
-/* FA__WGB_WALK_GRID > 0: the Hopper backward's persistent dK/dV blocks (8e3, PER) number at most
-   that many instead of the SM count, so that the tests walk several key blocks a block at small
-   shapes (tests/test_cuda_backward.cu's test_wg_walk); the variable fa__wgb_walk_grid under
-   FLASHATTN__TEST_SWITCHES, else the constant 0. Not part of the API. */
-#ifdef FLASHATTN__TEST_SWITCHES
-static int fa__wgb_walk_grid = 0;
-#define FA__WGB_WALK_GRID fa__wgb_walk_grid
-#else
-#define FA__WGB_WALK_GRID 0
-#endif
 
 /* The Hopper backward for a request the tensor-core backward serves, on a device of compute
    capability major.minor = 9.0 whose loaded code holds the sm_90a bodies (fa__wg_built), whose
@@ -10598,19 +10527,16 @@ static fa_status fa__wgq_go_dq(const fa__tcb_args &a, unsigned grid, cudaStream_
     return fa__wgb_go(fa__wgq_dq<T, C, MODS>, (int)fa__wgq_geom<C>::SMEM, C::NT, C::BQ, C::BK, a, grid, st);
 }
 
-/* fa__wgb_both in configuration C: the dK/dV kernel's kgrid items (key blocks x batch x kv heads) on
-   as many blocks (C::PER 0) or on at most `sms` (C::PER 1), then qgrid dq blocks, one launch; hmaj:
-   each kernel's items in head-major order (a (batch, head)'s adjacent; the bench's variant). */
+/* fa__wgb_both in configuration C: kgrid dK/dV blocks, then qgrid dq blocks, one launch; hmaj: each
+   kernel's blocks in head-major order (a (batch, head)'s blocks adjacent; the bench's variant). */
 template <typename T, class C, bool MODS>
-static fa_status fa__wgb_go_both(const fa__tcb_args &a, unsigned kgrid, unsigned qgrid, cudaStream_t st, int sms,
-                                 int hmaj = 0)
+static fa_status fa__wgb_go_both(const fa__tcb_args &a, unsigned kgrid, unsigned qgrid, cudaStream_t st, int hmaj = 0)
 {
     typedef typename C::DQ Q;
     const int sk = (int)fa__wgb_geom<C>::SMEM, sq = (int)fa__wgq_geom<Q>::SMEM, smem = sk > sq ? sk : sq;
     fa__wgb_args2 w;
     fa_status s;
     if (!fa__wgb_maps(a, C::BQ, C::BKV, &w.k) || !fa__wgb_maps(a, Q::BQ, Q::BK, &w.q)) return FA_ERR_DEVICE;
-    if (C::PER && sms > 0 && kgrid > (unsigned)sms) kgrid = (unsigned)sms;
     w.kgrid = (int)kgrid;
     w.k.hmaj = w.q.hmaj = hmaj;
     s = fa__cu(cudaFuncSetAttribute((const void *)fa__wgb_both<T, C, MODS>,
@@ -10635,8 +10561,7 @@ static fa_status fa__wgb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, co
     a.dq = dq; a.dk = dk; a.dv = dv;
     a.qblocks = (int)pl->qblocks;
     a.d = *d;
-    const int sms = FA__WGB_WALK_GRID > 0 ? FA__WGB_WALK_GRID : pl->sms;
-    return mods ? fa__wgb_go_both<T, C, true>(a, kgrid, qgrid, st, sms) : fa__wgb_go_both<T, C, false>(a, kgrid, qgrid, st, sms);
+    return mods ? fa__wgb_go_both<T, C, true>(a, kgrid, qgrid, st) : fa__wgb_go_both<T, C, false>(a, kgrid, qgrid, st);
 }
 #endif
 

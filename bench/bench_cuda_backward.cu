@@ -275,16 +275,10 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
    kernel's traits with BK, ST varied; Wc64: a D = 64 dK/dV configuration (ST varied) with dq
    kernel Q. */
 template <int K_, int S_> struct Wq64 { enum { D = 64, BQ = 128, BK = K_, ST = S_, NT = 384, REG_P = 24, REG_C = 240 }; };
-template <int DST, class Q, int PER_ = fa__wgb_d64::PER, int KVB_ = fa__wgb_d64::KVB> struct Wc64 {
-    enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = DST, REG_P = 24, REG_C = 240, PER = PER_, KVB = KVB_ };
+template <int DST, class Q> struct Wc64 {
+    enum { D = 64, BKV = 128, BQ = 64, NT = 384, ST = DST, REG_P = 24, REG_C = 240 };
     typedef Q DQ;
 };
-/* D = 128 with the dK/dV blocks' schedule varied */
-template <int PER_, int KVB_> struct Wc128 {
-    enum { D = 128, BKV = 128, BQ = 64, NT = 384, ST = fa__wgb_d128::ST, REG_P = 24, REG_C = 240, PER = PER_, KVB = KVB_ };
-    typedef fa__wgb_d128::DQ DQ;
-};
-static int g_sms = 0;   /* the device's SM count: the persistent dK/dV grid's cap (fa__wgb_go_both) */
 
 template <class C, int RUN = 4>
 static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, const void *v, const void *o,
@@ -306,10 +300,9 @@ static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, 
     a.dq = dq; a.dk = dk; a.dv = dv;
     a.qblocks = (int)pl.qblocks;
     a.d = d;
-    if (!g_sms) CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
     if (RUN >= 4)
         st = fa__wgb_go_both<T, C, false>(a, (unsigned)(pl.kblocks * d.B * d.Hkv), (unsigned)(pl.qblocks * d.B * d.Hq), 0,
-                                          g_sms, RUN == 5);
+                                          RUN == 5);
     if (RUN & 1) st = fa__wgb_go_dkv<T, C, false>(a, (unsigned)(pl.kblocks * d.B * d.Hkv), 0);
     if (st == FA_OK && (RUN & 2)) st = fa__wgq_go_dq<T, typename C::DQ, false>(a, (unsigned)(pl.qblocks * d.B * d.Hq), 0);
     fa__cu_free(mem, 0, pooled);
@@ -336,8 +329,6 @@ static const TuneImpl tune_impls[] = {
     { "wg.2", 64, wg_tune_call<fa__wgb_d64, 3> },   /* both, two launches */
     { "wg.h", 64, wg_tune_call<fa__wgb_d64, 5> },   /* one grid, head-major */
     { "wg.p", 64, wg_tune_call<fa__wgb_d64, 0> },   /* the prep alone */
-    { "wg.np", 64, wg_tune_call<Wc64<4, Wq64<128, 2>, 0, 1> > },   /* a dK/dV block per key block (main ed62c29) */
-    { "wgkv1", 64, wg_tune_call<Wc64<4, Wq64<128, 2>, 1, 1> > },   /* persistent, one K/V buffer */
     { "wgk6", 64, wg_tune_call<Wc64<6, Wq64<128, 2> > > },        /* dK/dV: 6 stages */
     { "wgq64s4", 64, wg_tune_call<Wc64<4, Wq64<64, 4> > > },      /* dq: key tiles of 64, 4 stages */
     { "wgq128s3", 64, wg_tune_call<Wc64<4, Wq64<128, 3> > > },    /* dq: 3 stages */
@@ -346,7 +337,6 @@ static const TuneImpl tune_impls[] = {
     { "wg.q", 128, wg_tune_call<fa__wgb_d128, 2> },
     { "wg.2", 128, wg_tune_call<fa__wgb_d128, 3> },
     { "wg.h", 128, wg_tune_call<fa__wgb_d128, 5> },
-    { "wg.np", 128, wg_tune_call<Wc128<0, 1> > },   /* a dK/dV block per key block (main ed62c29) */
 #endif
 };
 

@@ -565,74 +565,6 @@ static void test_tc_mma_on_hopper(void **state)
 #endif
 }
 
-/* The Hopper backward's persistent dK/dV blocks (8e3, PER) walk several key blocks each only where
-   the key blocks outnumber the SMs; with their number capped at 3 (fa__wgb_walk_grid), every case of
-   test_tc_semantics walks several (causal and windowed items of few tiles and of none, GQA, every
-   modifier, both K/V buffers in turn), and a deterministic run gives the same bits as a block per
-   key block. */
-static void test_wg_walk(void **state)
-{
-    (void)state;
-    if (!hopper_bwd()) skip();
-#if FA__WG
-    {
-        static const int Dd[2] = { 64, 128 };
-        for (int i = 0; i < 2; i++) {
-            fa_params p = shape(2, 4, 2, 700, 1100, Dd[i], Dd[i]);
-            ref_rng r;
-            ref_tensors t;
-            const fa_dtype dt = FA_BF16;
-            const size_t es = esize(dt), rows = (size_t)p.batch * p.heads * p.seq_q;
-            float *d_o, *dlse;
-            void *xq, *xk, *xv, *go, *gdo, *g[2][3];
-            size_t n[3];
-            p.causal = 1;
-            p.window_left = 100;   /* key blocks of different lengths, and two of every (b, kv head) seen by no row */
-            p.dtype = dt;
-            p.deterministic = 1;
-            ref_seed(&r, 901 + i);
-            assert_true(ref_tensors_make(&p, &r, &t));
-            d_o = ref_alloc(t.no);
-            ref_fill_normal(&r, d_o, t.no);
-            xq = upload(t.q, t.nq, dt); xk = upload(t.k, t.nk, dt); xv = upload(t.v, t.nv, dt); gdo = upload(d_o, t.no, dt);
-            go = dalloc(t.no * es);
-            dlse = (float *)dalloc(rows * 4);
-            n[0] = t.nq * es; n[1] = t.nk * es; n[2] = t.nv * es;
-            p.lse = dlse;
-            assert_int_equal(fa_cuda_tiled(&p, xq, xk, xv, go), FA_OK);
-            for (int run = 0; run < 2; run++) {
-                fa__wgb_walk_grid = run == 0 ? 3 : 1 << 30;   /* 3 blocks walking 36 key blocks; a block per key block */
-                for (int u = 0; u < 3; u++) {
-                    g[run][u] = dalloc(n[u]);
-                    CU(cudaMemset(g[run][u], 0xFF, n[u]));
-                }
-                assert_int_equal(fa_cuda_tiled_backward(&p, xq, xk, xv, go, gdo, g[run][0], g[run][1], g[run][2]), FA_OK);
-                CU(cudaDeviceSynchronize());
-            }
-            fa__wgb_walk_grid = 0;
-            for (int u = 0; u < 3; u++) {
-                unsigned char *h0 = (unsigned char *)malloc(n[u]), *h1 = (unsigned char *)malloc(n[u]);
-                assert_true(h0 && h1);
-                CU(cudaMemcpy(h0, g[0][u], n[u], cudaMemcpyDeviceToHost));
-                CU(cudaMemcpy(h1, g[1][u], n[u], cudaMemcpyDeviceToHost));
-                if (memcmp(h0, h1, n[u]) != 0) fail_msg("D=%d: d%c of 3 walking blocks differs from a block per key block", Dd[i], "qkv"[u]);
-                free(h0);
-                free(h1);
-                cudaFree(g[0][u]);
-                cudaFree(g[1][u]);
-            }
-            printf("  D=%d: 3 walking dK/dV blocks and a block per key block bitwise equal\n", Dd[i]);
-            cudaFree(xq); cudaFree(xk); cudaFree(xv); cudaFree(go); cudaFree(gdo); cudaFree(dlse);
-            free(d_o);
-            ref_tensors_free(&t);
-        }
-    }
-    fa__wgb_walk_grid = 3;
-    test_tc_semantics(state);   /* against the reference (ends the test) */
-    fa__wgb_walk_grid = 0;
-#endif
-}
-
 static void test_empty(void **state)
 {
     (void)state;
@@ -1017,7 +949,6 @@ int main(void)
         cmocka_unit_test(test_strides_and_everything),
         cmocka_unit_test(test_tc_semantics),
         cmocka_unit_test(test_tc_mma_on_hopper),
-        cmocka_unit_test(test_wg_walk),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_nan_isolation),
         cmocka_unit_test(test_determinism),
