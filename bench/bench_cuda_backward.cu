@@ -13,7 +13,9 @@
    Options: --quick (S = 1024, 4096, 16384), --budget SEC (per timed row, default 0.08), --dtype
    bf16|fp16|fp32 (repeatable; default all three), --d D, --s S, --causal 0|1 (one row set, for
    ncu; --tune too, given before it), --mma (each 16-bit row again through the mma.sync kernels, fa__cu_bwd_mma_only: rows
-   fa_tiled_bwd_mma*, relerr against the default's gradients), --prefix P before --tune (the
+   fa_tiled_bwd_mma*, relerr against the default's gradients), --queued (the mean of calls queued back to
+   back instead of the median of synced ones), --keep-pool (the default memory pool's release threshold
+   raised, so that the workspace is not remapped after each sync), --prefix P before --tune (the
    sweep's rows named P* only; the wg* rows are the Hopper backward's variants). The kernel column names what the
    picker chose (bwd_wg_* the Hopper backward, bwd_tc_* the mma.sync one, bwd_ffma_* the FFMA one).
    Row format (shared with bench/torch_sdpa.py): ROW impl dtype D causal S B H extra ms TFLOP/s relerr status */
@@ -107,7 +109,11 @@ static int only_s = 0, only_c = -1;    /* --s, --causal: one sequence length, on
 typedef fa_status (*bwd_fn)(const fa_params *, const void *, const void *, const void *, const void *, const void *,
                            void *, void *, void *);
 
-/* median ms of fa_cuda_tiled_backward (or fn) on p */
+static int opt_queued = 0;   /* --queued: the mean of back-to-back calls between one pair of events (no sync between) */
+
+/* median ms of fa_cuda_tiled_backward (or fn) on p, each call between its own events after a sync (the
+   host's work before the first launch and the workspace's allocation included); --queued: the mean of
+   the same number of calls queued back to back (the host's work hidden under the GPU's) */
 static double time_bwd(const fa_params &p, void *q, void *k, void *v, void *o, void *d_o, void *dq, void *dk, void *dv,
                        bwd_fn fn = fa_cuda_tiled_backward)
 {
@@ -118,6 +124,22 @@ static double time_bwd(const fa_params &p, void *q, void *k, void *v, void *o, v
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     if (fn(&p, q, k, v, o, d_o, dq, dk, dv) != FA_OK) { fprintf(stderr, "backward failed\n"); exit(1); }
+    if (opt_queued) {
+        CK(cudaEventRecord(e0));
+        fn(&p, q, k, v, o, d_o, dq, dk, dv);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        reps = (int)std::min(20.0, std::max(2.0, opt_budget * 1e3 / std::max((double)ms, 1e-3)));
+        CK(cudaEventRecord(e0));
+        for (r = 0; r < reps; r++) fn(&p, q, k, v, o, d_o, dq, dk, dv);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        return ms / reps;
+    }
     CK(cudaEventRecord(e0));
     fn(&p, q, k, v, o, d_o, dq, dk, dv);
     CK(cudaEventRecord(e1));
@@ -247,7 +269,9 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
    steps (no modifiers): fa__cu_bwd_prep, the dK/dV kernel, the dq kernel (either mode); RUN 1: the
    dK/dV kernel alone, 2: the dq kernel alone (split timings: the prep's share is k + q - both; the
    gradients of such a row are incomplete, so its relerr means nothing); 3: both, two launches (main
-   4fbc773's arrangement); 4: both in one grid (fa__wgb_both, as shipped); 5: that grid in head-major order. Wq64: the D = 64 dq
+   4fbc773's arrangement); 4: both in one grid (fa__wgb_both, as shipped); 5: that grid in head-major order; 0: the
+   prep alone (its workspace, the flag's memset and fa__cu_bwd_prep: what the call spends before its kernels).
+   Wq64: the D = 64 dq
    kernel's traits with BK, ST varied; Wc64: a D = 64 dK/dV configuration (ST varied) with dq
    kernel Q. */
 template <int K_, int S_> struct Wq64 { enum { D = 64, BQ = 128, BK = K_, ST = S_, NT = 384, REG_P = 24, REG_C = 240 }; };
@@ -304,6 +328,7 @@ static const TuneImpl tune_impls[] = {
     { "wg.q", 64, wg_tune_call<fa__wgb_d64, 2> },   /* its dq kernel alone */
     { "wg.2", 64, wg_tune_call<fa__wgb_d64, 3> },   /* both, two launches */
     { "wg.h", 64, wg_tune_call<fa__wgb_d64, 5> },   /* one grid, head-major */
+    { "wg.p", 64, wg_tune_call<fa__wgb_d64, 0> },   /* the prep alone */
     { "wgk6", 64, wg_tune_call<Wc64<6, Wq64<128, 2> > > },        /* dK/dV: 6 stages */
     { "wgq64s4", 64, wg_tune_call<Wc64<4, Wq64<64, 4> > > },      /* dq: key tiles of 64, 4 stages */
     { "wgq128s3", 64, wg_tune_call<Wc64<4, Wq64<128, 3> > > },    /* dq: 3 stages */
@@ -372,13 +397,20 @@ int main(int argc, char **argv)
 #ifdef FA_BENCH_TUNE
         else if (!strcmp(argv[i], "--prefix") && i + 1 < argc) tune_prefix = argv[++i];   /* before --tune */
 #endif
+        else if (!strcmp(argv[i], "--queued")) opt_queued = 1;   /* before --tune too */
+        else if (!strcmp(argv[i], "--keep-pool")) {   /* the default memory pool keeps its memory over syncs */
+            cudaMemPool_t mp;
+            uint64_t thr = UINT64_MAX;
+            CK(cudaDeviceGetDefaultMemPool(&mp, 0));
+            CK(cudaMemPoolSetAttribute(mp, cudaMemPoolAttrReleaseThreshold, &thr));
+        }
         else if (!strcmp(argv[i], "--d") && i + 1 < argc) only_d = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--s") && i + 1 < argc) only_s = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--causal") && i + 1 < argc) only_c = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "bf16")) dts.push_back(FA_BF16), i++;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "fp16")) dts.push_back(FA_F16), i++;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc && !strcmp(argv[i + 1], "fp32")) dts.push_back(FA_F32), i++;
-        else { fprintf(stderr, "usage: %s [--quick] [--budget s] [--dtype bf16|fp16|fp32 ...] [--d D] [--s S] [--causal 0|1] [--mma]\n", argv[0]); return 2; }
+        else { fprintf(stderr, "usage: %s [--quick] [--budget s] [--dtype bf16|fp16|fp32 ...] [--d D] [--s S] [--causal 0|1] [--mma] [--queued] [--keep-pool]\n", argv[0]); return 2; }
     }
     (void)both;
     if (dts.empty()) dts = { FA_BF16, FA_F16, FA_F32 };
