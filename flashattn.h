@@ -2,9 +2,9 @@
 
    A naive attention that materialises the Sq x Sk score matrix (GEMMs through OpenBLAS) and a
    tiled online-softmax attention that never does (K/V walked in blocks with a running max m, a
-   running normaliser l and the rescale alpha = exp(m_old - m_new); the CPU path rescales lazily,
-   only when a row's max has grown by more than 8 since the last rescale, so every exp stays below
-   e^8 and O / l is unchanged). Both compute the same function,
+   running normaliser l and the rescale alpha = exp(m_old - m_new); the CPU path and the CUDA
+   tensor-core kernels rescale lazily, only when a row's max has grown by more than 8 since the
+   last rescale, so every exp stays below e^8 and O / l is unchanged). Both compute the same function,
    exactly, in fp32, on fp32, fp16 or bf16 storage (HALF PRECISION below); a CUDA backend with the same API on device pointers sits behind FLASHATTN_CUDA.
 
    CONTENTS (each >>tag marks its section below, in this order; make test checks that they agree)
@@ -1138,10 +1138,21 @@ static FA__HD inline float fa__adist(int64_t dist) { return (float)(dist < 0 ? -
 /* bias: s + x, where x = -INFINITY hides the key, even a NaN score. */
 static FA__HD inline float fa__bias1(float s, float x) { return x == -INFINITY ? x : s + x; }
 
-/* The online step's frame: a row's exps are taken against its running max m, or against 0 while
+/* The online step's frame: a row's exps are taken against its reference m (its running max, or
+   with the lazy rule below a value at most FA__LAZY under it), or against 0 while
    m is -INFINITY (no visible key yet), so that a hidden row's exps and its alpha = exp(m_old -
    m_new) are exactly 0 and never NaN. */
 static FA__HD inline float fa__online_ref(float m) { return m == -INFINITY ? 0.0f : m; }
+
+/* The lazy rescale's rule (FA__LAZY): a row's reference mo moves to its running max mx only when
+   mx passes it by more than FA__LAZY, both in natural-log units of the scores (a kernel whose
+   scores are in another unit multiplies both by that unit first), or when the row had no visible
+   key yet (mo = -INFINITY, mx finite). Then its exps stay below e^FA__LAZY, far from fp32 overflow
+   (and from fp16's 65504 in a 16-bit P), and O / l and ref + log l are the same as with the exact
+   max; O's rescale runs a handful of times a row instead of at every block. A row that stays
+   takes alpha = 1 exactly. Section 3's lane passes (fa__lazy_ref16, the AVX2 step) are this
+   comparison on 16 or 8 lanes; fa__online_c and 8d's fa__tc_softmax call it. */
+static FA__HD inline int fa__lazy_moves(float mo, float mx) { return mx > mo + FA__LAZY; }
 
 /* The log-sum-exp merge of parts (m_p, l_p, o_p): M = max m_p, where a NaN m_p sticks (the merged
    row is NaN, never a NaN lost to a later part); w_p = exp(m_p - M) l_p, 0 for a part with m_p =
@@ -2453,7 +2464,7 @@ static void fa__online_c(float *S, int64_t lds, int nk, int nv, float *m, float 
     for (r = 0; r < nl; r++) {
         float mx = m[r], mr = m[r], ms, al = 1.0f, sum = 0.0f;
         for (j = 0; j < nk; j++) mx = fa__row_max_c(S + j * lds + r, 1, mx);
-        if (mx > m[r] + FA__LAZY) {           /* per row here: the lanes are rows one at a time */
+        if (fa__lazy_moves(m[r], mx)) {       /* per row here: the lanes are rows one at a time */
             mr = mx;
             al = m[r] == -INFINITY ? 0.0f : fa__expf(m[r] - mr);
             for (t = 0; t < Dv; t++) O[t * ldo + r] *= al;
@@ -6059,6 +6070,13 @@ struct fa__dec_d128_r32 { enum { D = 128, NW = 4, MT = 2, BK = 16, QREG = 0, PF 
 #define FA__CU_CUBLAS_WS ((size_t)32 << 20)
 #define FA__CU_LOG2E 1.44269504088896341f
 #define FA__CU_LN2 0.693147180559945309f
+/* 1: the tensor-core kernels' online softmax (8d's fa__tc_softmax: the mma.sync forward, the
+   Hopper forward, the tensor-core decode) moves a row's reference by section 1's lazy rule
+   (fa__lazy_moves), as the CPU does; 0: to every new running max (rescaling O whenever one of a
+   warp's 16 rows finds one) [RESULTS, Hopper forward, "Lazy rescale"]. */
+#ifndef FA__CU_LAZY
+#define FA__CU_LAZY 1
+#endif
 
 /* The forward kernels' block order (section 1's fa__qtile_of, through 8b's fa__cu_qtile): the (batch,
    head)s go in groups whose K and V take at most FA__CU_L2_SET bytes together, so that the blocks
@@ -6943,13 +6961,19 @@ static __device__ __forceinline__ float fa__tc_exp_pack(const float (&s)[C::MT][
     return mv[0];
 }
 
-/* Step: the online softmax of one tile for this thread's rows. m: the running max of the scores
-   (in their unit; f turns them into log2 units), l: this thread's share of the running sum, o:
-   the accumulator, rescaled by alpha = 2^(m_old f - ref) unless no row max of the warp moved.
-   A row whose max did not move takes alpha = 1 exactly (2^(m f - ref) is 2 to the rounding error
+/* Step: the online softmax of one tile for this thread's rows. m: the row's reference max (in the
+   scores' unit; f > 0 turns them into log2 units, f ln 2 into natural-log ones), l: this thread's
+   share of the running sum of 2^(s f - m f), o: the accumulator, rescaled by alpha = 2^(m_old f -
+   ref) unless no row reference of the warp moved. With FA__CU_LAZY (the default) the reference
+   moves by section 1's lazy rule (fa__lazy_moves: only when the running max passes it by more than
+   FA__LAZY, so after a row's first tile the rescale is rare); with 0 it is the running max itself.
+   Either way m is the reference of l, so fa__tc_row_end's lse = m f ln 2 + log l is exact. A row
+   whose reference did not move takes alpha = 1 exactly (2^(m f - ref) is 2 to the rounding error
    of m f there, not always 1), so that skipping the rescale changes no bit and a row's result does
    not depend on the other rows of its warp (the decode kernels' 16- and 32-row blocks, 8d2, give
-   the same bits). XP: fa__tc_exp_pack's FMA-pipe share of the exps. */
+   the same bits); nor does a row's first visible tile vote for it (its alpha is 0, and its o is
+   still +0: P was 0 for it in every tile before). XP: fa__tc_exp_pack's FMA-pipe share of the
+   exps. */
 template <typename T, class C, int XP = 0>
 static __device__ __forceinline__ void fa__tc_softmax(const float (&s)[C::MT][C::BK / 8][4], float (&m)[C::MT][2],
                                                       float (&l)[C::MT][2], float (&o)[C::MT][C::D / 8][4],
@@ -6958,19 +6982,21 @@ static __device__ __forceinline__ void fa__tc_softmax(const float (&s)[C::MT][C:
     typedef fa__tc_geom<C> G;
     float alpha[G::MT][2];
     bool moved = false;
+    const float u = f * FA__CU_LN2;   /* a score's unit in natural-log units */
 #pragma unroll
     for (int mt = 0; mt < G::MT; mt++)
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
-            const float mx = fa__tc_quad_max(fmaxf(m[mt][hf], fa__tc_row_max<C>(s, mt, hf)));
-            const float ref = fa__online_ref(mx) * f;   /* a row hidden so far stays at 0 */
-            const bool mv = mx != m[mt][hf];
-            alpha[mt][hf] = mv ? fa__tc_ex2(fmaf(m[mt][hf], f, -ref)) : 1.0f;
-            moved |= mv;
-            m[mt][hf] = mx;
+            const float mo = m[mt][hf], mx = fa__tc_quad_max(fmaxf(mo, fa__tc_row_max<C>(s, mt, hf)));
+            const bool mv = FA__CU_LAZY ? fa__lazy_moves(mo * u, mx * u) != 0 : mx != mo;
+            const float mr = mv ? mx : mo;
+            const float ref = fa__online_ref(mr) * f;   /* a row hidden so far stays at 0 */
+            alpha[mt][hf] = mv ? fa__tc_ex2(fmaf(mo, f, -ref)) : 1.0f;
+            moved |= mv && mo != -INFINITY;   /* a row's first visible tile: alpha 0 on an o still +0 */
+            m[mt][hf] = mr;
             l[mt][hf] = fmaf(l[mt][hf], alpha[mt][hf], fa__tc_exp_pack<T, C, XP>(s, mt, hf, f, ref, pa));
         }
-    if (__any_sync(0xffffffffu, moved)) {   /* no row max of this warp moved: alpha is 1 everywhere */
+    if (__any_sync(0xffffffffu, moved)) {   /* no row reference of this warp moved: alpha is 1 everywhere */
 #pragma unroll
         for (int mt = 0; mt < G::MT; mt++)
 #pragma unroll
@@ -7186,7 +7212,8 @@ static __device__ __forceinline__ void fa__tc_pv_clean(float (&o)[C::MT][C::D / 
 
 /* The end of a row of the tensor-core kernels (the forward and the decode kernel): the quad's sum
    of this thread's shares l, then 8b's end of row on it: returns o's factor 1 / l and sets lse,
-   from the row's running max m (its unit turned into log2 units by f) as the exps' reference.
+   from the row's reference m (fa__tc_softmax's: the exps' reference, its unit turned into log2
+   units by f).
    A NaN sum stays NaN in both. */
 static __device__ __forceinline__ float fa__tc_row_end(float l, float m, float f, float *lse)
 {

@@ -41,6 +41,8 @@ static int g_served[FA__CU_KERNELS][5];   /* tiled runs served by each kernel (f
 static int g_wg64_rows[2][5];   /* runs of the D = 64 Hopper kernel in its 128-row [0] and 192-row [1] blocks (fa__wg_wide), by variant */
 static int g_hopper = 0;   /* the device has compute capability 9.0: the Hopper kernel (8d3) serves D = 64 and 128 */
 static int g_sms = 0;      /* the device's SMs */
+static float g_key_ramp = 0.0f;   /* run_case: key j's k row times 1 + g_key_ramp j / Sk (test_lazy_rescale) */
+static int g_lazy_rows = 0, g_lazy_far = 0, g_lazy_near = 0;   /* ... and its rows: all, max growth > 2 FA__LAZY, <= FA__LAZY */
 static int g_wg_multi[2][5];   /* Hopper runs (D = 64 [0], 128 [1]) with more query tiles than SMs, by variant: its
                                   persistent blocks (8d3's PER) walk several items there */
 
@@ -259,6 +261,54 @@ static fa__cu_kernel want_kernel(const tcase *c, fa_dtype dt, int *mods)
     return generic;
 }
 
+/* test_lazy_rescale's inputs: key j's k row times 1 + ramp j / Sk, so that a row's max score grows
+   along its keys (q k^T is N(0, 1) at the default scale before it); then q and k on multiples of
+   1/16, as the large-logit cases in run_case, so that every fp32 dot product is exact (scores up to
+   ~40 would otherwise carry fp32 rounding beyond the 1e-5 tolerance on the naive path as well). */
+static void key_ramp(const fa_params *p, ref_tensors *t, float ramp)
+{
+    ref_dims rd;
+    size_t e;
+    int b, g, j, c;
+    ref_dims_of(p, &rd);
+    for (b = 0; b < (rd.ks[0] ? rd.B : 1); b++)   /* k shared by the batch (L_KVB): once */
+        for (g = 0; g < rd.Hkv; g++)
+            for (j = 0; j < rd.Sk; j++)
+                for (c = 0; c < rd.D; c++) t->k[b * rd.ks[0] + g * rd.ks[1] + j * rd.ks[2] + c] *= 1.0f + ramp * (float)j / (float)rd.Sk;
+    for (e = 0; e < t->nq; e++) t->q[e] = floorf(t->q[e] * 16.0f + 0.5f) / 16.0f;
+    for (e = 0; e < t->nk; e++) t->k[e] = floorf(t->k[e] * 16.0f + 0.5f) / 16.0f;
+}
+
+/* What the ramp did to the rows (no modifier, causal or not): how far each row's max score (natural
+   log units, the rounded inputs) rose above its max over keys 0-127 (the Hopper kernel's first key
+   tile): counted into g_lazy_rows / far (> 2 FA__LAZY: the lazy
+   reference moves at least twice) / near (<= FA__LAZY: after its first tile it never moves). */
+static void lazy_growth(const fa_params *p, const ref_tensors *t)
+{
+    ref_dims rd;
+    int b, h, i, j, e;
+    ref_dims_of(p, &rd);
+    for (b = 0; b < rd.B; b++)
+        for (h = 0; h < rd.Hq; h++)
+            for (i = 0; i < rd.Sq; i++) {
+                const int g = h / (rd.Hq / rd.Hkv), hi = p->causal ? i + rd.Sk - rd.Sq + 1 : rd.Sk;
+                double first = -INFINITY, all = -INFINITY;
+                for (j = 0; j < hi && j < rd.Sk; j++) {
+                    double x = 0.0;
+                    for (e = 0; e < rd.D; e++)
+                        x += (double)t->q[b * rd.qs[0] + h * rd.qs[1] + i * rd.qs[2] + e] *
+                             t->k[b * rd.ks[0] + g * rd.ks[1] + j * rd.ks[2] + e];
+                    x *= rd.scale;
+                    if (j < 128 && x > first) first = x;
+                    if (x > all) all = x;
+                }
+                if (hi < 1) continue;   /* a row without keys */
+                g_lazy_rows++;
+                g_lazy_far += all - first > 2.0 * FA__LAZY;
+                g_lazy_near += all - first <= FA__LAZY;
+            }
+}
+
 /* One case on one path and dtype; 1 if it passes (failures are printed). */
 static int run_case(const tcase *c, int tiled, fa_dtype dt)
 {
@@ -288,9 +338,11 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
         for (e = 0; e < t.nq; e++) t.q[e] = floorf(t.q[e] * 16.0f + 0.5f) / 16.0f;
         for (e = 0; e < t.nk; e++) t.k[e] = floorf(t.k[e] * 16.0f + 0.5f) / 16.0f;
     }
+    if (g_key_ramp > 0.0f) key_ramp(&p, &t, g_key_ramp);
     ref_round_to(dt, t.q, t.nq);
     ref_round_to(dt, t.k, t.nk);
     ref_round_to(dt, t.v, t.nv);
+    if (g_key_ramp > 0.0f && tiled && dt == FA_F16) lazy_growth(&p, &t);   /* once a case */
     bias = make_bias(c, &p, &r, &nbias);
     alibi = make_alibi(c, &p, &nalibi);
     p.bias = bias;
@@ -619,6 +671,32 @@ static void test_decode(void **state)
     g_tiled_only = 0;
 }
 
+/* One decode case (fp16 or bf16) in blocks of 16 and of 32 packed rows, each against float64
+   (run_case), then o and lse compared bitwise; the failures (0 when all passed). */
+static int dec_rows_pair(const tcase *c, fa_dtype dt)
+{
+    unsigned char *o16;
+    float *l16;
+    int f = 0;
+    g_keep = 1;
+    g_dec_rows = 16;
+    f += !run_case(c, 1, dt);
+    o16 = g_kept_o; l16 = g_kept_l;
+    g_kept_o = NULL; g_kept_l = NULL;
+    g_dec_rows = 32;
+    f += !run_case(c, 1, dt);
+    g_dec_rows = 0;
+    if (!o16 || !g_kept_o || memcmp(o16, g_kept_o, g_kept_no) || memcmp(l16, g_kept_l, g_kept_rows * 4)) {
+        print_error("  FAIL %s %s: o or lse differs in blocks of 16 and of 32 packed rows\n", c->name, dt_name(dt));
+        f++;
+    }
+    free(o16); free(l16);
+    free(g_kept_o); free(g_kept_l);
+    g_kept_o = NULL; g_kept_l = NULL;
+    g_keep = 0;
+    return f;
+}
+
 /* The tensor-core decode kernel in blocks of 16 and of 32 packed rows gives bitwise the same o and
    lse (and both meet the float64 reference in run_case), on every decode shape with more than 16
    packed rows a kv head, fp16 and bf16: what lets fa__cu_dec_pick choose the block by the grid's
@@ -629,7 +707,6 @@ static void test_decode_rows(void **state)
     int k, f = 0, n = 0;
     (void)state;
     g_tiled_only = 1;
-    g_keep = 1;
     for (i = 0; i < COUNT(g_decode); i++) {
         const tcase *c = &g_decode[i];
         const int Dv = c->Dv ? c->Dv : c->D, hkv = c->Hkv ? c->Hkv : c->Hq;
@@ -637,30 +714,60 @@ static void test_decode_rows(void **state)
             c->layout == L_PADDED)
             continue;
         for (k = 0; k < 2; k++) {
-            unsigned char *o16;
-            float *l16;
-            g_dec_rows = 16;
-            f += !run_case(c, 1, k_half[k]);
-            o16 = g_kept_o; l16 = g_kept_l;
-            g_kept_o = NULL; g_kept_l = NULL;
-            g_dec_rows = 32;
-            f += !run_case(c, 1, k_half[k]);
-            g_dec_rows = 0;
-            if (!o16 || !g_kept_o || memcmp(o16, g_kept_o, g_kept_no) || memcmp(l16, g_kept_l, g_kept_rows * 4)) {
-                print_error("  FAIL %s %s: o or lse differs in blocks of 16 and of 32 packed rows\n", c->name, dt_name(k_half[k]));
-                f++;
-            }
+            f += dec_rows_pair(c, k_half[k]);
             n++;
-            free(o16); free(l16);
         }
     }
-    g_keep = 0;
     g_tiled_only = 0;
-    free(g_kept_o); free(g_kept_l);
-    g_kept_o = NULL; g_kept_l = NULL;
     if (f) print_error("%d failures in %d shape-dtype pairs\n", f, n);
     assert_true(n >= (g_small ? 2 : 8));
     assert_int_equal(f, 0);
+}
+
+/* The lazy rescale (section 1's fa__lazy_moves in 8d's fa__tc_softmax): keys scaled up along the
+   sequence (key_ramp), so that a row's max rises over its keys, by more than 2 FA__LAZY in many rows
+   with ramp 12 (the reference moves several times, P reaches e^FA__LAZY between moves) and by at
+   most FA__LAZY in most rows with ramp 1.5 (it stays at the first tile's max); fp32, fp16, bf16,
+   D = 64 and 128, causal and not, both paths against float64. fp16/bf16 prefill runs on the Hopper
+   kernel there (both D = 64 blocks), k and v broadcast (L_KVB) on the mma.sync one, the decode shape
+   (32 packed rows a kv head) on the tensor-core decode kernel, also in blocks of 16 and of 32 rows
+   compared bitwise (dec_rows_pair); each run_case asserts the kernel that served it. */
+/* name, B, Hq, Hkv, Sq, Sk, D, Dv, causal, layout, scale, wl, wr, softcap, alibi, bias, small */
+static const tcase g_lazy[] = {
+    { "lazy d128 200x1500", 1, 2, 1, 200, 1500, 128, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "lazy d128 causal 900", 1, 2, 1, 900, 900, 128, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "lazy d64 200x1500 (192-row block)", 1, 2, 1, 200, 1500, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
+    { "lazy d64 causal 700", 1, 2, 1, 700, 700, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "lazy d64 causal kv broadcast", 2, 2, 1, 150, 900, 64, 0, 1, L_KVB, 0, 0, 0, 0, 0, 0, 0 },
+    { "lazy d128 kv broadcast", 2, 2, 2, 100, 700, 128, 0, 0, L_KVB, 0, 0, 0, 0, 0, 0, 0 },
+};
+static const tcase g_lazy_dec = { "lazy dec r32 sq=4 causal", 2, 16, 2, 4, 3001, 128, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 1 };
+
+static void test_lazy_rescale(void **state)
+{
+    static const float ramps[2] = { 12.0f, 1.5f };
+    int k, i, d, path, f = 0, n = 0, far[2], near[2], rows[2];
+    (void)state;
+    for (k = 0; k < 2; k++) {   /* no assertion while g_key_ramp is set: the tests after this one use plain inputs */
+        g_key_ramp = ramps[k];
+        g_lazy_rows = g_lazy_far = g_lazy_near = 0;
+        for (i = 0; i < (int)COUNT(g_lazy); i++)
+            if (!g_small || g_lazy[i].small)
+                for (d = 0; d < 3; d++)
+                    for (path = 0; path < 2; path++, n++) f += !run_case(&g_lazy[i], path, k_all[d]);
+        for (d = 0; d < 3; d++, n++) f += !run_case(&g_lazy_dec, 1, k_all[d]);
+        f += dec_rows_pair(&g_lazy_dec, FA_F16) + dec_rows_pair(&g_lazy_dec, FA_BF16);
+        n += 2;
+        rows[k] = g_lazy_rows; far[k] = g_lazy_far; near[k] = g_lazy_near;
+        g_key_ramp = 0.0f;
+        printf("  ramp %g: %d rows, max rising > 2 FA__LAZY in %d, <= FA__LAZY in %d\n", (double)ramps[k], rows[k],
+               far[k], near[k]);
+    }
+    if (f) print_error("%d of %d runs failed\n", f, n);
+    assert_int_equal(f, 0);
+    /* the inputs do what the cases are for */
+    assert_true(far[0] * 2 > rows[0]);
+    assert_true(near[1] * 10 > rows[1] * 9);
 }
 
 /* Batch invariance: one sequence decoded alone (B = 1) and as batch element 37 of B = 64 gives
@@ -1572,6 +1679,7 @@ int main(void)
         cmocka_unit_test(test_fp32_multiblock_kernels),
         cmocka_unit_test(test_shapes_half),
         cmocka_unit_test(test_modifiers_half),
+        cmocka_unit_test(test_lazy_rescale),
         cmocka_unit_test(test_stream),
         cmocka_unit_test(test_merge),
         cmocka_unit_test(test_ex2_poly_device),
