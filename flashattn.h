@@ -6002,7 +6002,10 @@ struct fa__wgb_d128 {
 /* The split-key decode kernels' configurations (8d2). The tensor-core one is an fa__tc_* trait
    (MT m16 tiles of packed query rows, 16 MT rows a block, shared by NW warps that each walk their
    own key tiles of BK through a private ring of ST cp.async stages) plus ST; BK x D is 2 KB a row
-   of the ring at both head dims, so that 2 blocks fit an SM (MINB); QK2 1: S = Q K^T on two
+   of the ring at both head dims, so that MINB blocks fit an SM: 2 (3 stages), and at D = 128 in
+   16-row blocks 3 (2 stages, 68 KB, Q re-read from shared memory to stay within 168 registers:
+   two blocks' 8 warps keep 4x the bytes in flight that the SM needs, so a third block buys fewer
+   waves where the grid takes several, not depth; RESULTS, CUDA decode, "dec4"); QK2 1: S = Q K^T on two
    accumulator chains a tile (fa__dec_qk; at D = 128, whose 8 k-steps make one chain long; MT = 2
    keeps the same two chains, so that a row's sums do not depend on MT). MT = 1 (16 rows); the _r32
    ones (MT = 2, 32 rows), where group * Sq > 16 and the grid of 16-row blocks takes more than one
@@ -6016,7 +6019,7 @@ struct fa__wgb_d128 {
    FA__CU_DEC_PARTS blocks a sequence (so at most that many). The picker takes the decode path for
    Sq <= FA__CU_DEC_MAX_SQ and group * Sq <= FA__CU_DEC_MAX_ROWS. */
 struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0 }; };
-struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 1 }; };
+struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1 }; };
 struct fa__dec_d64_r32 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0 }; };
 struct fa__dec_d128_r32 { enum { D = 128, NW = 4, MT = 2, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1 }; };
 #define FA__CU_DEC_ROWS 16
