@@ -10717,12 +10717,18 @@ static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const voi
     return s != FA_OK ? s : s2;
 }
 
+/* The tensor-core decode kernel of configuration C: MINB blocks an SM take the largest shared-memory
+   carveout (as the other MINB > 1 kernels ask; 3 x 68 KB at D = 128), then fa__dec_run. */
 template <typename T, class C>
 static fa_status fa__dec_tc_launch(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k,
                                    const void *v, void *o, cudaStream_t st)
 {
-    return fa__dec_run<T>(pl, d, q, k, v, o, st, pl->mods ? fa__dec_tc<T, C, 4> : fa__dec_tc<T, C, 0>,
-                          (int)fa__dec_geom<C>::SMEM, C::NW * 32);
+    void (*kern)(const fa__dec_args) = pl->mods ? fa__dec_tc<T, C, 4> : fa__dec_tc<T, C, 0>;
+    fa_status s;
+    if (C::MINB > 1 &&
+        (s = fa__cu(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
+        return s;
+    return fa__dec_run<T>(pl, d, q, k, v, o, st, kern, (int)fa__dec_geom<C>::SMEM, C::NW * 32);
 }
 
 template <typename T>

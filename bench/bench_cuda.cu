@@ -691,13 +691,12 @@ struct prb_d128_m2s3 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1
 struct prb_d128_m2s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 2, QK2 = 1 }; };
 struct prb_d128_m3s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1 }; };
 
-/* A whole call (split kernel, merge, workspace) of plan pl with configuration C of the kernel. */
+/* A whole call (split kernel, merge, workspace) of plan pl with configuration C of the kernel (the
+   largest carveout, as every tensor-core decode launch of this build; main's ed62c29 asked none). */
 template <class C>
 static void dec_call_cfg(const fa__cu_plan &pl, const fa__dims &d, const void *q, const void *k, const void *v, void *o)
 {
-    CK(fa__dec_run<__nv_bfloat16>(&pl, &d, q, k, v, o, (cudaStream_t)d.stream,
-                                  pl.mods ? fa__dec_tc<__nv_bfloat16, C, 4> : fa__dec_tc<__nv_bfloat16, C, 0>,
-                                  (int)fa__dec_geom<C>::SMEM, C::NW * 32) == FA_OK ? cudaSuccess : cudaErrorUnknown);
+    CK(fa__dec_tc_launch<__nv_bfloat16, C>(&pl, &d, q, k, v, o, (cudaStream_t)d.stream) == FA_OK ? cudaSuccess : cudaErrorUnknown);
 }
 
 template <class C>
@@ -712,6 +711,7 @@ static void dec_split_only(const fa__cu_plan &pl, const fa__dims &d, const void 
     a.wl = ws + (size_t)d.B * d.Hq * d.Sq * pl.chunks * d.Dv;
     void (*kern)(const fa__dec_args) = pl.mods ? fa__dec_tc<__nv_bfloat16, C, 4> : fa__dec_tc<__nv_bfloat16, C, 0>;
     CK(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa__dec_geom<C>::SMEM));
+    CK(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100));   /* as fa__dec_tc_launch */
     kern<<<dim3((unsigned)(a.rblocks * a.chunks), (unsigned)d.Hkv, (unsigned)d.B), C::NW * 32, fa__dec_geom<C>::SMEM>>>(a);
 }
 
