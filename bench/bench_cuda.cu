@@ -696,7 +696,8 @@ struct prb_d128_m3s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1
 template <class C>
 static void dec_call_cfg(const fa__cu_plan &pl, const fa__dims &d, const void *q, const void *k, const void *v, void *o)
 {
-    CK(fa__dec_tc_launch<__nv_bfloat16, C>(&pl, &d, q, k, v, o, (cudaStream_t)d.stream) == FA_OK ? cudaSuccess : cudaErrorUnknown);
+    const fa_status s = fa__dec_tc_launch<__nv_bfloat16, C>(&pl, &d, q, k, v, o, (cudaStream_t)d.stream);
+    CK(s == FA_OK ? cudaSuccess : cudaErrorUnknown);
 }
 
 template <class C>
