@@ -6003,9 +6003,10 @@ struct fa__wgb_d128 {
    (MT m16 tiles of packed query rows, 16 MT rows a block, shared by NW warps that each walk their
    own key tiles of BK through a private ring of ST cp.async stages) plus ST; BK x D is 2 KB a row
    of the ring at both head dims, so that MINB blocks fit an SM: 2 (3 stages), and at D = 128 in
-   16-row blocks 3 (2 stages, 68 KB, Q re-read from shared memory to stay within 168 registers:
-   two blocks' 8 warps keep 4x the bytes in flight that the SM needs, so a third block buys fewer
-   waves where the grid takes several, not depth; RESULTS, CUDA decode, "dec4"); QK2 1: S = Q K^T on two
+   16-row blocks 3 (2 stages, 68 KB, Q re-read from shared memory to stay within 168 registers;
+   against 2 blocks of 3 stages +1-2% on the bench's rows, +7.6% at Sq = 4, where a block's
+   epilogue is longer and the SM's other two blocks stream over it: RESULTS, CUDA decode, "dec4");
+   QK2 1: S = Q K^T on two
    accumulator chains a tile (fa__dec_qk; at D = 128, whose 8 k-steps make one chain long; MT = 2
    keeps the same two chains, so that a row's sums do not depend on MT). MT = 1 (16 rows); the _r32
    ones (MT = 2, 32 rows), where group * Sq > 16 and the grid of 16-row blocks takes more than one
@@ -9931,7 +9932,7 @@ static int fa__cu_fits_kernel(fa__cu_kernel k, const fa__dims *d, int optin, fa_
    Hkv and its row blocks of FA__CU_DEC_ROWS, ceil(group * Sq / FA__CU_DEC_ROWS), whichever block the
    picker then runs; never B or the device, so that a row's arithmetic is the same in any batch):
    the sequence's Hkv * row blocks * Sk keys over FA__CU_DEC_PARTS blocks, rounded up to a multiple
-   of 256, at least FA__CU_DEC_CHUNK_MIN; so a sequence runs about FA__CU_DEC_PARTS blocks (two an
+   of 256, at least FA__CU_DEC_CHUNK_MIN; so a sequence runs about FA__CU_DEC_PARTS blocks (about two an
    SM of a 132-SM device at B = 1) and a row has at most FA__CU_DEC_PARTS chunks. */
 static int fa__cu_dec_chunk(const fa__dims *d)
 {
