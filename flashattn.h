@@ -6006,9 +6006,8 @@ struct fa__wgb_d128 {
    16-row blocks 3 (2 stages, 68 KB, Q re-read from shared memory to stay within 168 registers;
    against 2 blocks of 3 stages +1-2% on the bench's rows, +7.6% at Sq = 4, where a block's
    epilogue is longer and the SM's other two blocks stream over it: RESULTS, CUDA decode, "dec4");
-   QK2 1: S = Q K^T on two
-   accumulator chains a tile (fa__dec_qk; at D = 128, whose 8 k-steps make one chain long; MT = 2
-   keeps the same two chains, so that a row's sums do not depend on MT). MT = 1 (16 rows); the _r32
+   QK2 1: S = Q K^T on two accumulator chains a tile (fa__dec_qk; at D = 128, whose 8 k-steps make
+   one chain long; MT = 2 keeps the same two chains, so that a row's sums do not depend on MT). MT = 1 (16 rows); the _r32
    ones (MT = 2, 32 rows), where group * Sq > 16 and the grid of 16-row blocks takes more than one
    wave (8f), read each K/V tile once for a GQA/MQA group of up to 32 packed rows and give a row the
    same bits as the 16-row ones; at D = 128 their Q is re-read from shared memory every tile (QREG
