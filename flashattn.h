@@ -6007,8 +6007,8 @@ struct fa__wgb_d128 {
    against 2 blocks of 3 stages +1-2% on the bench's rows, +7.6% at Sq = 4, where a block's
    epilogue is longer and the SM's other two blocks stream over it: RESULTS, CUDA decode, "dec4");
    QK2 1: S = Q K^T on two accumulator chains a tile (fa__dec_qk; at D = 128, whose 8 k-steps make
-   one chain long; MT = 2 keeps the same two chains, so that a row's sums do not depend on MT). MT = 1 (16 rows); the _r32
-   ones (MT = 2, 32 rows), where group * Sq > 16 and the grid of 16-row blocks takes more than one
+   one chain long; MT = 2 keeps the same two chains, so that a row's sums do not depend on MT).
+   MT = 1 (16 rows); the _r32 ones (MT = 2, 32 rows), where group * Sq > 16 and the grid of 16-row blocks takes more than one
    wave (8f), read each K/V tile once for a GQA/MQA group of up to 32 packed rows and give a row the
    same bits as the 16-row ones; at D = 128 their Q is re-read from shared memory every tile (QREG
    0: held in registers, o's 128 and Q's 64 registers a thread reach 255 and spill). The FFMA
@@ -10725,8 +10725,8 @@ static fa_status fa__dec_tc_launch(const fa__cu_plan *pl, const fa__dims *d, con
 {
     void (*kern)(const fa__dec_args) = pl->mods ? fa__dec_tc<T, C, 4> : fa__dec_tc<T, C, 0>;
     fa_status s;
-    if (C::MINB > 1 &&
-        (s = fa__cu(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
+    if (C::MINB > 1 && (s = fa__cu(cudaFuncSetAttribute((const void *)kern,
+                                                        cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
         return s;
     return fa__dec_run<T>(pl, d, q, k, v, o, st, kern, (int)fa__dec_geom<C>::SMEM, C::NW * 32);
 }

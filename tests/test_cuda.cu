@@ -673,14 +673,15 @@ static void test_decode_batch_invariance(void **state)
 {
     enum { BB = 64, PICK = 37 };
     static const int shapes[3][3] = { { 8, 2, 1 }, { 8, 2, 4 }, { 32, 1, 1 } };   /* H, HKV, Sq */
-    const int D = g_small ? 64 : 128, SK = g_small ? 2100 : 4001;   /* three and four chunks of 1024 (MQA at D = 128:
-                                                                        64 x 2 x 4 16-row blocks pass a wave of 3 an SM) */
+    /* three and four chunks of 1024 (MQA at D = 128: 64 x 2 x 4 16-row blocks pass a wave of 3 an SM) */
+    const int D = g_small ? 64 : 128, SK = g_small ? 2100 : 4001;
     int k, si;
     (void)state;
     for (k = 0; k < 3; k++)
         for (si = 0; si < 3; si++) {
             const int H = shapes[si][0], HKV = shapes[si][1], sq = shapes[si][2];
-            const int r32 = want_dec_rows(BB, H, HKV, sq, SK, D) == 32, r32_1 = want_dec_rows(1, H, HKV, sq, SK, D) == 32;
+            const int r32 = want_dec_rows(BB, H, HKV, sq, SK, D) == 32;
+            const int r32_1 = want_dec_rows(1, H, HKV, sq, SK, D) == 32;
             const fa_dtype dt = k_all[k];
             const size_t es = esize(dt), nq = (size_t)BB * H * sq * D, nk = (size_t)BB * HKV * SK * D;
             const size_t q1 = (size_t)H * sq * D, k1 = (size_t)HKV * SK * D, rows1 = (size_t)H * sq;
@@ -711,11 +712,12 @@ static void test_decode_batch_invariance(void **state)
             /* MQA: the batch in 32-row blocks, the sequence alone in 16-row ones (on a device of up to
                BB * 2 * chunks / MINB SMs): the bits must not depend on the block either */
             if (si == 2 && dt != FA_F32) {
+                const int64_t minb = D == 64 ? (int64_t)fa__dec_d64::MINB : (int64_t)fa__dec_d128::MINB;
                 int dev = 0, sms = 0;
                 CU(cudaGetDevice(&dev));
                 CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
                 assert_true(r32_1 == 0);
-                assert_true(r32 || (int64_t)BB * 2 * plan.chunks <= (D == 64 ? (int64_t)fa__dec_d64::MINB : (int64_t)fa__dec_d128::MINB) * sms);
+                assert_true(r32 || (int64_t)BB * 2 * plan.chunks <= minb * sms);
             }
             assert_int_equal(fa_cuda_tiled(&p, dq, dk, dv, dout), FA_OK);
             assert_int_equal(fa_cuda_tiled(&p1, (char *)dq + PICK * q1 * es, (char *)dk + PICK * k1 * es,
