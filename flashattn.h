@@ -6033,10 +6033,13 @@ struct fa__wgb_d128 {
 /* The split-key decode kernels' configurations (8d2). The tensor-core one is an fa__tc_* trait
    (MT m16 tiles of packed query rows, 16 MT rows a block, shared by NW warps that each walk their
    own key tiles of BK through a private ring of ST cp.async stages) plus ST; BK x D is 2 KB a row
-   of the ring at both head dims, so that 2 blocks fit an SM (MINB); QK2 1: S = Q K^T on two
-   accumulator chains a tile (fa__dec_qk; at D = 128, whose 8 k-steps make one chain long; MT = 2
-   keeps the same two chains, so that a row's sums do not depend on MT). MT = 1 (16 rows); the _r32
-   ones (MT = 2, 32 rows), where group * Sq > 16 and the grid of 16-row blocks takes more than one
+   of the ring at both head dims, so that MINB blocks fit an SM: 2 (3 stages), and at D = 128 in
+   16-row blocks 3 (2 stages, 68 KB, Q re-read from shared memory to stay within 168 registers;
+   against 2 blocks of 3 stages +1-2% on the bench's rows, +7.6% at Sq = 4, where a block's
+   epilogue is longer and the SM's other two blocks stream over it: RESULTS, CUDA decode, "dec4");
+   QK2 1: S = Q K^T on two accumulator chains a tile (fa__dec_qk; at D = 128, whose 8 k-steps make
+   one chain long; MT = 2 keeps the same two chains, so that a row's sums do not depend on MT).
+   MT = 1 (16 rows); the _r32 ones (MT = 2, 32 rows), where group * Sq > 16 and the grid of 16-row blocks takes more than one
    wave (8f), read each K/V tile once for a GQA/MQA group of up to 32 packed rows and give a row the
    same bits as the 16-row ones; at D = 128 their Q is re-read from shared memory every tile (QREG
    0: held in registers, o's 128 and Q's 64 registers a thread reach 255 and spill). The FFMA
@@ -6047,7 +6050,7 @@ struct fa__wgb_d128 {
    FA__CU_DEC_PARTS blocks a sequence (so at most that many). The picker takes the decode path for
    Sq <= FA__CU_DEC_MAX_SQ and group * Sq <= FA__CU_DEC_MAX_ROWS. */
 struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0 }; };
-struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 1 }; };
+struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1 }; };
 struct fa__dec_d64_r32 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0 }; };
 struct fa__dec_d128_r32 { enum { D = 128, NW = 4, MT = 2, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1 }; };
 #define FA__CU_DEC_ROWS 16
@@ -9980,7 +9983,7 @@ static int fa__cu_fits_kernel(fa__cu_kernel k, const fa__dims *d, int optin, fa_
    Hkv and its row blocks of FA__CU_DEC_ROWS, ceil(group * Sq / FA__CU_DEC_ROWS), whichever block the
    picker then runs; never B or the device, so that a row's arithmetic is the same in any batch):
    the sequence's Hkv * row blocks * Sk keys over FA__CU_DEC_PARTS blocks, rounded up to a multiple
-   of 256, at least FA__CU_DEC_CHUNK_MIN; so a sequence runs about FA__CU_DEC_PARTS blocks (two an
+   of 256, at least FA__CU_DEC_CHUNK_MIN; so a sequence runs about FA__CU_DEC_PARTS blocks (about two an
    SM of a 132-SM device at B = 1) and a row has at most FA__CU_DEC_PARTS chunks. */
 static int fa__cu_dec_chunk(const fa__dims *d)
 {
@@ -10766,12 +10769,18 @@ static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const voi
     return s != FA_OK ? s : s2;
 }
 
+/* The tensor-core decode kernel of configuration C: MINB blocks an SM take the largest shared-memory
+   carveout (as the other MINB > 1 kernels ask; 3 x 68 KB at D = 128), then fa__dec_run. */
 template <typename T, class C>
 static fa_status fa__dec_tc_launch(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k,
                                    const void *v, void *o, cudaStream_t st)
 {
-    return fa__dec_run<T>(pl, d, q, k, v, o, st, pl->mods ? fa__dec_tc<T, C, 4> : fa__dec_tc<T, C, 0>,
-                          (int)fa__dec_geom<C>::SMEM, C::NW * 32);
+    void (*kern)(const fa__dec_args) = pl->mods ? fa__dec_tc<T, C, 4> : fa__dec_tc<T, C, 0>;
+    fa_status s;
+    if (C::MINB > 1 && (s = fa__cu(cudaFuncSetAttribute((const void *)kern,
+                                                        cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
+        return s;
+    return fa__dec_run<T>(pl, d, q, k, v, o, st, kern, (int)fa__dec_geom<C>::SMEM, C::NW * 32);
 }
 
 template <typename T>

@@ -26,7 +26,8 @@
    Options: --quick (fewer shapes), --no-api (time the tensor-core kernel only, through
    fa__cu_pick and fa__cu_launch), --no-tune, --no-naive, --no-check, --budget SEC (per timed row, default 0.08),
    --prof (one launch per profiled shape, for ncu), --decode-probe (the decode rows under other plans
-   of the same build, see decode_probe), --xp (the Hopper kernel's exp shares: the fa__wg_* XP0/XP1/XP2
+   of the same build, see decode_probe), --decode-prof (the D = 128 decode kernel at B = 1 and 8,
+   Sk = 32k, once each, for ncu: see decode_prof), --xp (the Hopper kernel's exp shares: the fa__wg_* XP0/XP1/XP2
    sweep, bf16 at S = 16384, and nothing else). FA_TUNE_ONLY=PREFIX (environment): the tile sweep's
    configurations whose names start with PREFIX, and nothing else.
 
@@ -681,6 +682,24 @@ static void decode_rows(double cgbs)
    replayed (what the host's launch overhead costs). Each plan's o is checked against the picked
    call's (max |diff|, printed). The 32-row decode blocks were measured with this probe (branch
    dec-r32; bench/RESULTS.md, CUDA decode, "32-row decode blocks"). */
+/* The probe's configurations of the D = 128 16-row tensor-core decode kernel (8d2's fa__dec_d128
+   fields; only the pipeline and the occupancy differ, so every one gives the same bits): "m2s3" two
+   blocks an SM, a ring of 3 stages a warp, Q in registers (main's ed62c29); "m2s2" the same with 2
+   stages (half the tiles in flight: Little's law's check); "m3s2" three blocks an SM (68 KB of
+   shared memory, at most 168 registers: Q re-read from shared memory), 2 stages. */
+struct prb_d128_m2s3 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 1 }; };
+struct prb_d128_m2s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 2, QK2 = 1 }; };
+struct prb_d128_m3s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1 }; };
+
+/* A whole call (split kernel, merge, workspace) of plan pl with configuration C of the kernel (the
+   largest carveout, as every tensor-core decode launch of this build; main's ed62c29 asked none). */
+template <class C>
+static void dec_call_cfg(const fa__cu_plan &pl, const fa__dims &d, const void *q, const void *k, const void *v, void *o)
+{
+    const fa_status s = fa__dec_tc_launch<__nv_bfloat16, C>(&pl, &d, q, k, v, o, (cudaStream_t)d.stream);
+    CK(s == FA_OK ? cudaSuccess : cudaErrorUnknown);
+}
+
 template <class C>
 static void dec_split_only(const fa__cu_plan &pl, const fa__dims &d, const void *q, const void *k, const void *v, float *ws)
 {
@@ -693,6 +712,7 @@ static void dec_split_only(const fa__cu_plan &pl, const fa__dims &d, const void 
     a.wl = ws + (size_t)d.B * d.Hq * d.Sq * pl.chunks * d.Dv;
     void (*kern)(const fa__dec_args) = pl.mods ? fa__dec_tc<__nv_bfloat16, C, 4> : fa__dec_tc<__nv_bfloat16, C, 0>;
     CK(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa__dec_geom<C>::SMEM));
+    CK(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100));   /* as fa__dec_tc_launch */
     kern<<<dim3((unsigned)(a.rblocks * a.chunks), (unsigned)d.Hkv, (unsigned)d.B), C::NW * 32, fa__dec_geom<C>::SMEM>>>(a);
 }
 
@@ -714,22 +734,30 @@ static void decode_probe(void)
             n_fail++;
             continue;
         }
-        struct Var { const char *name; fa__cu_plan pl; };
+        struct Var { const char *name; fa__cu_plan pl; int cfg; };   /* cfg: 0 the build's kernel, 1.. prb_d128_* */
         std::vector<Var> vars;
-        vars.push_back({ "pick", pick });
+        vars.push_back({ "pick", pick, 0 });
+        const bool cfgs = pick.kernel == FA__CU_DEC_TC_D128;   /* the configurations, alternated over two rounds */
+        if (cfgs)
+            for (int round = 0; round < 2; round++) {
+                vars.push_back({ "m2s3", pick, 1 });
+                vars.push_back({ "m2s2", pick, 2 });
+                vars.push_back({ "m3s2", pick, 3 });
+                if (round == 0) vars.push_back({ "pick", pick, 0 });
+            }
         if (r.B == 1 && r.Sk == 32768 && r.Hkv == 8)
             for (int cc : { 512, 2048 }) {
                 fa__cu_plan x = pick;
                 x.chunk = x.bk = cc;
                 x.chunks = (d.Sk + cc - 1) / cc;
-                vars.push_back({ cc == 512 ? "c512" : "c2048", x });
+                vars.push_back({ cc == 512 ? "c512" : "c2048", x, 0 });
             }
         if (d.group * d.Sq > 16 && (pick.kernel == FA__CU_DEC_TC_D128 || pick.kernel == FA__CU_DEC_TC_D128_R32))
             for (int rows : { 16, 32 }) {   /* both row blocks, the same chunks: the same bits (maxdiff 0) */
                 fa__cu_plan x = pick;
                 x.kernel = rows == 32 ? FA__CU_DEC_TC_D128_R32 : FA__CU_DEC_TC_D128;
                 x.bq = rows;
-                vars.push_back({ rows == 32 ? "r32" : "r16", x });
+                vars.push_back({ rows == 32 ? "r32" : "r16", x, 0 });
             }
         cudaEvent_t e0, e1;
         CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
@@ -760,12 +788,16 @@ static void decode_probe(void)
         printf("# probe B=%d Sq=%d Sk=%d Hkv=%d (%d K/V copies), %.1f MB of K/V:\n", r.B, r.Sq, r.Sk, r.Hkv, copies, kvb / 1e6);
         for (size_t vi = 0; vi < vars.size(); vi++) {
             const fa__cu_plan pl = vars[vi].pl;
+            const int cfg = vars[vi].cfg;
             auto call = [&](int i) {
                 fa__dims dd;
                 fa__cu_plan x;
                 fa__resolve(&p, b.q, ks[i % copies], vs[i % copies], b.o, &dd, NULL);
                 fa__cu_pick(&dd, b.q, ks[i % copies], vs[i % copies], b.o, &x);   /* the same host work as a call */
-                fa__cu_launch(&pl, &dd, b.q, ks[i % copies], vs[i % copies], b.o, (cudaStream_t)dd.stream);
+                if (cfg == 1) dec_call_cfg<prb_d128_m2s3>(pl, dd, b.q, ks[i % copies], vs[i % copies], b.o);
+                else if (cfg == 2) dec_call_cfg<prb_d128_m2s2>(pl, dd, b.q, ks[i % copies], vs[i % copies], b.o);
+                else if (cfg == 3) dec_call_cfg<prb_d128_m3s2>(pl, dd, b.q, ks[i % copies], vs[i % copies], b.o);
+                else fa__cu_launch(&pl, &dd, b.q, ks[i % copies], vs[i % copies], b.o, (cudaStream_t)dd.stream);
             };
             const double us = timed(call);
             k_fill_u8<<<256, 256>>>((unsigned char *)b.o, ob, 0xff);
@@ -797,6 +829,20 @@ static void decode_probe(void)
             const double us_s = timed(split), us_m = timed(merge);
             printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us %8.1f GB/s\n", r.B, r.Sq, r.Sk, r.Hkv,
                    "split", fa__cu_kernel_name(pick.kernel), pick.bq, pick.chunks, pick.chunk, us_s, kvb / (us_s * 1e-6) / 1e9);
+            if (cfgs)   /* each configuration's split kernel alone, two rounds */
+                for (int round = 0; round < 2; round++)
+                    for (int cfg = 1; cfg <= 3; cfg++) {
+                        auto splitc = [&](int i) {
+                            if (cfg == 1) dec_split_only<prb_d128_m2s3>(pick, d, b.q, ks[i % copies], vs[i % copies], ws);
+                            else if (cfg == 2) dec_split_only<prb_d128_m2s2>(pick, d, b.q, ks[i % copies], vs[i % copies], ws);
+                            else dec_split_only<prb_d128_m3s2>(pick, d, b.q, ks[i % copies], vs[i % copies], ws);
+                        };
+                        const double us_c = timed(splitc);
+                        printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us %8.1f GB/s\n", r.B, r.Sq,
+                               r.Sk, r.Hkv, cfg == 1 ? "split-m2s3" : cfg == 2 ? "split-m2s2" : "split-m3s2",
+                               fa__cu_kernel_name(pick.kernel), pick.bq, pick.chunks, pick.chunk, us_c, kvb / (us_c * 1e-6) / 1e9);
+                        fflush(stdout);
+                    }
             printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us\n", r.B, r.Sq, r.Sk, r.Hkv, "merge",
                    fa__cu_kernel_name(pick.kernel), pick.bq, pick.chunks, pick.chunk, us_m);
             cudaFree(ws);
@@ -842,6 +888,38 @@ static void decode_probe(void)
     }
 }
 
+/* ---- --decode-prof (issue 14, for ncu): B = 1 and B = 8 at Sk = 32k (bf16, D = 128, GQA 32/8, the
+   DEC_ROWS shapes): one fa_cuda_tiled call (the build's pick), then the split kernel alone in main's
+   configuration (prb_d128_m2s3) and in m3s2, once each; nothing timed. */
+static void decode_prof(void)
+{
+    for (const DecRow &r : DEC_ROWS) {
+        if (r.Sk != 32768 || r.Sq != 1 || r.Hkv != 8) continue;
+        DecSet ds(r);
+        Bufs &b = ds.b;
+        fa_params p;
+        make_params(ds.c, b, &p);
+        fa__dims d;
+        fa__cu_plan pick;
+        if (fa__resolve(&p, b.q, b.k, b.v, b.o, &d, NULL) != FA_OK || fa__cu_pick(&d, b.q, b.k, b.v, b.o, &pick) != FA_OK ||
+            pick.kernel != FA__CU_DEC_TC_D128) {
+            printf("# prof B=%d Sk=%d: not the 16-row tensor-core decode kernel\n", r.B, r.Sk);
+            n_fail++;
+            continue;
+        }
+        float *ws = NULL;
+        CK(cudaMalloc(&ws, fa__cu_dec_bytes(&d, pick.chunks)));
+        CK(fa_cuda_tiled(&p, b.q, b.k, b.v, b.o) == FA_OK ? cudaSuccess : cudaErrorUnknown);
+        dec_split_only<prb_d128_m2s3>(pick, d, b.q, b.k, b.v, ws);
+        dec_split_only<prb_d128_m3s2>(pick, d, b.q, b.k, b.v, ws);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        printf("# prof B=%d Sk=%d: %d chunks of %d, %d blocks (call, split m2s3, split m3s2)\n", r.B, r.Sk, pick.chunks, pick.chunk,
+               pick.chunks * d.Hkv * d.B);
+        cudaFree(ws);
+    }
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -854,8 +932,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--prof")) opt_prof = 1;
         else if (!strcmp(argv[i], "--decode")) opt_decode = 1;
         else if (!strcmp(argv[i], "--decode-probe")) opt_decode = 2;
+        else if (!strcmp(argv[i], "--decode-prof")) opt_decode = 3;
         else if (!strcmp(argv[i], "--xp")) opt_xp = 1;
-        else { fprintf(stderr, "usage: %s [--quick] [--no-api] [--no-tune] [--no-naive] [--no-check] [--budget s] [--decode] [--decode-probe] [--xp]\n", argv[0]); return 2; }
+        else { fprintf(stderr, "usage: %s [--quick] [--no-api] [--no-tune] [--no-naive] [--no-check] [--budget s] [--decode] [--decode-probe] [--decode-prof] [--xp]\n", argv[0]); return 2; }
     }
 #ifdef FA_BENCH_TC_ONLY
     opt_api = 0;
@@ -870,6 +949,10 @@ int main(int argc, char **argv)
 
     const Impl tc = { "tc_tiled", 2, tc_default, 0 };
 #ifndef FA_BENCH_TC_ONLY
+    if (opt_decode == 3) {
+        decode_prof();
+        return n_fail ? 1 : 0;
+    }
     if (opt_decode) {
         const double cg = copy_gbs();
         printf("# device-to-device cudaMemcpy: %.1f GB/s (bytes read + written)\n", cg);

@@ -163,10 +163,12 @@ static int close_or_report(const char *what, const char *name, const float *a, c
 
 /* The packed rows of a tensor-core decode block that fa__cu_dec_pick takes for this shape: 32 where
    group * Sq > 16 and the grid of 16-row blocks (B Hkv row blocks chunks, the chunks from the shape,
-   fa__cu_dec_chunk) would take more than one wave of two blocks an SM of this device, else 16;
+   fa__cu_dec_chunk) would take more than one wave of the 16-row kernel's MINB blocks an SM of this
+   device (2 at D = 64, 3 at D = 128), else 16;
    g_dec_rows when it forces one. */
-static int want_dec_rows(int B, int Hq, int Hkv, int Sq, int Sk)
+static int want_dec_rows(int B, int Hq, int Hkv, int Sq, int Sk, int D)
 {
+    const int minb = D == 64 ? (int)fa__dec_d64::MINB : (int)fa__dec_d128::MINB;
     fa__dims d;
     int dev = 0, sms = 0;
     int64_t rb, chunks;
@@ -177,7 +179,7 @@ static int want_dec_rows(int B, int Hq, int Hkv, int Sq, int Sk)
     chunks = ((int64_t)Sk + fa__cu_dec_chunk(&d) - 1) / fa__cu_dec_chunk(&d);
     CU(cudaGetDevice(&dev));
     CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return rb > 1 && (int64_t)B * d.Hkv * rb * chunks > 2 * (int64_t)sms ? 32 : 16;
+    return rb > 1 && (int64_t)B * d.Hkv * rb * chunks > minb * (int64_t)sms ? 32 : 16;
 }
 
 /* A tensor-core decode plan turned into the block g_dec_rows forces (nothing else changes: the
@@ -226,7 +228,7 @@ static fa__cu_kernel want_kernel(const tcase *c, fa_dtype dt, int *mods)
     *mods = 0;
     if (c->Sk >= 1 && c->Sq <= 16 && (c->Hq / (c->Hkv ? c->Hkv : c->Hq)) * c->Sq <= 64) {
         if (dt != FA_F32 && c->D == Dv && (c->D == 64 || c->D == 128) && c->layout != L_PADDED) {
-            const int r32 = want_dec_rows(c->B, c->Hq, c->Hkv, c->Sq, c->Sk) == 32;
+            const int r32 = want_dec_rows(c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D) == 32;
             *mods = c->bias != BIAS_NONE || c->scale < 0.0f || c->softcap > 0.0f || c->alibi != ALIBI_NONE ? 4 : 0;
             return c->D == 64 ? (r32 ? FA__CU_DEC_TC_D64_R32 : FA__CU_DEC_TC_D64)
                               : (r32 ? FA__CU_DEC_TC_D128_R32 : FA__CU_DEC_TC_D128);
@@ -778,13 +780,15 @@ static void test_decode_batch_invariance(void **state)
 {
     enum { BB = 64, PICK = 37 };
     static const int shapes[3][3] = { { 8, 2, 1 }, { 8, 2, 4 }, { 32, 1, 1 } };   /* H, HKV, Sq */
-    const int D = g_small ? 64 : 128, SK = g_small ? 2100 : 3001;   /* three chunks of 1024 */
+    /* three and four chunks of 1024 (MQA at D = 128: 64 x 2 x 4 16-row blocks pass a wave of 3 an SM) */
+    const int D = g_small ? 64 : 128, SK = g_small ? 2100 : 4001;
     int k, si;
     (void)state;
     for (k = 0; k < 3; k++)
         for (si = 0; si < 3; si++) {
             const int H = shapes[si][0], HKV = shapes[si][1], sq = shapes[si][2];
-            const int r32 = want_dec_rows(BB, H, HKV, sq, SK) == 32, r32_1 = want_dec_rows(1, H, HKV, sq, SK) == 32;
+            const int r32 = want_dec_rows(BB, H, HKV, sq, SK, D) == 32;
+            const int r32_1 = want_dec_rows(1, H, HKV, sq, SK, D) == 32;
             const fa_dtype dt = k_all[k];
             const size_t es = esize(dt), nq = (size_t)BB * H * sq * D, nk = (size_t)BB * HKV * SK * D;
             const size_t q1 = (size_t)H * sq * D, k1 = (size_t)HKV * SK * D, rows1 = (size_t)H * sq;
@@ -813,13 +817,14 @@ static void test_decode_batch_invariance(void **state)
                                               : (D == 64 ? FA__CU_DEC_TC_D64 : FA__CU_DEC_TC_D128)));
             assert_true(plan.chunks > 1);
             /* MQA: the batch in 32-row blocks, the sequence alone in 16-row ones (on a device of up to
-               BB * 2 * chunks / 2 SMs): the bits must not depend on the block either */
+               BB * 2 * chunks / MINB SMs): the bits must not depend on the block either */
             if (si == 2 && dt != FA_F32) {
+                const int64_t minb = D == 64 ? (int64_t)fa__dec_d64::MINB : (int64_t)fa__dec_d128::MINB;
                 int dev = 0, sms = 0;
                 CU(cudaGetDevice(&dev));
                 CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
                 assert_true(r32_1 == 0);
-                assert_true(r32 || (int64_t)BB * 2 * plan.chunks <= 2 * (int64_t)sms);
+                assert_true(r32 || (int64_t)BB * 2 * plan.chunks <= minb * sms);
             }
             assert_int_equal(fa_cuda_tiled(&p, dq, dk, dv, dout), FA_OK);
             assert_int_equal(fa_cuda_tiled(&p1, (char *)dq + PICK * q1 * es, (char *)dk + PICK * k1 * es,
