@@ -6072,10 +6072,12 @@ struct fa__dec_d128_r32 { enum { D = 128, NW = 4, MT = 2, BK = 16, QREG = 0, PF 
 #define FA__CU_NAIVE_ROW_SMEM (48 * 1024)
 #define FA__CU_CUBLAS_WS ((size_t)32 << 20)
 /* The backward's first pass (fa__cu_bwd_prep) runs at most FA__CU_PREP_BLOCKS blocks of 256
-   threads, each warp walking rows in grid strides: with one block a row group (up to 32,768
-   blocks of one load round trip each) it ran 2.29 TB/s on the H200 (RESULTS, CUDA backward,
-   "The prep's grid"). */
-#define FA__CU_PREP_BLOCKS 1024
+   threads (8 row groups a block), its warps walking rows in grid strides beyond that. 1024 blocks
+   timed the same as a block for every 8 row groups (0.17 ms with its workspace at bf16 D = 64,
+   S = 2k, one call; RESULTS, CUDA backward, "The prep's grid"), so the cap stays out of the way. */
+#ifndef FA__CU_PREP_BLOCKS
+#define FA__CU_PREP_BLOCKS 65536
+#endif
 #define FA__CU_LOG2E 1.44269504088896341f
 #define FA__CU_LN2 0.693147180559945309f
 /* 1: the tensor-core kernels' online softmax (8d's fa__tc_softmax: the mma.sync forward, the

@@ -202,7 +202,7 @@ template <int DD, int KNW, int KMT, int KBK, int KMB, int QNW, int QBK, int QPF,
     struct DQ { enum { D = DD, NW = QNW, MT = QMT, BK = QBK, QREG = 0, PF = QPF, MINB = QMB }; };
 };
 
-static unsigned tune_prep_blocks = FA__CU_PREP_BLOCKS;   /* the prep's grid cap (the wg.p0 row: 65536, as before) */
+static unsigned tune_prep_blocks = FA__CU_PREP_BLOCKS;   /* the prep's grid cap (the wg.p1k row: 1024) */
 
 /* The sweep rows' first steps, as fa__cu_tbwd_run's: the request resolved into *d, the workspace
    of mode det laid out (*w) and allocated (*mem, *pooled), its flag and dq buffer zeroed, and
@@ -273,7 +273,7 @@ static fa_status tune_call(const fa_params *p, const void *q, const void *k, con
    gradients of such a row are incomplete, so its relerr means nothing); 3: both, two launches (main
    4fbc773's arrangement); 4: both in one grid (fa__wgb_both, as shipped); 5: that grid in head-major order; 0: the
    prep alone (its workspace, the flag's memset and fa__cu_bwd_prep: what the call spends before its kernels);
-   6: the same with the prep's grid as before FA__CU_PREP_BLOCKS (up to 65,536 blocks).
+   6: the same with the prep's grid capped at 1024 blocks (its warps walking rows in grid strides).
    Wq64: the D = 64 dq
    kernel's traits with BK, ST varied; Wc64: a D = 64 dK/dV configuration (ST varied) with dq
    kernel Q. */
@@ -294,7 +294,7 @@ static fa_status wg_tune_call(const fa_params *p, const void *q, const void *k, 
     fa__tcb_args a;
     char *mem = NULL;
     int pooled = 0;
-    if (RUN == 6) tune_prep_blocks = 65536;
+    if (RUN == 6) tune_prep_blocks = 1024;
     fa_status st = tune_ws(p, q, k, v, o, d_o, dq, dk, dv, 1, &d, &w, &mem, &pooled);
     tune_prep_blocks = FA__CU_PREP_BLOCKS;
     if (st != FA_OK) return st;
@@ -334,7 +334,7 @@ static const TuneImpl tune_impls[] = {
     { "wg.2", 64, wg_tune_call<fa__wgb_d64, 3> },   /* both, two launches */
     { "wg.h", 64, wg_tune_call<fa__wgb_d64, 5> },   /* one grid, head-major */
     { "wg.p", 64, wg_tune_call<fa__wgb_d64, 0> },   /* the prep alone */
-    { "wg.p0", 64, wg_tune_call<fa__wgb_d64, 6> },  /* the prep alone on its old grid (a block a row group) */
+    { "wg.p1k", 64, wg_tune_call<fa__wgb_d64, 6> }, /* the prep alone on 1024 blocks */
     { "wgk6", 64, wg_tune_call<Wc64<6, Wq64<128, 2> > > },        /* dK/dV: 6 stages */
     { "wgq64s4", 64, wg_tune_call<Wc64<4, Wq64<64, 4> > > },      /* dq: key tiles of 64, 4 stages */
     { "wgq128s3", 64, wg_tune_call<Wc64<4, Wq64<128, 3> > > },    /* dq: 3 stages */

@@ -441,7 +441,12 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
     /* o gathered packed; ref_gather_o works on fp32 buffers with p's strides */
     ref_gather_o(&p, ob, og);
     if (dt == FA_F32) {
-        ok &= close_or_report("o", name, og, oref, nout, 1e-5, 1e-5);
+        /* API.md's 1e-5 is for N(0, 1) inputs; test_lazy_rescale's ramp scales the scores by up to
+           1 + ramp, and the fp32 rounding of an exp's argument (s log2 e, ~50 there) with them: the
+           FFMA kernels' o moved 1.6-2.1e-5 on the H200 (2026-12-03), against O(1) for a wrong
+           rescale */
+        const double t32 = 1e-5 * (1.0 + g_key_ramp);
+        ok &= close_or_report("o", name, og, oref, nout, t32, t32);
     } else {
         double rel = ref_rel_error(og, oref, nout), tol = dt == FA_F16 ? 1e-3 : 5e-3;
         if (!(rel <= tol)) {
