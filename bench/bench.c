@@ -121,51 +121,18 @@ static double sgemm_gflops(int n, int thr)
 }
 #endif
 
-typedef struct { const uint64_t *p; size_t n; uint64_t sum; } bw_part;
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#include <immintrin.h>
-/* the widest loads the CPU has, four independent sums: a read ceiling the kernels can be held to */
-__attribute__((target("avx512f"))) static uint64_t bw_sum512(const uint64_t *p, size_t n)
-{
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-    uint64_t buf[8], s = 0;
-    size_t i;
-    for (i = 0; i + 32 <= n; i += 32) {
-        a0 = _mm512_add_epi64(a0, _mm512_loadu_si512((const void *)(p + i)));
-        a1 = _mm512_add_epi64(a1, _mm512_loadu_si512((const void *)(p + i + 8)));
-        a2 = _mm512_add_epi64(a2, _mm512_loadu_si512((const void *)(p + i + 16)));
-        a3 = _mm512_add_epi64(a3, _mm512_loadu_si512((const void *)(p + i + 24)));
-    }
-    _mm512_storeu_si512((void *)buf, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
-    for (i = 0; i < 8; i++) s += buf[i];
-    return s;
-}
-#define HAVE_BW512 1
-#endif
-static void *bw_read(void *v)
-{
-    bw_part *b = (bw_part *)v;
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    size_t i;
-#ifdef HAVE_BW512
-    if (__builtin_cpu_supports("avx512f")) { b->sum = bw_sum512(b->p, b->n); return NULL; }
-#endif
-    for (i = 0; i + 4 <= b->n; i += 4) { s0 += b->p[i]; s1 += b->p[i + 1]; s2 += b->p[i + 2]; s3 += b->p[i + 3]; }
-    b->sum = s0 + s1 + s2 + s3;
-    return NULL;
-}
 typedef struct { uint64_t *buf; size_t n; int thr; } bw_arg;
 static int run_bw(void *v)
 {
     bw_arg *a = (bw_arg *)v;
     pthread_t th[64];
-    bw_part part[64];
+    bench_bw_part part[64];
     int t;
     for (t = 0; t < a->thr; t++) {
         part[t].p = a->buf + a->n / a->thr * t; part[t].n = a->n / a->thr;
-        if (t > 0) pthread_create(&th[t], NULL, bw_read, &part[t]);
+        if (t > 0) pthread_create(&th[t], NULL, bench_bw_read, &part[t]);
     }
-    bw_read(&part[0]);
+    bench_bw_read(&part[0]);
     for (t = 1; t < a->thr; t++) pthread_join(th[t], NULL);
     return part[0].sum == 42 ? 0 : 0;
 }

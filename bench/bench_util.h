@@ -311,6 +311,40 @@ BENCH_FN double bench_amx_gflops(int thr)
 #else
 BENCH_FN double bench_amx_gflops(int thr) { (void)thr; return 0.0; }
 #endif
+
+/* ---- the memory read ceiling (bench.c's and fa_shim.c's GB/s): a thread's part of a buffer summed
+   as 64-bit words, with 512-bit loads where the CPU has AVX-512 (four independent sums, so the
+   loads, not the adds, set the pace), as a pthread start routine ---- */
+typedef struct { const uint64_t *p; size_t n; uint64_t sum; } bench_bw_part;
+#ifdef FLASHATTN__X86
+__attribute__((target("avx512f"), unused)) static uint64_t bench_sum512(const uint64_t *p, size_t n)
+{
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    uint64_t buf[8], s = 0;
+    size_t i;
+    for (i = 0; i + 32 <= n; i += 32) {
+        a0 = _mm512_add_epi64(a0, _mm512_loadu_si512((const void *)(p + i)));
+        a1 = _mm512_add_epi64(a1, _mm512_loadu_si512((const void *)(p + i + 8)));
+        a2 = _mm512_add_epi64(a2, _mm512_loadu_si512((const void *)(p + i + 16)));
+        a3 = _mm512_add_epi64(a3, _mm512_loadu_si512((const void *)(p + i + 24)));
+    }
+    _mm512_storeu_si512((void *)buf, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+    for (i = 0; i < 8; i++) s += buf[i];
+    return s;
+}
+#endif
+BENCH_FN void *bench_bw_read(void *v)
+{
+    bench_bw_part *b = (bench_bw_part *)v;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    size_t i;
+#ifdef FLASHATTN__X86
+    if (__builtin_cpu_supports("avx512f")) { b->sum = bench_sum512(b->p, b->n); return NULL; }
+#endif
+    for (i = 0; i + 4 <= b->n; i += 4) { s0 += b->p[i]; s1 += b->p[i + 1]; s2 += b->p[i + 2]; s3 += b->p[i + 3]; }
+    b->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
 #endif /* FLASHATTN_IMPLEMENTATION */
 
 #endif /* FA_BENCH_UTIL_H */

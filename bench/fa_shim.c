@@ -74,49 +74,19 @@ SHIM int shim_decode(int dt, const void *q, const void *k, const void *v, void *
     return (int)fa_tiled(&p, q, k, v, o);
 }
 
-/* The memory read ceiling beside it: GB/s of thr threads each summing its part of `bytes` (64-bit
-   adds, 512-bit loads where the CPU has AVX-512, four independent sums), the median of 5 passes */
-typedef struct { const uint64_t *p; size_t n; uint64_t sum; } shim_bw;
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) static uint64_t shim_sum512(const uint64_t *p, size_t n)
-{
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-    uint64_t buf[8], s = 0;
-    size_t i;
-    for (i = 0; i + 32 <= n; i += 32) {
-        a0 = _mm512_add_epi64(a0, _mm512_loadu_si512((const void *)(p + i)));
-        a1 = _mm512_add_epi64(a1, _mm512_loadu_si512((const void *)(p + i + 8)));
-        a2 = _mm512_add_epi64(a2, _mm512_loadu_si512((const void *)(p + i + 16)));
-        a3 = _mm512_add_epi64(a3, _mm512_loadu_si512((const void *)(p + i + 24)));
-    }
-    _mm512_storeu_si512((void *)buf, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
-    for (i = 0; i < 8; i++) s += buf[i];
-    return s;
-}
-#endif
-static void *shim_bw_part(void *v)
-{
-    shim_bw *b = (shim_bw *)v;
-    uint64_t s0 = 0, s1 = 0;
-    size_t i;
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f")) { b->sum = shim_sum512(b->p, b->n); return NULL; }
-#endif
-    for (i = 0; i + 2 <= b->n; i += 2) { s0 += b->p[i]; s1 += b->p[i + 1]; }
-    b->sum = s0 + s1;
-    return NULL;
-}
 static int shim_cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
+/* The memory read ceiling beside it: GB/s of thr threads each summing its part of `bytes` (bench_util.h's
+   bench_bw_read), the median of 5 passes */
 SHIM double shim_mem_read(int thr, double bytes)
 {
     size_t n = (size_t)(bytes / 8), per;
     uint64_t *buf;
     pthread_t th[64];
-    shim_bw part[64];
+    bench_bw_part part[64];
     double ts[5];
     int t, rep;
     if (thr < 1) thr = 1;
@@ -129,9 +99,9 @@ SHIM double shim_mem_read(int thr, double bytes)
         double t0 = bench_now();
         for (t = 0; t < thr; t++) {
             part[t].p = buf + per * (size_t)t; part[t].n = per;
-            if (t > 0) pthread_create(&th[t], NULL, shim_bw_part, &part[t]);
+            if (t > 0) pthread_create(&th[t], NULL, bench_bw_read, &part[t]);
         }
-        shim_bw_part(&part[0]);
+        bench_bw_read(&part[0]);
         for (t = 1; t < thr; t++) pthread_join(th[t], NULL);
         ts[rep] = bench_now() - t0;
     }
