@@ -551,25 +551,30 @@ extern "C" {
 #ifndef FA__AMX_SWP
 #define FA__AMX_SWP 1
 #endif
-/* ... and FA__AMX_VT_ALL 1: V transposed once per call for all the tiles of a kv head (fa__tiled_vt),
-   not once per tile and block, when a kv head has more than one tile and Sq Sk >= 2^20 */
+/* ... and FA__AMX_VT_ALL 1: V transposed once per call for all the tiles of a kv head (fa__tiled_vt_get),
+   not once per tile and block, when a kv head has more than one tile */
 #ifndef FA__AMX_VT_ALL
 #define FA__AMX_VT_ALL 1
 #endif
 /* ... FA__AMX_VT_LAZY 1: that Vt made by the first tile that needs a block (a claim per block; a tile
    that finds the block being made makes its own copy, the same words), at every size where a kv head
-   has more than one tile, instead of a pass of its own before the tiles from Sq Sk >= 2^20 (0) */
+   has more than one tile, instead of a pass of its own before the tiles from Sq Sk >= 2^20 (0). On the
+   Xeon at 16 threads main's V took 23-27% of the threads' time at S = 512 (one transpose per 32-row
+   tile) and its pass 0.2-0.4 ms a call at S = 2048 at any thread count; with FA__AMX_VT_PF 2 the forward
+   ran 1.13-1.17x main's geometric mean at 16 threads, 1.01-1.17x at 2 [RESULTS, CPU half precision,
+   "AMX forward, round 5"] */
 #ifndef FA__AMX_VT_LAZY
 #define FA__AMX_VT_LAZY 1
 #endif
 /* ... FA__AMX_VT_PF 1: with the shared Vt, the next block's Vt prefetched toward L2 during a block's
-   products where it is made (0: V's rows, which the tiles do not read then); 2: also a block's own Vt
-   at its start when another thread made it and the block before did not prefetch it */
+   products where it is made (0: V's rows, which the tiles do not read then; 1 ran 1.02-1.05x as fast as
+   0 at 16 threads); 2: also a block's own Vt at its start when another thread made it and the block
+   before did not prefetch it (1.00-1.01x 1 at 16 threads, 1.03-1.15x at 2, within that call's noise) */
 #ifndef FA__AMX_VT_PF
-#define FA__AMX_VT_PF 1
+#define FA__AMX_VT_PF 2
 #endif
-/* ... FA__AMX_TPT: query tiles a thread wants on AMX beyond 4 threads (fp32: 8), and FA__AMX_TILE_ROWS's
-   heights */
+/* ... FA__AMX_TPT: query tiles a thread wants on AMX beyond 4 threads (as fp32: 8; 4 ran S = 512 D = 128
+   1.11-1.18x as fast at 16 threads and S = 4096 D = 128 0.78-0.85x: 480-row tiles, 72 on 16 threads) */
 #ifndef FA__AMX_TPT
 #define FA__AMX_TPT 8
 #endif
@@ -4254,7 +4259,7 @@ typedef struct fa__tiled_plan {
     size_t half_off;            /* half storage: where a thread's conversion buffers start (floats) */
     int dpbf16;                 /* bf16 products on vdpbf16ps (section 3, fa__gemm_bf16_avx512) */
     int amx, np16;              /* ... on AMX-BF16 tiles where the process may (fa__qk_amx); key pairs per block, to 16 */
-    int vt_all;                 /* AMX: every block's Vt packed once per call (fa__tiled_vt), not per tile */
+    int vt_all;                 /* AMX: every block's Vt packed once per call (fa__tiled_vt_get), not per tile */
     int64_t vt_blocks;          /* ... that many blocks (B Hkv ceil(Sk / bk)), vt_floats floats of them and their flags */
     size_t vt_floats;
 } fa__tiled_plan;
