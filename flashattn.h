@@ -551,10 +551,32 @@ extern "C" {
 #ifndef FA__AMX_SWP
 #define FA__AMX_SWP 1
 #endif
-/* ... and FA__AMX_VT_ALL 1: V transposed once per call for all the tiles of a kv head (fa__tiled_vt),
-   not once per tile and block, when a kv head has more than one tile and Sq Sk >= 2^20 */
+/* ... and FA__AMX_VT_ALL 1: V transposed once per call for all the tiles of a kv head (fa__tiled_vt_get),
+   not once per tile and block, when a kv head has more than one tile */
 #ifndef FA__AMX_VT_ALL
 #define FA__AMX_VT_ALL 1
+#endif
+/* ... FA__AMX_VT_LAZY 1: that Vt made by the first tile that needs a block (a claim per block; a tile
+   that finds the block being made makes its own copy, the same words), at every size where a kv head
+   has more than one tile, instead of a pass of its own before the tiles from Sq Sk >= 2^20 (0). On the
+   Xeon at 16 threads main's V took 23-27% of the threads' time at S = 512 (one transpose per 32-row
+   tile) and its pass 0.2-0.4 ms a call at S = 2048 at any thread count; with FA__AMX_VT_PF 2 the forward
+   ran 1.13-1.17x main's geometric mean at 16 threads, 1.01-1.17x at 2 [RESULTS, CPU half precision,
+   "AMX forward, round 5"] */
+#ifndef FA__AMX_VT_LAZY
+#define FA__AMX_VT_LAZY 1
+#endif
+/* ... FA__AMX_VT_PF 1: with the shared Vt, the next block's Vt prefetched toward L2 during a block's
+   products where it is made (0: V's rows, which the tiles do not read then; 1 ran 1.02-1.05x as fast as
+   0 at 16 threads); 2: also a block's own Vt at its start when another thread made it and the block
+   before did not prefetch it (1.00-1.01x 1 at 16 threads, 1.03-1.15x at 2, within that call's noise) */
+#ifndef FA__AMX_VT_PF
+#define FA__AMX_VT_PF 2
+#endif
+/* ... FA__AMX_TPT: query tiles a thread wants on AMX beyond 4 threads (as fp32: 8; 4 ran S = 512 D = 128
+   1.11-1.18x as fast at 16 threads and S = 4096 D = 128 0.78-0.85x: 480-row tiles, 72 on 16 threads) */
+#ifndef FA__AMX_TPT
+#define FA__AMX_TPT 8
 #endif
 /* ... and FA__AMX_RR > 0: a block's panels in chunks whose Qp and Pp take at most FA__AMX_RR KiB
    each (64 D and 128 np16 bytes a panel; at least one panel): the chunk's scores, each panel's online
@@ -567,6 +589,13 @@ extern "C" {
 #ifndef FA__AMX_RR
 #define FA__AMX_RR 32
 #endif
+
+/* FA__PROF_AT(tid, phase): a bench's hook (bench/amx_phase.c defines it before including the header)
+   marking where thread tid's time starts to count to `phase` in the tiled forward; nothing here. */
+#ifndef FA__PROF_AT
+#define FA__PROF_AT(tid, ph) ((void)0)
+#endif
+#define FA__PROF_CALL 63     /* ... the call's own phases, on the caller's thread */
 
 /* Decoding: the key axis is split for tiles of at most FA__SPLIT_ROWS rows per head (or packed
    GQA heads), in chunks of at least FA__CHUNK_KEYS keys and at most FA__MAX_CHUNKS of them, fixed
@@ -4230,7 +4259,7 @@ typedef struct fa__tiled_plan {
     size_t half_off;            /* half storage: where a thread's conversion buffers start (floats) */
     int dpbf16;                 /* bf16 products on vdpbf16ps (section 3, fa__gemm_bf16_avx512) */
     int amx, np16;              /* ... on AMX-BF16 tiles where the process may (fa__qk_amx); key pairs per block, to 16 */
-    int vt_all;                 /* AMX: every block's Vt packed once per call (fa__tiled_vt), not per tile */
+    int vt_all;                 /* AMX: every block's Vt packed once per call (fa__tiled_vt_get), not per tile */
     int64_t vt_blocks;          /* ... that many blocks (B Hkv ceil(Sk / bk)), vt_floats floats of them and their flags */
     size_t vt_floats;
 } fa__tiled_plan;
@@ -4278,7 +4307,7 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
             pl->nq = (int)e;
             if (cand[c] > top || (cand[c] > 16 && cand[c] > cap)) continue;
             tiles = (int64_t)d->B * d->Hq * ((d->Sq + e - 1) / e);
-            if (tiles >= (want > 4 ? 8 : cand[c] > 96 ? 4 : 2) * want) break;
+            if (tiles >= (want > 4 ? (am ? FA__AMX_TPT : 8) : cand[c] > 96 ? 4 : 2) * want) break;
             if ((cand[c] == mid || cand[c] == 32) && !fallback && tiles >= 2 * want) fallback = (int)e;
             if (cand[c] == 32 && fallback) { pl->nq = fallback; break; }
         }
@@ -4337,12 +4366,13 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
         f = fa__add_size(f, h);
     }
     pl->thread_floats = f == SIZE_MAX ? SIZE_MAX : fa__round16(f);
-    /* AMX with more than one tile per kv head and Sq Sk >= 2^20 (FA__AMX_VT_ALL; below, the pass's
-       own start of the threads cost more than it saved, S = 512 on the Xeon; on a pool too, where the
-       pass starts no thread: up to 1.9x slower at S <= 1024 at 16 threads): V's words transposed
-       once per call, Vt [B][Hkv][blocks][Dv][np16] and a finite flag per block, O(Sk Dv) like V */
+    /* AMX with more than one tile per kv head (FA__AMX_VT_ALL): V's words transposed once per call,
+       Vt [B][Hkv][blocks][Dv][np16] and a state per block, O(Sk Dv) like V. Made by the tiles as they
+       need it (FA__AMX_VT_LAZY), or by a pass before them from Sq Sk >= 2^20 (below, that pass's own
+       start of the threads cost more than it saved, S = 512 on the Xeon; on a pool too, where the
+       pass starts no thread: up to 1.9x slower at S <= 1024 at 16 threads) */
     if (FA__AMX_VT_ALL && pl->amx && d->Sk > 0 && pl->qtiles * (d->Hq / d->Hkv) / pl->hpt >= 2 &&
-        (int64_t)d->Sq * d->Sk >= ((int64_t)1 << 20)) {
+        (FA__AMX_VT_LAZY || (int64_t)d->Sq * d->Sk >= ((int64_t)1 << 20))) {
         pl->vt_all = 1;
         pl->vt_blocks = (int64_t)d->B * d->Hkv * nb;
         pl->vt_floats = fa__add_size(fa__round16(fa__mul_size(fa__mul_size((size_t)pl->vt_blocks, (size_t)d->Dv), (size_t)pl->np16)),
@@ -4398,11 +4428,11 @@ static int fa__pv_acc(const fa__rule_lanes *ln, int v, int64_t f0, int64_t f1)
 
 static void fa__tiled_merge(void *vctx, int64_t tile, int tid);
 
-/* pl->vt_all: block `item` of [B][Hkv][blocks], V's words over its whole extent transposed into its
-   Vt (fa__vt_pack) and its flag (1: every value finite), the thread's Vc holding the words between */
-static void fa__tiled_vt(void *vctx, int64_t item, int tid)
+/* pl->vt_all: block `item` of [B][Hkv][blocks], V's words over its whole extent transposed into Vt
+   (fa__vt_pack), the thread's Vc holding the words between; 1 if every value is finite (else Vt is
+   not written) */
+static int fa__tiled_vt_make(const fa__tiled_ctx *c, int64_t item, int tid, uint32_t *Vt)
 {
-    const fa__tiled_ctx *c = (const fa__tiled_ctx *)vctx;
     const fa__dims *d = c->d;
     const fa__tiled_plan *pl = c->pl;
     int64_t nb = (d->Sk + pl->bk - 1) / pl->bk, kb = item % nb, bg = item / nb, f0 = kb * pl->bk;
@@ -4410,8 +4440,63 @@ static void fa__tiled_vt(void *vctx, int64_t item, int tid)
     uint32_t *Vp = (uint32_t *)(c->ws + (size_t)tid * pl->thread_floats + pl->half_off + fa__round16((size_t)pl->bk * d->D));
     const uint16_t *v = c->vh + (bg / d->Hkv) * d->vs[0] + (bg % d->Hkv) * d->vs[1] + f0 * d->vs[2];
     int fin = c->K->vpack_bf16(v, d->vs[2], (int)(f1 - f0), d->Dv, Vp);
-    if (fin) c->K->amx_vt(Vp, (int)(f1 - f0 + 1) / 2, d->Dv, c->vt + (size_t)item * d->Dv * pl->np16, pl->np16);
-    ((int *)(c->vt + fa__round16((size_t)pl->vt_blocks * d->Dv * pl->np16)))[item] = fin;
+    if (fin) c->K->amx_vt(Vp, (int)(f1 - f0 + 1) / 2, d->Dv, Vt, pl->np16);
+    return fin;
+}
+
+/* the states of pl->vt_all's blocks: 0 not made, 1 being made, 2 made (V finite), 3 made (V not) */
+static int *fa__tiled_vt_state(const fa__tiled_ctx *c)
+{
+    return (int *)(c->vt + fa__round16((size_t)c->pl->vt_blocks * c->d->Dv * c->pl->np16));
+}
+
+/* the pass before the tiles (FA__AMX_VT_LAZY 0): block `item`'s Vt and its state */
+static void fa__tiled_vt(void *vctx, int64_t item, int tid)
+{
+    const fa__tiled_ctx *c = (const fa__tiled_ctx *)vctx;
+    int fin = fa__tiled_vt_make(c, item, tid, c->vt + (size_t)item * c->d->Dv * c->pl->np16);
+    fa__tiled_vt_state(c)[item] = fin ? 2 : 3;
+}
+
+/* pl->vt_all: block blk's Vt, whether its V is finite (*fin) and whether this call made it (*made).
+   With FA__AMX_VT_LAZY the first tile that needs a block claims it and makes it into the shared Vt; a
+   tile that finds it being made makes its own copy in `own` (the same words), so that no tile waits on
+   another. */
+static const uint32_t *fa__tiled_vt_get(const fa__tiled_ctx *c, int64_t blk, int tid, uint32_t *own, int *fin, int *made)
+{
+    int *st = fa__tiled_vt_state(c) + blk, s;
+    uint32_t *vt = c->vt + (size_t)blk * c->d->Dv * c->pl->np16;
+#if defined(__GNUC__) || defined(__clang__)
+    *made = 1;
+    s = __atomic_load_n(st, __ATOMIC_ACQUIRE);
+    if (s == 0) {
+        int z = 0;
+        if (__atomic_compare_exchange_n(st, &z, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            *fin = fa__tiled_vt_make(c, blk, tid, vt);
+            __atomic_store_n(st, *fin ? 2 : 3, __ATOMIC_RELEASE);
+            return vt;
+        }
+        s = z;
+    }
+#else
+    *made = 1;
+    s = FA__AMX_VT_LAZY ? 1 : *st;      /* no atomics: every tile its own copy */
+#endif
+    if (s >= 2) { *fin = s == 2; *made = 0; return vt; }
+    *fin = fa__tiled_vt_make(c, blk, tid, own);
+    return own;
+}
+
+/* block blk's Vt if it is made (for the prefetch), else NULL */
+static const uint32_t *fa__tiled_vt_ready(const fa__tiled_ctx *c, int64_t blk)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    if (__atomic_load_n(fa__tiled_vt_state(c) + blk, __ATOMIC_ACQUIRE) == 2)
+        return c->vt + (size_t)blk * c->d->Dv * c->pl->np16;
+#else
+    (void)c; (void)blk;
+#endif
+    return NULL;
 }
 
 /* One tile over one chunk of its key blocks: pack Q^T, walk K/V in blocks (scores, the rule where
@@ -4439,7 +4524,8 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     float *Qc = half ? Vc + fa__round16((size_t)bk * Dv) : NULL, *Oc = half ? Qc + 16 * (size_t)D : NULL;
     /* vdpbf16ps (pl->dpbf16): Q's words in Qt, V's in Vc, P's in Pp */
     uint32_t *Pp = pl->dpbf16 ? (uint32_t *)(Oc + 16 * (size_t)Dv) : NULL, *Qp = (uint32_t *)Qt, *Vp = (uint32_t *)Vc;
-    uint32_t *Vt = pl->amx ? Pp + fa__round16((size_t)pl->sld * (((size_t)bk + 1) / 2 + 16)) : NULL;
+    uint32_t *Vown = pl->amx ? Pp + fa__round16((size_t)pl->sld * (((size_t)bk + 1) / 2 + 16)) : NULL;
+    const uint32_t *Vt = Vown, *vt_next = NULL;
     int vfin = 0, amx_pf = 0;
 #ifdef FA__HAVE_AMX
     /* AMX's pipeline across blocks: a panel's P V not yet run (pend) and its operands, the next block's
@@ -4462,6 +4548,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     fa__rule_lanes ln;
     fa__pf pf;
 
+    FA__PROF_AT(tid, 1);
     fa__tile_pos(d, pl, tile, &b, &h0, &i0, &nqr);
     nr = pl->hpt * nqr;
     nv = (nr + 15) / 16;
@@ -4546,13 +4633,24 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             v0 = (int)(ra / 16); v1 = (int)((rb + 15) / 16);
         }
         if (c->amx) {       /* AMX: V's words over the block's whole extent, from f0 (fa__qk_amx) */
-            if (pl->vt_all) {    /* packed before the tiles (fa__tiled_vt) */
+            FA__PROF_AT(tid, 2);
+            if (pl->vt_all) {    /* shared by the tiles (fa__tiled_vt_get) */
                 int64_t blk = ((int64_t)b * d->Hkv + h0 / d->group) * ((d->Sk + bk - 1) / bk) + kb;
-                Vt = c->vt + (size_t)blk * Dv * pl->np16;
-                vfin = ((const int *)(c->vt + fa__round16((size_t)pl->vt_blocks * Dv * pl->np16)))[blk];
+                int made;
+                Vt = fa__tiled_vt_get(c, blk, tid, Vown, &vfin, &made);
+#if defined(__GNUC__)
+                if (FA__AMX_VT_PF > 1 && vfin && !made && Vt != vt_next) {
+                    /* made by another thread and not prefetched with the block before: toward L2 now,
+                       ahead of its P V (FA__AMX_VT_PF 2) */
+                    size_t ln_;
+                    for (ln_ = 0; ln_ < (size_t)Dv * pl->np16 * 4; ln_ += 64) __builtin_prefetch((const char *)Vt + ln_, 0, 2);
+                }
+#endif
+                (void)made;
+                vt_next = FA__AMX_VT_PF && kb + 1 < kb1 ? fa__tiled_vt_ready(c, blk + 1) : NULL;
             } else {
                 vfin = K->vpack_bf16(vhb + f0 * vs, vs, (int)(f1 - f0), Dv, Vp);
-                if (vfin) K->amx_vt(Vp, (int)(f1 - f0 + 1) / 2, Dv, Vt, pl->np16);
+                if (vfin) K->amx_vt(Vp, (int)(f1 - f0 + 1) / 2, Dv, Vown, pl->np16);
             }
             if (!vfin)
                 for (j = 0; j < nk; j++) K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
@@ -4566,6 +4664,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                 K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
             }
         /* the next block's K and V rows toward L2 during this block's GEMM loops, spread over them */
+        FA__PROF_AT(tid, 3);
         {
             int64_t n1 = kb + 1 < kb1 ? (k1 + bk < khi ? k1 + bk : khi) - k1 : 0, lines, it;
             int np = 0;
@@ -4573,12 +4672,15 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             else for (p0 = v0; p0 < v1; p0 = fa__panel_end(p0, v1)) np++;
             if (half) {
                 fa__pf_set_es(&pf, 0, khb, ks, k1, k1 + n1, D, 2);
-                fa__pf_set_es(&pf, 1, vhb, vs, k1, k1 + n1, Dv, 2);
+                if (vt_next && n1 > 0)  /* AMX: the next block's Vt where it is made, [Dv][np16] words */
+                    fa__pf_set_es(&pf, 1, vt_next, 2 * (int64_t)pl->np16, 0, Dv, 2 * pl->np16, 2);
+                else
+                    fa__pf_set_es(&pf, 1, vhb, vs, k1, k1 + n1, Dv, 2);
             } else {
                 fa__pf_set(&pf, 0, kbase, ks, k1, k1 + n1, D);
                 fa__pf_set(&pf, 1, vbase, vs, k1, k1 + n1, Dv);
             }
-            lines = n1 * (pf.lines[0] + pf.lines[1]);
+            lines = (int64_t)pf.rows[0] * pf.lines[0] + (int64_t)pf.rows[1] * pf.lines[1];
             it = (int64_t)np * (((int64_t)nk + 7) / 8 * D + ((int64_t)Dv + 7) / 8 * nk);
             pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
             amx_pf = np > 0 ? (int)((lines + np - 1) / np) : 0;    /* AMX: lines per panel */
@@ -4622,9 +4724,11 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                     la = 0;
                     for (c0 = 0; c0 < npn; c0 = c1) {
                         c1 = c0 + g < npn ? c0 + g : npn;
+                        FA__PROF_AT(tid, 4);
                         for (ip = c0; ip < c1; ip++)
                             K->amx_qk_job(khb + f0 * ks, ks, nkq, D, FA__QP(ip), FA__SR(ip), FA__NV(ip), &pf, &cj[ip - c0]);
                         K->amx_run_rr(cj, c1 - c0);
+                        FA__PROF_AT(tid, 5);
                         for (ip = c0; ip < c1; ip++) {
                             float *s0 = FA__SR(ip) + (size_t)off * 32;
                             for (i = 0; i < amx_pf; i++) fa__pf_step(&pf);
@@ -4634,10 +4738,12 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                             K->amx_online(FA__SR(ip), off, nk, FA__NV(ip), sc, m + 16 * FA__VA(ip), l + 16 * FA__VA(ip), FA__OP(ip),
                                           Dv, FA__PR(ip), pl->np16, cj, 0);
                         }
+                        FA__PROF_AT(tid, 6);
                         for (ip = c0; ip < c1; ip++)
                             K->amx_pv_job(Vt, pl->np16, Dv, FA__PR(ip), FA__OP(ip), FA__NV(ip), &pf, &cj[ip - c0]);
                         K->amx_run_rr(cj, c1 - c0);
                     }
+                    FA__PROF_AT(tid, 3);
 #undef FA__SR
 #undef FA__PR
                 } else {
@@ -4672,7 +4778,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                         pend = 1; pend_vt = Vt; pend_pp = FA__PP(amx_it, ip); pend_op = FA__OP(ip); pend_nv = FA__NV(ip);
                         amx_it++;
                     }
-                    if (!pl->vt_all) FA__AMX_FLUSH;     /* the next block's Vt goes where this one's is */
+                    if (!pl->vt_all || Vt == Vown) FA__AMX_FLUSH;     /* the next block's Vt may go where this one's is */
                 }
 #undef FA__PV
 #undef FA__VA
@@ -4734,7 +4840,8 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     FA__AMX_FLUSH;
 #undef FA__AMX_FLUSH
 #endif
-    (void)amx_pf; (void)Vt;
+    FA__PROF_AT(tid, 7);
+    (void)amx_pf; (void)Vt; (void)vt_next;
     /* o (or this chunk's partials) = O / l, and lse = m + log l; a row that saw no key gets 0 and
        -INFINITY, a NaN row stays NaN */
 #define FA__OOFF(r) ((int64_t)b * d->os[0] + (int64_t)(h0 + (r) / nqr) * d->os[1] + (i0 + (r) % nqr) * d->os[2])
@@ -4774,6 +4881,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
 #ifdef FA__HAVE_AMX
     if (c->amx) fa__amx_end();
 #endif
+    FA__PROF_AT(tid, 0);
     if (c->mu) {     /* the tile's last chunk merges it (the lock orders the other chunks' writes before) */
         int n;
         pthread_mutex_lock(c->mu);
@@ -4839,6 +4947,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
     fa_status st = fa__forward_check(p, q, k, v, o, NULL, &d, NULL);
     if (st != FA_OK) return st;
     if (d.Sq == 0) return FA_OK;
+    FA__PROF_AT(FA__PROF_CALL, 0);
     c.K = fa__kernels_for(fa__isa());
     fa__tiled_plan_make(&d, c.K, &pl);
     if (pl.total == SIZE_MAX) return FA_ERR_NO_MEMORY;
@@ -4873,12 +4982,17 @@ FLASHATTN__CPU_DEF fa_status fa_tiled(const fa_params *p, const void *q, const v
             memset(c.ws + (size_t)t * pl.thread_floats + pl.lane_floats + (size_t)pl.ld * d.D, 0,
                    (size_t)pl.ld * pl.bk * sizeof(float));
     }
-    if (c.amx && pl.vt_all)      /* every block's Vt once, before the tiles (the permission: AMX only) */
-        fa__run(d.pool, fa__tiled_vt, &c, pl.vt_blocks, pl.nthreads, c.parts + pl.part_floats + pl.vt_floats);
+    if (c.amx && pl.vt_all) {    /* every block's Vt once (the permission: AMX only): as the tiles need them, or before */
+        memset(fa__tiled_vt_state(&c), 0, (size_t)pl.vt_blocks * sizeof(int));
+        if (!FA__AMX_VT_LAZY) fa__run(d.pool, fa__tiled_vt, &c, pl.vt_blocks, pl.nthreads, c.parts + pl.part_floats + pl.vt_floats);
+    }
+    FA__PROF_AT(FA__PROF_CALL, 1);
     fa__run(d.pool, fa__tiled_item, &c, pl.items, pl.nthreads, c.parts + pl.part_floats + pl.vt_floats);
+    FA__PROF_AT(FA__PROF_CALL, 2);
     if (c.mu) pthread_mutex_destroy(&mu);
     else if (pl.nchunk > 1) fa__run(d.pool, fa__tiled_merge, &c, pl.tiles, pl.nthreads, c.parts + pl.part_floats + pl.vt_floats);
     FLASHATTN_FREE(mem);
+    FA__PROF_AT(FA__PROF_CALL, 3);
     return FA_OK;
 }
 

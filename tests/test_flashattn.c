@@ -2680,8 +2680,8 @@ static void test_half_tiling(void **state)
 
 /* A NaN in a hidden key's V (bf16 and fp16): the rows that do not see the key are right (the
    vdpbf16ps path sends such a block through the fp32 kernels), the row that sees it is NaN. Two
-   query heads on one kv head, Sq = Sk = 64 and 1024: on AMX the second transposes V once per call
-   (fa__tiled_vt, Sq Sk >= 2^20), the first per tile. */
+   query heads on one kv head, Sq = Sk = 64 and 1024: on AMX both share V's transpose between the
+   tiles of the kv head (fa__tiled_vt_get; a non-finite block's state says so to every tile). */
 static void test_half_nan_v(void **state)
 {
     static const int len[2] = { 64, 1024 };
