@@ -121,6 +121,12 @@ $(BUILD)/test_flashattn_avx2: $(TEST_DEPS) | $(BUILD)
 $(BUILD)/test_flashattn_nobf16: $(TEST_DEPS) | $(BUILD)
 	$(CC) $(CFLAGS) $(CSTD) $(WARN) -DFLASHATTN_NO_AVX512BF16 -I. $< -o $@ $(TEST_LIBS)
 
+# the half-precision tests on the AMX path with the tile instructions emulated in C (FA__AMX_EMULATE,
+# on a CPU with AVX512-BF16), every other shared Vt block made by the tiles' own copies
+# (FA__AMX_VT_TEST_OWN): the AMX forward's and backward's data movement on a machine without AMX
+$(BUILD)/test_flashattn_amxemu: $(TEST_DEPS) | $(BUILD)
+	$(CC) $(CFLAGS) $(CSTD) $(WARN) -DFA__AMX_EMULATE -DFA__AMX_VT_TEST_OWN -I. $< -o $@ $(TEST_LIBS)
+
 # the backward's suite, in the same four builds
 BWD_SRC  := tests/test_backward.c
 BWD_DEPS := $(BWD_SRC) tests/ref.h tests/talloc.h flashattn.h
@@ -136,6 +142,9 @@ $(BUILD)/test_backward_noblas: $(BWD_DEPS) | $(BUILD)
 
 $(BUILD)/test_backward_avx2: $(BWD_DEPS) | $(BUILD)
 	$(CC) $(CFLAGS) $(CSTD) $(WARN) -DFLASHATTN_ISA=1 -I. $< -o $@ $(TEST_LIBS)
+
+$(BUILD)/test_backward_amxemu: $(BWD_DEPS) | $(BUILD)
+	$(CC) $(CFLAGS) $(CSTD) $(WARN) -DFA__AMX_EMULATE -I. $< -o $@ $(TEST_LIBS)
 
 # ---- make test: every step run, shown and counted; the summary at the end ----------------------
 # Each step goes through tests/run_step.sh, which prints it as it runs, keeps its output in
@@ -265,6 +274,10 @@ test-suites: | $(BUILD)
 	  '$(SUBMAKE) $(BUILD)/test_flashattn_san && $(SAN_ENV) ./$(BUILD)/test_flashattn_san'
 	-@$(STEP) "cmocka test_flashattn_nobf16 (the half-precision tests, FLASHATTN_NO_AVX512BF16: bf16 by conversion)" \
 	  '$(SUBMAKE) $(BUILD)/test_flashattn_nobf16 && FA_TEST_FILTER="test_half*" ./$(BUILD)/test_flashattn_nobf16'
+	-@$(STEP) "cmocka test_flashattn_amxemu and test_backward_amxemu (FA__AMX_EMULATE: the AMX path with its tile instructions in C, asserted where the CPU has AVX512-BF16; every other shared Vt block through a tile's own copy)" \
+	  '$(SUBMAKE) $(BUILD)/test_flashattn_amxemu $(BUILD)/test_backward_amxemu && \
+	   if grep -qw avx512_bf16 /proc/cpuinfo; then export FA_TEST_EXPECT_AMX=1; fi; \
+	   ./$(BUILD)/test_flashattn_amxemu && ./$(BUILD)/test_backward_amxemu'
 	-@$(STEP) "cmocka test_backward (OpenBLAS, this CPU's best SIMD path)" \
 	  '$(SUBMAKE) $(BUILD)/test_backward && ./$(BUILD)/test_backward'
 	-@$(STEP) "cmocka test_backward_noblas (FLASHATTN_NO_BLAS, portable C: FLASHATTN_ISA=0)" \

@@ -2863,7 +2863,9 @@ FA__BF16 static void fa__ppack_bf16(const float *S, int64_t ld, int nk, int nvec
    (an old kernel, a seccomp filter) it runs the vdpbf16ps kernels instead. Needs head_dim % 32 == 0.
    FA__AMX_EMULATE (tests only, not an option): the tile instructions in C on thread-local tiles, so
    that a CPU without AMX runs this path's data movement (results within bf16's tolerance, not the
-   tile unit's bits). */
+   tile unit's bits). FA__AMX_VT_TEST_OWN (tests only): every other shared Vt block is taken as being
+   made by another tile, so the tiles make their own copies of it (fa__tiled_vt_get's path that
+   otherwise runs only when threads collide). */
 /* one product on the tiles, run a 2 x 2 block of C tiles at a time (fa__amx_group): its operands,
    and the next block (m, n) */
 typedef struct fa__amx_job {
@@ -4469,6 +4471,9 @@ static const uint32_t *fa__tiled_vt_get(const fa__tiled_ctx *c, int64_t blk, int
 #if defined(__GNUC__) || defined(__clang__)
     *made = 1;
     s = __atomic_load_n(st, __ATOMIC_ACQUIRE);
+#ifdef FA__AMX_VT_TEST_OWN
+    if (blk & 1) s = 1;     /* tests only: every other block as if another tile were making it */
+#endif
     if (s == 0) {
         int z = 0;
         if (__atomic_compare_exchange_n(st, &z, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
