@@ -146,7 +146,7 @@
    and the process may, else vdpbf16ps), fp32 sums, P and dS rounded to bf16 as FlashAttention does
    on GPUs (gradients within API.md's 1e-2, not the fp32 call's bits); the fp32 copies then serve
    delta and any key tile or query block holding an inf or NaN (bench/RESULTS.md, "CPU half
-   precision": 0.7-2.1x our fp32 backward on the Xeon). fa_describe and fa_build_info
+   precision", "Backward key tiles of 192 on AMX": that backward beside PyTorch's bf16 SDPA on the Xeon). fa_describe and fa_build_info
    say which of these a call runs. Determinism holds on every path: a row's bits never depend on
    threads, pool or batch.
 
