@@ -10828,9 +10828,8 @@ static cudaError_t fa__cu_launch_dep(void (*kern)(P...), dim3 grid, dim3 block, 
                                      const A &...args)
 {
 #if defined(CUDART_VERSION) && CUDART_VERSION >= 12000
-    cudaLaunchConfig_t cfg;
+    cudaLaunchConfig_t cfg = cudaLaunchConfig_t();
     cudaLaunchAttribute at[1];
-    memset(&cfg, 0, sizeof cfg);
     memset(at, 0, sizeof at);
     cfg.gridDim = grid; cfg.blockDim = block; cfg.dynamicSmemBytes = (size_t)smem; cfg.stream = st;
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
