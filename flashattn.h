@@ -10811,14 +10811,21 @@ static fa_status fa__wg_launch(const fa__dims *d, int mods, const void *q, const
    split kernel's last blocks run, and wait in fa__cu_dep_wait), bit 1 the split kernel (its blocks
    launch while the grid before it in the stream, e.g. the last call's merge, drains). Both kernels
    call fa__cu_dep_go at their start and fa__cu_dep_wait before their first global access, so each
-   is ordered after the whole of the grid before it either way. A translation unit that defines
-   FLASHATTN__TEST_SWITCHES (tests/test_cuda.cu, bench/bench_cuda.cu) gets it as the variable
-   fa__cu_dec_pdl, to run and time every setting; elsewhere it is the constant 3. Not part of the API. */
+   is ordered after the whole of the grid before it either way. -1 (the library's setting): bit 0
+   always; bit 1 for a tensor-core split grid that fills at least 15/16 of the SMs' MINB slots
+   (several waves, or B = 8 MQA's 256 blocks of 2 an SM). Measured (bench/RESULTS.md, CUDA decode,
+   "Host work once per device"): the merge by PDL saves 1.2-2.2 us a call at B = 1; both by PDL
+   cost 10-23% at B = 1, Sk >= 32k (256 blocks in 396 slots; the likely cause, not checked: the
+   next call's blocks take the free slots while this call's split still runs, and then stand
+   unevenly over the SMs) and save 1-2% where the grid leaves no slots free.
+   A translation unit that defines FLASHATTN__TEST_SWITCHES (tests/test_cuda.cu,
+   bench/bench_cuda.cu) gets it as the variable fa__cu_dec_pdl, to force and time each setting
+   0..3; elsewhere it is the constant -1. Not part of the API. */
 #ifdef FLASHATTN__TEST_SWITCHES
-static int fa__cu_dec_pdl = 3;
+static int fa__cu_dec_pdl = -1;
 #define FA__CU_DEC_PDL fa__cu_dec_pdl
 #else
-#define FA__CU_DEC_PDL 3
+#define FA__CU_DEC_PDL (-1)
 #endif
 
 /* kern<<<grid, block, smem, st>>>(args...), with `dep` the programmatic-dependent-launch attribute
@@ -10866,20 +10873,22 @@ static fa_status fa__cu_kern_attrs(const void *kern, int smem, int carve, int *o
    bytes of shared memory, `threads` a block, pl->bq packed rows a block; its attributes set once
    per device, fa__cu_kern_attrs, with `carve` and `once`): the workspace allocated stream-ordered
    (fa__cu_alloc: cudaMallocAsync on the stream where the device has memory pools), the split
-   kernel, the merge (both with FA__CU_DEC_PDL's launch attribute where the device has it), the
+   kernel, the merge (with FA__CU_DEC_PDL's launch attributes where the device has them; minb: the
+   split kernel's blocks an SM, 0 for the FFMA kernels, which take the merge's alone), the
    workspace freed behind them on the same stream. The host work of a call: the device's facts and
    the kernel's attributes looked up (set on the first call only), the allocation, two launches,
    the free. */
 template <typename T>
 static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k, const void *v,
                              void *o, cudaStream_t st, void (*kern)(const fa__dec_args), int smem, int threads, int carve,
-                             int *once)
+                             int minb, int *once)
 {
     const size_t bytes = fa__cu_dec_bytes(d, pl->chunks);
     const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
     fa__cu_facts f;
     fa__dec_args a;
     int dev = 0, pooled = 0, dep;
+    int64_t blocks;
     fa_status s, s2;
     cudaError_t e;
     void *ws = NULL;
@@ -10891,7 +10900,9 @@ static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const voi
     a.chunks = pl->chunks;
     a.rblocks = (d->group * d->Sq + pl->bq - 1) / pl->bq;
     if ((s = fa__cu_facts_of(&dev, &f)) != FA_OK) return s;
-    dep = f.major >= 9 ? FA__CU_DEC_PDL : 0;
+    blocks = (int64_t)a.rblocks * a.chunks * d->Hkv * d->B;
+    dep = f.major < 9 ? 0 : FA__CU_DEC_PDL >= 0 ? FA__CU_DEC_PDL
+        : 1 | (minb > 0 && blocks >= (int64_t)minb * (f.sms - f.sms / 16) ? 2 : 0);
     if ((s = fa__cu_kern_attrs((const void *)kern, smem, carve, once, dev, 0)) != FA_OK) return s;
     if ((s = fa__cu_alloc(&ws, bytes, st, &pooled)) != FA_OK) return s;
     a.wo = (float *)ws;
@@ -10920,7 +10931,7 @@ static fa_status fa__dec_tc_launch(const fa__cu_plan *pl, const fa__dims *d, con
 {
     static int once[2][FA__CU_MAX_DEVICES];   /* fa__cu_kern_attrs's flags, per modifier variant (0, 4) */
     void (*kern)(const fa__dec_args) = pl->mods ? fa__dec_tc<T, C, 4> : fa__dec_tc<T, C, 0>;
-    return fa__dec_run<T>(pl, d, q, k, v, o, st, kern, (int)fa__dec_geom<C>::SMEM, C::NW * 32, C::MINB > 1,
+    return fa__dec_run<T>(pl, d, q, k, v, o, st, kern, (int)fa__dec_geom<C>::SMEM, C::NW * 32, C::MINB > 1, C::MINB,
                           once[pl->mods ? 1 : 0]);
 }
 
@@ -10931,13 +10942,13 @@ static fa_status fa__dec_ffma_launch(const fa__cu_plan *pl, const fa__dims *d, c
     static int once[3][FA__CU_MAX_DEVICES];   /* fa__cu_kern_attrs's flags, per head-dim class */
     switch (pl->kernel) {
     case FA__CU_DEC_D64:
-        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 64>, fa__dec_ffma_geom<64>::SMEM, FA__CU_DEC_THREADS, 0,
+        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 64>, fa__dec_ffma_geom<64>::SMEM, FA__CU_DEC_THREADS, 0, 0,
                               once[0]);
     case FA__CU_DEC_D128:
-        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 128>, fa__dec_ffma_geom<128>::SMEM, FA__CU_DEC_THREADS, 0,
+        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 128>, fa__dec_ffma_geom<128>::SMEM, FA__CU_DEC_THREADS, 0, 0,
                               once[1]);
     case FA__CU_DEC_D256:
-        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 256>, fa__dec_ffma_geom<256>::SMEM, FA__CU_DEC_THREADS, 0,
+        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 256>, fa__dec_ffma_geom<256>::SMEM, FA__CU_DEC_THREADS, 0, 0,
                               once[2]);
     default: return FA_ERR_UNSUPPORTED;
     }

@@ -678,7 +678,7 @@ static void decode_rows(double cgbs)
 /* ---- --decode-probe (issue 14): the decode rows under other plans of the same build ------------
    Per DEC_ROWS row, us per call (N calls between two events, median of 5; K/V copies rotated as
    --decode) and the host's time a call (32 calls queued on an idle device, steady_clock): "pick"
-   fa_cuda_tiled as shipped; "pdl0".."pdl3" the picked plan under each fa__cu_dec_pdl setting (bit 0
+   fa_cuda_tiled as shipped (fa__cu_dec_pdl -1); "pdl0".."pdl3" the picked plan under each setting (bit 0
    the merge, bit 1 the split kernel launched with the programmatic-dependent-launch attribute),
    alternated over two rounds; "pdl0-old" pdl0 with main's per-call host work added back (74ae4bd:
    the device's attributes queried and the split kernel's two attributes set at every call);
@@ -744,7 +744,7 @@ static void decode_probe(void)
            split kernel's attributes set at every call) */
         struct Var { const char *name; fa__cu_plan pl; int cfg, pdl, oldhost; };
         std::vector<Var> vars;
-        vars.push_back({ "pick", pick, 0, 3, 0 });
+        vars.push_back({ "pick", pick, 0, -1, 0 });
         for (int round = 0; round < 2; round++) {   /* the launch settings, alternated over two rounds */
             vars.push_back({ "pdl0", pick, 0, 0, 0 });
             vars.push_back({ "pdl0-old", pick, 0, 0, 1 });
@@ -827,7 +827,7 @@ static void decode_probe(void)
             printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us %8.1f GB/s  maxdiff %.3g  host %.2f us\n",
                    r.B, r.Sq, r.Sk, r.Hkv, vars[vi].name, fa__cu_kernel_name(pl.kernel), pl.bq, pl.chunks, pl.chunk, us,
                    kvb / (us * 1e-6) / 1e9, md, host_us);
-            fa__cu_dec_pdl = 3;
+            fa__cu_dec_pdl = -1;
             fflush(stdout);
         }
         {   /* the picked plan's split kernel and merge alone, the workspace allocated once */

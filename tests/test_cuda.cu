@@ -865,7 +865,7 @@ static __global__ void spin_copy_kernel(long long cycles, unsigned char *dst, co
 
 /* The decode path's launches (8f's fa__dec_run), under every FA__CU_DEC_PDL setting (fa__cu_dec_pdl:
    the merge and/or the split kernel launched with the programmatic-dependent-launch attribute on a
-   compute capability 9.0+ device) and per dtype (fp32 on the FFMA kernel, fp16/bf16 on the
+   compute capability 9.0+ device; 0..3 forced, then the library's choice) and per dtype (fp32 on the FFMA kernel, fp16/bf16 on the
    tensor-core one; the kernel asserted): on a stream of its own, query A written by a kernel queued
    just before the first call (after a spin), then NC calls back to back alternating queries A and
    B into NC outputs (each call's workspace is freed while the next call is queued, and the pool
@@ -917,8 +917,8 @@ static void test_decode_launch(void **state)
         assert_true(plan.chunks > 1);
         g_served[plan.kernel][plan.mods]++;
         CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        for (set = 0; set < 4; set++) {
-            fa__cu_dec_pdl = set;
+        for (set = 0; set < 5; set++) {   /* settings 0..3, then the library's (-1) */
+            fa__cu_dec_pdl = set < 4 ? set : -1;
             CU(cudaMemset(dqa, 0xFF, nq * es));
             for (c = 0; c < NC; c++) CU(cudaMemset(dout[c], 0xFF, nq * es));
             CU(cudaDeviceSynchronize());
@@ -949,7 +949,7 @@ static void test_decode_launch(void **state)
                 assert_true(memcmp(hl, ref_l[w], rows * 4) == 0);
             }
         }
-        fa__cu_dec_pdl = 3;
+        fa__cu_dec_pdl = -1;
         /* A against float64; A and B differ (each call read its own q) */
         download(og, dout[0], nq, dt, NULL);
         if (dt == FA_F32) {
