@@ -205,7 +205,8 @@
    the pool is the caller's, made by fa_pool_create and ended by fa_pool_destroy.
 
    ERRORS: every request is validated before any output is written; on any status other than FA_OK,
-   o, lse and scores are untouched. No global mutable state: concurrent calls are safe.
+   o, lse and scores are untouched. No global mutable state (only caches of fixed facts of the CPU
+   and the GPUs, filled once): concurrent calls are safe.
 
    CUDA: compile one .cu file with nvcc, FLASHATTN_IMPLEMENTATION and FLASHATTN_CUDA defined. It
    provides fa_cuda_* (device pointers, same meanings, stream honoured). The CPU functions it also
@@ -6230,20 +6231,65 @@ static fa_status fa__cublas(cublasStatus_t s)
     return s == CUBLAS_STATUS_ALLOC_FAILED ? FA_ERR_NO_MEMORY : FA_ERR_DEVICE;
 }
 
+/* The current device (*dev) and what the CUDA paths ask of it, read from the runtime once per device
+   and process and kept (device attributes do not change while a process runs). Like the CPU's
+   cpuid answers (fa__cpu_once), this and fa__cu_kern_attrs's flags are the only state the library
+   keeps: facts that every thread would find the same, each slot written whole (every field, then
+   `ready`, with section 4's release stores, fa__store_int) by whichever thread first needs it and
+   read with acquire loads, so that two threads racing to fill it store the same values and
+   concurrent calls stay safe (API.md). Devices past FA__CU_MAX_DEVICES ask every time. */
+#define FA__CU_MAX_DEVICES 64
+typedef struct fa__cu_facts {
+    int major, minor;   /* compute capability */
+    int optin, sms;     /* shared memory a block can opt in to; multiprocessors */
+    int pools;          /* memory pools (cudaMallocAsync) supported */
+} fa__cu_facts;
+
+static fa_status fa__cu_facts_of(int *dev, fa__cu_facts *f)
+{
+    static int ready[FA__CU_MAX_DEVICES];
+    static fa__cu_facts tab[FA__CU_MAX_DEVICES];
+    int d = 0;
+    if (cudaGetDevice(&d) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return FA_ERR_DEVICE;
+    }
+    *dev = d;
+    if (d >= 0 && d < FA__CU_MAX_DEVICES && fa__load_int(&ready[d])) {
+        f->major = fa__load_int(&tab[d].major); f->minor = fa__load_int(&tab[d].minor);
+        f->optin = fa__load_int(&tab[d].optin); f->sms = fa__load_int(&tab[d].sms);
+        f->pools = fa__load_int(&tab[d].pools);
+        return FA_OK;
+    }
+    if (cudaDeviceGetAttribute(&f->major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
+        cudaDeviceGetAttribute(&f->minor, cudaDevAttrComputeCapabilityMinor, d) != cudaSuccess ||
+        cudaDeviceGetAttribute(&f->optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d) != cudaSuccess ||
+        cudaDeviceGetAttribute(&f->sms, cudaDevAttrMultiProcessorCount, d) != cudaSuccess ||
+        cudaDeviceGetAttribute(&f->pools, cudaDevAttrMemoryPoolsSupported, d) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return FA_ERR_DEVICE;
+    }
+    if (d >= 0 && d < FA__CU_MAX_DEVICES) {
+        fa__store_int(&tab[d].major, f->major); fa__store_int(&tab[d].minor, f->minor);
+        fa__store_int(&tab[d].optin, f->optin); fa__store_int(&tab[d].sms, f->sms);
+        fa__store_int(&tab[d].pools, f->pools);
+        fa__store_int(&ready[d], 1);
+    }
+    return FA_OK;
+}
+
 /* Stream-ordered device allocation (cudaMallocAsync) where the device has memory pools, plain
    cudaMalloc otherwise; fa__cu_free releases it the same way, ordered after the stream's work. */
 static fa_status fa__cu_alloc(void **ptr, size_t bytes, cudaStream_t st, int *pooled)
 {
-    int dev = 0, pools = 0;
+    fa__cu_facts f;
+    int dev = 0;
+    fa_status s;
     *ptr = NULL;
     if (bytes == SIZE_MAX) return FA_ERR_NO_MEMORY;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return FA_ERR_DEVICE;
-    }
-    *pooled = pools != 0;
-    return fa__cu(pools ? cudaMallocAsync(ptr, bytes ? bytes : 1, st) : cudaMalloc(ptr, bytes ? bytes : 1));
+    if ((s = fa__cu_facts_of(&dev, &f)) != FA_OK) return s;
+    *pooled = f.pools != 0;
+    return fa__cu(f.pools ? cudaMallocAsync(ptr, bytes ? bytes : 1, st) : cudaMalloc(ptr, bytes ? bytes : 1));
 }
 
 static fa_status fa__cu_free(void *ptr, cudaStream_t st, int pooled)
@@ -6304,6 +6350,26 @@ static __device__ __forceinline__ void fa__cu_commit(void)
 template <int N> static __device__ __forceinline__ void fa__cu_wait(void)
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Programmatic dependent launch (sm_90+; nothing on older targets, and nothing for a grid launched
+   without the attribute, fa__cu_dep_cfg): fa__cu_dep_go lets the next grid of the stream that was
+   launched with the attribute start now (its blocks then wait in fa__cu_dep_wait), and
+   fa__cu_dep_wait returns once the grid before this one in the stream has completed and its writes
+   are visible. A kernel that calls fa__cu_dep_wait before its first global access is as ordered
+   as a plain launch. */
+static __device__ __forceinline__ void fa__cu_dep_go(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void fa__cu_dep_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 /* Section 1's tile key range (fa__tile_keys) with its bounds narrowed to int (they lie in [0, Sk]),
@@ -7692,6 +7758,8 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
     const unsigned sQ = fa__cu_sa(fa__dec_smem), sK = sQ + E::QB + (unsigned)warp * 2 * E::RING, sV = sK + E::RING;
     const T *gk = (const T *)a.k + b * d.ks[0] + g * d.ks[1];
     const T *gv = (const T *)a.v + b * d.vs[0] + g * d.vs[1];
+    fa__cu_dep_go();     /* FA__CU_DEC_PDL: the merge may launch, and waits for this grid */
+    fa__cu_dep_wait();   /* the grid before this one done (q written, the workspace free) */
 
     /* the packed Q tile (rows past the pack zero-filled), one cp.async group */
     for (int idx = tid; idx < ROWS * G::CH; idx += NW * 32) {
@@ -7821,6 +7889,8 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__dec_ffma(const fa__dec
     const T *q = (const T *)a.q, *gk = (const T *)a.k + b * d.ks[0] + g * d.ks[1];
     const T *gv = (const T *)a.v + b * d.vs[0] + g * d.vs[1];
     const bool sc = d.softcap > 0.0f, al = d.alibi != NULL, bi = d.bias != NULL, mods = sc || al || bi;
+    fa__cu_dep_go();     /* as fa__dec_tc */
+    fa__cu_dep_wait();
 
     for (int e = tid; e < FA__CU_DEC_ROWS * DC; e += FA__CU_DEC_THREADS) {   /* Q, times the scale */
         const int rr = e / DC, t = e % DC;
@@ -7949,6 +8019,8 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
     __shared__ float sl[FA__CU_DEC_PARTS];
     const int64_t r = blockIdx.x;
     const int64_t bh = r / d.Sq, i = r - bh * d.Sq, b = bh / d.Hq, h = bh - b * d.Hq;
+    fa__cu_dep_go();     /* FA__CU_DEC_PDL: the next call's split kernel may launch, and waits for this grid */
+    fa__cu_dep_wait();   /* the split kernel done, its partials visible */
     for (int p = threadIdx.x; p < chunks; p += FA__CU_DEC_THREADS) sl[p] = wl[r * chunks + p];
     __syncthreads();
     const fa__dec_ws_row v = { sl, wo + r * chunks * d.Dv, d.Dv };
@@ -10141,18 +10213,16 @@ static int fa__cu_dec_pick(const fa__dims *d, const void *q, const void *k, cons
                            fa_status *st)
 {
     const int dc = d->D > d->Dv ? d->D : d->Dv;
-    int dev = 0, major = 0, optin = 0, sms = 0;
+    fa__cu_facts f;
+    int dev = 0, major, optin, sms;
     if (d->Sk < 1 || d->Sq > FA__CU_DEC_MAX_SQ || (int64_t)d->group * d->Sq > FA__CU_DEC_MAX_ROWS ||
         d->B > 65535 || d->Hkv > 65535 || (int64_t)d->B * d->Hq * d->Sq > INT_MAX)
         return 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-        (void)cudaGetLastError();
+    if (fa__cu_facts_of(&dev, &f) != FA_OK) {
         *st = FA_ERR_DEVICE;
         return 1;
     }
+    major = f.major; optin = f.optin; sms = f.sms;
     pl->mods = 0;
     *st = FA_OK;
     pl->chunk = pl->bk = fa__cu_dec_chunk(d);
@@ -10855,63 +10925,150 @@ static fa_status fa__wg_launch(const fa__dims *d, int mods, const void *q, const
 }
 #endif
 
+/* FA__CU_DEC_PDL: which decode launches take the programmatic-dependent-launch attribute (on a device
+   of compute capability 9.0 and later, CUDA 12+): bit 0 the merge (its blocks launch while the
+   split kernel's last blocks run, and wait in fa__cu_dep_wait), bit 1 the split kernel (its blocks
+   launch while the grid before it in the stream, e.g. the last call's merge, drains). Both kernels
+   call fa__cu_dep_go at their start and fa__cu_dep_wait before their first global access, so each
+   is ordered after the whole of the grid before it either way. -1 (the library's setting): bit 0
+   always; bit 1 for a tensor-core split grid that fills at least 15/16 of the SMs' MINB slots
+   (several waves, or B = 8 MQA's 256 blocks of 2 an SM). Measured (bench/RESULTS.md, CUDA decode,
+   "Host work once per device"): the merge by PDL saves 1.2-2.2 us a call at B = 1; both by PDL
+   cost 10-23% at B = 1, Sk >= 32k (256 blocks in 396 slots; the likely cause, not checked: the
+   next call's blocks take the free slots while this call's split still runs, and then stand
+   unevenly over the SMs) and save 1-2% where the grid leaves no slots free.
+   A translation unit that defines FLASHATTN__TEST_SWITCHES (tests/test_cuda.cu,
+   bench/bench_cuda.cu) gets it as the variable fa__cu_dec_pdl, to force and time each setting
+   0..3; elsewhere it is the constant -1. Not part of the API. */
+#ifdef FLASHATTN__TEST_SWITCHES
+static int fa__cu_dec_pdl = -1;
+#define FA__CU_DEC_PDL fa__cu_dec_pdl
+#else
+#define FA__CU_DEC_PDL (-1)
+#endif
+
+/* kern<<<grid, block, smem, st>>>(args...), with `dep` the programmatic-dependent-launch attribute
+   (fa__cu_dep_go, fa__cu_dep_wait): the CUDA error of the launch. */
+template <typename... P, typename... A>
+static cudaError_t fa__cu_launch_dep(void (*kern)(P...), dim3 grid, dim3 block, int smem, cudaStream_t st, int dep,
+                                     const A &...args)
+{
+#if defined(CUDART_VERSION) && CUDART_VERSION >= 12000
+    cudaLaunchConfig_t cfg = cudaLaunchConfig_t();
+    cudaLaunchAttribute at[1];
+    memset(at, 0, sizeof at);
+    cfg.gridDim = grid; cfg.blockDim = block; cfg.dynamicSmemBytes = (size_t)smem; cfg.stream = st;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = dep ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kern, args...);
+#else
+    (void)dep;
+    kern<<<grid, block, smem, st>>>(args...);
+    return cudaGetLastError();
+#endif
+}
+
+/* A decode split kernel's attributes on device dev: its dynamic shared memory (smem bytes) and, with
+   carve, the largest shared-memory carveout (MINB > 1 blocks an SM; 3 x 68 KB at D = 128). Set
+   once per (kernel, device): once[dev] (the kernel's own zero-initialised flags, FA__CU_MAX_DEVICES of
+   them, written and read as fa__cu_facts_of's slots; setting twice is harmless) records that it
+   was; `force` sets them again (fa__dec_run, after a launch refused because a cudaDeviceReset
+   forgot them). */
+static fa_status fa__cu_kern_attrs(const void *kern, int smem, int carve, int *once, int dev, int force)
+{
+    fa_status s;
+    const int slot = dev >= 0 && dev < FA__CU_MAX_DEVICES;
+    if (!force && slot && fa__load_int(&once[dev])) return FA_OK;
+    if ((s = fa__cu(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem))) != FA_OK) return s;
+    if (carve && (s = fa__cu(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
+        return s;
+    if (slot) fa__store_int(&once[dev], 1);
+    return FA_OK;
+}
+
 /* Runs the decode path fa__cu_pick chose (8d2) on storage type T, its split kernel `kern` (smem
-   bytes of shared memory, `threads` a block, pl->bq packed rows a block): the workspace allocated stream-ordered (fa__cu_alloc:
-   cudaMallocAsync on the stream where the device has memory pools), the split kernel, the merge,
-   the workspace freed behind them on the same stream. */
+   bytes of shared memory, `threads` a block, pl->bq packed rows a block; its attributes set once
+   per device, fa__cu_kern_attrs, with `carve` and `once`): the workspace allocated stream-ordered
+   (fa__cu_alloc: cudaMallocAsync on the stream where the device has memory pools), the split
+   kernel, the merge (with FA__CU_DEC_PDL's launch attributes where the device has them; minb: the
+   split kernel's blocks an SM, 0 for the FFMA kernels, which take the merge's alone), the
+   workspace freed behind them on the same stream. The host work of a call: the device's facts and
+   the kernel's attributes looked up (set on the first call only), the allocation, two launches,
+   the free. */
 template <typename T>
 static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k, const void *v,
-                             void *o, cudaStream_t st, void (*kern)(const fa__dec_args), int smem, int threads)
+                             void *o, cudaStream_t st, void (*kern)(const fa__dec_args), int smem, int threads, int carve,
+                             int minb, int *once)
 {
     const size_t bytes = fa__cu_dec_bytes(d, pl->chunks);
     const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
+    fa__cu_facts f;
     fa__dec_args a;
-    int pooled = 0;
+    int dev = 0, pooled = 0, dep;
+    int64_t blocks;
     fa_status s, s2;
+    cudaError_t e;
     void *ws = NULL;
+    dim3 grid;
     memset(&a, 0, sizeof a);
     a.d = *d;
     a.q = q; a.k = k; a.v = v;
     a.chunk = pl->chunk;
     a.chunks = pl->chunks;
     a.rblocks = (d->group * d->Sq + pl->bq - 1) / pl->bq;
-    if ((s = fa__cu(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem))) != FA_OK)
-        return s;
+    if ((s = fa__cu_facts_of(&dev, &f)) != FA_OK) return s;
+    blocks = (int64_t)a.rblocks * a.chunks * d->Hkv * d->B;
+    dep = f.major < 9 ? 0 : FA__CU_DEC_PDL >= 0 ? FA__CU_DEC_PDL
+        : 1 | (minb > 0 && blocks >= (int64_t)minb * (f.sms - f.sms / 16) ? 2 : 0);
+    if ((s = fa__cu_kern_attrs((const void *)kern, smem, carve, once, dev, 0)) != FA_OK) return s;
     if ((s = fa__cu_alloc(&ws, bytes, st, &pooled)) != FA_OK) return s;
     a.wo = (float *)ws;
     a.wl = a.wo + (size_t)rows * pl->chunks * d->Dv;
-    kern<<<dim3((unsigned)(a.rblocks * a.chunks), (unsigned)d->Hkv, (unsigned)d->B), threads, smem, st>>>(a);
-    s = fa__cu(cudaGetLastError());
-    if (s == FA_OK) {
-        fa__cu_dec_merge<T><<<(unsigned)rows, FA__CU_DEC_THREADS, 0, st>>>(*d, a.wo, a.wl, a.chunks, (T *)o);
-        s = fa__cu(cudaGetLastError());
+    grid = dim3((unsigned)(a.rblocks * a.chunks), (unsigned)d->Hkv, (unsigned)d->B);
+    e = fa__cu_launch_dep(kern, grid, dim3((unsigned)threads), smem, st, dep & 2, a);
+    if (e != cudaSuccess && smem > 48 * 1024) {   /* the attributes forgotten (cudaDeviceReset): set them, once more */
+        (void)cudaGetLastError();
+        if (fa__cu_kern_attrs((const void *)kern, smem, carve, once, dev, 1) == FA_OK)
+            e = fa__cu_launch_dep(kern, grid, dim3((unsigned)threads), smem, st, dep & 2, a);
     }
+    s = fa__cu(e);
+    if (s == FA_OK)
+        s = fa__cu(fa__cu_launch_dep(fa__cu_dec_merge<T>, dim3((unsigned)rows), dim3(FA__CU_DEC_THREADS), 0, st, dep & 1, *d,
+                                     (const float *)a.wo, (const float *)a.wl, a.chunks, (T *)o));
+    if (s != FA_OK) (void)cudaGetLastError();
     s2 = fa__cu_free(ws, st, pooled);
     return s != FA_OK ? s : s2;
 }
 
-/* The tensor-core decode kernel of configuration C: MINB blocks an SM take the largest shared-memory
-   carveout (as the other MINB > 1 kernels ask; 3 x 68 KB at D = 128), then fa__dec_run. */
+/* The tensor-core decode kernel of configuration C (its attributes: the largest shared-memory
+   carveout when MINB > 1, as the other MINB > 1 kernels ask), then fa__dec_run. */
 template <typename T, class C>
 static fa_status fa__dec_tc_launch(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k,
                                    const void *v, void *o, cudaStream_t st)
 {
+    static int once[2][FA__CU_MAX_DEVICES];   /* fa__cu_kern_attrs's flags, per modifier variant (0, 4) */
     void (*kern)(const fa__dec_args) = pl->mods ? fa__dec_tc<T, C, 4> : fa__dec_tc<T, C, 0>;
-    fa_status s;
-    if (C::MINB > 1 && (s = fa__cu(cudaFuncSetAttribute((const void *)kern,
-                                                        cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
-        return s;
-    return fa__dec_run<T>(pl, d, q, k, v, o, st, kern, (int)fa__dec_geom<C>::SMEM, C::NW * 32);
+    return fa__dec_run<T>(pl, d, q, k, v, o, st, kern, (int)fa__dec_geom<C>::SMEM, C::NW * 32, C::MINB > 1, C::MINB,
+                          once[pl->mods ? 1 : 0]);
 }
 
 template <typename T>
 static fa_status fa__dec_ffma_launch(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k,
                                      const void *v, void *o, cudaStream_t st)
 {
+    static int once[3][FA__CU_MAX_DEVICES];   /* fa__cu_kern_attrs's flags, per head-dim class */
     switch (pl->kernel) {
-    case FA__CU_DEC_D64: return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 64>, fa__dec_ffma_geom<64>::SMEM, FA__CU_DEC_THREADS);
-    case FA__CU_DEC_D128: return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 128>, fa__dec_ffma_geom<128>::SMEM, FA__CU_DEC_THREADS);
-    case FA__CU_DEC_D256: return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 256>, fa__dec_ffma_geom<256>::SMEM, FA__CU_DEC_THREADS);
+    case FA__CU_DEC_D64:
+        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 64>, fa__dec_ffma_geom<64>::SMEM, FA__CU_DEC_THREADS, 0, 0,
+                              once[0]);
+    case FA__CU_DEC_D128:
+        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 128>, fa__dec_ffma_geom<128>::SMEM, FA__CU_DEC_THREADS, 0, 0,
+                              once[1]);
+    case FA__CU_DEC_D256:
+        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 256>, fa__dec_ffma_geom<256>::SMEM, FA__CU_DEC_THREADS, 0, 0,
+                              once[2]);
     default: return FA_ERR_UNSUPPORTED;
     }
 }

@@ -35,12 +35,14 @@
    ROW impl dtype D causal S B H extra ms TFLOP/s relerr status */
 #define FLASHATTN_IMPLEMENTATION
 #define FLASHATTN_CUDA
+#define FLASHATTN__TEST_SWITCHES   /* fa__cu_dec_pdl (8f), for --decode-probe */
 #ifndef FLASHATTN_NO_BLAS
 #define FLASHATTN_NO_BLAS
 #endif
 #include "flashattn.h"
 
 #include <algorithm>
+#include <chrono>
 #include <type_traits>
 #include <math.h>
 #include <stdint.h>
@@ -675,13 +677,16 @@ static void decode_rows(double cgbs)
 
 /* ---- --decode-probe (issue 14): the decode rows under other plans of the same build ------------
    Per DEC_ROWS row, us per call (N calls between two events, median of 5; K/V copies rotated as
-   --decode): "pick" fa_cuda_tiled as shipped; "c512"/"c2048" the picked kernel with that chunk
-   (B = 1, Sk = 32k); "r16"/"r32" the tensor-core kernel in blocks of 16 or 32 packed rows where a
-   group's rows pass 16 (the same chunks, so the same bits: maxdiff 0); "split" the picked plan's split kernel alone and "merge" its merge alone (the
-   workspace allocated once); "graph" the picked call's N calls captured in one CUDA graph and
-   replayed (what the host's launch overhead costs). Each plan's o is checked against the picked
-   call's (max |diff|, printed). The 32-row decode blocks were measured with this probe (branch
-   dec-r32; bench/RESULTS.md, CUDA decode, "32-row decode blocks"). */
+   --decode) and the host's time a call (32 calls queued on an idle device, steady_clock): "pick"
+   fa_cuda_tiled as shipped (fa__cu_dec_pdl -1); "pdl0".."pdl3" the picked plan under each setting (bit 0
+   the merge, bit 1 the split kernel launched with the programmatic-dependent-launch attribute),
+   alternated over two rounds; "pdl0-old" pdl0 with main's per-call host work added back (74ae4bd:
+   the device's attributes queried and the split kernel's two attributes set at every call);
+   "split" the picked plan's split kernel alone and "merge" its merge alone (the workspace
+   allocated once); "graph" the picked call's N calls captured in one CUDA graph and replayed.
+   Each plan's o is checked against the picked call's (max |diff|, printed: the settings change no
+   arithmetic, so 0). Earlier probes (the 32-row blocks, chunk sizes, dec4's m2s3/m2s2/m3s2
+   configurations) are in git and bench/RESULTS.md, CUDA decode. */
 /* The probe's configurations of the D = 128 16-row tensor-core decode kernel (8d2's fa__dec_d128
    fields; only the pipeline and the occupancy differ, so every one gives the same bits): "m2s3" two
    blocks an SM, a ring of 3 stages a warp, Q in registers (main's ed62c29); "m2s2" the same with 2
@@ -734,33 +739,22 @@ static void decode_probe(void)
             n_fail++;
             continue;
         }
-        struct Var { const char *name; fa__cu_plan pl; int cfg; };   /* cfg: 0 the build's kernel, 1.. prb_d128_* */
+        /* cfg: 0 the build's kernel, 1.. prb_d128_* (not run now: dec4's question); pdl: fa__cu_dec_pdl's
+           setting; oldhost: the per-call host work of main at 74ae4bd added (the device queried and the
+           split kernel's attributes set at every call) */
+        struct Var { const char *name; fa__cu_plan pl; int cfg, pdl, oldhost; };
         std::vector<Var> vars;
-        vars.push_back({ "pick", pick, 0 });
-        const bool cfgs = pick.kernel == FA__CU_DEC_TC_D128;   /* the configurations, alternated over two rounds */
-        if (cfgs)
-            for (int round = 0; round < 2; round++) {
-                vars.push_back({ "m2s3", pick, 1 });
-                vars.push_back({ "m2s2", pick, 2 });
-                vars.push_back({ "m3s2", pick, 3 });
-                if (round == 0) vars.push_back({ "pick", pick, 0 });
-            }
-        if (r.B == 1 && r.Sk == 32768 && r.Hkv == 8)
-            for (int cc : { 512, 2048 }) {
-                fa__cu_plan x = pick;
-                x.chunk = x.bk = cc;
-                x.chunks = (d.Sk + cc - 1) / cc;
-                vars.push_back({ cc == 512 ? "c512" : "c2048", x, 0 });
-            }
-        if (d.group * d.Sq > 16 && (pick.kernel == FA__CU_DEC_TC_D128 || pick.kernel == FA__CU_DEC_TC_D128_R32))
-            for (int rows : { 16, 32 }) {   /* both row blocks, the same chunks: the same bits (maxdiff 0) */
-                fa__cu_plan x = pick;
-                x.kernel = rows == 32 ? FA__CU_DEC_TC_D128_R32 : FA__CU_DEC_TC_D128;
-                x.bq = rows;
-                vars.push_back({ rows == 32 ? "r32" : "r16", x, 0 });
-            }
+        vars.push_back({ "pick", pick, 0, -1, 0 });
+        for (int round = 0; round < 2; round++) {   /* the launch settings, alternated over two rounds */
+            vars.push_back({ "pdl0", pick, 0, 0, 0 });
+            vars.push_back({ "pdl0-old", pick, 0, 0, 1 });
+            vars.push_back({ "pdl1", pick, 0, 1, 0 });
+            vars.push_back({ "pdl2", pick, 0, 2, 0 });
+            vars.push_back({ "pdl3", pick, 0, 3, 0 });
+        }
         cudaEvent_t e0, e1;
         CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+        double host_us = 0;   /* set by timed: the host's time a call, 32 calls queued on an idle device */
         auto timed = [&](auto &&call) {   /* us per call: N calls between events, median of 5 */
             float ms1 = 0;
             call(0);
@@ -780,6 +774,12 @@ static void decode_probe(void)
                 CK(cudaEventElapsedTime(&t[rep], e0, e1));
             }
             CK(cudaGetLastError());
+            CK(cudaDeviceSynchronize());
+            const auto h0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < 32; i++) call(i);
+            const auto h1 = std::chrono::steady_clock::now();
+            CK(cudaDeviceSynchronize());
+            host_us = std::chrono::duration<double, std::micro>(h1 - h0).count() / 32;
             std::sort(t.begin(), t.end());
             return 1e3 * t[t.size() / 2] / n;
         };
@@ -788,12 +788,29 @@ static void decode_probe(void)
         printf("# probe B=%d Sq=%d Sk=%d Hkv=%d (%d K/V copies), %.1f MB of K/V:\n", r.B, r.Sq, r.Sk, r.Hkv, copies, kvb / 1e6);
         for (size_t vi = 0; vi < vars.size(); vi++) {
             const fa__cu_plan pl = vars[vi].pl;
-            const int cfg = vars[vi].cfg;
+            const int cfg = vars[vi].cfg, oldhost = vars[vi].oldhost;
+            fa__cu_dec_pdl = vars[vi].pdl;
             auto call = [&](int i) {
                 fa__dims dd;
                 fa__cu_plan x;
                 fa__resolve(&p, b.q, ks[i % copies], vs[i % copies], b.o, &dd, NULL);
                 fa__cu_pick(&dd, b.q, ks[i % copies], vs[i % copies], b.o, &x);   /* the same host work as a call */
+                if (oldhost) {   /* main's: fa__cu_dec_pick's and fa__cu_alloc's queries, the two cudaFuncSetAttribute */
+                    int dev = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0;
+                    const void *kf = pl.kernel == FA__CU_DEC_TC_D128_R32
+                                         ? (const void *)fa__dec_tc<__nv_bfloat16, fa__dec_d128_r32, 0>
+                                         : (const void *)fa__dec_tc<__nv_bfloat16, fa__dec_d128, 0>;
+                    const int sm = pl.kernel == FA__CU_DEC_TC_D128_R32 ? (int)fa__dec_geom<fa__dec_d128_r32>::SMEM
+                                                                       : (int)fa__dec_geom<fa__dec_d128>::SMEM;
+                    CK(cudaGetDevice(&dev));
+                    CK(cudaDeviceGetAttribute(&a1, cudaDevAttrComputeCapabilityMajor, dev));
+                    CK(cudaDeviceGetAttribute(&a2, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+                    CK(cudaDeviceGetAttribute(&a3, cudaDevAttrMultiProcessorCount, dev));
+                    CK(cudaFuncSetAttribute(kf, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+                    CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
+                    CK(cudaGetDevice(&dev));
+                    CK(cudaDeviceGetAttribute(&a4, cudaDevAttrMemoryPoolsSupported, dev));
+                }
                 if (cfg == 1) dec_call_cfg<prb_d128_m2s3>(pl, dd, b.q, ks[i % copies], vs[i % copies], b.o);
                 else if (cfg == 2) dec_call_cfg<prb_d128_m2s2>(pl, dd, b.q, ks[i % copies], vs[i % copies], b.o);
                 else if (cfg == 3) dec_call_cfg<prb_d128_m3s2>(pl, dd, b.q, ks[i % copies], vs[i % copies], b.o);
@@ -807,9 +824,10 @@ static void decode_probe(void)
             if (vi == 0) ref = got;
             double md = 0;
             for (size_t e = 0; e < b.no; e++) md = std::max(md, (double)fabsf(tof(got.data(), e, c.dt) - tof(ref.data(), e, c.dt)));
-            printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us %8.1f GB/s  maxdiff %.3g\n", r.B, r.Sq,
-                   r.Sk, r.Hkv, vars[vi].name, fa__cu_kernel_name(pl.kernel), pl.bq, pl.chunks, pl.chunk, us,
-                   kvb / (us * 1e-6) / 1e9, md);
+            printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us %8.1f GB/s  maxdiff %.3g  host %.2f us\n",
+                   r.B, r.Sq, r.Sk, r.Hkv, vars[vi].name, fa__cu_kernel_name(pl.kernel), pl.bq, pl.chunks, pl.chunk, us,
+                   kvb / (us * 1e-6) / 1e9, md, host_us);
+            fa__cu_dec_pdl = -1;
             fflush(stdout);
         }
         {   /* the picked plan's split kernel and merge alone, the workspace allocated once */
@@ -829,20 +847,6 @@ static void decode_probe(void)
             const double us_s = timed(split), us_m = timed(merge);
             printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us %8.1f GB/s\n", r.B, r.Sq, r.Sk, r.Hkv,
                    "split", fa__cu_kernel_name(pick.kernel), pick.bq, pick.chunks, pick.chunk, us_s, kvb / (us_s * 1e-6) / 1e9);
-            if (cfgs)   /* each configuration's split kernel alone, two rounds */
-                for (int round = 0; round < 2; round++)
-                    for (int cfg = 1; cfg <= 3; cfg++) {
-                        auto splitc = [&](int i) {
-                            if (cfg == 1) dec_split_only<prb_d128_m2s3>(pick, d, b.q, ks[i % copies], vs[i % copies], ws);
-                            else if (cfg == 2) dec_split_only<prb_d128_m2s2>(pick, d, b.q, ks[i % copies], vs[i % copies], ws);
-                            else dec_split_only<prb_d128_m3s2>(pick, d, b.q, ks[i % copies], vs[i % copies], ws);
-                        };
-                        const double us_c = timed(splitc);
-                        printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us %8.1f GB/s\n", r.B, r.Sq,
-                               r.Sk, r.Hkv, cfg == 1 ? "split-m2s3" : cfg == 2 ? "split-m2s2" : "split-m3s2",
-                               fa__cu_kernel_name(pick.kernel), pick.bq, pick.chunks, pick.chunk, us_c, kvb / (us_c * 1e-6) / 1e9);
-                        fflush(stdout);
-                    }
             printf("PROBE %3d %2d %8d %2d %-8s %-16s rows %2d chunks %4d x %6d  %9.2f us\n", r.B, r.Sq, r.Sk, r.Hkv, "merge",
                    fa__cu_kernel_name(pick.kernel), pick.bq, pick.chunks, pick.chunk, us_m);
             cudaFree(ws);

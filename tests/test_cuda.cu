@@ -22,6 +22,7 @@ extern "C" {
 
 #define FLASHATTN_IMPLEMENTATION
 #define FLASHATTN_CUDA
+#define FLASHATTN__TEST_SWITCHES   /* fa__cu_dec_pdl (8f): test_decode_launch runs every setting */
 #ifndef FLASHATTN_NO_BLAS
 #define FLASHATTN_NO_BLAS
 #endif
@@ -852,6 +853,150 @@ static void test_decode_batch_invariance(void **state)
             cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout); cudaFree(dout1); cudaFree(dlse); cudaFree(dlse1);
             free(hq); free(hk); free(hv);
         }
+}
+
+/* Spins ~`cycles`, then copies n bytes (a kernel that writes a call's input just before the call) */
+static __global__ void spin_copy_kernel(long long cycles, unsigned char *dst, const unsigned char *src, size_t n)
+{
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) { }
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) dst[e] = src[e];
+}
+
+/* The decode path's launches (8f's fa__dec_run), under every FA__CU_DEC_PDL setting (fa__cu_dec_pdl:
+   the merge and/or the split kernel launched with the programmatic-dependent-launch attribute on a
+   compute capability 9.0+ device; 0..3 forced, then the library's choice) and per dtype (fp32 on the FFMA kernel, fp16/bf16 on the
+   tensor-core one; the kernel asserted): on a stream of its own, query A written by a kernel queued
+   just before the first call (after a spin), then NC calls back to back alternating queries A and
+   B into NC outputs (each call's workspace is freed while the next call is queued, and the pool
+   may hand the next call the same memory: its split kernel must not write it before the merge
+   before it has read it). Every output of A bitwise equal to the first (o and lse), every one of B
+   likewise, A against float64 (API.md's tolerances), A and B different, and every setting's bits
+   the same (the settings change no arithmetic). Then a cudaDeviceReset, which forgets the
+   kernels' attributes that fa__cu_kern_attrs sets once per device: the next call must set them
+   again (68 KB of shared memory at D = 128) and give the same bits. */
+static void test_decode_launch(void **state)
+{
+    enum { B = 2, H = 8, HKV = 2, D = 128, NC = 6 };
+    const int SK = g_small ? 3000 : 20000;
+    unsigned char *first[3] = { NULL, NULL, NULL };   /* per dtype: o of A (setting 0), for the reset */
+    int k, set;
+    (void)state;
+    for (k = 0; k < 3; k++) {
+        const fa_dtype dt = k_all[k];
+        const size_t es = esize(dt), nq = (size_t)B * H * D, nk = (size_t)B * HKV * SK * D, rows = (size_t)B * H;
+        fa_params p;
+        fa__dims dd;
+        fa__cu_plan plan;
+        ref_rng r;
+        ref_tensors t;
+        float *qb = ref_alloc(nq), *oref = ref_alloc(nq), *lref = ref_alloc(rows), *og = ref_alloc(nq);
+        unsigned char *ref_o[2] = { NULL, NULL }, *ref_l[2] = { NULL, NULL }, *ho, *hl;
+        void *dqa, *dqb, *dstage, *dk, *dv, *dout[NC];
+        float *dlse[NC];
+        cudaStream_t s;
+        int c;
+        memset(&p, 0, sizeof p);
+        p.batch = B; p.heads = H; p.kv_heads = HKV; p.seq_q = 1; p.seq_k = SK; p.head_dim = D; p.dtype = dt;
+        ref_seed(&r, 515 + (uint64_t)k);
+        assert_true(ref_tensors_make(&p, &r, &t));
+        assert_true(qb && oref && lref && og);
+        ref_fill_normal(&r, qb, nq);
+        ref_round_to(dt, t.q, nq); ref_round_to(dt, qb, nq);
+        ref_round_to(dt, t.k, nk); ref_round_to(dt, t.v, nk);
+        assert_true(ref_attention(&p, t.q, t.k, t.v, oref, lref, NULL));
+        dstage = upload(t.q, nq, dt); dqb = upload(qb, nq, dt);
+        dk = upload(t.k, nk, dt); dv = upload(t.v, nk, dt);
+        dqa = dalloc(nq * es);
+        for (c = 0; c < NC; c++) { dout[c] = dalloc(nq * es); dlse[c] = (float *)dalloc(rows * 4); }
+        ho = (unsigned char *)malloc(nq * es); hl = (unsigned char *)malloc(rows * 4);
+        assert_true(ho && hl);
+        assert_int_equal(fa__resolve(&p, dqa, dk, dv, dout[0], &dd, NULL), FA_OK);
+        assert_int_equal(fa__cu_pick(&dd, dqa, dk, dv, dout[0], &plan), FA_OK);
+        assert_int_equal(plan.kernel, dt == FA_F32 ? FA__CU_DEC_D128 : FA__CU_DEC_TC_D128);
+        assert_true(plan.chunks > 1);
+        g_served[plan.kernel][plan.mods]++;
+        CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        for (set = 0; set < 5; set++) {   /* settings 0..3, then the library's (-1) */
+            fa__cu_dec_pdl = set < 4 ? set : -1;
+            CU(cudaMemset(dqa, 0xFF, nq * es));
+            for (c = 0; c < NC; c++) CU(cudaMemset(dout[c], 0xFF, nq * es));
+            CU(cudaDeviceSynchronize());
+            spin_copy_kernel<<<8, 256, 0, s>>>(g_small ? 100000LL : 20000000LL, (unsigned char *)dqa,
+                                                (const unsigned char *)dstage, nq * es);
+            CU(cudaGetLastError());
+            for (c = 0; c < NC; c++) {
+                fa_params pc = p;
+                pc.stream = (void *)s;
+                pc.lse = dlse[c];
+                assert_int_equal(fa_cuda_tiled(&pc, c % 2 ? dqb : dqa, dk, dv, dout[c]), FA_OK);
+            }
+            CU(cudaStreamSynchronize(s));
+            for (c = 0; c < NC; c++) {
+                const int w = c % 2;
+                CU(cudaMemcpy(ho, dout[c], nq * es, cudaMemcpyDeviceToHost));
+                CU(cudaMemcpy(hl, dlse[c], rows * 4, cudaMemcpyDeviceToHost));
+                if (!ref_o[w]) {   /* setting 0's first call of each query: the bits every other call must give */
+                    ref_o[w] = (unsigned char *)malloc(nq * es); ref_l[w] = (unsigned char *)malloc(rows * 4);
+                    assert_true(ref_o[w] && ref_l[w]);
+                    memcpy(ref_o[w], ho, nq * es); memcpy(ref_l[w], hl, rows * 4);
+                    continue;
+                }
+                if (memcmp(ho, ref_o[w], nq * es) || memcmp(hl, ref_l[w], rows * 4))
+                    print_error("  FAIL decode launch %s setting %d call %d: o or lse differs from query %c's first call\n",
+                                dt_name(dt), set, c, w ? 'B' : 'A');
+                assert_true(memcmp(ho, ref_o[w], nq * es) == 0);
+                assert_true(memcmp(hl, ref_l[w], rows * 4) == 0);
+            }
+        }
+        fa__cu_dec_pdl = -1;
+        /* A against float64; A and B differ (each call read its own q) */
+        download(og, dout[0], nq, dt, NULL);
+        if (dt == FA_F32) {
+            assert_true(close_or_report("o", "decode launch f32", og, oref, nq, 1e-5, 1e-5));
+        } else {
+            const double rel = ref_rel_error(og, oref, nq), tol = dt == FA_F16 ? 1e-3 : 5e-3;
+            if (!(rel <= tol)) print_error("  FAIL decode launch %s o: relative error %g > %g\n", dt_name(dt), rel, tol);
+            assert_true(rel <= tol);
+        }
+        download(og, dlse[0], rows, FA_F32, NULL);
+        assert_true(close_or_report("lse", "decode launch", og, lref, rows, dt == FA_F32 ? 1e-5 : 1e-4, dt == FA_F32 ? 1e-5 : 1e-4));
+        assert_true(memcmp(ref_o[0], ref_o[1], nq * es) != 0);
+        first[k] = ref_o[0];
+        free(ref_o[1]); free(ref_l[0]); free(ref_l[1]);
+        CU(cudaStreamDestroy(s));
+        cudaFree(dqa); cudaFree(dqb); cudaFree(dstage); cudaFree(dk); cudaFree(dv);
+        for (c = 0; c < NC; c++) { cudaFree(dout[c]); cudaFree(dlse[c]); }
+        free(qb); free(oref); free(lref); free(og); free(ho); free(hl);
+        ref_tensors_free(&t);
+    }
+    /* the attributes forgotten: every dtype's call again after a reset, the same bits */
+    CU(cudaDeviceReset());
+    for (k = 0; k < 3; k++) {
+        const fa_dtype dt = k_all[k];
+        const size_t es = esize(dt), nq = (size_t)B * H * D, nk = (size_t)B * HKV * SK * D;
+        fa_params p;
+        ref_rng r;
+        ref_tensors t;
+        void *dq, *dk, *dv, *dout;
+        unsigned char *ho = (unsigned char *)malloc(nq * es);
+        assert_non_null(ho);
+        memset(&p, 0, sizeof p);
+        p.batch = B; p.heads = H; p.kv_heads = HKV; p.seq_q = 1; p.seq_k = SK; p.head_dim = D; p.dtype = dt;
+        ref_seed(&r, 515 + (uint64_t)k);
+        assert_true(ref_tensors_make(&p, &r, &t));
+        ref_round_to(dt, t.q, nq); ref_round_to(dt, t.k, nk); ref_round_to(dt, t.v, nk);
+        dq = upload(t.q, nq, dt); dk = upload(t.k, nk, dt); dv = upload(t.v, nk, dt);
+        dout = dalloc(nq * es);
+        assert_int_equal(fa_cuda_tiled(&p, dq, dk, dv, dout), FA_OK);
+        CU(cudaDeviceSynchronize());
+        CU(cudaMemcpy(ho, dout, nq * es, cudaMemcpyDeviceToHost));
+        if (memcmp(ho, first[k], nq * es)) print_error("  FAIL decode launch %s: o differs after cudaDeviceReset\n", dt_name(dt));
+        assert_true(memcmp(ho, first[k], nq * es) == 0);
+        cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout);
+        free(ho); free(first[k]);
+        ref_tensors_free(&t);
+    }
 }
 
 /* A NaN reaches only the rows it reaches and is never lost in the merges or at the end of a row,
@@ -1697,6 +1842,7 @@ int main(void)
         cmocka_unit_test(test_decode_rows),
         cmocka_unit_test(test_decode_batch_invariance),
         cmocka_unit_test(test_decode_nan),
+        cmocka_unit_test(test_decode_launch),
         cmocka_unit_test(test_nan_hidden),
         cmocka_unit_test(test_reproducible),
         cmocka_unit_test(test_kernels_served),
