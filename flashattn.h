@@ -5979,12 +5979,15 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    its consumers finish the last tile (the launch, the ring's fill and the output's store no longer
    idle the SM between tiles); causal tiles in one longest-first run over every head (1), which
    the static schedule balances, or in fa__qtile_group's L2 groups as PER 0 (2, the bench's).
-   OV: a consumer's GEMM step issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two wgmma groups and
-   runs tile j's scores and softmax (P left in S's registers) once the first has retired, under
-   the second; then it rescales O and packs P (FlashAttention-3's intra-warpgroup overlap). 0: both
-   GEMMs one group, the softmax after both (FA__CU_WG_OV sets D = 128's; D = 64 keeps 0). */
+   OV: the modifier variants (bit v: variant v, of 0-2) whose GEMM step issues S_j = Q K_j^T and
+   O += P_{j-1} V_{j-1} as two wgmma groups and runs tile j's scores and softmax once the first
+   has retired, under the second; then it rescales O and packs P (FlashAttention-3's
+   intra-warpgroup overlap); the others: both GEMMs one group, the softmax after both. D = 128:
+   softcap and ALiBi (6, FA__CU_WG_OV), which measured 3.3-3.8% faster with it on the H200; plain
+   measured level (0.985-1.010x, so it keeps the one-group step), D = 64 not tried (0)
+   [bench/RESULTS.md, "Hopper forward (issue 15)", "Softmax overlap at D = 128"]. */
 #ifndef FA__CU_WG_OV
-#define FA__CU_WG_OV 1
+#define FA__CU_WG_OV 6
 #endif
 struct fa__wg_d128 {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
@@ -7900,7 +7903,12 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
      turns at the GEMM step in consumer order (a named barrier each, ping-pong: one token passed
      round), so that the others' softmax runs under one's wgmma (with two consumers measured level
      with no turns at all, PP = 0: bench/RESULTS.md, "Hopper forward (issue 15)"; kept as
-     FlashAttention-3's schedule, not for a measured gain).
+     FlashAttention-3's schedule, not for a measured gain). With 8a's OV (the modifier variants
+     in its mask: softcap and ALiBi at D = 128) a step where both GEMMs run issues Q K_j^T and
+     P_{j-1} V_{j-1} as two groups instead (fa__wg_qk, fa__wg_pv), waits for the first alone, runs
+     fa__tc_scores and fa__tc_softmax_p on a copy of S while P V runs, then waits for it, and
+     rescales O (fa__tc_rescale) and packs P (fa__tc_pack); the first and last steps of a tile and
+     a V stage with an inf or a NaN take the one-group step.
    With 8a's PER (persistent blocks) a block walks several query tiles (section 1's fa__sched_item
    over fa__cu_qtile's order): the K/V ring runs on from one tile to the next, the producer
    reloads the Q tile once every consumer warp has arrived on the "qfree" mbarrier after its last
@@ -8096,15 +8104,16 @@ FA__WG_MMA(__half, "f16")
 
 /* The consumer's two GEMMs, issued (fa__wg_fence before, fa__wg_commit after, by the caller): S = Q
    K^T (qa: the warpgroup's 64 rows of the Q tile, sk: a K stage; both K-major panels), and O += P V
-   (P from the registers pa, sv: a V stage, N-major). G: fa__wg_geom. */
-template <class X, class G>
+   (P from the registers pa, sv: a V stage, N-major). G: fa__wg_geom. W0: the first k-step by ss0,
+   so that S's old values are not live into it (the overlap's kernels, 8a's OV). */
+template <class X, class G, bool W0>
 static __device__ __forceinline__ void fa__wg_qk(float (&s)[1][G::BK / 8][4], unsigned qa, unsigned sk)
 {
-    X::ss0(&s[0][0][0], fa__wg_desc(qa, 16, 1024), fa__wg_desc(sk, 16, 1024));
+    if (W0) X::ss0(&s[0][0][0], fa__wg_desc(qa, 16, 1024), fa__wg_desc(sk, 16, 1024));
 #pragma unroll
-    for (int kk = 1; kk < G::D / 16; kk++)
+    for (int kk = W0 ? 1 : 0; kk < G::D / 16; kk++)
         X::ss(&s[0][0][0], fa__wg_desc(qa + (kk >> 2) * G::BQ * 128 + (kk & 3) * 32, 16, 1024),
-              fa__wg_desc(sk + (kk >> 2) * G::BK * 128 + (kk & 3) * 32, 16, 1024), 1);
+              fa__wg_desc(sk + (kk >> 2) * G::BK * 128 + (kk & 3) * 32, 16, 1024), W0 ? 1 : kk);
 }
 
 template <class X, class G>
@@ -8127,7 +8136,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     typedef fa__wg_mma<T> X;
     enum { BQ = G::BQ, BK = G::BK, D = G::D, ST = G::ST, NC = C::NW / 4 };
     enum { XP = MOD == 0 ? C::XP0 : MOD == 1 ? C::XP1 : MOD == 2 ? C::XP2 : 0 };   /* the exps' FMA-pipe share */
-    enum { OV = C::OV && MOD != 4 };   /* variant 4's constants leave no registers for the overlap's S copy */
+    enum { OV = MOD < 3 && (C::OV >> MOD & 1) };   /* 8a's OV (variant 4's constants leave no registers for it) */
     static_assert(D == 64 || D == 128, "the Hopper kernel's head dims");
     static_assert(C::NW % 4 == 0 && NC >= 2 && NC <= 3 && C::WG == 32 * C::NW + 128 &&
                       C::REG_P * 128 + C::REG_C * 32 * C::NW <= 65536, "the Hopper kernel's warpgroups and registers");
@@ -8206,59 +8215,112 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
             l[0][0] = l[0][1] = 0.0f;
             fa__mb_wait(qbar, (unsigned)k & 1u);   /* the Q tile (the producer's plain arrival where nt = 0) */
             bool ppart = false;   /* tile j-1 is partial (some row hides some key, or a bias) */
-            for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
-                const bool qk = j < nt, pv = j > 0;
-                const int sq = (gc + j) % ST, sp = (gc + j + ST - 1) % ST;
-                /* 8d's rare case: a partial tile whose V holds an inf or a NaN takes fa__tc_pv_clean, voted
-                   by the warpgroup over the stage (which no thread writes: the TMA's alone) */
-                bool bad = false;
-                if (pv && ppart)   /* (the warp vote on top lets ptxas see a warp-uniform branch) */
-                    bad = __any_sync(0xffffffffu, fa__wg_vote(FA__WG_BAR_VOTE + cw, fa__tc_scan<D, BK, 128, T>(sV + sp * G::KB, tid & 127)));
-                if (qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
-                if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
-                fa__wg_keep(o);
-                fa__wg_fence();
-                const bool qlast = C::PER != 0 && j == (nt > 0 ? nt - 1 : 0);   /* this warp's last Q K^T */
-                const int k0 = (t0 + j) * BK;
-                const bool kfull = qk && fa__keys_full(&kr, k0, k0 + BK);
-                if (OV && qk && pv && !bad) {   /* the overlap (8a's OV): both GEMMs, each its own group */
-                    fa__wg_qk<X, G>(s, qa, sK + sq * G::KB);
-                    fa__wg_commit();
+            /* Two loops, so that the variants without 8a's OV compile to the step measured before it
+               (the overlap's loop issues Q K^T's first k-step by ss0 in every step: S is never live
+               across steps there, which it is in the one-group loop) */
+            if (OV)   /* 8a's OV: the overlap where both GEMMs run, else the one-group step */
+                for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
+                    const bool qk = j < nt, pv = j > 0;
+                    const int sq = (gc + j) % ST, sp = (gc + j + ST - 1) % ST;
+                    /* 8d's rare case: a partial tile whose V holds an inf or a NaN takes fa__tc_pv_clean, voted
+                       by the warpgroup over the stage (which no thread writes: the TMA's alone) */
+                    bool bad = false;
+                    if (pv && ppart)   /* (the warp vote on top lets ptxas see a warp-uniform branch) */
+                        bad = __any_sync(0xffffffffu, fa__wg_vote(FA__WG_BAR_VOTE + cw, fa__tc_scan<D, BK, 128, T>(sV + sp * G::KB, tid & 127)));
+                    if (qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
+                    if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
+                    fa__wg_keep(o);
                     fa__wg_fence();
-                    fa__wg_pv<X, G>(o, pa, sV + sp * G::KB);
-                    fa__wg_commit();
-                    if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw + 1) % NC);   /* the next consumer's turn */
-                    fa__wg_wait<1>();   /* S of tile j retired; P V of tile j-1 runs on, o and pa are its */
-                    fa__wg_keep(s);
-                    if (qlast) {   /* retired: the Q tile may be reloaded */
-                        __syncwarp();
-                        if (lane == 0) fa__mb_arrive(qfree);
+                    const bool qlast = C::PER != 0 && j == (nt > 0 ? nt - 1 : 0);   /* this warp's last Q K^T */
+                    const int k0 = (t0 + j) * BK;
+                    const bool kfull = qk && fa__keys_full(&kr, k0, k0 + BK);
+                    if (qk && pv && !bad) {   /* both GEMMs, each its own group */
+                        fa__wg_qk<X, G, true>(s, qa, sK + sq * G::KB);
+                        fa__wg_commit();
+                        fa__wg_fence();
+                        fa__wg_pv<X, G>(o, pa, sV + sp * G::KB);
+                        fa__wg_commit();
+                        if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw + 1) % NC);   /* the next consumer's turn */
+                        fa__wg_wait<1>();   /* S of tile j retired; P V of tile j-1 runs on, o and pa are its */
+                        fa__wg_keep(s);
+                        if (qlast) {   /* retired: the Q tile may be reloaded */
+                            __syncwarp();
+                            if (lane == 0) fa__mb_arrive(qfree);
+                        }
+                        /* the scores in registers of their own: ptxas serialises every wgmma of the kernel
+                           (C7515) when a register of a wgmma's accumulator is written under a branch (the
+                           mask's) before the last wait of the step, even one whose group has retired */
+                        float sp_[1][BK / 8][4], alpha[1][2];
+#pragma unroll
+                        for (int n = 0; n < BK / 8; n++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++) sp_[0][n][e] = s[0][n][e];
+                        fa__tc_scores<C, MOD>(sp_, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, kfull);
+                        const bool rescale = fa__tc_softmax_p<T, C, XP, true>(sp_, m, l, alpha, pa, mv.f);   /* P stays in sp_ */
+                        fa__wg_wait<0>();
+                        fa__wg_keep(o);
+                        __syncwarp();   /* this warp is done with stage sp (K and V of tile j-1) */
+                        if (lane == 0) fa__mb_arrive(empty + 8 * sp);
+                        if (rescale) fa__tc_rescale<C>(o, alpha);   /* O takes tile j's alpha, pa tile j's P */
+                        fa__tc_pack<T, C>(sp_, pa);
+                    } else {   /* one group: P V of tile j-1 and Q K^T of tile j, then the softmax */
+                        if (pv && !bad) fa__wg_pv<X, G>(o, pa, sV + sp * G::KB);
+                        if (qk) fa__wg_qk<X, G, true>(s, qa, sK + sq * G::KB);
+                        fa__wg_commit();
+                        if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw + 1) % NC);   /* the next consumer's turn */
+                        fa__wg_wait<0>();
+                        fa__wg_keep(o);
+                        fa__wg_keep(s);
+                        if (qlast) {   /* retired: the Q tile may be reloaded */
+                            __syncwarp();
+                            if (lane == 0) fa__mb_arrive(qfree);
+                        }
+                        if (pv) {   /* this warp is done with stage sp (K and V of tile j-1) */
+                            if (bad) fa__tc_pv_clean<T, C>(o, pa, fa__wg_vrows<BK>{ sV + sp * G::KB }, lane);
+                            __syncwarp();
+                            if (lane == 0) fa__mb_arrive(empty + 8 * sp);
+                        }
+                        if (qk) {
+                            fa__tc_scores<C, MOD>(s, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, kfull);
+                            fa__tc_softmax<T, C, XP>(s, m, l, o, pa, mv.f);
+                        }
                     }
-                    /* the scores in registers of their own: ptxas serialises every wgmma of the kernel
-                       (C7515) when a register of a wgmma's accumulator is written under a branch (the
-                       mask's) before the last wait of the step, even one whose group has retired */
-                    float sp_[1][BK / 8][4], alpha[1][2];
-#pragma unroll
-                    for (int n = 0; n < BK / 8; n++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) sp_[0][n][e] = s[0][n][e];
-                    fa__tc_scores<C, MOD>(sp_, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, kfull);
-                    const bool rescale = fa__tc_softmax_p<T, C, XP, true>(sp_, m, l, alpha, pa, mv.f);   /* P stays in sp_ */
-                    fa__wg_wait<0>();
+                    ppart = qk && (mv.bi || !kfull);
+                }
+            else
+                for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
+                    const bool qk = j < nt, pv = j > 0;
+                    const int sq = (gc + j) % ST, sp = (gc + j + ST - 1) % ST;
+                    /* 8d's rare case: a partial tile whose V holds an inf or a NaN takes fa__tc_pv_clean, voted
+                       by the warpgroup over the stage (which no thread writes: the TMA's alone) */
+                    bool bad = false;
+                    if (pv && ppart)   /* (the warp vote on top lets ptxas see a warp-uniform branch) */
+                        bad = __any_sync(0xffffffffu, fa__wg_vote(FA__WG_BAR_VOTE + cw, fa__tc_scan<D, BK, 128, T>(sV + sp * G::KB, tid & 127)));
+                    if (qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
+                    if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
                     fa__wg_keep(o);
-                    __syncwarp();   /* this warp is done with stage sp (K and V of tile j-1) */
-                    if (lane == 0) fa__mb_arrive(empty + 8 * sp);
-                    if (rescale) fa__tc_rescale<C>(o, alpha);   /* O takes tile j's alpha, pa tile j's P */
-                    fa__tc_pack<T, C>(sp_, pa);
-                } else {   /* one group: P V of tile j-1 and Q K^T of tile j, then the softmax */
-                    if (pv && !bad) fa__wg_pv<X, G>(o, pa, sV + sp * G::KB);
-                    if (qk) fa__wg_qk<X, G>(s, qa, sK + sq * G::KB);
+                    fa__wg_keep(s);
+                    fa__wg_fence();
+                    if (pv && !bad) {
+#pragma unroll
+                        for (int kk = 0; kk < BK / 16; kk++) {
+                            const unsigned long long dv = fa__wg_desc(sV + sp * G::KB + kk * 2048, BK * 128, 1024);
+                            if (D == 128) X::rs128(&o[0][0][0], pa[0][kk], dv);
+                            else X::rs64(&o[0][0][0], pa[0][kk], dv);
+                        }
+                    }
+                    if (qk) {
+#pragma unroll
+                        for (int kk = 0; kk < D / 16; kk++)
+                            X::ss(&s[0][0][0], fa__wg_desc(qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024),
+                                  fa__wg_desc(sK + sq * G::KB + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024), kk);
+                    }
                     fa__wg_commit();
                     if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw + 1) % NC);   /* the next consumer's turn */
                     fa__wg_wait<0>();
                     fa__wg_keep(o);
                     fa__wg_keep(s);
-                    if (qlast) {   /* retired: the Q tile may be reloaded */
+                    if (C::PER != 0 && j == (nt > 0 ? nt - 1 : 0)) {   /* this warp's last Q K^T retired: the Q tile may be reloaded */
                         __syncwarp();
                         if (lane == 0) fa__mb_arrive(qfree);
                     }
@@ -8268,12 +8330,13 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                         if (lane == 0) fa__mb_arrive(empty + 8 * sp);
                     }
                     if (qk) {
+                        const int k0 = (t0 + j) * BK;
+                        const bool kfull = fa__keys_full(&kr, k0, k0 + BK);
+                        ppart = mv.bi || !kfull;
                         fa__tc_scores<C, MOD>(s, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, kfull);
                         fa__tc_softmax<T, C, XP>(s, m, l, o, pa, mv.f);
                     }
                 }
-                ppart = qk && (mv.bi || !kfull);
-            }
             gc += nt;
             if (C::PER != 0)   /* straight from the registers: the Q tile is the next item's */
                 fa__tc_write<T, C, 0>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);

@@ -368,14 +368,15 @@ struct wg128_nopp { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, 
 WG_PER(noper, 0)
 WG_PER(per2, 2)
 #undef WG_PER
-/* The softmax overlap (the header's OV) at D = 128 on (1) and off (0); the one that is the header's
-   default is fa__wg_d128 itself (one kernel instance fewer to compile) */
+/* The softmax overlap (the header's OV, a mask of modifier variants) for plain rows at D = 128: on
+   (1) and off (0); the one that is the header's choice for variant 0 is fa__wg_d128 itself (one
+   kernel instance fewer to compile) */
 template <int V> struct wg128_ov_c {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
            XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2, PER = 1, OV = V };
 };
 template <int V> struct wg128_ov {
-    typedef typename std::conditional<(int)fa__wg_d128::OV == V, fa__wg_d128, wg128_ov_c<V> >::type type;
+    typedef typename std::conditional<((int)fa__wg_d128::OV & 1) == V, fa__wg_d128, wg128_ov_c<V> >::type type;
 };
 struct wg64_nopp { enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 0, WG64_XP, PER = 1 }; };
 /* The exps' FMA-pipe shares (fa__wg_d128's XP0 / XP1 / XP2: plain / softcap / ALiBi, of 16), as
