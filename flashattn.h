@@ -6098,21 +6098,31 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    in section 1's fa__sched_item order, so that a block's next Q tile and first K/V stages load while
    its consumers finish the last tile (the launch, the ring's fill and the output's store no longer
    idle the SM between tiles); causal tiles in one longest-first run over every head (1), which
-   the static schedule balances, or in fa__qtile_group's L2 groups as PER 0 (2, the bench's). */
+   the static schedule balances, or in fa__qtile_group's L2 groups as PER 0 (2, the bench's).
+   OV: the modifier variants (bit v: variant v, of 0-2) whose GEMM step issues S_j = Q K_j^T and
+   O += P_{j-1} V_{j-1} as two wgmma groups and runs tile j's scores and softmax once the first
+   has retired, under the second; then it rescales O and packs P (FlashAttention-3's
+   intra-warpgroup overlap); the others: both GEMMs one group, the softmax after both. D = 128:
+   softcap and ALiBi (6, FA__CU_WG_OV), which measured 3.3-3.8% faster with it on the H200; plain
+   measured level (0.985-1.010x, so it keeps the one-group step), D = 64 not tried (0)
+   [bench/RESULTS.md, "Hopper forward (issue 15)", "Softmax overlap at D = 128"]. */
+#ifndef FA__CU_WG_OV
+#define FA__CU_WG_OV 6
+#endif
 struct fa__wg_d128 {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = FA__CU_WG_OV };
 };
 struct fa__wg_d64 {
     enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0 };
 };
 /* D = 64's two-consumer block (128 rows, 232 registers a consumer): modifier variant 4 (bias,
    combinations: fa__tc_mods; in 160 registers its constants spill 384 bytes) and rows that see
    few keys (fa__wg_wide, 8f) run on it. */
 struct fa__wg_d64x2 {
     enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0 };
 };
 
 /* The tensor-core backward's configurations (8e2), one per FA__CU_BWD_TC_* kernel: a pair of 8d
@@ -7133,9 +7143,11 @@ static __device__ __forceinline__ float fa__tc_ex2_by(float x, bool poly) { retu
    backward passes lse * log2(e) and gets P itself. XP of every 16 column pairs n (spread evenly:
    n XP mod 16 < XP) take fa__ex2_poly instead of the MUFU, for a kernel whose exps (and softcap's
    tanh) hold the MUFU longer than its GEMMs hold the tensor pipe (8a's fa__wg_* shares: 0 as
-   shipped, measured slower on the H200). */
-template <typename T, class C, int XP = 0>
-static __device__ __forceinline__ float fa__tc_exp_pack(const float (&s)[C::MT][C::BK / 8][4], int mt, int hf, float f,
+   shipped, measured slower on the H200). IP: P stays in s as fp32 (pa untouched), for a kernel
+   that packs it later (fa__tc_pack: 8d3's overlap, whose pa an in-flight P V still reads); the
+   same values and the same sum. */
+template <typename T, class C, int XP = 0, bool IP = false>
+static __device__ __forceinline__ float fa__tc_exp_pack(float (&s)[C::MT][C::BK / 8][4], int mt, int hf, float f,
                                                         float ref, unsigned (&pa)[C::MT][C::BK / 16][4])
 {
     enum { NN = C::BK / 8 };
@@ -7147,13 +7159,30 @@ static __device__ __forceinline__ float fa__tc_exp_pack(const float (&s)[C::MT][
         const float p0 = fa__tc_ex2_by(fmaf(s[mt][n][2 * hf], f, -ref), poly);
         const float p1 = fa__tc_ex2_by(fmaf(s[mt][n][2 * hf + 1], f, -ref), poly);
         mv[n] = p0 + p1;
-        pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(p0, p1);
+        if (IP) {
+            s[mt][n][2 * hf] = p0;
+            s[mt][n][2 * hf + 1] = p1;
+        } else
+            pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(p0, p1);
     }
 #pragma unroll
     for (int w = 1; w < NN; w *= 2)
 #pragma unroll
         for (int n = 0; n + w < NN; n += 2 * w) mv[n] += mv[n + w];
     return mv[0];
+}
+
+/* fa__tc_exp_pack's rounding of P, for the P that it left in s (IP) */
+template <typename T, class C>
+static __device__ __forceinline__ void fa__tc_pack(const float (&s)[C::MT][C::BK / 8][4], unsigned (&pa)[C::MT][C::BK / 16][4])
+{
+#pragma unroll
+    for (int mt = 0; mt < C::MT; mt++)
+#pragma unroll
+        for (int n = 0; n < C::BK / 8; n++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++)
+                pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(s[mt][n][2 * hf], s[mt][n][2 * hf + 1]);
 }
 
 /* Step: the online softmax of one tile for this thread's rows. m: the row's reference max (in the
@@ -7168,14 +7197,15 @@ static __device__ __forceinline__ float fa__tc_exp_pack(const float (&s)[C::MT][
    not depend on the other rows of its warp (the decode kernels' 16- and 32-row blocks, 8d2, give
    the same bits); nor does a row's first visible tile vote for it (its alpha is 0, and its o is
    still +0: P was 0 for it in every tile before). XP: fa__tc_exp_pack's FMA-pipe share of the
-   exps. */
-template <typename T, class C, int XP = 0>
-static __device__ __forceinline__ void fa__tc_softmax(const float (&s)[C::MT][C::BK / 8][4], float (&m)[C::MT][2],
-                                                      float (&l)[C::MT][2], float (&o)[C::MT][C::D / 8][4],
-                                                      unsigned (&pa)[C::MT][C::BK / 16][4], float f)
+   exps. The step in two halves, for a kernel whose O is still being written when the tile's
+   softmax runs (8d3's overlap, 8a's OV): fa__tc_softmax_p (the references, l, alpha and P; IP as
+   fa__tc_exp_pack's) returns 1 when O needs the rescale, which fa__tc_rescale then does. */
+template <typename T, class C, int XP = 0, bool IP = false>
+static __device__ __forceinline__ bool fa__tc_softmax_p(float (&s)[C::MT][C::BK / 8][4], float (&m)[C::MT][2],
+                                                        float (&l)[C::MT][2], float (&alpha)[C::MT][2],
+                                                        unsigned (&pa)[C::MT][C::BK / 16][4], float f)
 {
     typedef fa__tc_geom<C> G;
-    float alpha[G::MT][2];
     bool moved = false;
     const float u = f * FA__CU_LN2;   /* a score's unit in natural-log units */
 #pragma unroll
@@ -7189,19 +7219,32 @@ static __device__ __forceinline__ void fa__tc_softmax(const float (&s)[C::MT][C:
             alpha[mt][hf] = mv ? fa__tc_ex2(fmaf(mo, f, -ref)) : 1.0f;
             moved |= mv && mo != -INFINITY;   /* a row's first visible tile: alpha 0 on an o still +0 */
             m[mt][hf] = mr;
-            l[mt][hf] = fmaf(l[mt][hf], alpha[mt][hf], fa__tc_exp_pack<T, C, XP>(s, mt, hf, f, ref, pa));
+            l[mt][hf] = fmaf(l[mt][hf], alpha[mt][hf], fa__tc_exp_pack<T, C, XP, IP>(s, mt, hf, f, ref, pa));
         }
-    if (__any_sync(0xffffffffu, moved)) {   /* no row reference of this warp moved: alpha is 1 everywhere */
+    return __any_sync(0xffffffffu, moved);   /* no row reference of this warp moved: alpha is 1 everywhere */
+}
+
+template <class C>
+static __device__ __forceinline__ void fa__tc_rescale(float (&o)[C::MT][C::D / 8][4], const float (&alpha)[C::MT][2])
+{
 #pragma unroll
-        for (int mt = 0; mt < G::MT; mt++)
+    for (int mt = 0; mt < C::MT; mt++)
 #pragma unroll
-            for (int n = 0; n < G::CH; n++) {
-                o[mt][n][0] *= alpha[mt][0];
-                o[mt][n][1] *= alpha[mt][0];
-                o[mt][n][2] *= alpha[mt][1];
-                o[mt][n][3] *= alpha[mt][1];
-            }
-    }
+        for (int n = 0; n < C::D / 8; n++) {
+            o[mt][n][0] *= alpha[mt][0];
+            o[mt][n][1] *= alpha[mt][0];
+            o[mt][n][2] *= alpha[mt][1];
+            o[mt][n][3] *= alpha[mt][1];
+        }
+}
+
+template <typename T, class C, int XP = 0>
+static __device__ __forceinline__ void fa__tc_softmax(float (&s)[C::MT][C::BK / 8][4], float (&m)[C::MT][2],
+                                                      float (&l)[C::MT][2], float (&o)[C::MT][C::D / 8][4],
+                                                      unsigned (&pa)[C::MT][C::BK / 16][4], float f)
+{
+    float alpha[C::MT][2];
+    if (fa__tc_softmax_p<T, C, XP>(s, m, l, alpha, pa, f)) fa__tc_rescale<C>(o, alpha);
 }
 
 /* Step: O += P V for the V tile at stage offset st (a backward's dV += P^T dO and dQ += dS K
@@ -8051,7 +8094,12 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
      turns at the GEMM step in consumer order (a named barrier each, ping-pong: one token passed
      round), so that the others' softmax runs under one's wgmma (with two consumers measured level
      with no turns at all, PP = 0: bench/RESULTS.md, "Hopper forward (issue 15)"; kept as
-     FlashAttention-3's schedule, not for a measured gain).
+     FlashAttention-3's schedule, not for a measured gain). With 8a's OV (the modifier variants
+     in its mask: softcap and ALiBi at D = 128) a step where both GEMMs run issues Q K_j^T and
+     P_{j-1} V_{j-1} as two groups instead (fa__wg_qk, fa__wg_pv), waits for the first alone, runs
+     fa__tc_scores and fa__tc_softmax_p on a copy of S while P V runs, then waits for it, and
+     rescales O (fa__tc_rescale) and packs P (fa__tc_pack); the first and last steps of a tile and
+     a V stage with an inf or a NaN take the one-group step.
    With 8a's PER (persistent blocks) a block walks several query tiles (section 1's fa__sched_item
    over fa__cu_qtile's order): the K/V ring runs on from one tile to the next, the producer
    reloads the Q tile once every consumer warp has arrived on the "qfree" mbarrier after its last
@@ -8185,7 +8233,8 @@ template <int N> static __device__ __forceinline__ void fa__wg_keep(float (&c)[1
 /* The m64nNk16 wgmmas of each 16-bit type, accumulating into the N / 2 fp32 registers c (8d's
    [1][N / 8][4] accumulator, flattened): ss, N = 128, with A and B from shared memory (acc 0:
    D = A B, else D += A B); rs128 and rs64, N = 128 and 64, with A from four registers (8d's A
-   fragment) and B N-major (transposed); ss64, N = 64, both K-major (the backward, 8e3). */
+   fragment) and B N-major (transposed); ss0, ss's D = A B with c written only (no register read:
+   the accumulator's old values are not live into it); ss64, N = 64, both K-major (the backward, 8e3). */
 #define FA__WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
                    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "       \
                    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "       \
@@ -8194,6 +8243,10 @@ template <int N> static __device__ __forceinline__ void fa__wg_keep(float (&c)[1
                         "+f"(c[i + 6]), "+f"(c[i + 7])
 #define FA__WG_C64(c) FA__WG_C8(c, 0), FA__WG_C8(c, 8), FA__WG_C8(c, 16), FA__WG_C8(c, 24), FA__WG_C8(c, 32), \
                       FA__WG_C8(c, 40), FA__WG_C8(c, 48), FA__WG_C8(c, 56)
+#define FA__WG_O8(c, i) "=f"(c[i]), "=f"(c[i + 1]), "=f"(c[i + 2]), "=f"(c[i + 3]), "=f"(c[i + 4]), "=f"(c[i + 5]), \
+                        "=f"(c[i + 6]), "=f"(c[i + 7])
+#define FA__WG_O64(c) FA__WG_O8(c, 0), FA__WG_O8(c, 8), FA__WG_O8(c, 16), FA__WG_O8(c, 24), FA__WG_O8(c, 32), \
+                      FA__WG_O8(c, 40), FA__WG_O8(c, 48), FA__WG_O8(c, 56)
 #define FA__WG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
                    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FA__WG_C32(c) FA__WG_C8(c, 0), FA__WG_C8(c, 8), FA__WG_C8(c, 16), FA__WG_C8(c, 24)
@@ -8206,6 +8259,13 @@ template <typename T> struct fa__wg_mma;
                          "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " FA__WG_D64                \
                          ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                         \
                          : FA__WG_C64(c) : "l"(da), "l"(db), "r"(acc));                                            \
+        }                                                                                                          \
+        static __device__ __forceinline__ void ss0(float *c, unsigned long long da, unsigned long long db)          \
+        {                                                                                                          \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"                                                \
+                         "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " FA__WG_D64                \
+                         ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                         \
+                         : FA__WG_O64(c) : "l"(da), "l"(db));                                                      \
         }                                                                                                          \
         static __device__ __forceinline__ void rs128(float *c, const unsigned (&a)[4], unsigned long long db)      \
         {                                                                                                          \
@@ -8233,6 +8293,31 @@ FA__WG_MMA(__nv_bfloat16, "bf16")
 FA__WG_MMA(__half, "f16")
 #undef FA__WG_MMA
 
+/* The consumer's two GEMMs, issued (fa__wg_fence before, fa__wg_commit after, by the caller): S = Q
+   K^T (qa: the warpgroup's 64 rows of the Q tile, sk: a K stage; both K-major panels), and O += P V
+   (P from the registers pa, sv: a V stage, N-major). G: fa__wg_geom. W0: the first k-step by ss0,
+   so that S's old values are not live into it (the overlap's kernels, 8a's OV). */
+template <class X, class G, bool W0>
+static __device__ __forceinline__ void fa__wg_qk(float (&s)[1][G::BK / 8][4], unsigned qa, unsigned sk)
+{
+    if (W0) X::ss0(&s[0][0][0], fa__wg_desc(qa, 16, 1024), fa__wg_desc(sk, 16, 1024));
+#pragma unroll
+    for (int kk = W0 ? 1 : 0; kk < G::D / 16; kk++)
+        X::ss(&s[0][0][0], fa__wg_desc(qa + (kk >> 2) * G::BQ * 128 + (kk & 3) * 32, 16, 1024),
+              fa__wg_desc(sk + (kk >> 2) * G::BK * 128 + (kk & 3) * 32, 16, 1024), W0 ? 1 : kk);
+}
+
+template <class X, class G>
+static __device__ __forceinline__ void fa__wg_pv(float (&o)[1][G::D / 8][4], const unsigned (&pa)[1][G::BK / 16][4], unsigned sv)
+{
+#pragma unroll
+    for (int kk = 0; kk < G::BK / 16; kk++) {
+        const unsigned long long dv = fa__wg_desc(sv + kk * 2048, G::BK * 128, 1024);
+        if (G::D == 128) X::rs128(&o[0][0][0], pa[0][kk], dv);
+        else X::rs64(&o[0][0][0], pa[0][kk], dv);
+    }
+}
+
 /* T: __half or __nv_bfloat16. C: fa__wg_d128 or fa__wg_d64 (8a). MOD: fa__tc_fwd's modifier variants. */
 template <typename T, class C, int MOD>
 __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ fa__wg_args w)
@@ -8242,6 +8327,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     typedef fa__wg_mma<T> X;
     enum { BQ = G::BQ, BK = G::BK, D = G::D, ST = G::ST, NC = C::NW / 4 };
     enum { XP = MOD == 0 ? C::XP0 : MOD == 1 ? C::XP1 : MOD == 2 ? C::XP2 : 0 };   /* the exps' FMA-pipe share */
+    enum { OV = MOD < 3 && (C::OV >> MOD & 1) };   /* 8a's OV (variant 4's constants leave no registers for it) */
     static_assert(D == 64 || D == 128, "the Hopper kernel's head dims");
     static_assert(C::NW % 4 == 0 && NC >= 2 && NC <= 3 && C::WG == 32 * C::NW + 128 &&
                       C::REG_P * 128 + C::REG_C * 32 * C::NW <= 65536, "the Hopper kernel's warpgroups and registers");
@@ -8320,55 +8406,128 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
             l[0][0] = l[0][1] = 0.0f;
             fa__mb_wait(qbar, (unsigned)k & 1u);   /* the Q tile (the producer's plain arrival where nt = 0) */
             bool ppart = false;   /* tile j-1 is partial (some row hides some key, or a bias) */
-            for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
-                const bool qk = j < nt, pv = j > 0;
-                const int sq = (gc + j) % ST, sp = (gc + j + ST - 1) % ST;
-                /* 8d's rare case: a partial tile whose V holds an inf or a NaN takes fa__tc_pv_clean, voted
-                   by the warpgroup over the stage (which no thread writes: the TMA's alone) */
-                bool bad = false;
-                if (pv && ppart)   /* (the warp vote on top lets ptxas see a warp-uniform branch) */
-                    bad = __any_sync(0xffffffffu, fa__wg_vote(FA__WG_BAR_VOTE + cw, fa__tc_scan<D, BK, 128, T>(sV + sp * G::KB, tid & 127)));
-                if (qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
-                if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
-                fa__wg_keep(o);
-                fa__wg_keep(s);
-                fa__wg_fence();
-                if (pv && !bad) {
+            /* Two loops, so that the variants without 8a's OV compile to the step measured before it
+               (the overlap's loop issues Q K^T's first k-step by ss0 in every step: S is never live
+               across steps there, which it is in the one-group loop) */
+            if (OV)   /* 8a's OV: the overlap where both GEMMs run, else the one-group step */
+                for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
+                    const bool qk = j < nt, pv = j > 0;
+                    const int sq = (gc + j) % ST, sp = (gc + j + ST - 1) % ST;
+                    /* 8d's rare case: a partial tile whose V holds an inf or a NaN takes fa__tc_pv_clean, voted
+                       by the warpgroup over the stage (which no thread writes: the TMA's alone) */
+                    bool bad = false;
+                    if (pv && ppart)   /* (the warp vote on top lets ptxas see a warp-uniform branch) */
+                        bad = __any_sync(0xffffffffu, fa__wg_vote(FA__WG_BAR_VOTE + cw, fa__tc_scan<D, BK, 128, T>(sV + sp * G::KB, tid & 127)));
+                    if (qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
+                    if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
+                    fa__wg_keep(o);
+                    fa__wg_fence();
+                    const bool qlast = C::PER != 0 && j == (nt > 0 ? nt - 1 : 0);   /* this warp's last Q K^T */
+                    const int k0 = (t0 + j) * BK;
+                    const bool kfull = qk && fa__keys_full(&kr, k0, k0 + BK);
+                    if (qk && pv && !bad) {   /* both GEMMs, each its own group */
+                        fa__wg_qk<X, G, true>(s, qa, sK + sq * G::KB);
+                        fa__wg_commit();
+                        fa__wg_fence();
+                        fa__wg_pv<X, G>(o, pa, sV + sp * G::KB);
+                        fa__wg_commit();
+                        if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw + 1) % NC);   /* the next consumer's turn */
+                        fa__wg_wait<1>();   /* S of tile j retired; P V of tile j-1 runs on, o and pa are its */
+                        fa__wg_keep(s);
+                        if (qlast) {   /* retired: the Q tile may be reloaded */
+                            __syncwarp();
+                            if (lane == 0) fa__mb_arrive(qfree);
+                        }
+                        /* the scores in registers of their own: ptxas serialises every wgmma of the kernel
+                           (C7515) when a register of a wgmma's accumulator is written under a branch (the
+                           mask's) before the last wait of the step, even one whose group has retired */
+                        float sp_[1][BK / 8][4], alpha[1][2];
 #pragma unroll
-                    for (int kk = 0; kk < BK / 16; kk++) {
-                        const unsigned long long dv = fa__wg_desc(sV + sp * G::KB + kk * 2048, BK * 128, 1024);
-                        if (D == 128) X::rs128(&o[0][0][0], pa[0][kk], dv);
-                        else X::rs64(&o[0][0][0], pa[0][kk], dv);
+                        for (int n = 0; n < BK / 8; n++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++) sp_[0][n][e] = s[0][n][e];
+                        fa__tc_scores<C, MOD>(sp_, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, kfull);
+                        const bool rescale = fa__tc_softmax_p<T, C, XP, true>(sp_, m, l, alpha, pa, mv.f);   /* P stays in sp_ */
+                        fa__wg_wait<0>();
+                        fa__wg_keep(o);
+                        __syncwarp();   /* this warp is done with stage sp (K and V of tile j-1) */
+                        if (lane == 0) fa__mb_arrive(empty + 8 * sp);
+                        if (rescale) fa__tc_rescale<C>(o, alpha);   /* O takes tile j's alpha, pa tile j's P */
+                        fa__tc_pack<T, C>(sp_, pa);
+                    } else {   /* one group: P V of tile j-1 and Q K^T of tile j, then the softmax */
+                        if (pv && !bad) fa__wg_pv<X, G>(o, pa, sV + sp * G::KB);
+                        if (qk) fa__wg_qk<X, G, true>(s, qa, sK + sq * G::KB);
+                        fa__wg_commit();
+                        if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw + 1) % NC);   /* the next consumer's turn */
+                        fa__wg_wait<0>();
+                        fa__wg_keep(o);
+                        fa__wg_keep(s);
+                        if (qlast) {   /* retired: the Q tile may be reloaded */
+                            __syncwarp();
+                            if (lane == 0) fa__mb_arrive(qfree);
+                        }
+                        if (pv) {   /* this warp is done with stage sp (K and V of tile j-1) */
+                            if (bad) fa__tc_pv_clean<T, C>(o, pa, fa__wg_vrows<BK>{ sV + sp * G::KB }, lane);
+                            __syncwarp();
+                            if (lane == 0) fa__mb_arrive(empty + 8 * sp);
+                        }
+                        if (qk) {
+                            fa__tc_scores<C, MOD>(s, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, kfull);
+                            fa__tc_softmax<T, C, XP>(s, m, l, o, pa, mv.f);
+                        }
+                    }
+                    ppart = qk && (mv.bi || !kfull);
+                }
+            else
+                for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
+                    const bool qk = j < nt, pv = j > 0;
+                    const int sq = (gc + j) % ST, sp = (gc + j + ST - 1) % ST;
+                    /* 8d's rare case: a partial tile whose V holds an inf or a NaN takes fa__tc_pv_clean, voted
+                       by the warpgroup over the stage (which no thread writes: the TMA's alone) */
+                    bool bad = false;
+                    if (pv && ppart)   /* (the warp vote on top lets ptxas see a warp-uniform branch) */
+                        bad = __any_sync(0xffffffffu, fa__wg_vote(FA__WG_BAR_VOTE + cw, fa__tc_scan<D, BK, 128, T>(sV + sp * G::KB, tid & 127)));
+                    if (qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
+                    if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
+                    fa__wg_keep(o);
+                    fa__wg_keep(s);
+                    fa__wg_fence();
+                    if (pv && !bad) {
+#pragma unroll
+                        for (int kk = 0; kk < BK / 16; kk++) {
+                            const unsigned long long dv = fa__wg_desc(sV + sp * G::KB + kk * 2048, BK * 128, 1024);
+                            if (D == 128) X::rs128(&o[0][0][0], pa[0][kk], dv);
+                            else X::rs64(&o[0][0][0], pa[0][kk], dv);
+                        }
+                    }
+                    if (qk) {
+#pragma unroll
+                        for (int kk = 0; kk < D / 16; kk++)
+                            X::ss(&s[0][0][0], fa__wg_desc(qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024),
+                                  fa__wg_desc(sK + sq * G::KB + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024), kk);
+                    }
+                    fa__wg_commit();
+                    if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw + 1) % NC);   /* the next consumer's turn */
+                    fa__wg_wait<0>();
+                    fa__wg_keep(o);
+                    fa__wg_keep(s);
+                    if (C::PER != 0 && j == (nt > 0 ? nt - 1 : 0)) {   /* this warp's last Q K^T retired: the Q tile may be reloaded */
+                        __syncwarp();
+                        if (lane == 0) fa__mb_arrive(qfree);
+                    }
+                    if (pv) {   /* this warp is done with stage sp (K and V of tile j-1) */
+                        if (bad) fa__tc_pv_clean<T, C>(o, pa, fa__wg_vrows<BK>{ sV + sp * G::KB }, lane);
+                        __syncwarp();
+                        if (lane == 0) fa__mb_arrive(empty + 8 * sp);
+                    }
+                    if (qk) {
+                        const int k0 = (t0 + j) * BK;
+                        const bool kfull = fa__keys_full(&kr, k0, k0 + BK);
+                        ppart = mv.bi || !kfull;
+                        fa__tc_scores<C, MOD>(s, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, kfull);
+                        fa__tc_softmax<T, C, XP>(s, m, l, o, pa, mv.f);
                     }
                 }
-                if (qk) {
-#pragma unroll
-                    for (int kk = 0; kk < D / 16; kk++)
-                        X::ss(&s[0][0][0], fa__wg_desc(qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024),
-                              fa__wg_desc(sK + sq * G::KB + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024), kk);
-                }
-                fa__wg_commit();
-                if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw + 1) % NC);   /* the next consumer's turn */
-                fa__wg_wait<0>();
-                fa__wg_keep(o);
-                fa__wg_keep(s);
-                if (C::PER != 0 && j == (nt > 0 ? nt - 1 : 0)) {   /* this warp's last Q K^T retired: the Q tile may be reloaded */
-                    __syncwarp();
-                    if (lane == 0) fa__mb_arrive(qfree);
-                }
-                if (pv) {   /* this warp is done with stage sp (K and V of tile j-1) */
-                    if (bad) fa__tc_pv_clean<T, C>(o, pa, fa__wg_vrows<BK>{ sV + sp * G::KB }, lane);
-                    __syncwarp();
-                    if (lane == 0) fa__mb_arrive(empty + 8 * sp);
-                }
-                if (qk) {
-                    const int k0 = (t0 + j) * BK;
-                    const bool kfull = fa__keys_full(&kr, k0, k0 + BK);
-                    ppart = mv.bi || !kfull;
-                    fa__tc_scores<C, MOD>(s, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, kfull);
-                    fa__tc_softmax<T, C, XP>(s, m, l, o, pa, mv.f);
-                }
-            }
             gc += nt;
             if (C::PER != 0)   /* straight from the registers: the Q tile is the next item's */
                 fa__tc_write<T, C, 0>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);

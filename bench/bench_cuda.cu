@@ -357,8 +357,8 @@ struct tc128_w4m2k64_pf { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF 
    instead of 3, without the consumers' ping-pong, and at D = 64 the two-consumer block of 128 rows
    (the header's fa__wg_d64x2, everywhere, not only where fa__wg_wide picks it) and three consumers
    without the ping-pong. */
-#define WG128_XP XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2
-#define WG64_XP XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2
+#define WG128_XP XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2, OV = fa__wg_d128::OV
+#define WG64_XP XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2, OV = fa__wg_d64::OV
 struct wg128_st2 { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1, WG128_XP, PER = 1 }; };
 struct wg128_nopp { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 0, WG128_XP, PER = 1 }; };
 /* The block schedule (the header's PER): one block a query tile, as before the persistent blocks
@@ -370,6 +370,16 @@ struct wg128_nopp { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, 
 WG_PER(noper, 0)
 WG_PER(per2, 2)
 #undef WG_PER
+/* The softmax overlap (the header's OV, a mask of modifier variants) for plain rows at D = 128: on
+   (1) and off (0); the one that is the header's choice for variant 0 is fa__wg_d128 itself (one
+   kernel instance fewer to compile) */
+template <int V> struct wg128_ov_c {
+    enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
+           XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2, PER = 1, OV = V };
+};
+template <int V> struct wg128_ov {
+    typedef typename std::conditional<((int)fa__wg_d128::OV & 1) == V, fa__wg_d128, wg128_ov_c<V> >::type type;
+};
 struct wg64_nopp { enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 0, WG64_XP, PER = 1 }; };
 /* The exps' FMA-pipe shares (fa__wg_d128's XP0 / XP1 / XP2: plain / softcap / ALiBi, of 16), as
    picked but for the share XS of variant V: --xp times them (bf16, S = 16384 causal, the variant's
@@ -381,7 +391,8 @@ template <int DIM, int V, int XS> struct wg_xp {
            WG = DIM == 128 ? 384 : 512, REG_P = DIM == 128 ? 40 : 24, REG_C = DIM == 128 ? 232 : 160, PP = 1,
            XP0 = V == 0 ? XS : DIM == 128 ? (int)B128::XP0 : (int)B64::XP0,
            XP1 = V == 1 ? XS : DIM == 128 ? (int)B128::XP1 : (int)B64::XP1,
-           XP2 = V == 2 ? XS : DIM == 128 ? (int)B128::XP2 : (int)B64::XP2, PER = 1 };
+           XP2 = V == 2 ? XS : DIM == 128 ? (int)B128::XP2 : (int)B64::XP2, PER = 1,
+           OV = DIM == 128 ? (int)B128::OV : (int)B64::OV };
 };
 /* the picked configuration itself where XS is its share (one kernel instance fewer to compile) */
 template <int DIM, int V, int XS> struct wg_xp_of {
@@ -429,7 +440,8 @@ static const Impl tune_impls[] = {
     { "wg64_nopp", 2, wg_config<wg64_nopp>, 64 },               { "wg128_noper", 2, wg_config<wg128_noper>, 128 },
     { "wg64_noper", 2, wg_config<wg64_noper>, 64 },             { "wg128_per2", 2, wg_config<wg128_per2>, 128 },
     { "wg64_per2", 2, wg_config<wg64_per2>, 64 },               { "wg128_picked", 2, wg_config<fa__wg_d128>, 128 },
-    { "wg64_picked", 2, wg_config<fa__wg_d64>, 64 },
+    { "wg64_picked", 2, wg_config<fa__wg_d64>, 64 },                { "wg128_ov0", 2, wg_config<wg128_ov<0>::type>, 128 },
+    { "wg128_ov1", 2, wg_config<wg128_ov<1>::type>, 128 },
 };
 #else
 static const Impl tune_impls[] = { { "tc_tiled", 2, tc_default, 0 } };
