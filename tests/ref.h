@@ -14,6 +14,8 @@
 #define FLASHATTN_TESTS_REF_H
 
 #include <math.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -257,17 +259,18 @@ static inline int ref_o_gaps_untouched(const fa_params *p, const float *o, size_
 
 /* ---- the reference ------------------------------------------------------------------------- */
 
-/* flashattn.h's SEMANTICS in double. q, k, v are p's fp32 tensors with p's strides; the modifiers
-   (scale, causal, windows, softcap, ALiBi, bias) are read from p. Outputs, each optional:
-   o_ref packed [B][Hq][Sq][Dv], lse_ref [B][Hq][Sq], scores_ref [B][Hq][Sq][Sk] (step 4's
-   values, -INFINITY where hidden), all fp32 rounded from double. Returns 0 if out of memory. */
-static inline int ref_attention(const fa_params *p, const float *q, const float *k, const float *v,
-                         float *o_ref, float *lse_ref, float *scores_ref)
+/* ref_attention's rows [r0, r1) of [B][Hq][Sq] in steps of `step` rows every `stride` rows (rows
+   r0 + k stride .. + step - 1): each row's values depend on that row alone, so any split of the rows
+   gives the same bits. Returns 0 if out of memory. */
+static inline int ref__attention_rows(const fa_params *p, const float *q, const float *k, const float *v,
+                                      float *o_ref, float *lse_ref, float *scores_ref, size_t r0, size_t r1,
+                                      size_t step, size_t stride)
 {
     ref_dims d;
     double *s, *acc;
     unsigned char *vis;
-    int b, h, i, j, t;
+    size_t c, row;
+    int j, t;
     ref_dims_of(p, &d);
     s = (double *)malloc(((size_t)d.Sk + 1) * sizeof(double));
     acc = (double *)malloc(((size_t)d.Dv + 1) * sizeof(double));
@@ -276,14 +279,15 @@ static inline int ref_attention(const fa_params *p, const float *q, const float 
         free(s); free(acc); free(vis);
         return 0;
     }
-    for (b = 0; b < d.B; b++)
-        for (h = 0; h < d.Hq; h++) {
-            int g = h / (d.Hq / d.Hkv);
-            double slope = p->alibi_slopes ? (double)p->alibi_slopes[(int64_t)b * p->alibi_stride + h] : 0.0;
-            for (i = 0; i < d.Sq; i++) {
+    for (c = r0; c < r1; c += stride)
+        for (row = c; row < c + step && row < r1; row++) {
+            const int i = (int)(row % (size_t)d.Sq), h = (int)(row / (size_t)d.Sq % (size_t)d.Hq);
+            const int b = (int)(row / ((size_t)d.Sq * (size_t)d.Hq));
+            const int g = h / (d.Hq / d.Hkv);
+            const double slope = p->alibi_slopes ? (double)p->alibi_slopes[(int64_t)b * p->alibi_stride + h] : 0.0;
+            {
                 const float *qi = q + b * d.qs[0] + h * d.qs[1] + i * d.qs[2];
                 int64_t diag = (int64_t)i + d.Sk - d.Sq;
-                size_t row = ((size_t)b * d.Hq + h) * d.Sq + i;
                 double mx = -INFINITY, sum = 0.0;
                 int any = 0;
                 for (j = 0; j < d.Sk; j++) {
@@ -315,7 +319,7 @@ static inline int ref_attention(const fa_params *p, const float *q, const float 
                 if (!any) {
                     if (o_ref) for (t = 0; t < d.Dv; t++) o_ref[row * d.Dv + t] = 0.0f;
                     if (lse_ref) lse_ref[row] = -INFINITY;
-                    continue;
+                    goto next;
                 }
                 for (j = 0; j < d.Sk; j++) {
                     const float *vj = v + b * d.vs[0] + g * d.vs[1] + j * d.vs[2];
@@ -328,9 +332,68 @@ static inline int ref_attention(const fa_params *p, const float *q, const float 
                 if (o_ref) for (t = 0; t < d.Dv; t++) o_ref[row * d.Dv + t] = (float)(acc[t] / sum);
                 if (lse_ref) lse_ref[row] = (float)(mx + log(sum));
             }
+        next:;
         }
     free(s); free(acc); free(vis);
     return 1;
+}
+
+typedef struct ref__job {
+    const fa_params *p;
+    const float *q, *k, *v;
+    float *o_ref, *lse_ref, *scores_ref;
+    size_t r0, r1, step, stride;
+    int ok;
+} ref__job;
+
+static void *ref__job_run(void *x)
+{
+    ref__job *j = (ref__job *)x;
+    j->ok = ref__attention_rows(j->p, j->q, j->k, j->v, j->o_ref, j->lse_ref, j->scores_ref, j->r0, j->r1,
+                                j->step, j->stride);
+    return NULL;
+}
+
+/* flashattn.h's SEMANTICS in double. q, k, v are p's fp32 tensors with p's strides; the modifiers
+   (scale, causal, windows, softcap, ALiBi, bias) are read from p. Outputs, each optional:
+   o_ref packed [B][Hq][Sq][Dv], lse_ref [B][Hq][Sq], scores_ref [B][Hq][Sq][Sk] (step 4's
+   values, -INFINITY where hidden), all fp32 rounded from double. Returns 0 if out of memory.
+   Large calls run on REF_THREADS threads (default: the online CPUs, at most 32), rows dealt out in
+   turns of 16; the bits are the same on any number (each row is computed alone). */
+static inline int ref_attention(const fa_params *p, const float *q, const float *k, const float *v,
+                         float *o_ref, float *lse_ref, float *scores_ref)
+{
+    enum { REF_MAXT = 32, REF_STEP = 16 };
+    ref__job job[REF_MAXT];
+    pthread_t th[REF_MAXT];
+    ref_dims d;
+    size_t rows;
+    long nt = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned started = 0;
+    int n, ok = 1, i;
+    const char *env = getenv("REF_THREADS");
+    ref_dims_of(p, &d);
+    rows = (size_t)d.B * (size_t)d.Hq * (size_t)d.Sq;
+    if (env && atoi(env) > 0) nt = atoi(env);
+    n = nt < 1 ? 1 : nt > REF_MAXT ? REF_MAXT : (int)nt;
+    if ((double)rows * (double)d.Sk * (double)(d.D + d.Dv) < 4e6 || rows < 2 * REF_STEP) n = 1;
+    if (n == 1) return ref__attention_rows(p, q, k, v, o_ref, lse_ref, scores_ref, 0, rows, rows, rows);
+    for (i = 0; i < n; i++) {
+        ref__job jb;
+        jb.p = p; jb.q = q; jb.k = k; jb.v = v;
+        jb.o_ref = o_ref; jb.lse_ref = lse_ref; jb.scores_ref = scores_ref;
+        jb.r0 = (size_t)i * REF_STEP; jb.r1 = rows; jb.step = REF_STEP; jb.stride = (size_t)n * REF_STEP;
+        jb.ok = 0;
+        job[i] = jb;
+        if (jb.r0 >= rows) { job[i].ok = 1; continue; }
+        if (pthread_create(&th[i], NULL, ref__job_run, &job[i]) != 0) { ref__job_run(&job[i]); continue; }
+        started |= 1u << i;
+    }
+    for (i = 0; i < n; i++) {
+        if (started >> i & 1) pthread_join(th[i], NULL);
+        ok &= job[i].ok;
+    }
+    return ok;
 }
 
 /* fa_merge's rule in double, for the merge tests: parts packed [rows][dv], lse [rows]. */
