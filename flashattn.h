@@ -8492,20 +8492,8 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                     fa__wg_keep(o);
                     fa__wg_keep(s);
                     fa__wg_fence();
-                    if (pv && !bad) {
-#pragma unroll
-                        for (int kk = 0; kk < BK / 16; kk++) {
-                            const unsigned long long dv = fa__wg_desc(sV + sp * G::KB + kk * 2048, BK * 128, 1024);
-                            if (D == 128) X::rs128(&o[0][0][0], pa[0][kk], dv);
-                            else X::rs64(&o[0][0][0], pa[0][kk], dv);
-                        }
-                    }
-                    if (qk) {
-#pragma unroll
-                        for (int kk = 0; kk < D / 16; kk++)
-                            X::ss(&s[0][0][0], fa__wg_desc(qa + (kk >> 2) * BQ * 128 + (kk & 3) * 32, 16, 1024),
-                                  fa__wg_desc(sK + sq * G::KB + (kk >> 2) * BK * 128 + (kk & 3) * 32, 16, 1024), kk);
-                    }
+                    if (pv && !bad) fa__wg_pv<X, G>(o, pa, sV + sp * G::KB);
+                    if (qk) fa__wg_qk<X, G, false>(s, qa, sK + sq * G::KB);
                     fa__wg_commit();
                     if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw + 1) % NC);   /* the next consumer's turn */
                     fa__wg_wait<0>();
