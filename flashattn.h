@@ -579,6 +579,12 @@ extern "C" {
 #ifndef FA__AMX_TPT
 #define FA__AMX_TPT 8
 #endif
+/* ... FA__AMX_TALL64 1: beyond 4 threads, where that want would take 32-row tiles (8 a thread), 64-row
+   tiles at 4 a thread instead (each block's K and Vt tiles loaded once per 64 rows, not per 32; S = 512
+   at 16 threads in the benches); a row's bits do not depend on its tile (fa__tiled_plan_make) */
+#ifndef FA__AMX_TALL64
+#define FA__AMX_TALL64 1
+#endif
 /* ... and FA__AMX_RR > 0: a block's panels in chunks whose Qp and Pp take at most FA__AMX_RR KiB
    each (64 D and 128 np16 bytes a panel; at least one panel): the chunk's scores, each panel's online
    step, the chunk's P V, each product's 2 x 2 blocks round robin over the chunk's panels
@@ -4310,7 +4316,11 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
             pl->nq = (int)e;
             if (cand[c] > top || (cand[c] > 16 && cand[c] > cap)) continue;
             tiles = (int64_t)d->B * d->Hq * ((d->Sq + e - 1) / e);
-            if (tiles >= (want > 4 ? (am ? FA__AMX_TPT : 8) : cand[c] > 96 ? 4 : 2) * want) break;
+            if (tiles >= (want > 4 ? (am ? FA__AMX_TPT : 8) : cand[c] > 96 ? 4 : 2) * want) {
+                if (FA__AMX_TALL64 && am && want > 4 && cand[c] == 32 && d->Sq > 32 && 64 <= cap)
+                    pl->nq = d->Sq < 64 ? d->Sq : 64;   /* FA__AMX_TALL64: half the tiles, twice as tall */
+                break;
+            }
             if ((cand[c] == mid || cand[c] == 32) && !fallback && tiles >= 2 * want) fallback = (int)e;
             if (cand[c] == 32 && fallback) { pl->nq = fallback; break; }
         }
