@@ -582,8 +582,8 @@ extern "C" {
 /* ... FA__AMX_TALL64 1: beyond 4 threads, where that want would take 32-row tiles (8 a thread), 64-row
    tiles at 4 a thread instead when D + Dv >= 192 (each block's K and Vt tiles loaded once per 64 rows,
    not per 32). On the Xeon at S = 512, 16 threads (bitwise the same output, as every tiling): D = 128
-   1.14-1.30x as fast, D = 64 0.66-1.24x, not taken there [RESULTS, CPU half precision, "64-row AMX
-   tiles above 4 threads"] */
+   1.14-1.28x as fast in three runs, D = 64 0.67-1.22x, not taken there [RESULTS, CPU half precision,
+   "64-row AMX tiles above 4 threads"] */
 #ifndef FA__AMX_TALL64
 #define FA__AMX_TALL64 1
 #endif
