@@ -579,6 +579,14 @@ extern "C" {
 #ifndef FA__AMX_TPT
 #define FA__AMX_TPT 8
 #endif
+/* ... FA__AMX_TALL64 1: beyond 4 threads, where that want would take 32-row tiles (8 a thread), 64-row
+   tiles at 4 a thread instead when D + Dv >= 192 (each block's K and Vt tiles loaded once per 64 rows,
+   not per 32). On the Xeon at S = 512, 16 threads (bitwise the same output, as every tiling): D = 128
+   1.14-1.28x as fast in three runs, D = 64 0.67-1.22x, not taken there [RESULTS, CPU half precision,
+   "64-row AMX tiles above 4 threads"] */
+#ifndef FA__AMX_TALL64
+#define FA__AMX_TALL64 1
+#endif
 /* ... and FA__AMX_RR > 0: a block's panels in chunks whose Qp and Pp take at most FA__AMX_RR KiB
    each (64 D and 128 np16 bytes a panel; at least one panel): the chunk's scores, each panel's online
    step, the chunk's P V, each product's 2 x 2 blocks round robin over the chunk's panels
@@ -4297,7 +4305,8 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
            where the short count also split the keys), then 32 rows at two each; 16-row tiles
            only when neither gives two (S=128 at 16 threads: 32 rows ~10% faster than 16). Every
            candidate is a multiple of 16 (the results do not depend on the choice, see above). On
-           AMX 64 rows take 48's place (two whole 32-lane panels, FA__AMX_TILE_ROWS). */
+           AMX 64 rows take 48's place (two whole 32-lane panels, FA__AMX_TILE_ROWS), and for D + Dv >= 192
+           beyond 4 threads 32's place at 8 a thread, as 64 at 4 (FA__AMX_TALL64). */
         static const int cand_f[8] = FA__TILE_ROWS, cand_a[8] = FA__AMX_TILE_ROWS;
         /* bf16 on AMX tiles (pl->amx below, decided before the rows: its condition but rowmajor) */
         const int am = K->gemm_bf16 && K->amx_qk && d->dtype == FA_BF16 && d->D % 32 == 0;
@@ -4310,7 +4319,11 @@ static void fa__tiled_plan_make(const fa__dims *d, const fa__kernels *K, fa__til
             pl->nq = (int)e;
             if (cand[c] > top || (cand[c] > 16 && cand[c] > cap)) continue;
             tiles = (int64_t)d->B * d->Hq * ((d->Sq + e - 1) / e);
-            if (tiles >= (want > 4 ? (am ? FA__AMX_TPT : 8) : cand[c] > 96 ? 4 : 2) * want) break;
+            if (tiles >= (want > 4 ? (am ? FA__AMX_TPT : 8) : cand[c] > 96 ? 4 : 2) * want) {
+                if (FA__AMX_TALL64 && am && want > 4 && cand[c] == 32 && d->Sq > 32 && 64 <= cap && top == 480)
+                    pl->nq = d->Sq < 64 ? d->Sq : 64;   /* FA__AMX_TALL64: half the tiles, twice as tall */
+                break;
+            }
             if ((cand[c] == mid || cand[c] == 32) && !fallback && tiles >= 2 * want) fallback = (int)e;
             if (cand[c] == 32 && fallback) { pl->nq = fallback; break; }
         }

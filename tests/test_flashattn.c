@@ -2678,6 +2678,69 @@ static void test_half_tiling(void **state)
     fa_pool_destroy(pool);
 }
 
+/* bf16 at the benches' S = 512 shape (B = 2, H = 4, D = 64 and 128): threads 1 and 2 (tall tiles),
+   16 on its own threads and on an fa_pool (on AMX: 64-row tiles at D = 128 with FA__AMX_TALL64, else 32), and
+   block_q 32 and 64 on one thread: o and lse bitwise the same as one thread's, which is within bf16's
+   rounding of the float64 reference. The tile height follows the thread count only because it does
+   not change a row's bits; this is that claim at the shape where the height changes. */
+static void test_half_threads(void **state)
+{
+    static const int D[2] = { 64, 128 };
+    static const struct { int threads, bq, pool; } R[6] = { { 1, 0, 0 }, { 2, 0, 0 }, { 16, 0, 0 }, { 16, 0, 1 },
+                                                           { 1, 32, 0 }, { 1, 64, 0 } };
+    int di, i;
+    fa_pool *pool = NULL;
+    (void)state;
+    assert_int_equal(fa_pool_create(16, &pool), FA_OK);
+    for (di = 0; di < 2; di++) {
+        fa_params p = shape(2, 4, 4, 512, 512, D[di], D[di], 0);
+        tcase c;
+        uint16_t *hq, *hk, *hv, *ho, *first;
+        float *lse, *lse1;
+        size_t r;
+        tc_init(&c, &p, "half threads S512 D%d", D[di]);
+        ref_round_to(FA_BF16, c.t.q, c.t.nq); ref_round_to(FA_BF16, c.t.k, c.t.nk); ref_round_to(FA_BF16, c.t.v, c.t.nv);
+        tc_ref(&c);
+        hq = half_of(FA_BF16, c.t.q, c.t.nq); hk = half_of(FA_BF16, c.t.k, c.t.nk); hv = half_of(FA_BF16, c.t.v, c.t.nv);
+        ho = (uint16_t *)malloc(c.t.no * 2); first = (uint16_t *)malloc(c.t.no * 2);
+        lse = (float *)malloc(c.rows * sizeof(float)); lse1 = (float *)malloc(c.rows * sizeof(float));
+        assert_true(ho && first && lse && lse1);
+        for (i = 0; i < 6; i++) {
+            fa_params ph = c.p;
+            char line[700];
+            ph.dtype = FA_BF16; ph.threads = R[i].threads; ph.block_q = R[i].bq; ph.pool = R[i].pool ? pool : NULL;
+            ph.lse = lse;
+            memset(ho, 0xFF, c.t.no * 2);
+            memset(lse, 0xFF, c.rows * sizeof(float));
+            assert_int_equal(fa_tiled(&ph, hq, hk, hv, ho), FA_OK);
+            fa_describe(&ph, FA_CALL_TILED, line, sizeof line);
+            print_message("%s threads %d block_q %d%s: %s\n", c.name, ph.threads, ph.block_q, ph.pool ? " (pool)" : "", line);
+            half_expect_amx(&ph, line);
+#ifdef FA__HAVE_AMX
+            if (strstr(line, "AMX-BF16 tiles") && R[i].threads == 16)   /* the case this test is about */
+                assert_non_null(strstr(line, FA__AMX_TALL64 && D[di] >= 96 ? "tiles of 64 query rows" : "tiles of 32 query rows"));
+#endif
+            if (i == 0) {
+                for (r = 0; r < c.t.no; r++) {
+                    float x = half_to_f(FA_BF16, ho[r]), want = c.ref_o[r];
+                    if (!(fabsf(x - want) <= 2e-2f * (1.0f + fabsf(want)))) fail_msg("%s: o[%zu] %g, want %g", c.name, r, (double)x, (double)want);
+                }
+                for (r = 0; r < c.rows; r++)
+                    if (!(fabsf(lse[r] - c.ref_lse[r]) <= 1e-3f * (1.0f + fabsf(c.ref_lse[r]))))
+                        fail_msg("%s: lse[%zu] %g, want %g", c.name, r, (double)lse[r], (double)c.ref_lse[r]);
+                memcpy(first, ho, c.t.no * 2);
+                memcpy(lse1, lse, c.rows * sizeof(float));
+            } else if (memcmp(first, ho, c.t.no * 2) != 0 || memcmp(lse1, lse, c.rows * sizeof(float)) != 0) {
+                fail_msg("%s: threads %d block_q %d%s: o or lse differs from one thread's", c.name, ph.threads, ph.block_q,
+                         ph.pool ? " (pool)" : "");
+            }
+        }
+        free(hq); free(hk); free(hv); free(ho); free(first); free(lse); free(lse1);
+        tc_free(&c);
+    }
+    fa_pool_destroy(pool);
+}
+
 /* A NaN in a hidden key's V (bf16 and fp16): the rows that do not see the key are right (the
    vdpbf16ps path sends such a block through the fp32 kernels), the row that sees it is NaN. Two
    query heads on one kv head, Sq = Sk = 64 and 1024: on AMX both share V's transpose between the
@@ -2894,6 +2957,7 @@ int main(void)
         cmocka_unit_test(test_half_alias),
         cmocka_unit_test(test_half_nan_v),
         cmocka_unit_test(test_half_tiling),
+        cmocka_unit_test(test_half_threads),
     };
     const char *seed = getenv("FA_TEST_SEED");
     if (seed && *seed) g_seed_base = (uint64_t)strtoull(seed, NULL, 10);
