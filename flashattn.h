@@ -7649,28 +7649,8 @@ struct fa__dec_args {
     const void *q, *k, *v;
     float *wo, *wl;            /* partial o [rows][chunks][Dv] and lse [rows][chunks] */
     int chunk, chunks, rblocks; /* keys a chunk, chunks a row, row blocks a kv head */
-    int l2pf, ahead;           /* FA__CU_DEC_L2PF's setting; the grid's slots (MINB x SMs: the block that
-                                  starts about when this one ends is this one's linear index + ahead) */
     fa__dims d;
 };
-
-/* A hint: the K and V rows of keys [k0, k0 + BK) (those < Sk) toward L2, a bulk prefetch a row
-   (sm_90+; nothing before), issued by the warp's lanes. Changes no result. */
-template <class C, typename T>
-static __device__ __forceinline__ void fa__dec_l2(const T *gk, const T *gv, const fa__dims &d, int k0, int lane)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#pragma unroll
-    for (int r = lane; r < 2 * C::BK; r += 32) {
-        const int j = k0 + (r < C::BK ? r : r - C::BK);
-        const T *src = r < C::BK ? gk + (int64_t)j * d.ks[2] : gv + (int64_t)j * d.vs[2];
-        if (j < d.Sk)
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "n"(C::D * 2) : "memory");
-    }
-#else
-    (void)gk; (void)gv; (void)d; (void)k0; (void)lane;
-#endif
-}
 
 /* Packed row r of kv head g: its query head h and query row i (a padding row, r >= group * Sq,
    takes the last row's, so that its loads stay in bounds; it is never written). */
@@ -7875,7 +7855,6 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
     __syncthreads();
     if (G::QREG) fa__tc_q_frags<C>(qf, aq);
 
-    const int pfd = a.l2pf & 15, pfn = (a.l2pf >> 4) & 15;   /* FA__CU_DEC_L2PF: own tiles ahead, the next block's */
     for (int u = 0; u < nt; u++) {
         const int kt = (t0 + warp + NW * u) * BK;
         const unsigned st = (unsigned)(u % ST) * BK * D * 2;
@@ -7884,18 +7863,6 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
         __syncwarp();
         if (u + ST - 1 < nt) fa__dec_load<C>(sK, sV, (u + ST - 1) % ST, gk, gv, d, (t0 + warp + NW * (u + ST - 1)) * BK, lane);
         fa__cu_commit();
-        if (pfd && u + ST - 1 + pfd < nt) fa__dec_l2<C>(gk, gv, d, (t0 + warp + NW * (u + ST - 1 + pfd)) * BK, lane);
-        if (pfn && u == (nt > 2 ? nt - 2 : 0)) {   /* the block `ahead` linear indices on: this warp's first pfn tiles */
-            const int64_t nl = blockIdx.x + (int64_t)gridDim.x * (blockIdx.y + (int64_t)gridDim.y * blockIdx.z) + a.ahead;
-            if (nl < (int64_t)gridDim.x * gridDim.y * gridDim.z) {
-                const int nx = (int)(nl % gridDim.x), ny = (int)(nl / gridDim.x % gridDim.y), nz = (int)(nl / gridDim.x / gridDim.y);
-                int n0, n1;
-                fa__dec_keys(d, nx / a.rblocks, a.chunk, &n0, &n1);
-                const int nt0 = n0 < n1 ? n0 / BK : 0, nall = n0 < n1 ? (n1 + BK - 1) / BK - nt0 : 0;
-                const T *nk = (const T *)a.k + nz * d.ks[0] + ny * d.ks[1], *nv = (const T *)a.v + nz * d.vs[0] + ny * d.vs[1];
-                for (int j = 0; j < pfn && warp + NW * j < nall; j++) fa__dec_l2<C>(nk, nv, d, (nt0 + warp + NW * j) * BK, lane);
-            }
-        }
         float s[MT][G::NN][4];
         unsigned pa[MT][G::KB][4];
         if (C::QK2) fa__dec_qk<T, C>(s, qf, aq, ak, st);
@@ -11127,17 +11094,6 @@ static int fa__cu_dec_pdl = -1;
 #define FA__CU_DEC_PDL (-1)
 #endif
 
-/* FA__CU_DEC_L2PF (dec7's probe, issue 14): L2 prefetch hints in the tensor-core split kernel (sm_90+;
-   hints only, the same bits at every setting): bits 0-3 P, each warp's tile P past its ring's
-   toward L2 every tile; bits 4-7 N, near its end (two tiles before) each warp's first N tiles of the
-   block `ahead` linear indices on. A test-switch variable like fa__cu_dec_pdl; else 0. */
-#ifdef FLASHATTN__TEST_SWITCHES
-static int fa__cu_dec_l2pf = 0;
-#define FA__CU_DEC_L2PF fa__cu_dec_l2pf
-#else
-#define FA__CU_DEC_L2PF 0
-#endif
-
 /* kern<<<grid, block, smem, st>>>(args...), with `dep` the programmatic-dependent-launch attribute
    (fa__cu_dep_go, fa__cu_dep_wait): the CUDA error of the launch. */
 template <typename... P, typename... A>
@@ -11210,8 +11166,6 @@ static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const voi
     a.chunks = pl->chunks;
     a.rblocks = (d->group * d->Sq + pl->bq - 1) / pl->bq;
     if ((s = fa__cu_facts_of(&dev, &f)) != FA_OK) return s;
-    a.l2pf = f.major < 9 ? 0 : FA__CU_DEC_L2PF;
-    a.ahead = (minb > 0 ? minb : 1) * f.sms;
     blocks = (int64_t)a.rblocks * a.chunks * d->Hkv * d->B;
     dep = f.major < 9 ? 0 : FA__CU_DEC_PDL >= 0 ? FA__CU_DEC_PDL
         : 1 | (minb > 0 && blocks >= (int64_t)minb * (f.sms - f.sms / 16) ? 2 : 0);

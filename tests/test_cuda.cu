@@ -1850,7 +1850,6 @@ int main(void)
     };
     int n = 0;
     g_small = getenv("SMALL") && atoi(getenv("SMALL")) != 0;
-    if (getenv("FA_DEC_L2PF")) fa__cu_dec_l2pf = atoi(getenv("FA_DEC_L2PF"));   /* dec7: the decode L2 hints */
     if (getenv("FA_TIME")) cmocka_set_test_filter("test_timing");   /* the timing pass alone */
     else if (getenv("FA_FILTER")) cmocka_set_test_filter(getenv("FA_FILTER"));
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
