@@ -628,7 +628,7 @@ extern "C" {
 #endif
 /* ... and a chunk's first FA__HSTART keys before its first block (fa__tiled_item); 0: not */
 #ifndef FA__HSTART
-#define FA__HSTART 0
+#define FA__HSTART 32
 #endif
 
 /* The tiled backward: keys per item (two 48-lane register panels) below FA__BWD_WIDE keys, and
@@ -2734,16 +2734,13 @@ static inline uint32_t fa__word(const unsigned char *p)
 /* The bf16 decode kernels of the AVX512-BF16 and AMX tables: fa__dots_h_avx512 and
    fa__pv_rows_h_avx512 (same lanes, same products, same sums: bitwise their results) with each 32
    stored values widened by one 512-bit load and two vpermw (a word to the top of its own 32-bit
-   lane, zeros below) instead of two loads, two vpmovzxwd and two vpslld; fp16, and a D or a 64-lane
-   pass of V not a multiple of 32, go to those kernels. FA__AHEAD_HALF2 > 0: a second prefetch that
-   many keys ahead into the L2 (prefetcht2), beside FA__AHEAD_HALF's. */
+   lane, zeros below) instead of two loads, two vpmovzxwd and two vpslld; fp16, a D not a multiple
+   of 32 and a Dv not a multiple of 64 go to those kernels. They also prefetch K/V FA__AHEAD_HALF2
+   keys ahead into the L2 (prefetcht2; 0: not), beside FA__AHEAD_HALF's prefetcht0, and
+   fa__tiled_item a chunk's first FA__HSTART keys (RESULTS, issue 16, "Xeon bf16 decode at 2
+   threads (cpuh)": with both, 16 threads 1.09-1.13x main, 2 threads level within the run's noise). */
 #ifndef FA__AHEAD_HALF2
-#define FA__AHEAD_HALF2 0
-#endif
-/* FA__PV_PAIRS: P V for Dv = 128 two rows at a time, each row of V read whole in one pass (the
-   4-row kernel takes 64 lanes a pass: two passes over a block, each reading half of every row) */
-#ifndef FA__PV_PAIRS
-#define FA__PV_PAIRS 0
+#define FA__AHEAD_HALF2 128
 #endif
 #if FA__AHEAD_HALF2 > 0
 #define FA__HPREF2(p) _mm_prefetch((const char *)(p), _MM_HINT_T2)
@@ -2801,45 +2798,6 @@ FA__BF16 static void fa__pv_rows_h_bf16(fa_dtype dt, const float *P, int64_t lds
     const __m512i ilo = FA__BW_LO, ihi = _mm512_add_epi32(ilo, _mm512_set1_epi32(16 << 16));
     int r0, t0, j, r;
     if (dt != FA_BF16 || Dv % 64) { fa__pv_rows_h_avx512(dt, P, lds, nr, V, vs, nk, O, Dv); return; }
-#if FA__PV_PAIRS
-    if (Dv == 128) {
-        /* two rows at a time over a whole row of V (its four lines in one pass, in memory order), the
-           same sums: each o value still adds its keys' products in key order */
-        for (r0 = 0; r0 < nr; r0 += 2) {
-            const int two = r0 + 1 < nr;
-            float *o0 = O + (int64_t)r0 * Dv, *o1 = O + (int64_t)(r0 + two) * Dv;
-            __m512 a0 = _mm512_loadu_ps(o0), a1 = _mm512_loadu_ps(o0 + 16), a2 = _mm512_loadu_ps(o0 + 32), a3 = _mm512_loadu_ps(o0 + 48);
-            __m512 a4 = _mm512_loadu_ps(o0 + 64), a5 = _mm512_loadu_ps(o0 + 80), a6 = _mm512_loadu_ps(o0 + 96), a7 = _mm512_loadu_ps(o0 + 112);
-            __m512 b0 = _mm512_loadu_ps(o1), b1 = _mm512_loadu_ps(o1 + 16), b2 = _mm512_loadu_ps(o1 + 32), b3 = _mm512_loadu_ps(o1 + 48);
-            __m512 b4 = _mm512_loadu_ps(o1 + 64), b5 = _mm512_loadu_ps(o1 + 80), b6 = _mm512_loadu_ps(o1 + 96), b7 = _mm512_loadu_ps(o1 + 112);
-            for (j = 0; j < nk; j++) {
-                const uint16_t *vr = V + (int64_t)j * vs;
-                const float *pr = P + (int64_t)j * lds + r0;
-                const __m512 pa = _mm512_set1_ps(pr[0]), pb = _mm512_set1_ps(pr[two]);
-                const __mmask16 ka = _mm512_cmp_ps_mask(pa, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-                const __mmask16 kb = _mm512_cmp_ps_mask(pb, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-                __m512i w;
-                __m512 v, u;
-                if (r0 == 0) { FA__HPREF(vr + FA__AHEAD_HALF * vs); FA__HPREF(vr + FA__AHEAD_HALF * vs + 32);
-                               FA__HPREF(vr + FA__AHEAD_HALF * vs + 64); FA__HPREF(vr + FA__AHEAD_HALF * vs + 96);
-                               FA__HPREF2(vr + FA__AHEAD_HALF2 * vs); FA__HPREF2(vr + FA__AHEAD_HALF2 * vs + 32);
-                               FA__HPREF2(vr + FA__AHEAD_HALF2 * vs + 64); FA__HPREF2(vr + FA__AHEAD_HALF2 * vs + 96); }
-#define FA__PV2(x, y, off) do { w = _mm512_loadu_si512((const void *)(vr + (off))); v = fa__bw_lo(w); u = fa__bw_hi(w); \
-                                a##x = _mm512_mask3_fmadd_ps(pa, v, a##x, ka); b##x = _mm512_mask3_fmadd_ps(pb, v, b##x, kb); \
-                                a##y = _mm512_mask3_fmadd_ps(pa, u, a##y, ka); b##y = _mm512_mask3_fmadd_ps(pb, u, b##y, kb); } while (0)
-                FA__PV2(0, 1, 0); FA__PV2(2, 3, 32); FA__PV2(4, 5, 64); FA__PV2(6, 7, 96);
-#undef FA__PV2
-            }
-            _mm512_storeu_ps(o0, a0); _mm512_storeu_ps(o0 + 16, a1); _mm512_storeu_ps(o0 + 32, a2); _mm512_storeu_ps(o0 + 48, a3);
-            _mm512_storeu_ps(o0 + 64, a4); _mm512_storeu_ps(o0 + 80, a5); _mm512_storeu_ps(o0 + 96, a6); _mm512_storeu_ps(o0 + 112, a7);
-            if (two) {
-                _mm512_storeu_ps(o1, b0); _mm512_storeu_ps(o1 + 16, b1); _mm512_storeu_ps(o1 + 32, b2); _mm512_storeu_ps(o1 + 48, b3);
-                _mm512_storeu_ps(o1 + 64, b4); _mm512_storeu_ps(o1 + 80, b5); _mm512_storeu_ps(o1 + 96, b6); _mm512_storeu_ps(o1 + 112, b7);
-            }
-        }
-        return;
-    }
-#endif
     for (r0 = 0; r0 < nr; r0 += 4) {
         int rn = nr - r0 < 4 ? nr - r0 : 4, rr[4];
         for (r = 0; r < 4; r++) rr[r] = r < rn ? r : rn - 1;
