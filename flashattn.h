@@ -626,6 +626,10 @@ extern "C" {
 #ifndef FA__HPREF_HINT
 #define FA__HPREF_HINT _MM_HINT_T0
 #endif
+/* ... and a chunk's first FA__HSTART keys before its first block (fa__tiled_item); 0: not */
+#ifndef FA__HSTART
+#define FA__HSTART 32
+#endif
 
 /* The tiled backward: keys per item (two 48-lane register panels) below FA__BWD_WIDE keys, and
    from it FA__BWD_KT_WIDE (Q, dO and dq then stream half as often), in blocks of FA__BWD_QB query
@@ -2727,6 +2731,96 @@ static inline uint32_t fa__word(const unsigned char *p)
     return w;
 }
 
+/* The bf16 decode kernels of the AVX512-BF16 and AMX tables: fa__dots_h_avx512 and
+   fa__pv_rows_h_avx512 (same lanes, same products, same sums: bitwise their results) with each 32
+   stored values widened by one 512-bit load and two vpermw (a word to the top of its own 32-bit
+   lane, zeros below) instead of two loads, two vpmovzxwd and two vpslld; fp16, a D not a multiple
+   of 32 and a Dv not a multiple of 64 go to those kernels. They also prefetch K/V FA__AHEAD_HALF2
+   keys ahead into the L2 (prefetcht2; 0: not), beside FA__AHEAD_HALF's prefetcht0, and
+   fa__tiled_item a chunk's first FA__HSTART keys (RESULTS, issue 16, "Xeon bf16 decode at 2
+   threads (cpuh)": with both, 16 threads 1.09-1.13x main, 2 threads level within the run's noise). */
+#ifndef FA__AHEAD_HALF2
+#define FA__AHEAD_HALF2 128
+#endif
+#if FA__AHEAD_HALF2 > 0
+#define FA__HPREF2(p) _mm_prefetch((const char *)(p), _MM_HINT_T2)
+#else
+#define FA__HPREF2(p) ((void)(p))
+#endif
+#define FA__BW_LO _mm512_set_epi32(15 << 16, 14 << 16, 13 << 16, 12 << 16, 11 << 16, 10 << 16, 9 << 16, 8 << 16, \
+                                   7 << 16, 6 << 16, 5 << 16, 4 << 16, 3 << 16, 2 << 16, 1 << 16, 0)
+#define fa__bw_lo(x) _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16((__mmask32)0xAAAAAAAAu, ilo, (x)))
+#define fa__bw_hi(x) _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16((__mmask32)0xAAAAAAAAu, ihi, (x)))
+FA__BF16 static void fa__dots_h_bf16(fa_dtype dt, const float *Q, int nr, const uint16_t *K, int64_t ks, int nk,
+                                     int D, float *S, int64_t lds)
+{
+    const __m512i ilo = FA__BW_LO, ihi = _mm512_add_epi32(ilo, _mm512_set1_epi32(16 << 16));
+    int j0, r0, a, r, t;
+    if (dt != FA_BF16 || D % 32) { fa__dots_h_avx512(dt, Q, nr, K, ks, nk, D, S, lds); return; }
+    for (j0 = 0; j0 < nk; j0 += 4) {
+        const uint16_t *kp[4];
+        for (a = 0; a < 4; a++) kp[a] = K + (int64_t)(j0 + a < nk ? j0 + a : nk - 1) * ks;
+        for (r0 = 0; r0 < nr; r0 += 4) {
+            const float *qp[4];
+            float out[16];
+            __m512 x, y;
+            FA__DZ(0); FA__DZ(1); FA__DZ(2); FA__DZ(3);
+            for (r = 0; r < 4; r++) qp[r] = Q + (int64_t)(r0 + r < nr ? r0 + r : nr - 1) * D;
+#define LD(p) _mm512_loadu_ps(p)
+            for (t = 0; t < D; t += 32) {
+                __m512i w0 = _mm512_loadu_si512((const void *)(kp[0] + t)), w1 = _mm512_loadu_si512((const void *)(kp[1] + t));
+                __m512i w2 = _mm512_loadu_si512((const void *)(kp[2] + t)), w3 = _mm512_loadu_si512((const void *)(kp[3] + t));
+                __m512 k0, k1, k2, k3;
+                if (r0 == 0) { FA__HPREF(kp[0] + FA__AHEAD_HALF * ks + t); FA__HPREF(kp[1] + FA__AHEAD_HALF * ks + t);
+                               FA__HPREF(kp[2] + FA__AHEAD_HALF * ks + t); FA__HPREF(kp[3] + FA__AHEAD_HALF * ks + t);
+                               FA__HPREF2(kp[0] + FA__AHEAD_HALF2 * ks + t); FA__HPREF2(kp[1] + FA__AHEAD_HALF2 * ks + t);
+                               FA__HPREF2(kp[2] + FA__AHEAD_HALF2 * ks + t); FA__HPREF2(kp[3] + FA__AHEAD_HALF2 * ks + t); }
+                k0 = fa__bw_lo(w0); k1 = fa__bw_lo(w1); k2 = fa__bw_lo(w2); k3 = fa__bw_lo(w3);
+                FA__DF(0); FA__DF(1); FA__DF(2); FA__DF(3);
+                t += 16;
+                k0 = fa__bw_hi(w0); k1 = fa__bw_hi(w1); k2 = fa__bw_hi(w2); k3 = fa__bw_hi(w3);
+                FA__DF(0); FA__DF(1); FA__DF(2); FA__DF(3);
+                t -= 16;
+            }
+#undef LD
+            x = FA__HALF(FA__QUAD(FA__PAIR(c00, c01), FA__PAIR(c02, c03)), FA__QUAD(FA__PAIR(c10, c11), FA__PAIR(c12, c13)));
+            y = FA__HALF(FA__QUAD(FA__PAIR(c20, c21), FA__PAIR(c22, c23)), FA__QUAD(FA__PAIR(c30, c31), FA__PAIR(c32, c33)));
+            _mm512_storeu_ps(out, FA__HALF(x, y));
+            for (r = 0; r < 4 && r0 + r < nr; r++)
+                for (a = 0; a < 4 && j0 + a < nk; a++) S[(j0 + a) * lds + r0 + r] = out[4 * r + a];
+        }
+    }
+}
+
+FA__BF16 static void fa__pv_rows_h_bf16(fa_dtype dt, const float *P, int64_t lds, int nr, const uint16_t *V, int64_t vs,
+                                        int nk, float *O, int Dv)
+{
+    const __m512i ilo = FA__BW_LO, ihi = _mm512_add_epi32(ilo, _mm512_set1_epi32(16 << 16));
+    int r0, t0, j, r;
+    if (dt != FA_BF16 || Dv % 64) { fa__pv_rows_h_avx512(dt, P, lds, nr, V, vs, nk, O, Dv); return; }
+    for (r0 = 0; r0 < nr; r0 += 4) {
+        int rn = nr - r0 < 4 ? nr - r0 : 4, rr[4];
+        for (r = 0; r < 4; r++) rr[r] = r < rn ? r : rn - 1;
+        for (t0 = 0; t0 < Dv; t0 += 64) {
+            const __mmask16 lm0 = 0xFFFF, lm1 = 0xFFFF, lm2 = 0xFFFF, lm3 = 0xFFFF;
+            FA__PL(0); FA__PL(1); FA__PL(2); FA__PL(3);
+            for (j = 0; j < nk; j++) {
+                const uint16_t *vr = V + (int64_t)j * vs + t0;
+                const float *pr = P + (int64_t)j * lds + r0;
+                __m512i wa = _mm512_loadu_si512((const void *)vr), wb = _mm512_loadu_si512((const void *)(vr + 32));
+                __m512 v0 = fa__bw_lo(wa), v1 = fa__bw_hi(wa), v2 = fa__bw_lo(wb), v3 = fa__bw_hi(wb);
+                if (r0 == 0) { FA__HPREF(vr + FA__AHEAD_HALF * vs); FA__HPREF(vr + FA__AHEAD_HALF * vs + 32);
+                               FA__HPREF2(vr + FA__AHEAD_HALF2 * vs); FA__HPREF2(vr + FA__AHEAD_HALF2 * vs + 32); }
+                FA__PF(0); FA__PF(1); FA__PF(2); FA__PF(3);
+            }
+            FA__PS(0); FA__PS(1); FA__PS(2); FA__PS(3);
+        }
+    }
+}
+#undef fa__bw_lo
+#undef fa__bw_hi
+#undef FA__BW_LO
+
 #define FA__BZ(a) __m512 c##a##0 = _mm512_setzero_ps(), c##a##1 = c##a##0, c##a##2 = c##a##0
 #define FA__BL(a) __m512 c##a##0 = _mm512_loadu_ps(C + ra[a] * ldc), c##a##1 = _mm512_loadu_ps(C + ra[a] * ldc + 16), \
                          c##a##2 = _mm512_loadu_ps(C + ra[a] * ldc + 32)
@@ -3357,14 +3451,14 @@ static const fa__kernels *fa__kernels_for(int isa)
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
         fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
-        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_bf16, fa__pv_rows_h_bf16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
 #ifdef FA__HAVE_AMX
     static const fa__kernels amx = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
         fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
-        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_avx512, fa__pv_rows_h_avx512, fa__qk_amx, fa__pv_amx, fa__vt_pack,
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_bf16, fa__pv_rows_h_bf16, fa__qk_amx, fa__pv_amx, fa__vt_pack,
         fa__mm_amx, fa__qk_amx_job, fa__pv_amx_job, fa__online_amx, fa__amx_run, fa__amx_run_rr };
     if (isa == 2 && fa__cpu_has_amx) return &amx;
 #endif
@@ -4587,6 +4681,18 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     memset(Ot, 0, (size_t)Dv * (pl->rowmajor ? (size_t)nr : (size_t)ld) * sizeof(float));
     if (kb0 < kb1) {
         if (pl->rowmajor) {
+#if defined(__GNUC__) && FA__HSTART > 0
+            if (half && K->dots_h) {
+                /* the chunk's first FA__HSTART keys of K and V toward the L1 before its first block: the
+                   decode kernels prefetch FA__AHEAD_HALF keys ahead of themselves only from there on */
+                int64_t j0 = kb0 * bk > klo ? kb0 * bk : klo, j1 = j0 + FA__HSTART < khi ? j0 + FA__HSTART : khi, j;
+                int64_t e;
+                for (j = j0; j < j1; j++) {
+                    for (e = 0; e < D; e += 32) __builtin_prefetch((const char *)(khb + j * ks + e), 0, 3);
+                    for (e = 0; e < Dv; e += 32) __builtin_prefetch((const char *)(vhb + j * vs + e), 0, 3);
+                }
+            }
+#endif
             for (r = 0; r < nr; r++) {
                 if (half) K->h2f(d->dtype, c->qh + FA__QOFF(r), Qt + r * D, D);
                 K->scale(Qt + r * D, half ? Qt + r * D : FA__QROW(r), D, d->scale);
