@@ -7804,15 +7804,18 @@ static __device__ __forceinline__ void fa__dec_qk(float (&s)[C::MT][C::BK / 8][4
 template <class C> struct fa__dec_warp_parts {
     const unsigned char *base;
     int rr;   /* the block's packed row: row rr % WR of row half rr / WR */
-    __device__ __forceinline__ float l(int p) const
+    __device__ __forceinline__ const float *at(int p) const
     {
         typedef fa__dec_geom<C> G;
-        return ((const float *)(base + G::QB + p * 2 * G::RING + rr / G::WR * G::WO + G::LO))[rr % G::WR];
+        return (const float *)(base + G::QB + p * 2 * G::RING + (C::RH > 1 ? rr / G::WR * G::WO : 0));
+    }
+    __device__ __forceinline__ float l(int p) const
+    {
+        return at(p)[fa__dec_geom<C>::LO / 4 + (C::RH > 1 ? rr % fa__dec_geom<C>::WR : rr)];
     }
     __device__ __forceinline__ float o(int p, int t) const
     {
-        typedef fa__dec_geom<C> G;
-        return ((const float *)(base + G::QB + p * 2 * G::RING + rr / G::WR * G::WO))[rr % G::WR * G::LDO + t];
+        return at(p)[(C::RH > 1 ? rr % fa__dec_geom<C>::WR : rr) * fa__dec_geom<C>::LDO + t];
     }
 };
 
