@@ -10388,8 +10388,9 @@ static size_t fa__cu_dec_bytes(const fa__dims *d, int chunks)
    modifier, a bias or a non-positive scale needs the scores rebuilt), in blocks of 16 packed rows,
    or of 32 (the _r32 kernels, which read each K/V tile once for up to 32 rows) when group * Sq >
    16 and the 16-row grid would take more than one wave of MINB blocks an SM (RESULTS, CUDA
-   decode: B = 8 MQA +8.5% in 32-row blocks, B = 1 MQA 131k -25%, where 16-row blocks fill one
-   wave and 32-row ones half of it); else the FFMA kernel of the head-dim class. pl->bq: the
+   decode, "decmq": at D = 128 the 32-row block, paired (RH = 2) or as MT = 2 before it, runs B = 8
+   MQA at 1.46x or 1.24x the speed of 16-row blocks, B = 1 MQA 131k at 0.93x or 0.73x, where
+   16-row blocks fill one wave and 32-row ones half of it); else the FFMA kernel of the head-dim class. pl->bq: the
    packed rows a block. The choice of block depends on B and the device, but nothing a row
    computes does: the chunks come from the shape alone (fa__cu_dec_chunk), and a row's bits are
    the same in a 16- or a 32-row block (the same products, softmax steps and warp merge: tested),
