@@ -7697,9 +7697,10 @@ static __device__ __forceinline__ int64_t fa__dec_out_row(const fa__dims &d, int
     return ((int64_t)b * d.Hq + h) * d.Sq + i;
 }
 
-/* The tensor-core kernel's shared memory: the Q tile (ROWS = 16 MT rows x D, 16-bit), then per
-   warp a K ring and a V ring of ST stages of BK x D 16-bit elements (after the loop the warp's two
-   rings hold its normalised o as fp32 rows of D + 4 floats, then at byte LO its ROWS lse). */
+/* The tensor-core kernel's shared memory: the Q tile (ROWS = 16 MT RH rows x D, 16-bit), then per
+   key group (KG = NW / RH of them) a K ring and a V ring of ST stages of BK x D 16-bit elements
+   (after the loop the group's two rings hold its warps' normalised o, row half h's at byte h WO:
+   its WR = 16 MT rows as fp32 rows of D + 4 floats, then at byte LO their lse). */
 template <class C> struct fa__dec_geom {
     enum { KG = C::NW / C::RH, WR = 16 * C::MT, ROWS = WR * C::RH, QB = ROWS * C::D * 2, RING = C::ST * C::BK * C::D * 2,
            SMEM = QB + KG * 2 * RING, LDO = C::D + 4, LO = WR * LDO * 4, WO = LO + WR * 4 };
@@ -7707,8 +7708,9 @@ template <class C> struct fa__dec_geom {
     static_assert(C::RH * WO <= 2 * RING, "the warps' o and lse fit their key group's rings");
 };
 
-/* Step: the K and V tiles of keys [k0, k0 + BK) into stage `stage` of this warp's rings (rows past
-   Sk zero-filled), issued by the warp's 32 lanes; the caller commits. */
+/* Step: the K and V tiles of keys [k0, k0 + BK) into stage `stage` of this warp's key group's rings
+   (rows past Sk zero-filled), issued by the warp's 32 lanes (with RH = 2 row half 0 copies K and
+   row half 1 V); the caller commits. */
 template <class C, typename T>
 static __device__ __forceinline__ void fa__dec_load(unsigned sK, unsigned sV, int stage, const T *gk, const T *gv,
                                                     const fa__dims &d, int k0, int lane, int h)
