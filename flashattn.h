@@ -6280,28 +6280,32 @@ struct fa__wgb_d128 {
 };
 
 /* The split-key decode kernels' configurations (8d2). The tensor-core one is an fa__tc_* trait
-   (MT m16 tiles of packed query rows, 16 MT rows a block, shared by NW warps that each walk their
-   own key tiles of BK through a private ring of ST cp.async stages) plus ST; BK x D is 2 KB a row
+   (MT m16 tiles of packed query rows a warp, 16 MT RH rows a block, shared by NW warps in NW / RH
+   key groups that each walk their own key tiles of BK through a ring of ST cp.async stages, RH
+   warps a group, each on its own 16 MT rows) plus ST and RH; BK x D is 2 KB a row
    of the ring at both head dims, so that MINB blocks fit an SM: 2 (3 stages), and at D = 128 in
    16-row blocks 3 (2 stages, 68 KB, Q re-read from shared memory to stay within 168 registers;
    against 2 blocks of 3 stages +1-2% on the bench's rows, +7.6% at Sq = 4, where a block's
    epilogue is longer and the SM's other two blocks stream over it: RESULTS, CUDA decode, "dec4");
    QK2 1: S = Q K^T on two accumulator chains a tile (fa__dec_qk; at D = 128, whose 8 k-steps make
    one chain long; MT = 2 keeps the same two chains, so that a row's sums do not depend on MT).
-   MT = 1 (16 rows); the _r32 ones (MT = 2, 32 rows), where group * Sq > 16 and the grid of 16-row blocks takes more than one
+   MT = 1 (16 rows); the _r32 ones (32 rows), where group * Sq > 16 and the grid of 16-row blocks takes more than one
    wave (8f), read each K/V tile once for a GQA/MQA group of up to 32 packed rows and give a row the
-   same bits as the 16-row ones; at D = 128 their Q is re-read from shared memory every tile (QREG
-   0: held in registers, o's 128 and Q's 64 registers a thread reach 255 and spill). The FFMA
+   same bits as the 16-row ones: at D = 64 one warp holds both m16 tiles (MT = 2); at D = 128 two
+   warps of one m16 tile share each key group's rings (RH = 2, 8 warps, K copied by one and V by
+   the other, a named barrier a tile; 2 blocks an SM at 128 registers: 16 warps an SM on 16 rows
+   each, where MT = 2's 4 warps of 255 registers gave 8 on 32 rows, its warps' dependent chains
+   the limit: RESULTS, CUDA decode, "decmq"). The FFMA
    one walks tiles of FA__CU_DEC_BK keys with FA__CU_DEC_THREADS threads over FA__CU_DEC_ROWS packed
    rows. Chunks: a row's keys are cut at multiples of fa__cu_dec_chunk's size (8f), a function of
    one sequence's shape (Sk, Hkv, group * Sq; never B, the device, or the block picked): at
    least FA__CU_DEC_CHUNK_MIN keys, a multiple of 256, and as many chunks as make about
    FA__CU_DEC_PARTS blocks a sequence (so at most that many). The picker takes the decode path for
    Sq <= FA__CU_DEC_MAX_SQ and group * Sq <= FA__CU_DEC_MAX_ROWS. */
-struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0 }; };
-struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1 }; };
-struct fa__dec_d64_r32 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0 }; };
-struct fa__dec_d128_r32 { enum { D = 128, NW = 4, MT = 2, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1 }; };
+struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1 }; };
+struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1 }; };
+struct fa__dec_d64_r32 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1 }; };
+struct fa__dec_d128_r32 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2 }; };
 #define FA__CU_DEC_ROWS 16
 #define FA__CU_DEC_BK 32
 #define FA__CU_DEC_THREADS 128
@@ -7753,12 +7757,13 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tc_fwd(const fa__tc_a
    fa__cu_dec_merge then merges each row's chunks into o (storage type, o's strides) and lse, by
    8b's merge rule (the one fa_cuda_merge runs).
    Two kernels: fa__dec_tc (fp16/bf16, D = Dv in {64, 128}, 16-byte aligned q/k/v rows, sm_80+),
-   8d's steps on MT m16 tiles of packed rows (MT = 2 where a group's rows pass 16 and the 16-row
-   grid takes more than a wave, so that K/V are read once for up to 32 of them; a row's bits are
-   the same at MT = 1 and 2): each of the NW warps walks its own key tiles (tile
-   t0 + warp + NW u of the chunk) through a private ring of ST cp.async stages (no block barrier in
-   the loop), with 16-byte loads, mma.sync and fp32 accumulators; at the end the warps' results
-   (normalised o and lse, through shared memory) are merged by the same rule, in warp order.
+   8d's steps on MT m16 tiles of packed rows (32-row blocks, MT = 2 or RH = 2, where a group's rows
+   pass 16 and the 16-row grid takes more than a wave, so that K/V are read once for up to 32 of
+   them; a row's bits are the same in 16- and 32-row blocks): each of the NW / RH key groups walks
+   its own key tiles (tile t0 + kg + (NW / RH) u of the chunk) through its ring of ST cp.async
+   stages (no block barrier in the loop: a warp's, or with RH = 2 its two warps' named barrier),
+   with 16-byte loads, mma.sync and fp32 accumulators; at the end the key groups' results
+   (normalised o and lse, through shared memory) are merged by the same rule, in key-group order.
    fa__dec_ffma (any dtype, layout, D, Dv <= 256): FFMA in exact fp32 like 8c, the tile's K and V
    in shared memory as fp32, each warp owning 4 of the 16 packed rows (keys on its lanes for
    S = Q K^T and the online softmax, columns on its lanes for P V). */
@@ -7798,25 +7803,41 @@ static __device__ __forceinline__ int64_t fa__dec_out_row(const fa__dims &d, int
     return ((int64_t)b * d.Hq + h) * d.Sq + i;
 }
 
-/* The tensor-core kernel's shared memory: the Q tile (ROWS = 16 MT rows x D, 16-bit), then per
-   warp a K ring and a V ring of ST stages of BK x D 16-bit elements (after the loop the warp's two
-   rings hold its normalised o as fp32 rows of D + 4 floats, then at byte LO its ROWS lse). */
+/* The tensor-core kernel's shared memory: the Q tile (ROWS = 16 MT RH rows x D, 16-bit), then per
+   key group (KG = NW / RH of them) a K ring and a V ring of ST stages of BK x D 16-bit elements
+   (after the loop the group's two rings hold its warps' normalised o, row half h's at byte h WO:
+   its WR = 16 MT rows as fp32 rows of D + 4 floats, then at byte LO their lse). */
 template <class C> struct fa__dec_geom {
-    enum { ROWS = 16 * C::MT, QB = ROWS * C::D * 2, RING = C::ST * C::BK * C::D * 2, SMEM = QB + C::NW * 2 * RING,
-           LDO = C::D + 4, LO = ROWS * LDO * 4 };
-    static_assert(LO + ROWS * 4 <= 2 * RING, "a warp's o and lse fit its rings");
+    enum { KG = C::NW / C::RH, WR = 16 * C::MT, ROWS = WR * C::RH, QB = ROWS * C::D * 2, RING = C::ST * C::BK * C::D * 2,
+           SMEM = QB + KG * 2 * RING, LDO = C::D + 4, LO = WR * LDO * 4, WO = LO + WR * 4 };
+    static_assert(C::RH >= 1 && C::RH <= 2 && C::NW % C::RH == 0, "one or two row halves share a key group's rings");
+    static_assert(C::RH * WO <= 2 * RING, "the warps' o and lse fit their key group's rings");
 };
 
-/* Step: the K and V tiles of keys [k0, k0 + BK) into stage `stage` of this warp's rings (rows past
-   Sk zero-filled), issued by the warp's 32 lanes; the caller commits. */
+/* Step: the K and V tiles of keys [k0, k0 + BK) into stage `stage` of this warp's key group's rings
+   (rows past Sk zero-filled), issued by the warp's 32 lanes (with RH = 2 row half 0 copies K and
+   row half 1 V); the caller commits. */
 template <class C, typename T>
 static __device__ __forceinline__ void fa__dec_load(unsigned sK, unsigned sV, int stage, const T *gk, const T *gv,
-                                                    const fa__dims &d, int k0, int lane)
+                                                    const fa__dims &d, int k0, int lane, int h)
 {
     const int n = min((int)C::BK, d.Sk - k0);
     const unsigned st = (unsigned)stage * C::BK * C::D * 2;
-    fa__tc_load<C::D, C::BK, 32>(sK + st, gk + (int64_t)k0 * d.ks[2], d.ks[2], n, lane);
-    fa__tc_load<C::D, C::BK, 32>(sV + st, gv + (int64_t)k0 * d.vs[2], d.vs[2], n, lane);
+    if (C::RH == 1 || h == 0) fa__tc_load<C::D, C::BK, 32>(sK + st, gk + (int64_t)k0 * d.ks[2], d.ks[2], n, lane);
+    if (C::RH == 1 || h == 1) fa__tc_load<C::D, C::BK, 32>(sV + st, gv + (int64_t)k0 * d.vs[2], d.vs[2], n, lane);
+}
+
+/* The warps that share a key group's rings (RH of them, barrier 1 + kg) wait for each other; one
+   warp alone (RH 1) waits for its lanes. The ids are constants (ptxas counts a barrier whose id is
+   a register as all 16). */
+template <class C> static __device__ __forceinline__ void fa__dec_group_sync(int kg)
+{
+    static_assert(C::RH == 1 || (C::RH == 2 && C::NW / C::RH <= 4), "barriers 1 .. 4 of two warps");
+    if (C::RH == 1) __syncwarp();
+    else if (kg == 0) asm volatile("bar.sync 1, 64;\n" ::: "memory");
+    else if (kg == 1) asm volatile("bar.sync 2, 64;\n" ::: "memory");
+    else if (kg == 2) asm volatile("bar.sync 3, 64;\n" ::: "memory");
+    else asm volatile("bar.sync 4, 64;\n" ::: "memory");
 }
 
 /* Step: the modifiers (MOD 4: 8b's rule in the log2 domain, as fa__tc_scores) and the mask on one
@@ -7890,16 +7911,19 @@ static __device__ __forceinline__ void fa__dec_qk(float (&s)[C::MT][C::BK / 8][4
 /* The warps' results in shared memory as parts of 8b's merge rule (part p = warp p). */
 template <class C> struct fa__dec_warp_parts {
     const unsigned char *base;
-    int rr;
-    __device__ __forceinline__ float l(int p) const
+    int rr;   /* the block's packed row: row rr % WR of row half rr / WR */
+    __device__ __forceinline__ const float *at(int p) const
     {
         typedef fa__dec_geom<C> G;
-        return ((const float *)(base + G::QB + p * 2 * G::RING + G::LO))[rr];
+        return (const float *)(base + G::QB + p * 2 * G::RING + (C::RH > 1 ? rr / G::WR * G::WO : 0));
+    }
+    __device__ __forceinline__ float l(int p) const
+    {
+        return at(p)[fa__dec_geom<C>::LO / 4 + (C::RH > 1 ? rr % fa__dec_geom<C>::WR : rr)];
     }
     __device__ __forceinline__ float o(int p, int t) const
     {
-        typedef fa__dec_geom<C> G;
-        return ((const float *)(base + G::QB + p * 2 * G::RING))[rr * G::LDO + t];
+        return at(p)[(C::RH > 1 ? rr % fa__dec_geom<C>::WR : rr) * fa__dec_geom<C>::LDO + t];
     }
 };
 
@@ -7911,13 +7935,14 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
 {
     typedef fa__tc_geom<C> G;
     typedef fa__dec_geom<C> E;
-    enum { D = C::D, BK = C::BK, NW = C::NW, ST = C::ST, MT = C::MT, ROWS = E::ROWS };
+    enum { D = C::D, BK = C::BK, NW = C::NW, ST = C::ST, MT = C::MT, RH = C::RH, KG = E::KG, WR = E::WR, ROWS = E::ROWS };
     extern __shared__ __align__(128) unsigned char fa__dec_smem[];
     const fa__dims &d = a.d;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int h = RH > 1 ? warp / KG : 0, kg = RH > 1 ? warp % KG : warp;   /* row half, key group */
     const int rb = (int)(blockIdx.x % (unsigned)a.rblocks), c = (int)(blockIdx.x / (unsigned)a.rblocks);
     const int g = blockIdx.y, b = blockIdx.z, R = d.group * d.Sq, r0 = rb * ROWS;
-    const unsigned sQ = fa__cu_sa(fa__dec_smem), sK = sQ + E::QB + (unsigned)warp * 2 * E::RING, sV = sK + E::RING;
+    const unsigned sQ = fa__cu_sa(fa__dec_smem), sK = sQ + E::QB + (unsigned)kg * 2 * E::RING, sV = sK + E::RING;
     const T *gk = (const T *)a.k + b * d.ks[0] + g * d.ks[1];
     const T *gv = (const T *)a.v + b * d.vs[0] + g * d.vs[1];
     fa__cu_dep_go();     /* FA__CU_DEC_PDL: the merge may launch, and waits for this grid */
@@ -7933,18 +7958,18 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
     }
     fa__cu_commit();
 
-    /* this warp's key tiles: t0 + warp + NW u, u < nt */
+    /* this warp's key tiles (its key group's): t0 + kg + KG u, u < nt */
     int k0, k1;
     const fa__keys kr = fa__dec_keys(d, c, a.chunk, &k0, &k1);
     const int t0 = k0 < k1 ? k0 / BK : 0, ntall = k0 < k1 ? (k1 + BK - 1) / BK - t0 : 0;
-    const int nt = ntall > warp ? (ntall - warp + NW - 1) / NW : 0;
+    const int nt = ntall > kg ? (ntall - kg + KG - 1) / KG : 0;
 #pragma unroll
     for (int u = 0; u < ST - 1; u++) {
-        if (u < nt) fa__dec_load<C>(sK, sV, u, gk, gv, d, (t0 + warp + NW * u) * BK, lane);
+        if (u < nt) fa__dec_load<C>(sK, sV, u, gk, gv, d, (t0 + kg + KG * u) * BK, lane, h);
         fa__cu_commit();
     }
 
-    /* this thread's packed rows r0 + 16 mt + (lane >> 2) + 8 hf: query row, visible keys, head constants */
+    /* this thread's packed rows r0 + WR h + 16 mt + (lane >> 2) + 8 hf: query row, visible keys, head constants */
     const float f = MOD == 0 ? d.scale * FA__CU_LOG2E : 1.0f;
     const bool sc = MOD && d.softcap > 0.0f, al = MOD && d.alibi != 0, bi = MOD && d.bias != 0;
     const int cq = 2 * (lane & 3);
@@ -7956,11 +7981,11 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
-            const int pr = r0 + 16 * mt + (lane >> 2) + 8 * hf;
-            int h;
-            fa__dec_row(d, g, pr, &h, &qi[mt][hf]);
+            const int pr = r0 + WR * h + 16 * mt + (lane >> 2) + 8 * hf;
+            int hq;
+            fa__dec_row(d, g, pr, &hq, &qi[mt][hf]);
             rok[mt][hf] = pr < R;
-            md[mt][hf] = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
+            md[mt][hf] = fa__cu_mods_of(d, b, hq, d.scale, FA__CU_LOG2E, sc, al, false);
             fa__cu_row_keys(d, qi[mt][hf], &lo[mt][hf], &hi[mt][hf]);
         }
 #pragma unroll
@@ -7969,18 +7994,19 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
         l[mt][0] = l[mt][1] = 0.0f;
     }
     unsigned qf[MT][G::KD][4], aq[4], ak[4], av[4];   /* qf unused (and gone) unless QREG */
-    fa__tc_bases<C>(sQ, sK, sV, 0, lane, aq, ak, av);
+    fa__tc_bases<C>(sQ, sK, sV, h, lane, aq, ak, av);   /* Q rows of row half h */
     fa__cu_wait<ST - 1>();   /* the Q group, the oldest */
     __syncthreads();
     if (G::QREG) fa__tc_q_frags<C>(qf, aq);
 
     for (int u = 0; u < nt; u++) {
-        const int kt = (t0 + warp + NW * u) * BK;
+        const int kt = (t0 + kg + KG * u) * BK;
         const unsigned st = (unsigned)(u % ST) * BK * D * 2;
         const bool full = fa__keys_full(&kr, kt, kt + BK);
-        fa__cu_wait<ST - 2>();   /* tile u landed (every lane's part: the warp barrier) */
-        __syncwarp();
-        if (u + ST - 1 < nt) fa__dec_load<C>(sK, sV, (u + ST - 1) % ST, gk, gv, d, (t0 + warp + NW * (u + ST - 1)) * BK, lane);
+        fa__cu_wait<ST - 2>();   /* tile u landed (every lane's part, and the other row half's: the group barrier, */
+        fa__dec_group_sync<C>(kg);   /* after which the stage of tile u - 1 is free: both warps are past it) */
+        if (u + ST - 1 < nt)
+            fa__dec_load<C>(sK, sV, (u + ST - 1) % ST, gk, gv, d, (t0 + kg + KG * (u + ST - 1)) * BK, lane, h);
         fa__cu_commit();
         float s[MT][G::NN][4];
         unsigned pa[MT][G::KB][4];
@@ -7988,19 +8014,23 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
         else fa__tc_qk<T, C>(s, qf, aq, ak, st);
         fa__dec_scores<C, MOD>(s, d, md, sc, al, bi, qi, rok, lo, hi, kt + cq, full);
         fa__tc_softmax<T, C>(s, m, l, o, pa, f);
-        /* 8d's rare case (fa__tc_clean_v), voted by the warp that owns the tile */
+        /* 8d's rare case (fa__tc_clean_v), voted by the warp that copied the V tile (with RH 2 both
+           warps of the group scan its chunks and vote alike; both read the tile, then its copier
+           cleans it between two group barriers) */
         if ((bi || !full) && __any_sync(0xffffffffu, fa__tc_scan<D, BK, 32, T>(sV + st, lane))) {
             fa__tc_nan_rows<C>(o, fa__tc_hits<T, C>(pa, fa__tc_vrows<D>{ sV + st }, lane));
-            fa__tc_clean_v<T, D, BK, 32>(sV + st, lane);
+            if (RH > 1) fa__dec_group_sync<C>(kg);
+            if (RH == 1 || h == 1) fa__tc_clean_v<T, D, BK, 32>(sV + st, lane);
+            if (RH > 1) fa__dec_group_sync<C>(kg);
         }
         fa__tc_pv<T, C>(o, pa, av, st);
     }
     fa__cu_wait<0>();
-    __syncwarp();
+    fa__dec_group_sync<C>(kg);   /* the group's rings read */
 
-    /* this warp's normalised o and lse (NaN kept) into its rings, as fp32 */
+    /* this warp's normalised o and lse (NaN kept) into its key group's rings (row half h at WO), as fp32 */
     {
-        float *so = (float *)(fa__dec_smem + E::QB + warp * 2 * E::RING), *sl = so + E::LO / 4;
+        float *so = (float *)(fa__dec_smem + E::QB + kg * 2 * E::RING + h * E::WO), *sl = so + E::LO / 4;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -8017,17 +8047,17 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
             }
     }
     __syncthreads();
-    /* the warps merged, in warp order, into this chunk's partial of each packed row */
+    /* the key groups' warps merged, in key-group order, into this chunk's partial of each packed row */
     for (int e = tid; e < ROWS * D; e += NW * 32) {
         const int rr = e / D, t = e % D, pr = r0 + rr;
         if (pr >= R) break;   /* rows go up with e */
         const fa__dec_warp_parts<C> v = { fa__dec_smem, rr };
         float mx, sum;
-        int h, i;
-        fa__cu_merge_scan(v, NW, &mx, &sum);
-        fa__dec_row(d, g, pr, &h, &i);
-        const int64_t row = fa__dec_out_row(d, b, h, i) * a.chunks + c;
-        a.wo[row * d.Dv + t] = fa__cu_merge_elem(v, NW, t, mx, sum);
+        int hq, i;
+        fa__cu_merge_scan(v, KG, &mx, &sum);
+        fa__dec_row(d, g, pr, &hq, &i);
+        const int64_t row = fa__dec_out_row(d, b, hq, i) * a.chunks + c;
+        a.wo[row * d.Dv + t] = fa__cu_merge_elem(v, KG, t, mx, sum);
         if (t == 0) a.wl[row] = fa__lse_of(mx, sum);
     }
 }
@@ -8305,7 +8335,6 @@ static __device__ __forceinline__ void fa__wg_bar_sync(int id, int threads = 256
 {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-
 static __device__ __forceinline__ void fa__wg_bar_arrive(int id)
 {
     asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
@@ -10467,8 +10496,9 @@ static size_t fa__cu_dec_bytes(const fa__dims *d, int chunks)
    modifier, a bias or a non-positive scale needs the scores rebuilt), in blocks of 16 packed rows,
    or of 32 (the _r32 kernels, which read each K/V tile once for up to 32 rows) when group * Sq >
    16 and the 16-row grid would take more than one wave of MINB blocks an SM (RESULTS, CUDA
-   decode: B = 8 MQA +8.5% in 32-row blocks, B = 1 MQA 131k -25%, where 16-row blocks fill one
-   wave and 32-row ones half of it); else the FFMA kernel of the head-dim class. pl->bq: the
+   decode, "decmq": at D = 128 the 32-row block, paired (RH = 2) or as MT = 2 before it, runs B = 8
+   MQA at 1.46x or 1.24x the speed of 16-row blocks, B = 1 MQA 131k at 0.93x or 0.73x, where
+   16-row blocks fill one wave and 32-row ones half of it); else the FFMA kernel of the head-dim class. pl->bq: the
    packed rows a block. The choice of block depends on B and the device, but nothing a row
    computes does: the chunks come from the shape alone (fa__cu_dec_chunk), and a row's bits are
    the same in a 16- or a 32-row block (the same products, softmax steps and warp merge: tested),

@@ -27,7 +27,8 @@
    fa__cu_pick and fa__cu_launch), --no-tune, --no-naive, --no-check, --budget SEC (per timed row, default 0.08),
    --prof (one launch per profiled shape, for ncu), --decode-probe (the decode rows under other plans
    of the same build, see decode_probe), --decode-prof (the D = 128 decode kernel at B = 1 and 8,
-   Sk = 32k, once each, for ncu: see decode_prof), --xp (the Hopper kernel's exp shares: the fa__wg_* XP0/XP1/XP2
+   Sk = 32k, once each, for ncu: see decode_prof), --decode-mqa (the MQA rows under the 32-row block's
+   configurations, see decode_mqa), --decode-prof-mqa (their split kernels at B = 8 once each, for ncu), --xp (the Hopper kernel's exp shares: the fa__wg_* XP0/XP1/XP2
    sweep, bf16 at S = 16384, and nothing else). FA_TUNE_ONLY=PREFIX (environment): the tile sweep's
    configurations whose names start with PREFIX, and nothing else.
 
@@ -704,9 +705,13 @@ static void decode_rows(double cgbs)
    blocks an SM, a ring of 3 stages a warp, Q in registers (main's ed62c29); "m2s2" the same with 2
    stages (half the tiles in flight: Little's law's check); "m3s2" three blocks an SM (68 KB of
    shared memory, at most 168 registers: Q re-read from shared memory), 2 stages. */
-struct prb_d128_m2s3 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 1 }; };
-struct prb_d128_m2s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 2, QK2 = 1 }; };
-struct prb_d128_m3s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1 }; };
+struct prb_d128_m2s3 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 1 }; };
+struct prb_d128_m2s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 2, QK2 = 1, RH = 1 }; };
+struct prb_d128_m3s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1 }; };
+/* --decode-mqa's other configuration of the D = 128 32-row block: "r32old", main's before decmq (4
+   warps of two m16 tiles each, 255 registers, 2 blocks an SM; the shipped one pairs 8 warps of one
+   m16 tile, two row halves sharing each key group's rings). Both give the bits of the 16-row block. */
+struct prb_d128_r32old { enum { D = 128, NW = 4, MT = 2, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 1 }; };
 
 /* A whole call (split kernel, merge, workspace) of plan pl with configuration C of the kernel (the
    largest carveout, as every tensor-core decode launch of this build; main's ed62c29 asked none). */
@@ -904,6 +909,116 @@ static void decode_probe(void)
     }
 }
 
+/* ---- --decode-mqa (issue 14, helper decmq): the decode rows with more than 16 packed rows (the MQA
+   rows) under the D = 128 32-row configurations: the picked call, then forced plans (16-row blocks;
+   32-row blocks in r32old and in the shipped paired block), whole calls and their split kernels
+   alone, alternated over two rounds, us per call (N calls, median of 5, K/V copies rotated as
+   --decode); each forced plan's o compared with the pick's (max |diff|: 0 expected, the same bits).
+   With prof set (--decode-prof-mqa, for ncu): B = 8 only, each split kernel launched once, nothing
+   timed. */
+static void decode_mqa(bool prof)
+{
+    for (const DecRow &r : DEC_ROWS) {
+        if (r.Hkv != 1 || (prof && r.B != 8)) continue;
+        DecSet ds(r);
+        const Case &c = ds.c;
+        Bufs &b = ds.b;
+        const double kvb = ds.kvb;
+        const int copies = ds.copies;
+        const std::vector<void *> &ks = ds.ks, &vs = ds.vs;
+        fa_params p;
+        make_params(c, b, &p);
+        fa__dims d;
+        fa__cu_plan pick;
+        if (fa__resolve(&p, b.q, b.k, b.v, b.o, &d, NULL) != FA_OK || fa__cu_pick(&d, b.q, b.k, b.v, b.o, &pick) != FA_OK ||
+            (pick.kernel != FA__CU_DEC_TC_D128 && pick.kernel != FA__CU_DEC_TC_D128_R32)) {
+            printf("# mqa B=%d Sk=%d: not the tensor-core decode\n", r.B, r.Sk);
+            n_fail++;
+            continue;
+        }
+        fa__cu_plan p16 = pick, p32 = pick;
+        p16.kernel = FA__CU_DEC_TC_D128; p16.bq = 16;
+        p32.kernel = FA__CU_DEC_TC_D128_R32; p32.bq = 32;
+        float *ws = NULL;
+        CK(cudaMalloc(&ws, fa__cu_dec_bytes(&d, pick.chunks)));
+        if (prof) {
+            dec_split_only<prb_d128_r32old>(p32, d, b.q, b.k, b.v, ws);
+            dec_split_only<fa__dec_d128_r32>(p32, d, b.q, b.k, b.v, ws);
+            dec_split_only<fa__dec_d128>(p16, d, b.q, b.k, b.v, ws);
+            CK(cudaGetLastError());
+            CK(cudaDeviceSynchronize());
+            printf("# prof mqa B=%d Sk=%d: %d chunks of %d (split r32old, p32 (shipped), 16-row)\n", r.B, r.Sk, pick.chunks,
+                   pick.chunk);
+            cudaFree(ws);
+            continue;
+        }
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+        auto timed = [&](auto &&call) {
+            float ms1 = 0;
+            call(0);
+            CK(cudaDeviceSynchronize());
+            CK(cudaEventRecord(e0));
+            for (int i = 0; i < copies; i++) call(i);
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaEventElapsedTime(&ms1, e0, e1));
+            const int n = (int)std::min(400.0, std::max((double)copies, 15.0 / std::max(ms1 / copies, 1e-3f)));
+            std::vector<float> t(5);
+            for (size_t rep = 0; rep < t.size(); rep++) {
+                CK(cudaEventRecord(e0));
+                for (int i = 0; i < n; i++) call(i);
+                CK(cudaEventRecord(e1));
+                CK(cudaEventSynchronize(e1));
+                CK(cudaEventElapsedTime(&t[rep], e0, e1));
+            }
+            CK(cudaGetLastError());
+            CK(cudaDeviceSynchronize());
+            std::sort(t.begin(), t.end());
+            return 1e3 * t[t.size() / 2] / n;
+        };
+        const size_t ob = b.no * 2;
+        std::vector<unsigned char> ref(ob), got(ob);
+        const char *names[] = { "pick", "call16", "call-r32old", "call-p32", "split16", "split-r32old", "split-p32" };
+        printf("# mqa B=%d Sq=%d Sk=%d Hkv=%d: pick %s, %d chunks of %d\n", r.B, r.Sq, r.Sk, r.Hkv, fa__cu_kernel_name(pick.kernel),
+               pick.chunks, pick.chunk);
+        for (int round = 0; round < 2; round++)
+            for (int v = 0; v < 7; v++) {
+                auto call = [&](int i) {
+                    fa__dims dd;
+                    fa__resolve(&p, b.q, ks[i % copies], vs[i % copies], b.o, &dd, NULL);
+                    const void *kk = ks[i % copies], *vv = vs[i % copies];
+                    switch (v) {
+                    case 0: CK(fa_cuda_tiled(&p, b.q, kk, vv, b.o) == FA_OK ? cudaSuccess : cudaErrorUnknown); break;
+                    case 1: dec_call_cfg<fa__dec_d128>(p16, dd, b.q, kk, vv, b.o); break;
+                    case 2: dec_call_cfg<prb_d128_r32old>(p32, dd, b.q, kk, vv, b.o); break;
+                    case 3: dec_call_cfg<fa__dec_d128_r32>(p32, dd, b.q, kk, vv, b.o); break;
+                    case 4: dec_split_only<fa__dec_d128>(p16, dd, b.q, kk, vv, ws); break;
+                    case 5: dec_split_only<prb_d128_r32old>(p32, dd, b.q, kk, vv, ws); break;
+                    default: dec_split_only<fa__dec_d128_r32>(p32, dd, b.q, kk, vv, ws); break;
+                    }
+                };
+                const double us = timed(call);
+                double md = 0;
+                if (v < 4) {
+                    k_fill_u8<<<256, 256>>>((unsigned char *)b.o, ob, 0xff);
+                    call(0);
+                    CK(cudaDeviceSynchronize());
+                    CK(cudaMemcpy(got.data(), b.o, ob, cudaMemcpyDeviceToHost));
+                    if (v == 0) ref = got;
+                    for (size_t e = 0; e < b.no; e++)
+                        md = std::max(md, (double)fabsf(tof(got.data(), e, c.dt) - tof(ref.data(), e, c.dt)));
+                    if (md != 0) n_fail++;
+                }
+                printf("MQA %d %3d %2d %8d %2d %-13s %9.2f us %8.1f GB/s  maxdiff %.3g\n", round, r.B, r.Sq, r.Sk, r.Hkv, names[v], us,
+                       kvb / (us * 1e-6) / 1e9, md);
+                fflush(stdout);
+            }
+        CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
+        cudaFree(ws);
+    }
+}
+
 /* ---- --decode-prof (issue 14, for ncu): B = 1 and B = 8 at Sk = 32k (bf16, D = 128, GQA 32/8, the
    DEC_ROWS shapes): one fa_cuda_tiled call (the build's pick), then the split kernel alone in main's
    configuration (prb_d128_m2s3) and in m3s2, once each; nothing timed. */
@@ -949,8 +1064,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--decode")) opt_decode = 1;
         else if (!strcmp(argv[i], "--decode-probe")) opt_decode = 2;
         else if (!strcmp(argv[i], "--decode-prof")) opt_decode = 3;
+        else if (!strcmp(argv[i], "--decode-mqa")) opt_decode = 4;
+        else if (!strcmp(argv[i], "--decode-prof-mqa")) opt_decode = 5;
         else if (!strcmp(argv[i], "--xp")) opt_xp = 1;
-        else { fprintf(stderr, "usage: %s [--quick] [--no-api] [--no-tune] [--no-naive] [--no-check] [--budget s] [--decode] [--decode-probe] [--decode-prof] [--xp]\n", argv[0]); return 2; }
+        else { fprintf(stderr, "usage: %s [--quick] [--no-api] [--no-tune] [--no-naive] [--no-check] [--budget s] [--decode] [--decode-probe] [--decode-prof] [--decode-mqa] [--decode-prof-mqa] [--xp]\n", argv[0]); return 2; }
     }
 #ifdef FA_BENCH_TC_ONLY
     opt_api = 0;
@@ -965,8 +1082,14 @@ int main(int argc, char **argv)
 
     const Impl tc = { "tc_tiled", 2, tc_default, 0 };
 #ifndef FA_BENCH_TC_ONLY
-    if (opt_decode == 3) {
-        decode_prof();
+    if (opt_decode == 3 || opt_decode == 5) {
+        if (opt_decode == 3) decode_prof();
+        else decode_mqa(true);
+        return n_fail ? 1 : 0;
+    }
+    if (opt_decode == 4) {
+        decode_mqa(false);
+        printf("# %s: %d failure(s)\n", n_fail ? "FAILED" : "all checks passed", n_fail);
         return n_fail ? 1 : 0;
     }
     if (opt_decode) {
