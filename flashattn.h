@@ -6224,24 +6224,30 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    intra-warpgroup overlap); the others: both GEMMs one group, the softmax after both. D = 128:
    softcap and ALiBi (6, FA__CU_WG_OV), which measured 3.3-3.8% faster with it on the H200; plain
    measured level (0.985-1.010x, so it keeps the one-group step), D = 64 not tried (0)
-   [bench/RESULTS.md, "Hopper forward (issue 15)", "Softmax overlap at D = 128"]. */
+   [bench/RESULTS.md, "Hopper forward (issue 15)", "Softmax overlap at D = 128"].
+   QE: 1 where a causal request's query tiles end at row Sq rather than start at row 0 (8b's
+   fa__cu_qrow0): where BQ does not divide Sq the partial tile, its rows before row 0 padding, is
+   then the first, which sees the fewest keys, rather than the last, which walks every key with
+   the padding rows idle. fa__wg_d64 only: 192 rows divide no power of two (S = 2k-4k: ~5% of the
+   causal work saved, bench/RESULTS.md, "Query tiles that end at row Sq"); 128 do, and the
+   two-consumer block serves short rows and the bias variant, where it was not measured. */
 #ifndef FA__CU_WG_OV
 #define FA__CU_WG_OV 6
 #endif
 struct fa__wg_d128 {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = FA__CU_WG_OV };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = FA__CU_WG_OV, QE = 0 };
 };
 struct fa__wg_d64 {
     enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 1 };
 };
 /* D = 64's two-consumer block (128 rows, 232 registers a consumer): modifier variant 4 (bias,
    combinations: fa__tc_mods; in 160 registers its constants spill 384 bytes) and rows that see
    few keys (fa__wg_wide, 8f) run on it. */
 struct fa__wg_d64x2 {
     enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 0 };
 };
 
 /* The tensor-core backward's configurations (8e2), one per FA__CU_BWD_TC_* kernel: a pair of 8d
@@ -6514,8 +6520,32 @@ static __device__ __forceinline__ fa__keys fa__cu_tile_keys(const fa__dims &d, i
     return r;
 }
 
+/* The first row of query tile qt (of the forward kernels' tiles of bq rows, 8c, 8d, 8d3): qt bq, or
+   with qe (8a's QE, for causal requests) Sq - (qtiles - qt) bq, so that the tiles end at row Sq and
+   the partial one (where bq does not divide Sq) is the first, whose rows before row 0 are padding:
+   under causal the tile that sees the fewest keys, rather than the last, which sees them all. A
+   tile's rows [i0, i0 + bq) hold its real rows [max(i0, 0), min(i0 + bq, Sq)); padding rows are
+   loaded as zeros (a TMA box's out-of-bounds rows, negative coordinates too) and masked by the
+   rule (fa__cu_row_keys); what they compute stays in their own rows (a row's softmax is its own),
+   they are never stored (fa__tc_write's QE), never read a bias (8d3's QE configurations run no
+   bias variant) and decide no key range (fa__cu_qtile_keys). */
+static __device__ __forceinline__ int fa__cu_qrow0(const fa__dims &d, int qt, int bq, bool qe)
+{
+    return qe ? d.Sq - ((d.Sq + bq - 1) / bq - qt) * bq : qt * bq;
+}
+
+/* fa__cu_tile_keys of the real rows of the query tile at i0 (fa__cu_qrow0's, with the same qe) */
+static __device__ __forceinline__ fa__keys fa__cu_qtile_keys(const fa__dims &d, int i0, int bq, bool qe)
+{
+    const int a = qe ? max(i0, 0) : i0;
+    return fa__cu_tile_keys(d, a, min(i0 + bq, d.Sq) - a);
+}
+
 /* The mask of query row `row`: key j is visible when lo <= j < hi (section 1's rule, in 32-bit
-   registers); a row past Sq (a tile's padding, never written) takes the last row's. */
+   registers); a row past Sq (a tile's padding, never written) takes the last row's. A row before
+   row 0 (fa__cu_qrow0's padding, never written; row >= -bq) takes the rule's own range, free of
+   overflow there too, under causal no more keys than row 0 sees (no clamp: the kernels without
+   such rows keep their code). */
 static __device__ __forceinline__ void fa__cu_row_keys(const fa__dims &d, int row, int *lo, int *hi)
 {
     fa__visible_keys(d.Sk - (d.Sq - min(row, d.Sq - 1)), d.Sk, d.causal, d.wl, d.wr, lo, hi);
@@ -6782,7 +6812,7 @@ fa__cu_generic(fa__dims d, const T *__restrict__ q, const T *__restrict__ k, con
     int bh, qt;
     fa__cu_qtile(d, qtiles, (int)sizeof(T), &bh, &qt);   /* the longest (causal) rows first */
     const int b = bh / d.Hq, h = bh % d.Hq, g = h / d.group;
-    const int i0 = qt * C::BQ, nq = min(C::BQ, d.Sq - i0);
+    const int i0 = fa__cu_qrow0(d, qt, C::BQ, false), nq = min(C::BQ, d.Sq - i0);   /* tiles from row 0 */
     const int Dp = (d.D + 3) & ~3;
     const T *kb = k + (int64_t)b * d.ks[0] + (int64_t)g * d.ks[1];
     const T *vb = v + (int64_t)b * d.vs[0] + (int64_t)g * d.vs[1];
@@ -7200,7 +7230,7 @@ static __device__ __forceinline__ void fa__tc_scores(float (&s)[C::MT][C::BK / 8
             const int row = r0 + 16 * mt + 8 * hf;
             if (MOD) {
                 const float dd = (float)((int64_t)row + d.Sk - d.Sq - k0 - cq);   /* d - j = dd - column */
-                const bool rowok = row < d.Sq;
+                const bool rowok = row < d.Sq;   /* (rows < 0: 8d3's QE, never with a bias) */
                 if (left) {
 #pragma unroll
                     for (int n = 0; n < G::NN; n++)
@@ -7219,7 +7249,7 @@ static __device__ __forceinline__ void fa__tc_scores(float (&s)[C::MT][C::BK / 8
                         }
                 }
             }
-            if (!full) {   /* the visible keys of this row (rows past Sq as the last), relative to this lane's first column */
+            if (!full) {   /* the visible keys of this row (fa__cu_row_keys' for padding rows), relative to this lane's first column */
                 int lo, hi;
                 fa__cu_row_keys(d, row, &lo, &hi);
                 lo -= k0 + cq;
@@ -7587,8 +7617,9 @@ static __device__ __forceinline__ float fa__tc_row_end(float l, float m, float f
 /* Step: o = O / l (0 for a row with no visible key) and lse, staged through this warp's own
    slice of the Q tile (sQ) and written as 16-byte rows; or, with STAGED 0 (8d3's persistent
    blocks, whose next Q tile is already loading there), stored from the registers, a thread's two
-   columns (4 bytes) at a time. */
-template <typename T, class C, int STAGED = 1>
+   columns (4 bytes) at a time. QE: the tile may hold rows before row 0 (8d3's, fa__cu_qrow0), not
+   stored. */
+template <typename T, class C, int STAGED = 1, int QE = 0>
 static __device__ __forceinline__ void fa__tc_write(const fa__tc_args &a, const float (&o)[C::MT][C::D / 8][4],
                                                     const float (&m)[C::MT][2], const float (&l)[C::MT][2], float f,
                                                     unsigned sQ, int b, int h, int i0, int warp, int lane)
@@ -7612,10 +7643,10 @@ static __device__ __forceinline__ void fa__tc_write(const fa__tc_args &a, const 
                 if (STAGED) {
                     const unsigned addr = sQ + (unsigned)(rr * G::D + ((n ^ (rr & 7)) << 3) + cq) * 2u;
                     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(u) : "memory");
-                } else if (i0 + rr < d.Sq)
+                } else if (i0 + rr < d.Sq && (!QE || i0 + rr >= 0))   /* a real row (fa__cu_qrow0) */
                     *(unsigned *)(gr + 8 * n) = u;
             }
-            if (d.lse && (lane & 3) == 0 && i0 + rr < d.Sq)
+            if (d.lse && (lane & 3) == 0 && i0 + rr < d.Sq && (!QE || i0 + rr >= 0))
                 d.lse[((int64_t)b * d.Hq + h) * d.Sq + i0 + rr] = lse;
         }
     if (STAGED) {
@@ -7624,7 +7655,7 @@ static __device__ __forceinline__ void fa__tc_write(const fa__tc_args &a, const 
 #pragma unroll
         for (int it = 0; it < 16 * G::MT * G::CH / 32; it++) {
             const int idx = lane + it * 32, rr = warp * 16 * G::MT + idx / G::CH, c = idx % G::CH;
-            if (i0 + rr < d.Sq) {
+            if (i0 + rr < d.Sq && (!QE || i0 + rr >= 0)) {
                 uint4 val;
                 const unsigned addr = sQ + (unsigned)(rr * G::D + ((c ^ (rr & 7)) << 3)) * 2u;
                 asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
@@ -7674,7 +7705,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tc_fwd(const fa__tc_a
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int bh, qt;
     fa__cu_qtile(d, (d.Sq + BQ - 1) / BQ, 2, &bh, &qt);   /* the longest (causal) blocks first */
-    const int b = bh / d.Hq, h = bh - b * d.Hq, g = h / d.group, i0 = qt * BQ;
+    const int b = bh / d.Hq, h = bh - b * d.Hq, g = h / d.group, i0 = fa__cu_qrow0(d, qt, BQ, false);   /* from row 0 */
     const int nq = min((int)BQ, d.Sq - i0);
     const unsigned sQ = fa__cu_sa(fa__tc_smem), sK = sQ + BQ * D * 2, sV = sK + 2 * BK * D * 2;
     const T *gq = (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i0 * d.qs[2];
@@ -8255,12 +8286,15 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
    Q K^T retired (the tile's last softmax, P V and output store then run under that load), and the
    output goes from the registers to global memory (the Q tile is no longer free to stage it).
    The key tiles are 8d's: fa__cu_tile_keys of the block's rows, fa__keys_full for the tiles that
-   need no mask, the longest (causal) blocks first. 8d's rare case too: before the P V of a partial
-   tile (some row hides some key, or a bias) each consumer scans the V stage (its warpgroup's
-   vote on a named barrier of its own, then a warp vote, so that ptxas sees a uniform branch around
-   the wgmma); a stage with an inf or a NaN skips the P V wgmma and takes fa__tc_pv_clean (mma.sync)
-   on the same fragments after the step's wait, reading the stage (which only the TMA writes)
-   before the warp's "empty" arrival.
+   need no mask, the longest (causal) blocks first. With 8a's QE a causal request's tiles end at
+   row Sq (8b's fa__cu_qrow0): the first tile's rows before row 0 are padding, which the Q copy
+   fills with zeros (the TMA's out-of-bounds box rows, at a negative row coordinate) and the
+   epilogue never stores; the tile's key range is its real rows' (fa__cu_qtile_keys).
+   8d's rare case too: before the P V of a partial tile (some row hides some key, or a bias) each
+   consumer scans the V stage (its warpgroup's vote on a named barrier of its own, then a warp
+   vote, so that ptxas sees a uniform branch around the wgmma); a stage with an inf or a NaN skips
+   the P V wgmma and takes fa__tc_pv_clean (mma.sync) on the same fragments after the step's wait,
+   reading the stage (which only the TMA writes) before the warp's "empty" arrival.
    Served (fa__cu_pick, fa__wg_pick): fp16/bf16,
    D = Dv in {64, 128}, Sk >= 1, q, k, v in layouts TMA takes (fa__wg_tma_ok), o rows 16-byte aligned, a
    device of compute capability 9.0 running this build's sm_90a code (fa__wg_built); the modifier
@@ -8477,6 +8511,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     enum { XP = MOD == 0 ? C::XP0 : MOD == 1 ? C::XP1 : MOD == 2 ? C::XP2 : 0 };   /* the exps' FMA-pipe share */
     enum { OV = MOD < 3 && (C::OV >> MOD & 1) };   /* 8a's OV (variant 4's constants leave no registers for it) */
     static_assert(D == 64 || D == 128, "the Hopper kernel's head dims");
+    static_assert(!C::QE || MOD < 3, "8a's QE: padding rows before row 0 would read the bias (fa__tc_scores)");
     static_assert(C::NW % 4 == 0 && NC >= 2 && NC <= 3 && C::WG == 32 * C::NW + 128 &&
                       C::REG_P * 128 + C::REG_C * 32 * C::NW <= 65536, "the Hopper kernel's warpgroups and registers");
     extern __shared__ __align__(1024) unsigned char fa__wg_smem[];
@@ -8484,6 +8519,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     const int tid = threadIdx.x, wg = tid >> 7, qtiles = (d.Sq + BQ - 1) / BQ;
     const int64_t items = (int64_t)d.B * d.Hq * qtiles;   /* the query tiles, fa__cu_qtile's order */
     const bool grouped = C::PER != 1 || !d.causal;   /* PER 1: causal tiles in one longest-first run */
+    const bool qe = C::QE && d.causal;   /* 8a's QE: causal tiles end at row Sq */
     const unsigned sQ = (fa__cu_sa(fa__wg_smem) + 1023u) & ~1023u, sK = sQ + G::QB, sV = sK + ST * G::KB;
     const unsigned full = sQ + G::BARS, empty = full + 8 * ST, qbar = empty + 8 * ST, qfree = qbar + 8;   /* + 8 s: stage s */
     if (tid == 0) {
@@ -8503,8 +8539,8 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
 #define FA__WG_ITEM(k)                                                                                             \
     int bh, qt;                                                                                                    \
     fa__cu_qtile(d, qtiles, 2, &bh, &qt, fa__sched_item(gridDim.x, blockIdx.x, k), grouped);   /* longest first */ \
-    const int b = bh / d.Hq, h = bh - b * d.Hq, i0 = qt * BQ;                                                       \
-    const fa__keys kr = fa__cu_tile_keys(d, i0, min((int)BQ, d.Sq - i0));                                           \
+    const int b = bh / d.Hq, h = bh - b * d.Hq, i0 = fa__cu_qrow0(d, qt, BQ, qe);   /* may be < 0 (qe) */         \
+    const fa__keys kr = fa__cu_qtile_keys(d, i0, BQ, qe);                                                           \
     const int t0 = (int)kr.lo / BK, nt = kr.hi > kr.lo ? ((int)kr.hi + BK - 1) / BK - t0 : 0
     if (wg == 0) {   /* the producer: one thread issues every copy */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_P));
@@ -8666,11 +8702,11 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                 }
             gc += nt;
             if (C::PER != 0)   /* straight from the registers: the Q tile is the next item's */
-                fa__tc_write<T, C, 0>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);
+                fa__tc_write<T, C, 0, C::QE>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);
             else {
                 if (C::PP && cw == 0) fa__wg_bar_sync(FA__WG_BAR_TURN);   /* the last consumer's last arrival */
                 fa__wg_bar_sync(FA__WG_BAR_END, 32 * C::NW);   /* every wgmma reading the Q tile has retired */
-                fa__tc_write<T, C>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);
+                fa__tc_write<T, C, 1, C::QE>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);
             }
         }
         if (C::PER != 0 && C::PP && cw == 0) fa__wg_bar_sync(FA__WG_BAR_TURN);   /* the last consumer's last arrival */

@@ -30,7 +30,9 @@
    Sk = 32k, once each, for ncu: see decode_prof), --decode-mqa (the MQA rows under the 32-row block's
    configurations, see decode_mqa), --decode-prof-mqa (their split kernels at B = 8 once each, for ncu), --xp (the Hopper kernel's exp shares: the fa__wg_* XP0/XP1/XP2
    sweep, bf16 at S = 16384, and nothing else). FA_TUNE_ONLY=PREFIX (environment): the tile sweep's
-   configurations whose names start with PREFIX, and nothing else.
+   configurations whose names start with PREFIX (a comma-separated list of prefixes), and nothing
+   else; FA_TUNE_S=S1,S2,..: the sweep at those lengths (both masks, bf16 and fp16), each case's
+   configurations in turn; FA_BENCH_S=S1,S2,..: the main rows at those lengths.
 
    Row format (shared with bench/torch_sdpa.py):
    ROW impl dtype D causal S B H extra ms TFLOP/s relerr status */
@@ -358,8 +360,8 @@ struct tc128_w4m2k64_pf { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF 
    instead of 3, without the consumers' ping-pong, and at D = 64 the two-consumer block of 128 rows
    (the header's fa__wg_d64x2, everywhere, not only where fa__wg_wide picks it) and three consumers
    without the ping-pong. */
-#define WG128_XP XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2, OV = fa__wg_d128::OV
-#define WG64_XP XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2, OV = fa__wg_d64::OV
+#define WG128_XP XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2, OV = fa__wg_d128::OV, QE = fa__wg_d128::QE
+#define WG64_XP XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2, OV = fa__wg_d64::OV, QE = fa__wg_d64::QE
 struct wg128_st2 { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1, WG128_XP, PER = 1 }; };
 struct wg128_nopp { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 0, WG128_XP, PER = 1 }; };
 /* The block schedule (the header's PER): one block a query tile, as before the persistent blocks
@@ -376,12 +378,18 @@ WG_PER(per2, 2)
    kernel instance fewer to compile) */
 template <int V> struct wg128_ov_c {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2, PER = 1, OV = V };
+           XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2, PER = 1, OV = V, QE = fa__wg_d128::QE };
 };
 template <int V> struct wg128_ov {
     typedef typename std::conditional<((int)fa__wg_d128::OV & 1) == V, fa__wg_d128, wg128_ov_c<V> >::type type;
 };
 struct wg64_nopp { enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 0, WG64_XP, PER = 1 }; };
+/* The D = 64 three-consumer block with its causal query tiles from row 0 (the header's QE = 0), for
+   the A/B against wg64_picked (QE = 1: tiles that end at row Sq); both also at fp16 */
+struct wg64_qe0 {
+    enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1,
+           XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2, PER = 1, OV = fa__wg_d64::OV, QE = 0 };
+};
 /* The exps' FMA-pipe shares (fa__wg_d128's XP0 / XP1 / XP2: plain / softcap / ALiBi, of 16), as
    picked but for the share XS of variant V: --xp times them (bf16, S = 16384 causal, the variant's
    row of the modifier rows; D = 64 plain also non-causal). */
@@ -393,7 +401,7 @@ template <int DIM, int V, int XS> struct wg_xp {
            XP0 = V == 0 ? XS : DIM == 128 ? (int)B128::XP0 : (int)B64::XP0,
            XP1 = V == 1 ? XS : DIM == 128 ? (int)B128::XP1 : (int)B64::XP1,
            XP2 = V == 2 ? XS : DIM == 128 ? (int)B128::XP2 : (int)B64::XP2, PER = 1,
-           OV = DIM == 128 ? (int)B128::OV : (int)B64::OV };
+           OV = DIM == 128 ? (int)B128::OV : (int)B64::OV, QE = DIM == 128 ? (int)B128::QE : (int)B64::QE };
 };
 /* the picked configuration itself where XS is its share (one kernel instance fewer to compile) */
 template <int DIM, int V, int XS> struct wg_xp_of {
@@ -421,15 +429,17 @@ static const XpImpl xp_impls[] = {
     WG_XP(64, 1, 0), WG_XP(64, 1, 6), WG_XP(64, 1, 8), WG_XP(64, 1, 12),
     WG_XP(64, 2, 0), WG_XP(64, 2, 3),
 };
-template <class C>
+/* H16: fp16 too (else bf16 alone) */
+template <class C, bool H16 = false>
 static fa_status wg_config(const fa__dims *d, const void *q, const void *k, const void *v, void *o, cudaStream_t s)
 {
     fa__cu_plan pl;
     fa_status st = fa__cu_pick(d, q, k, v, o, &pl);
     if (st != FA_OK) return st;
     if ((pl.kernel != FA__CU_WG_D128 && pl.kernel != FA__CU_WG_D64) || d->D != C::D || pl.mods != 0 ||
-        d->dtype != FA_BF16)
+        (d->dtype != FA_BF16 && !(H16 && d->dtype == FA_F16)))
         return FA_ERR_UNSUPPORTED;
+    if (H16 && d->dtype == FA_F16) return fa__wg_run<C>(d, fa__wg_fwd<__half, C, 0>, q, k, v, o, s);
     return fa__wg_run<C>(d, fa__wg_fwd<__nv_bfloat16, C, 0>, q, k, v, o, s);
 }
 static const Impl tune_impls[] = {
@@ -441,12 +451,37 @@ static const Impl tune_impls[] = {
     { "wg64_nopp", 2, wg_config<wg64_nopp>, 64 },               { "wg128_noper", 2, wg_config<wg128_noper>, 128 },
     { "wg64_noper", 2, wg_config<wg64_noper>, 64 },             { "wg128_per2", 2, wg_config<wg128_per2>, 128 },
     { "wg64_per2", 2, wg_config<wg64_per2>, 64 },               { "wg128_picked", 2, wg_config<fa__wg_d128>, 128 },
-    { "wg64_picked", 2, wg_config<fa__wg_d64>, 64 },                { "wg128_ov0", 2, wg_config<wg128_ov<0>::type>, 128 },
-    { "wg128_ov1", 2, wg_config<wg128_ov<1>::type>, 128 },
+    { "wg64_picked", 2, wg_config<fa__wg_d64, true>, 64 },          { "wg128_ov0", 2, wg_config<wg128_ov<0>::type>, 128 },
+    { "wg128_ov1", 2, wg_config<wg128_ov<1>::type>, 128 },           { "wg64_qe0", 2, wg_config<wg64_qe0, true>, 64 },
 };
 #else
 static const Impl tune_impls[] = { { "tc_tiled", 2, tc_default, 0 } };
 #endif
+
+/* "2048,4096" -> { 2048, 4096 } (FA_BENCH_S, FA_TUNE_S) */
+static std::vector<int> int_list(const char *s)
+{
+    std::vector<int> v;
+    for (char *e; *s; s = *e ? e + 1 : e) {
+        long x = strtol(s, &e, 10);
+        if (e == s) break;
+        if (x > 0) v.push_back((int)x);
+    }
+    return v;
+}
+
+/* name starts with one of the comma-separated prefixes of list (FA_TUNE_ONLY; NULL: every name) */
+static bool prefix_in(const char *name, const char *list)
+{
+    if (!list) return true;
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n && strncmp(name, p, n) == 0) return true;
+        p += n + (e ? 1 : 0);
+    }
+    return false;
+}
 
 static fa_status call(const Impl &im, const fa_params &p, const Bufs &b)
 {
@@ -1159,24 +1194,51 @@ int main(int argc, char **argv)
     }
 
     std::vector<int> Ss = opt_quick ? std::vector<int>{ 1024, 4096, 16384 } : std::vector<int>{ 512, 1024, 2048, 4096, 8192, 16384 };
-    /* tile configurations: bf16 plain, S = 4096 and 16384 non-causal, 16384 and 4096 causal */
+    if (getenv("FA_BENCH_S")) Ss = int_list(getenv("FA_BENCH_S"));   /* e.g. FA_BENCH_S=2048,4096: those lengths */
+    /* tile configurations: bf16 plain, S = 4096 and 16384 non-causal, 16384 and 4096 causal; or with
+       FA_TUNE_S=S1,S2,.. those lengths, non-causal and causal, bf16 and fp16 (rows a configuration
+       cannot run say so), each case's configurations one after another (an A/B in one run) */
 #ifndef FA_BENCH_TUNE
     opt_tune = 0;
 #endif
     if (opt_tune) {
         const char *only = getenv("FA_TUNE_ONLY");   /* e.g. FA_TUNE_ONLY=wg: those configurations' rows, then exit */
-        for (const Impl &t : tune_impls) {
-            int D = t.D, H = 2048 / D;
-            if (only && strncmp(t.name, only, strlen(only)) != 0) continue;
-            for (int k = 0; k < 4; k++) {
-                int S = k == 0 || k == 3 ? 4096 : 16384, causal = k >= 2;
-                Case c = { 16384 / S, H, H, S, S, D, causal, 0, 0, 0, FA_BF16, 0.0f, 0, 0 };
+        const char *ts = getenv("FA_TUNE_S");
+        std::vector<Case> cs;
+        for (int D : { 64, 128 }) {
+            int H = 2048 / D;
+            if (ts)
+                for (int S : int_list(ts))
+                    for (int causal = 0; causal < 2; causal++)
+                        for (fa_dtype dt : { FA_BF16, FA_F16 }) cs.push_back({ 16384 / S, H, H, S, S, D, causal, 0, 0, 0, dt, 0.0f, 0, 0 });
+            else
+                for (int k = 0; k < 4; k++) {
+                    int S = k == 0 || k == 3 ? 4096 : 16384, causal = k >= 2;
+                    cs.push_back({ 16384 / S, H, H, S, S, D, causal, 0, 0, 0, FA_BF16, 0.0f, 0, 0 });
+                }
+        }
+        for (const Impl &t : tune_impls) {   /* without FA_TUNE_S: configuration by configuration, as before */
+            if (ts || !prefix_in(t.name, only)) continue;
+            for (const Case &c : cs) {
+                if (c.D != t.D) continue;
                 Bufs b;
-                alloc_bufs(c, b, 77 + S + D);
+                alloc_bufs(c, b, 77 + c.Sq + c.D);
                 bench_row(t, c, b, "tune");
                 free_bufs(b);
             }
         }
+        if (ts)
+            for (const Case &c : cs) {
+                Bufs b;
+                bool any = false;
+                for (const Impl &t : tune_impls) {
+                    if (c.D != t.D || !prefix_in(t.name, only)) continue;
+                    if (!any) alloc_bufs(c, b, 77 + c.Sq + c.D + c.dt);
+                    any = true;
+                    bench_row(t, c, b, "tune");
+                }
+                if (any) free_bufs(b);
+            }
         if (only) return 0;
     }
     std::vector<Impl> rows;

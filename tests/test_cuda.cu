@@ -9,7 +9,8 @@
    test_kernels_served that every kernel of the picker served some run.
 
    Environment: SMALL=1 runs a reduced grid (for compute-sanitizer); FA_TIME=1 adds a timing
-   pass that prints TFLOP/s (no assertion). Build: see the Makefile's test-cuda rule. */
+   pass that prints TFLOP/s (no assertion); FA_FILTER=TEST runs that test; FA_CASE=TEXT the cases
+   whose names hold TEXT. Build: see the Makefile's test-cuda rule. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -386,6 +387,11 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
                         fa__cu_kernel_name(plan.kernel), plan.mods, fa__cu_kernel_name(want), want_mods);
             ok = 0;
         }
+        if (g_hopper && strstr(c->name, "(192 rows)") && !(plan.kernel == FA__CU_WG_D64 && plan.bq == 192)) {
+            print_error("  FAIL %s: served by %s with %d-row tiles, want the 192-row block\n", name,
+                        fa__cu_kernel_name(plan.kernel), plan.bq);
+            ok = 0;
+        }
         g_served[plan.kernel][plan.mods]++;
         if (plan.kernel == FA__CU_WG_D64) g_wg64_rows[plan.bq == 192][plan.mods]++;
         if ((plan.kernel == FA__CU_WG_D64 || plan.kernel == FA__CU_WG_D128) && fa__cu_qblocks(&dd, plan.bq) > g_sms)
@@ -502,6 +508,11 @@ static const tcase g_shapes[] = {
     { "long rows sk=13000", 1, 2, 1, 3, 13000, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
     { "d64 rows of 1500 keys", 1, 4, 2, 450, 1500, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 0 },
     { "d64 causal 2100 bshd", 1, 2, 0, 2100, 2100, 64, 0, 1, L_BSHD, 0, 0, 0, 0, 0, 0, 0 },
+    /* causal tiles that end at row Sq (8a's QE) on the 192-row block: its first tile partial, 128 rows
+       before row 0; then rows without keys (sq>sk) and a window inside that tile too. "(192 rows)":
+       run_case asserts the wide block served it (fa__wg_wide) */
+    { "d64 causal 2176 (192 rows)", 1, 2, 1, 2176, 2176, 64, 0, 1, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
+    { "d64 causal sq>sk window 1100 (192 rows)", 1, 2, 2, 2300, 2200, 64, 0, 1, L_BSHD, 0, 1100, 0, 0, 0, 0, 0 },
     { "sq=0", 2, 2, 0, 0, 9, 64, 0, 0, L_PACKED, 0, 0, 0, 0, 0, 0, 1 },
     /* more query tiles than an H200 has SMs (132): the Hopper kernel's persistent blocks walk several,
        some with no key at all (causal sq>sk) */
@@ -613,9 +624,11 @@ static void run_list(const tcase *cs, size_t n, const fa_dtype *dts, int ndt, in
 {
     size_t i;
     int f = 0, k, path, total = 0;
+    const char *only = getenv("FA_CASE");   /* FA_CASE=TEXT: the cases whose names hold TEXT (sanitizer runs) */
     g_block_k = block_k;
     for (i = 0; i < n; i++) {
         if (g_small && !cs[i].small) continue;
+        if (only && !strstr(cs[i].name, only)) continue;
         for (k = 0; k < ndt; k++)
             for (path = g_tiled_only; path < 2; path++) {
                 total++;
