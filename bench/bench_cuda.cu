@@ -322,6 +322,34 @@ struct Impl { const char *name; int kind; tc_fn fn; int D; };   /* kind 0 API ti
 
 /* The tensor-core kernel alone: what fa__cu_pick chooses, when that is a tensor-core kernel (the
    mma.sync one, or on a Hopper the wgmma one). */
+/* The decode probes' timer: us per call of call(i) (i picks one of `copies` K/V copies). A pass over
+   the copies sizes the run (at least 15 ms, at most 400 calls), then n calls between two events,
+   the median of five. */
+template <typename F> static double dec_time_us(F &&call, int copies, cudaEvent_t e0, cudaEvent_t e1)
+{
+    float ms1 = 0;
+    call(0);
+    CK(cudaDeviceSynchronize());
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < copies; i++) call(i);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&ms1, e0, e1));
+    const int n = (int)std::min(400.0, std::max((double)copies, 15.0 / std::max(ms1 / copies, 1e-3f)));
+    std::vector<float> t(5);
+    for (size_t rep = 0; rep < t.size(); rep++) {
+        CK(cudaEventRecord(e0));
+        for (int i = 0; i < n; i++) call(i);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&t[rep], e0, e1));
+    }
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::sort(t.begin(), t.end());
+    return 1e3 * t[t.size() / 2] / n;
+}
+
 static int tc_kernel(fa__cu_kernel k)
 {
     return k == FA__CU_TC_D64 || k == FA__CU_TC_D128 || k == FA__CU_WG_D128 || k == FA__CU_WG_D64;
@@ -808,32 +836,13 @@ static void decode_probe(void)
         CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
         double host_us = 0;   /* set by timed: the host's time a call, 32 calls queued on an idle device */
         auto timed = [&](auto &&call) {   /* us per call: N calls between events, median of 5 */
-            float ms1 = 0;
-            call(0);
-            CK(cudaDeviceSynchronize());
-            CK(cudaEventRecord(e0));
-            for (int i = 0; i < copies; i++) call(i);
-            CK(cudaEventRecord(e1));
-            CK(cudaEventSynchronize(e1));
-            CK(cudaEventElapsedTime(&ms1, e0, e1));
-            const int n = (int)std::min(400.0, std::max((double)copies, 15.0 / std::max(ms1 / copies, 1e-3f)));
-            std::vector<float> t(5);
-            for (size_t rep = 0; rep < t.size(); rep++) {
-                CK(cudaEventRecord(e0));
-                for (int i = 0; i < n; i++) call(i);
-                CK(cudaEventRecord(e1));
-                CK(cudaEventSynchronize(e1));
-                CK(cudaEventElapsedTime(&t[rep], e0, e1));
-            }
-            CK(cudaGetLastError());
-            CK(cudaDeviceSynchronize());
+            const double us = dec_time_us(call, copies, e0, e1);
             const auto h0 = std::chrono::steady_clock::now();
             for (int i = 0; i < 32; i++) call(i);
             const auto h1 = std::chrono::steady_clock::now();
             CK(cudaDeviceSynchronize());
             host_us = std::chrono::duration<double, std::micro>(h1 - h0).count() / 32;
-            std::sort(t.begin(), t.end());
-            return 1e3 * t[t.size() / 2] / n;
+            return us;
         };
         const size_t ob = b.no * 2;
         std::vector<unsigned char> ref(ob), got(ob);
@@ -990,27 +999,7 @@ static void decode_mqa(bool prof)
         cudaEvent_t e0, e1;
         CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
         auto timed = [&](auto &&call) {
-            float ms1 = 0;
-            call(0);
-            CK(cudaDeviceSynchronize());
-            CK(cudaEventRecord(e0));
-            for (int i = 0; i < copies; i++) call(i);
-            CK(cudaEventRecord(e1));
-            CK(cudaEventSynchronize(e1));
-            CK(cudaEventElapsedTime(&ms1, e0, e1));
-            const int n = (int)std::min(400.0, std::max((double)copies, 15.0 / std::max(ms1 / copies, 1e-3f)));
-            std::vector<float> t(5);
-            for (size_t rep = 0; rep < t.size(); rep++) {
-                CK(cudaEventRecord(e0));
-                for (int i = 0; i < n; i++) call(i);
-                CK(cudaEventRecord(e1));
-                CK(cudaEventSynchronize(e1));
-                CK(cudaEventElapsedTime(&t[rep], e0, e1));
-            }
-            CK(cudaGetLastError());
-            CK(cudaDeviceSynchronize());
-            std::sort(t.begin(), t.end());
-            return 1e3 * t[t.size() / 2] / n;
+            return dec_time_us(call, copies, e0, e1);
         };
         const size_t ob = b.no * 2;
         std::vector<unsigned char> ref(ob), got(ob);
