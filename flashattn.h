@@ -6537,7 +6537,8 @@ static __device__ __forceinline__ int fa__cu_qrow0(const fa__dims &d, int qt, in
 /* fa__cu_tile_keys of the real rows of the query tile at i0 (fa__cu_qrow0's, with the same qe) */
 static __device__ __forceinline__ fa__keys fa__cu_qtile_keys(const fa__dims &d, int i0, int bq, bool qe)
 {
-    const int a = qe ? max(i0, 0) : i0;
+    if (!qe) return fa__cu_tile_keys(d, i0, min(bq, d.Sq - i0));   /* tiles from row 0: as before QE, to the letter */
+    const int a = max(i0, 0);
     return fa__cu_tile_keys(d, a, min(i0 + bq, d.Sq) - a);
 }
 
