@@ -626,6 +626,11 @@ extern "C" {
 #ifndef FA__HPREF_HINT
 #define FA__HPREF_HINT _MM_HINT_T0
 #endif
+/* ... and the bf16 decode kernels of the AVX512-BF16 and AMX tables also FA__AHEAD_HALF2 keys ahead
+   into the L2 (prefetcht2; 0: not; RESULTS, issue 16, "Xeon bf16 decode at 2 threads (cpuh)") */
+#ifndef FA__AHEAD_HALF2
+#define FA__AHEAD_HALF2 128
+#endif
 /* ... and a chunk's first FA__HSTART keys before its first block (fa__tiled_item); 0: not */
 #ifndef FA__HSTART
 #define FA__HSTART 32
@@ -2180,9 +2185,10 @@ FA__AVX2 static void fa__online_avx2(float *S, int64_t lds, int nk, int nv, floa
 
 /* s[r][j] = dot(Q[r], K[j]) for r < nr and j < nk (4 x 4 per pass), into S[j * lds + r]. */
 #define FA__DZ(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0
-#define FA__DF(r) do { __m512 q_ = LD(qp[r] + t); c##r##0 = _mm512_fmadd_ps(q_, k0, c##r##0); \
-                       c##r##1 = _mm512_fmadd_ps(q_, k1, c##r##1); c##r##2 = _mm512_fmadd_ps(q_, k2, c##r##2); \
-                       c##r##3 = _mm512_fmadd_ps(q_, k3, c##r##3); } while (0)
+#define FA__DFL(r, q) do { __m512 q_ = (q); c##r##0 = _mm512_fmadd_ps(q_, k0, c##r##0); \
+                           c##r##1 = _mm512_fmadd_ps(q_, k1, c##r##1); c##r##2 = _mm512_fmadd_ps(q_, k2, c##r##2); \
+                           c##r##3 = _mm512_fmadd_ps(q_, k3, c##r##3); } while (0)
+#define FA__DF(r) FA__DFL(r, LD(qp[r] + t))
 #define FA__DSTEP do { __m512 k0 = LD(kp[0] + t), k1 = LD(kp[1] + t), k2 = LD(kp[2] + t), k3 = LD(kp[3] + t); \
                        FA__DF(0); FA__DF(1); FA__DF(2); FA__DF(3); } while (0)
 /* decoding streams K and V from memory once: FA__AHEAD keys ahead (section 0) */
@@ -2290,70 +2296,99 @@ FA__AVX512 static inline __m512 fa__ldh16_tail(int f16, const uint16_t *p, int n
 #else
 #define FA__HPREF(p) ((void)(p))
 #endif
-FA__AVX512 static void fa__dots_h_avx512(fa_dtype dt, const float *Q, int nr, const uint16_t *K, int64_t ks, int nk,
-                                         int D, float *S, int64_t lds)
-{
-    int j0, r0, a, r, t, f16 = dt == FA_F16, tl = D & 15;
-    __mmask16 tail = (__mmask16)((1u << tl) - 1u);
-    for (j0 = 0; j0 < nk; j0 += 4) {
-        const uint16_t *kp[4];
-        for (a = 0; a < 4; a++) kp[a] = K + (int64_t)(j0 + a < nk ? j0 + a : nk - 1) * ks;
-        for (r0 = 0; r0 < nr; r0 += 4) {
-            const float *qp[4];
-            float out[16];
-            __m512 x, y;
-            FA__DZ(0); FA__DZ(1); FA__DZ(2); FA__DZ(3);
-            for (r = 0; r < 4; r++) qp[r] = Q + (int64_t)(r0 + r < nr ? r0 + r : nr - 1) * D;
-#define LD(p) _mm512_loadu_ps(p)
-            for (t = 0; t + 16 <= D; t += 16) {
-                __m512 k0 = fa__ldh16(f16, kp[0] + t), k1 = fa__ldh16(f16, kp[1] + t);
-                __m512 k2 = fa__ldh16(f16, kp[2] + t), k3 = fa__ldh16(f16, kp[3] + t);
-                if (r0 == 0 && (t & 31) == 0) { FA__HPREF(kp[0] + FA__AHEAD_HALF * ks + t); FA__HPREF(kp[1] + FA__AHEAD_HALF * ks + t);
-                                                FA__HPREF(kp[2] + FA__AHEAD_HALF * ks + t); FA__HPREF(kp[3] + FA__AHEAD_HALF * ks + t); }
-                FA__DF(0); FA__DF(1); FA__DF(2); FA__DF(3);
-            }
-#undef LD
-#define LD(p) _mm512_maskz_loadu_ps(tail, p)
-            if (tl) {
-                __m512 k0 = fa__ldh16_tail(f16, kp[0] + t, tl), k1 = fa__ldh16_tail(f16, kp[1] + t, tl);
-                __m512 k2 = fa__ldh16_tail(f16, kp[2] + t, tl), k3 = fa__ldh16_tail(f16, kp[3] + t, tl);
-                FA__DF(0); FA__DF(1); FA__DF(2); FA__DF(3);
-            }
-#undef LD
-            x = FA__HALF(FA__QUAD(FA__PAIR(c00, c01), FA__PAIR(c02, c03)), FA__QUAD(FA__PAIR(c10, c11), FA__PAIR(c12, c13)));
-            y = FA__HALF(FA__QUAD(FA__PAIR(c20, c21), FA__PAIR(c22, c23)), FA__QUAD(FA__PAIR(c30, c31), FA__PAIR(c32, c33)));
-            _mm512_storeu_ps(out, FA__HALF(x, y));
-            for (r = 0; r < 4 && r0 + r < nr; r++)
-                for (a = 0; a < 4 && j0 + a < nk; a++) S[(j0 + a) * lds + r0 + r] = out[4 * r + a];
-        }
+/* The two half decode kernels' bodies, each written once and expanded twice: here with each 16
+   stored values widened by fa__ldh16, and in the AVX512-BF16 section (fa__dots_h_bf16,
+   fa__pv_rows_h_bf16) with each 32 bf16 widened by vpermw. An expansion defines FA__HW32(p, lo, hi)
+   (the 32 values at p into two fp32 vectors), FA__HW64(p, v0, v1, v2, v3) (the 64 at p, or fewer
+   within Dv, zeros past it) and FA__HPF2(p) (a second prefetch, or nothing). Same lanes, same
+   products, same sums in either: bitwise the same results. S = Q K^T as fa__dots_avx512 (32 values
+   a step, then 16, then the tail), O += P V as fa__pv_rows_avx512. */
+#define FA__DOTS_H_PREF do { if (r0 == 0) for (a = 0; a < 4; a++) { FA__HPREF(kp[a] + FA__AHEAD_HALF * ks + t); \
+                                                                     FA__HPF2(kp[a] + FA__AHEAD_HALF2 * ks + t); } } while (0)
+#define FA__DOTS_H_BODY \
+    int j0, r0, a, r, t, f16 = dt == FA_F16, tl = D & 15; \
+    const __mmask16 tail = (__mmask16)((1u << tl) - 1u); \
+    for (j0 = 0; j0 < nk; j0 += 4) { \
+        const uint16_t *kp[4]; \
+        for (a = 0; a < 4; a++) kp[a] = K + (int64_t)(j0 + a < nk ? j0 + a : nk - 1) * ks; \
+        for (r0 = 0; r0 < nr; r0 += 4) { \
+            const float *qp[4]; \
+            float out[16]; \
+            __m512 x, y, k0, k1, k2, k3, u0, u1, u2, u3; \
+            FA__DZ(0); FA__DZ(1); FA__DZ(2); FA__DZ(3); \
+            for (r = 0; r < 4; r++) qp[r] = Q + (int64_t)(r0 + r < nr ? r0 + r : nr - 1) * D; \
+            for (t = 0; t + 32 <= D; t += 32) { \
+                FA__HW32(kp[0] + t, k0, u0); FA__HW32(kp[1] + t, k1, u1); FA__HW32(kp[2] + t, k2, u2); FA__HW32(kp[3] + t, k3, u3); \
+                FA__DOTS_H_PREF; \
+                FA__DFL(0, _mm512_loadu_ps(qp[0] + t)); FA__DFL(1, _mm512_loadu_ps(qp[1] + t)); \
+                FA__DFL(2, _mm512_loadu_ps(qp[2] + t)); FA__DFL(3, _mm512_loadu_ps(qp[3] + t)); \
+                k0 = u0; k1 = u1; k2 = u2; k3 = u3; \
+                FA__DFL(0, _mm512_loadu_ps(qp[0] + t + 16)); FA__DFL(1, _mm512_loadu_ps(qp[1] + t + 16)); \
+                FA__DFL(2, _mm512_loadu_ps(qp[2] + t + 16)); FA__DFL(3, _mm512_loadu_ps(qp[3] + t + 16)); \
+            } \
+            if (t + 16 <= D) { \
+                k0 = fa__ldh16(f16, kp[0] + t); k1 = fa__ldh16(f16, kp[1] + t); k2 = fa__ldh16(f16, kp[2] + t); k3 = fa__ldh16(f16, kp[3] + t); \
+                FA__DOTS_H_PREF; \
+                FA__DFL(0, _mm512_loadu_ps(qp[0] + t)); FA__DFL(1, _mm512_loadu_ps(qp[1] + t)); \
+                FA__DFL(2, _mm512_loadu_ps(qp[2] + t)); FA__DFL(3, _mm512_loadu_ps(qp[3] + t)); \
+                t += 16; \
+            } \
+            if (tl) { \
+                k0 = fa__ldh16_tail(f16, kp[0] + t, tl); k1 = fa__ldh16_tail(f16, kp[1] + t, tl); \
+                k2 = fa__ldh16_tail(f16, kp[2] + t, tl); k3 = fa__ldh16_tail(f16, kp[3] + t, tl); \
+                FA__DFL(0, _mm512_maskz_loadu_ps(tail, qp[0] + t)); FA__DFL(1, _mm512_maskz_loadu_ps(tail, qp[1] + t)); \
+                FA__DFL(2, _mm512_maskz_loadu_ps(tail, qp[2] + t)); FA__DFL(3, _mm512_maskz_loadu_ps(tail, qp[3] + t)); \
+            } \
+            x = FA__HALF(FA__QUAD(FA__PAIR(c00, c01), FA__PAIR(c02, c03)), FA__QUAD(FA__PAIR(c10, c11), FA__PAIR(c12, c13))); \
+            y = FA__HALF(FA__QUAD(FA__PAIR(c20, c21), FA__PAIR(c22, c23)), FA__QUAD(FA__PAIR(c30, c31), FA__PAIR(c32, c33))); \
+            _mm512_storeu_ps(out, FA__HALF(x, y)); \
+            for (r = 0; r < 4 && r0 + r < nr; r++) \
+                for (a = 0; a < 4 && j0 + a < nk; a++) S[(j0 + a) * lds + r0 + r] = out[4 * r + a]; \
+        } \
     }
-}
+#define FA__PV_H_BODY \
+    int r0, t0, j, r, f16 = dt == FA_F16; \
+    (void)f16; \
+    for (r0 = 0; r0 < nr; r0 += 4) { \
+        int rn = nr - r0 < 4 ? nr - r0 : 4, rr[4]; \
+        for (r = 0; r < 4; r++) rr[r] = r < rn ? r : rn - 1; \
+        for (t0 = 0; t0 < Dv; t0 += 64) { \
+            const __mmask16 lm0 = fa__lanes(Dv - t0), lm1 = fa__lanes(Dv - t0 - 16); \
+            const __mmask16 lm2 = fa__lanes(Dv - t0 - 32), lm3 = fa__lanes(Dv - t0 - 48); \
+            FA__PL(0); FA__PL(1); FA__PL(2); FA__PL(3); \
+            for (j = 0; j < nk; j++) { \
+                const uint16_t *vr = V + (int64_t)j * vs + t0; \
+                const float *pr = P + (int64_t)j * lds + r0; \
+                __m512 v0, v1, v2, v3; \
+                FA__HW64(vr, v0, v1, v2, v3); \
+                if (r0 == 0) { FA__HPREF(vr + FA__AHEAD_HALF * vs); FA__HPREF(vr + FA__AHEAD_HALF * vs + 32); \
+                               FA__HPF2(vr + FA__AHEAD_HALF2 * vs); FA__HPF2(vr + FA__AHEAD_HALF2 * vs + 32); } \
+                FA__PF(0); FA__PF(1); FA__PF(2); FA__PF(3); \
+            } \
+            FA__PS(0); FA__PS(1); FA__PS(2); FA__PS(3); \
+        } \
+    }
 
 /* the 16 values of V's row at t0 + 16 u, within Dv (zeros past it) */
 #define FA__LDV(u) (Dv - t0 - 16 * (u) >= 16 ? fa__ldh16(f16, vr + 16 * (u)) : Dv - t0 - 16 * (u) > 0 ? \
                     fa__ldh16_tail(f16, vr + 16 * (u), Dv - t0 - 16 * (u)) : _mm512_setzero_ps())
+#define FA__HW32(p, lo, hi) ((lo) = fa__ldh16(f16, (p)), (hi) = fa__ldh16(f16, (p) + 16))
+#define FA__HW64(p, a, b, c, d) ((a) = FA__LDV(0), (b) = FA__LDV(1), (c) = FA__LDV(2), (d) = FA__LDV(3))
+#define FA__HPF2(p) ((void)0)
+FA__AVX512 static void fa__dots_h_avx512(fa_dtype dt, const float *Q, int nr, const uint16_t *K, int64_t ks, int nk,
+                                         int D, float *S, int64_t lds)
+{
+    FA__DOTS_H_BODY
+}
+
 FA__AVX512 static void fa__pv_rows_h_avx512(fa_dtype dt, const float *P, int64_t lds, int nr, const uint16_t *V, int64_t vs,
                                             int nk, float *O, int Dv)
 {
-    int r0, t0, j, r, f16 = dt == FA_F16;
-    for (r0 = 0; r0 < nr; r0 += 4) {
-        int rn = nr - r0 < 4 ? nr - r0 : 4, rr[4];
-        for (r = 0; r < 4; r++) rr[r] = r < rn ? r : rn - 1;
-        for (t0 = 0; t0 < Dv; t0 += 64) {
-            __mmask16 lm0 = fa__lanes(Dv - t0), lm1 = fa__lanes(Dv - t0 - 16);
-            __mmask16 lm2 = fa__lanes(Dv - t0 - 32), lm3 = fa__lanes(Dv - t0 - 48);
-            FA__PL(0); FA__PL(1); FA__PL(2); FA__PL(3);
-            for (j = 0; j < nk; j++) {
-                const uint16_t *vr = V + (int64_t)j * vs + t0;
-                const float *pr = P + (int64_t)j * lds + r0;
-                __m512 v0 = FA__LDV(0), v1 = FA__LDV(1), v2 = FA__LDV(2), v3 = FA__LDV(3);
-                if (r0 == 0) { FA__HPREF(vr + FA__AHEAD_HALF * vs); FA__HPREF(vr + FA__AHEAD_HALF * vs + 32); }
-                FA__PF(0); FA__PF(1); FA__PF(2); FA__PF(3);
-            }
-            FA__PS(0); FA__PS(1); FA__PS(2); FA__PS(3);
-        }
-    }
+    FA__PV_H_BODY
 }
+#undef FA__HW32
+#undef FA__HW64
+#undef FA__HPF2
 #undef FA__LDV
 #endif
 
@@ -2731,17 +2766,14 @@ static inline uint32_t fa__word(const unsigned char *p)
     return w;
 }
 
-/* The bf16 decode kernels of the AVX512-BF16 and AMX tables: fa__dots_h_avx512 and
-   fa__pv_rows_h_avx512 (same lanes, same products, same sums: bitwise their results) with each 32
-   stored values widened by one 512-bit load and two vpermw (a word to the top of its own 32-bit
-   lane, zeros below) instead of two loads, two vpmovzxwd and two vpslld; fp16, a D not a multiple
-   of 32 and a Dv not a multiple of 64 go to those kernels. They also prefetch K/V FA__AHEAD_HALF2
-   keys ahead into the L2 (prefetcht2; 0: not), beside FA__AHEAD_HALF's prefetcht0, and
-   fa__tiled_item a chunk's first FA__HSTART keys (RESULTS, issue 16, "Xeon bf16 decode at 2
-   threads (cpuh)": with both, 16 threads 1.09-1.13x main, 2 threads level within the run's noise). */
-#ifndef FA__AHEAD_HALF2
-#define FA__AHEAD_HALF2 128
-#endif
+/* The bf16 decode kernels of the AVX512-BF16 and AMX tables: the half decode bodies
+   (FA__DOTS_H_BODY, FA__PV_H_BODY) with each 32 stored values widened by one 512-bit load and two
+   vpermw (a word to the top of its own 32-bit lane, zeros below) instead of two loads, two vpmovzxwd
+   and two vpslld: bitwise fa__dots_h_avx512's and fa__pv_rows_h_avx512's results; fp16 and a Dv not
+   a multiple of 64 go to those kernels. They also prefetch K/V FA__AHEAD_HALF2 keys ahead into the
+   L2, beside FA__AHEAD_HALF's prefetcht0, and fa__tiled_item a chunk's first FA__HSTART keys
+   (RESULTS, issue 16, "Xeon bf16 decode at 2 threads (cpuh)": with both, 16 threads 1.09-1.13x
+   main, 2 threads level within the run's noise). */
 #if FA__AHEAD_HALF2 > 0
 #define FA__HPREF2(p) _mm_prefetch((const char *)(p), _MM_HINT_T2)
 #else
@@ -2751,44 +2783,16 @@ static inline uint32_t fa__word(const unsigned char *p)
                                    7 << 16, 6 << 16, 5 << 16, 4 << 16, 3 << 16, 2 << 16, 1 << 16, 0)
 #define fa__bw_lo(x) _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16((__mmask32)0xAAAAAAAAu, ilo, (x)))
 #define fa__bw_hi(x) _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16((__mmask32)0xAAAAAAAAu, ihi, (x)))
+#define FA__HW32(p, lo, hi) do { const __m512i w_ = _mm512_loadu_si512((const void *)(p)); (lo) = fa__bw_lo(w_); (hi) = fa__bw_hi(w_); } while (0)
+#define FA__HW64(p, a, b, c, d) do { FA__HW32((p), (a), (b)); FA__HW32((p) + 32, (c), (d)); } while (0)
+#define FA__HPF2(p) FA__HPREF2(p)
 FA__BF16 static void fa__dots_h_bf16(fa_dtype dt, const float *Q, int nr, const uint16_t *K, int64_t ks, int nk,
                                      int D, float *S, int64_t lds)
 {
     const __m512i ilo = FA__BW_LO, ihi = _mm512_add_epi32(ilo, _mm512_set1_epi32(16 << 16));
-    int j0, r0, a, r, t;
-    if (dt != FA_BF16 || D % 32) { fa__dots_h_avx512(dt, Q, nr, K, ks, nk, D, S, lds); return; }
-    for (j0 = 0; j0 < nk; j0 += 4) {
-        const uint16_t *kp[4];
-        for (a = 0; a < 4; a++) kp[a] = K + (int64_t)(j0 + a < nk ? j0 + a : nk - 1) * ks;
-        for (r0 = 0; r0 < nr; r0 += 4) {
-            const float *qp[4];
-            float out[16];
-            __m512 x, y;
-            FA__DZ(0); FA__DZ(1); FA__DZ(2); FA__DZ(3);
-            for (r = 0; r < 4; r++) qp[r] = Q + (int64_t)(r0 + r < nr ? r0 + r : nr - 1) * D;
-#define LD(p) _mm512_loadu_ps(p)
-            for (t = 0; t < D; t += 32) {
-                __m512i w0 = _mm512_loadu_si512((const void *)(kp[0] + t)), w1 = _mm512_loadu_si512((const void *)(kp[1] + t));
-                __m512i w2 = _mm512_loadu_si512((const void *)(kp[2] + t)), w3 = _mm512_loadu_si512((const void *)(kp[3] + t));
-                __m512 k0, k1, k2, k3;
-                if (r0 == 0) { FA__HPREF(kp[0] + FA__AHEAD_HALF * ks + t); FA__HPREF(kp[1] + FA__AHEAD_HALF * ks + t);
-                               FA__HPREF(kp[2] + FA__AHEAD_HALF * ks + t); FA__HPREF(kp[3] + FA__AHEAD_HALF * ks + t);
-                               FA__HPREF2(kp[0] + FA__AHEAD_HALF2 * ks + t); FA__HPREF2(kp[1] + FA__AHEAD_HALF2 * ks + t);
-                               FA__HPREF2(kp[2] + FA__AHEAD_HALF2 * ks + t); FA__HPREF2(kp[3] + FA__AHEAD_HALF2 * ks + t); }
-                k0 = fa__bw_lo(w0); k1 = fa__bw_lo(w1); k2 = fa__bw_lo(w2); k3 = fa__bw_lo(w3);
-                FA__DF(0); FA__DF(1); FA__DF(2); FA__DF(3);
-                t += 16;
-                k0 = fa__bw_hi(w0); k1 = fa__bw_hi(w1); k2 = fa__bw_hi(w2); k3 = fa__bw_hi(w3);
-                FA__DF(0); FA__DF(1); FA__DF(2); FA__DF(3);
-                t -= 16;
-            }
-#undef LD
-            x = FA__HALF(FA__QUAD(FA__PAIR(c00, c01), FA__PAIR(c02, c03)), FA__QUAD(FA__PAIR(c10, c11), FA__PAIR(c12, c13)));
-            y = FA__HALF(FA__QUAD(FA__PAIR(c20, c21), FA__PAIR(c22, c23)), FA__QUAD(FA__PAIR(c30, c31), FA__PAIR(c32, c33)));
-            _mm512_storeu_ps(out, FA__HALF(x, y));
-            for (r = 0; r < 4 && r0 + r < nr; r++)
-                for (a = 0; a < 4 && j0 + a < nk; a++) S[(j0 + a) * lds + r0 + r] = out[4 * r + a];
-        }
+    if (dt != FA_BF16) { fa__dots_h_avx512(dt, Q, nr, K, ks, nk, D, S, lds); return; }
+    {
+        FA__DOTS_H_BODY
     }
 }
 
@@ -2796,27 +2800,17 @@ FA__BF16 static void fa__pv_rows_h_bf16(fa_dtype dt, const float *P, int64_t lds
                                         int nk, float *O, int Dv)
 {
     const __m512i ilo = FA__BW_LO, ihi = _mm512_add_epi32(ilo, _mm512_set1_epi32(16 << 16));
-    int r0, t0, j, r;
     if (dt != FA_BF16 || Dv % 64) { fa__pv_rows_h_avx512(dt, P, lds, nr, V, vs, nk, O, Dv); return; }
-    for (r0 = 0; r0 < nr; r0 += 4) {
-        int rn = nr - r0 < 4 ? nr - r0 : 4, rr[4];
-        for (r = 0; r < 4; r++) rr[r] = r < rn ? r : rn - 1;
-        for (t0 = 0; t0 < Dv; t0 += 64) {
-            const __mmask16 lm0 = 0xFFFF, lm1 = 0xFFFF, lm2 = 0xFFFF, lm3 = 0xFFFF;
-            FA__PL(0); FA__PL(1); FA__PL(2); FA__PL(3);
-            for (j = 0; j < nk; j++) {
-                const uint16_t *vr = V + (int64_t)j * vs + t0;
-                const float *pr = P + (int64_t)j * lds + r0;
-                __m512i wa = _mm512_loadu_si512((const void *)vr), wb = _mm512_loadu_si512((const void *)(vr + 32));
-                __m512 v0 = fa__bw_lo(wa), v1 = fa__bw_hi(wa), v2 = fa__bw_lo(wb), v3 = fa__bw_hi(wb);
-                if (r0 == 0) { FA__HPREF(vr + FA__AHEAD_HALF * vs); FA__HPREF(vr + FA__AHEAD_HALF * vs + 32);
-                               FA__HPREF2(vr + FA__AHEAD_HALF2 * vs); FA__HPREF2(vr + FA__AHEAD_HALF2 * vs + 32); }
-                FA__PF(0); FA__PF(1); FA__PF(2); FA__PF(3);
-            }
-            FA__PS(0); FA__PS(1); FA__PS(2); FA__PS(3);
-        }
+    {
+        FA__PV_H_BODY
     }
 }
+#undef FA__HW32
+#undef FA__HW64
+#undef FA__HPF2
+#undef FA__DOTS_H_BODY
+#undef FA__PV_H_BODY
+#undef FA__DOTS_H_PREF
 #undef fa__bw_lo
 #undef fa__bw_hi
 #undef FA__BW_LO

@@ -688,6 +688,12 @@ struct DecSet {
             randn(ks[i], b.nk, c.dt, 77 + 2 * i); randn(vs[i], b.nk, c.dt, 78 + 2 * i);
         }
     }
+    /* the row's request made, resolved and picked (false: not resolved) */
+    bool pick(fa_params *p, fa__dims *d, fa__cu_plan *pl)
+    {
+        make_params(c, b, p);
+        return fa__resolve(p, b.q, b.k, b.v, b.o, d, NULL) == FA_OK && fa__cu_pick(d, b.q, b.k, b.v, b.o, pl) == FA_OK;
+    }
     ~DecSet()
     {
         for (int i = 1; i < copies; i++) { cudaFree(ks[i]); cudaFree(vs[i]); }
@@ -811,10 +817,9 @@ static void decode_probe(void)
         const int copies = ds.copies;
         const std::vector<void *> &ks = ds.ks, &vs = ds.vs;
         fa_params p;
-        make_params(c, b, &p);
         fa__dims d;
         fa__cu_plan pick;
-        if (fa__resolve(&p, b.q, b.k, b.v, b.o, &d, NULL) != FA_OK || fa__cu_pick(&d, b.q, b.k, b.v, b.o, &pick) != FA_OK) {
+        if (!ds.pick(&p, &d, &pick)) {
             printf("# probe B=%d Sk=%d Hkv=%d: not resolved\n", r.B, r.Sk, r.Hkv);
             n_fail++;
             continue;
@@ -971,11 +976,9 @@ static void decode_mqa(bool prof)
         const int copies = ds.copies;
         const std::vector<void *> &ks = ds.ks, &vs = ds.vs;
         fa_params p;
-        make_params(c, b, &p);
         fa__dims d;
         fa__cu_plan pick;
-        if (fa__resolve(&p, b.q, b.k, b.v, b.o, &d, NULL) != FA_OK || fa__cu_pick(&d, b.q, b.k, b.v, b.o, &pick) != FA_OK ||
-            (pick.kernel != FA__CU_DEC_TC_D128 && pick.kernel != FA__CU_DEC_TC_D128_R32)) {
+        if (!ds.pick(&p, &d, &pick) || (pick.kernel != FA__CU_DEC_TC_D128 && pick.kernel != FA__CU_DEC_TC_D128_R32)) {
             printf("# mqa B=%d Sk=%d: not the tensor-core decode\n", r.B, r.Sk);
             n_fail++;
             continue;
