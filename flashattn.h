@@ -2298,13 +2298,18 @@ FA__AVX512 static inline __m512 fa__ldh16_tail(int f16, const uint16_t *p, int n
 #endif
 /* The two half decode kernels' bodies, each written once and expanded twice: here with each 16
    stored values widened by fa__ldh16, and in the AVX512-BF16 section (fa__dots_h_bf16,
-   fa__pv_rows_h_bf16) with each 32 bf16 widened by vpermw. An expansion defines FA__HW32(p, lo, hi)
-   (the 32 values at p into two fp32 vectors), FA__HW64(p, v0, v1, v2, v3) (the 64 at p, or fewer
-   within Dv, zeros past it) and FA__HPF2(p) (a second prefetch, or nothing). Same lanes, same
+   fa__pv_rows_h_bf16) with each 32 bf16 widened by vpermw. An expansion defines FA__HW_T, FA__HW_LD(p)
+   (what 32 stored values at p are read as: a pointer, or one 512-bit load), FA__HW_LO(w) and
+   FA__HW_HI(w) (their first and last 16 as fp32; the body widens the last 16 after the first 16's
+   products, so that the one load is kept, not repeated), FA__HW64(p, v0, v1, v2, v3) (the 64 at p,
+   or fewer within Dv, zeros past it) and FA__HPF2(p) (a second prefetch, or nothing). Same lanes, same
    products, same sums in either: bitwise the same results. S = Q K^T as fa__dots_avx512 (32 values
    a step, then 16, then the tail), O += P V as fa__pv_rows_avx512. */
-#define FA__DOTS_H_PREF do { if (r0 == 0) for (a = 0; a < 4; a++) { FA__HPREF(kp[a] + FA__AHEAD_HALF * ks + t); \
-                                                                     FA__HPF2(kp[a] + FA__AHEAD_HALF2 * ks + t); } } while (0)
+#define FA__DOTS_H_PREF do { if (r0 == 0) { \
+        FA__HPREF(kp[0] + FA__AHEAD_HALF * ks + t); FA__HPREF(kp[1] + FA__AHEAD_HALF * ks + t); \
+        FA__HPREF(kp[2] + FA__AHEAD_HALF * ks + t); FA__HPREF(kp[3] + FA__AHEAD_HALF * ks + t); \
+        FA__HPF2(kp[0] + FA__AHEAD_HALF2 * ks + t); FA__HPF2(kp[1] + FA__AHEAD_HALF2 * ks + t); \
+        FA__HPF2(kp[2] + FA__AHEAD_HALF2 * ks + t); FA__HPF2(kp[3] + FA__AHEAD_HALF2 * ks + t); } } while (0)
 #define FA__DOTS_H_BODY \
     int j0, r0, a, r, t, f16 = dt == FA_F16, tl = D & 15; \
     const __mmask16 tail = (__mmask16)((1u << tl) - 1u); \
@@ -2314,15 +2319,17 @@ FA__AVX512 static inline __m512 fa__ldh16_tail(int f16, const uint16_t *p, int n
         for (r0 = 0; r0 < nr; r0 += 4) { \
             const float *qp[4]; \
             float out[16]; \
-            __m512 x, y, k0, k1, k2, k3, u0, u1, u2, u3; \
+            __m512 x, y, k0, k1, k2, k3; \
             FA__DZ(0); FA__DZ(1); FA__DZ(2); FA__DZ(3); \
             for (r = 0; r < 4; r++) qp[r] = Q + (int64_t)(r0 + r < nr ? r0 + r : nr - 1) * D; \
             for (t = 0; t + 32 <= D; t += 32) { \
-                FA__HW32(kp[0] + t, k0, u0); FA__HW32(kp[1] + t, k1, u1); FA__HW32(kp[2] + t, k2, u2); FA__HW32(kp[3] + t, k3, u3); \
+                const FA__HW_T w0 = FA__HW_LD(kp[0] + t); const FA__HW_T w1 = FA__HW_LD(kp[1] + t); \
+                const FA__HW_T w2 = FA__HW_LD(kp[2] + t); const FA__HW_T w3 = FA__HW_LD(kp[3] + t); \
                 FA__DOTS_H_PREF; \
+                k0 = FA__HW_LO(w0); k1 = FA__HW_LO(w1); k2 = FA__HW_LO(w2); k3 = FA__HW_LO(w3); \
                 FA__DFL(0, _mm512_loadu_ps(qp[0] + t)); FA__DFL(1, _mm512_loadu_ps(qp[1] + t)); \
                 FA__DFL(2, _mm512_loadu_ps(qp[2] + t)); FA__DFL(3, _mm512_loadu_ps(qp[3] + t)); \
-                k0 = u0; k1 = u1; k2 = u2; k3 = u3; \
+                k0 = FA__HW_HI(w0); k1 = FA__HW_HI(w1); k2 = FA__HW_HI(w2); k3 = FA__HW_HI(w3); \
                 FA__DFL(0, _mm512_loadu_ps(qp[0] + t + 16)); FA__DFL(1, _mm512_loadu_ps(qp[1] + t + 16)); \
                 FA__DFL(2, _mm512_loadu_ps(qp[2] + t + 16)); FA__DFL(3, _mm512_loadu_ps(qp[3] + t + 16)); \
             } \
@@ -2372,7 +2379,10 @@ FA__AVX512 static inline __m512 fa__ldh16_tail(int f16, const uint16_t *p, int n
 /* the 16 values of V's row at t0 + 16 u, within Dv (zeros past it) */
 #define FA__LDV(u) (Dv - t0 - 16 * (u) >= 16 ? fa__ldh16(f16, vr + 16 * (u)) : Dv - t0 - 16 * (u) > 0 ? \
                     fa__ldh16_tail(f16, vr + 16 * (u), Dv - t0 - 16 * (u)) : _mm512_setzero_ps())
-#define FA__HW32(p, lo, hi) ((lo) = fa__ldh16(f16, (p)), (hi) = fa__ldh16(f16, (p) + 16))
+#define FA__HW_T uint16_t *
+#define FA__HW_LD(p) (p)
+#define FA__HW_LO(w) fa__ldh16(f16, (w))
+#define FA__HW_HI(w) fa__ldh16(f16, (w) + 16)
 #define FA__HW64(p, a, b, c, d) ((a) = FA__LDV(0), (b) = FA__LDV(1), (c) = FA__LDV(2), (d) = FA__LDV(3))
 #define FA__HPF2(p) ((void)0)
 FA__AVX512 static void fa__dots_h_avx512(fa_dtype dt, const float *Q, int nr, const uint16_t *K, int64_t ks, int nk,
@@ -2386,7 +2396,10 @@ FA__AVX512 static void fa__pv_rows_h_avx512(fa_dtype dt, const float *P, int64_t
 {
     FA__PV_H_BODY
 }
-#undef FA__HW32
+#undef FA__HW_T
+#undef FA__HW_LD
+#undef FA__HW_LO
+#undef FA__HW_HI
 #undef FA__HW64
 #undef FA__HPF2
 #undef FA__LDV
@@ -2783,8 +2796,12 @@ static inline uint32_t fa__word(const unsigned char *p)
                                    7 << 16, 6 << 16, 5 << 16, 4 << 16, 3 << 16, 2 << 16, 1 << 16, 0)
 #define fa__bw_lo(x) _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16((__mmask32)0xAAAAAAAAu, ilo, (x)))
 #define fa__bw_hi(x) _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16((__mmask32)0xAAAAAAAAu, ihi, (x)))
-#define FA__HW32(p, lo, hi) do { const __m512i w_ = _mm512_loadu_si512((const void *)(p)); (lo) = fa__bw_lo(w_); (hi) = fa__bw_hi(w_); } while (0)
-#define FA__HW64(p, a, b, c, d) do { FA__HW32((p), (a), (b)); FA__HW32((p) + 32, (c), (d)); } while (0)
+#define FA__HW_T __m512i
+#define FA__HW_LD(p) _mm512_loadu_si512((const void *)(p))
+#define FA__HW_LO(w) fa__bw_lo(w)
+#define FA__HW_HI(w) fa__bw_hi(w)
+#define FA__HW64(p, a, b, c, d) do { const __m512i wa_ = FA__HW_LD(p), wb_ = FA__HW_LD((p) + 32); \
+                                     (a) = fa__bw_lo(wa_); (b) = fa__bw_hi(wa_); (c) = fa__bw_lo(wb_); (d) = fa__bw_hi(wb_); } while (0)
 #define FA__HPF2(p) FA__HPREF2(p)
 FA__BF16 static void fa__dots_h_bf16(fa_dtype dt, const float *Q, int nr, const uint16_t *K, int64_t ks, int nk,
                                      int D, float *S, int64_t lds)
@@ -2805,7 +2822,10 @@ FA__BF16 static void fa__pv_rows_h_bf16(fa_dtype dt, const float *P, int64_t lds
         FA__PV_H_BODY
     }
 }
-#undef FA__HW32
+#undef FA__HW_T
+#undef FA__HW_LD
+#undef FA__HW_LO
+#undef FA__HW_HI
 #undef FA__HW64
 #undef FA__HPF2
 #undef FA__DOTS_H_BODY
