@@ -899,6 +899,23 @@ static void test_half_nonfinite(void **state)
         x = ref_bf16_to_f32(hg[1][t]); want = c.ref_dk[t];
         if (!(fabsf(x - want) <= 3e-2f * (1.0f + fabsf(want)))) fail_msg("dk[%d] %g, want %g", t, (double)x, (double)want);
     }
+    /* a NaN in q and an inf in d_o of row 0 (which sees keys 0..64): the query block of rows 0..63
+       runs the fp32 kernels in both key tiles, on its rows converted from bf16 as stored; rows
+       1..63's dq and keys 65..127's dk and dv stay finite and close */
+    for (t = 0; t < 64; t++) hv[127 * 64 + t] = ref_f32_to_bf16(c.t.v[127 * 64 + t]);
+    hq[3] = 0x7FC0u;
+    hdo[5] = 0x7F80u;
+    assert_int_equal(fa_tiled_backward(&c.p, hq, hk, hv, ho, hdo, hg[0], hg[1], hg[2]), FA_OK);
+    for (t = 64; t < 64 * 64; t++) {
+        float x = ref_bf16_to_f32(hg[0][t]), want = c.ref_dq[t];
+        if (!(fabsf(x - want) <= 3e-2f * (1.0f + fabsf(want)))) fail_msg("block fallback: dq[%d] %g, want %g", t, (double)x, (double)want);
+    }
+    for (t = 65 * 64; t < 128 * 64; t++) {
+        float x = ref_bf16_to_f32(hg[1][t]), want = c.ref_dk[t];
+        if (!(fabsf(x - want) <= 3e-2f * (1.0f + fabsf(want)))) fail_msg("block fallback: dk[%d] %g, want %g", t, (double)x, (double)want);
+        x = ref_bf16_to_f32(hg[2][t]); want = c.ref_dv[t];
+        if (!(fabsf(x - want) <= 3e-2f * (1.0f + fabsf(want)))) fail_msg("block fallback: dv[%d] %g, want %g", t, (double)x, (double)want);
+    }
     free(hq); free(hk); free(hv); free(ho); free(hdo);
     for (g = 0; g < 3; g++) free(hg[g]);
     bc_free(&c);
