@@ -5215,6 +5215,57 @@ static void fa__bwd_pds(int isa, float *S, float *dP, const float *G, int64_t ld
     fa__bwd_pds_c(S, dP, G, ld, nx, nl, valid, lrow, drow, llane, dlane);
 }
 
+/* dst[t] += src[t], t < n: dq's sum in its turn (the same sums on lanes as in the C loop) */
+#ifdef FLASHATTN__X86
+FA__AVX512 static void fa__bwd_add_avx512(float *dst, const float *src, int n)
+{
+    int t;
+    for (t = 0; t + 16 <= n; t += 16)
+        _mm512_storeu_ps(dst + t, _mm512_add_ps(_mm512_loadu_ps(dst + t), _mm512_loadu_ps(src + t)));
+    if (t < n) {
+        __mmask16 m = fa__lanes(n - t);
+        _mm512_mask_storeu_ps(dst + t, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + t), _mm512_maskz_loadu_ps(m, src + t)));
+    }
+}
+
+/* Key rows out of a tile's transposed sums M [n][ld] (features along rows, keys along the lanes):
+   buf[u][t] = M[t][j0 + u] (times scale when sc), u < 16, t < n (a multiple of 16), by 16 x 16 blocks */
+FA__AVX512 static void fa__bwd_cols_avx512(const float *M, int64_t ld, int n, int j0, int sc, float scale, float *buf)
+{
+    __m512 v[16], s = _mm512_set1_ps(scale);
+    int t0, i;
+    for (t0 = 0; t0 < n; t0 += 16) {
+        FA__UNROLL
+        for (i = 0; i < 16; i++) v[i] = _mm512_loadu_ps(M + (int64_t)(t0 + i) * ld + j0);
+        fa__t16_avx512(v);
+        FA__UNROLL
+        for (i = 0; i < 16; i++) _mm512_storeu_ps(buf + (size_t)i * n + t0, sc ? _mm512_mul_ps(v[i], s) : v[i]);
+    }
+}
+#endif
+
+static void fa__bwd_add(int isa, float *dst, const float *src, int n)
+{
+    int t;
+#ifdef FLASHATTN__X86
+    if (isa == 2) { fa__bwd_add_avx512(dst, src, n); return; }
+#endif
+    (void)isa;
+    for (t = 0; t < n; t++) dst[t] += src[t];
+}
+
+/* the rows' n floats (rows `stride` floats apart) toward L2 */
+static void fa__bwd_pf_rows(const float *p, int64_t stride, int rows, int n)
+{
+#ifdef FLASHATTN__X86
+    int x, l;
+    for (x = 0; x < rows; x++)
+        for (l = 0; l < n; l += 16) _mm_prefetch((const char *)(p + x * stride + l), _MM_HINT_T1);
+#else
+    (void)p; (void)stride; (void)rows; (void)n;
+#endif
+}
+
 /* Softcap on n scores of a row (stride 1) or a lane run, its derivative into g (same layout). */
 static void fa__bwd_softcap(int isa, float *s, float *g, int n, float cap)
 {
@@ -5807,7 +5858,7 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
     int b = (int)(bg / d->Hkv), g = (int)(bg % d->Hkv), D = d->D, Dv = d->Dv, isa = c->isa, hh, j, t;
     int ldk = pl->ldk, ldd = pl->ldd, rows = pl->bf ? pl->qb32 : pl->qb;
     int64_t k0 = kt * pl->kt, k1 = k0 + pl->kt < d->Sk ? k0 + pl->kt : d->Sk;
-    int nk = (int)(k1 - k0), nvk = (nk + 15) / 16, finite_k = 1, packed32 = 0, bf = 0;
+    int nk = (int)(k1 - k0), nvk = (nk + 15) / 16, finite_k = 1, packed32 = 0, bf = 0, jdone = 0;
     float *Kt = c->ws + (size_t)tid * pl->thread_floats, *dKt = Kt + (size_t)ldk * D, *Vt = dKt + (size_t)ldk * D;
     float *dVt = Vt + (size_t)ldk * Dv, *Kp = dVt + (size_t)ldk * Dv, *P = Kp + (size_t)pl->kt * ldd;
     float *dS = P + (size_t)ldk * rows, *dQ = dS + (size_t)ldk * rows;
@@ -5980,6 +6031,7 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                     else memset(db, 0, (size_t)nk * 2);
                     memset(db + nk, 0, (size_t)(pl->nk32 - nk) * 2);
                 }
+                fa__bwd_pf_rows(dqb + i0 * d->qs[2], d->qs[2], nr, D);     /* dq's rows (L3 at long S) during the product */
                 fa__bwd_mm(c, dSb, 2 * (int64_t)pl->nk32, 4, mr, (nk + 31) / 32 * 32, Kv, D, dQ, ldd, D, 0, d->scale, &pf);
             } else {
                 K->gemm(dor, 1, ost, Dv, nr, P, ldk, dVt, ldk, nvk, acc, &pf);
@@ -6001,7 +6053,7 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                 float *dqr = dqb + (i0 + x) * d->qs[2];
                 const float *src = dQ + (size_t)x * ldd;
                 if (kt == t0) memcpy(dqr, src, (size_t)D * sizeof(float));
-                else for (t = 0; t < D; t++) dqr[t] += src[t];
+                else fa__bwd_add(isa, dqr, src, D);
             }
             fa__turn_pass(c, turn + r, (int)kt + 1);
             if (pl->bf && kt == t1 - 1)     /* the rows' last turn: dq as bf16 */
@@ -6013,7 +6065,23 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
 #ifdef FA__HAVE_AMX
     if (bf && c->amx) fa__amx_end();
 #endif
-    for (j = 0; j < nk; j++) {
+#ifdef FLASHATTN__X86
+    if (pl->bf && isa == 2) {   /* 16 keys at a time through a transpose, into Qf and dOf (free now) */
+        uint16_t *dkh = c->dkh + (int64_t)b * dh->ks[0] + (int64_t)g * dh->ks[1] + k0 * dh->ks[2];
+        uint16_t *dvh = c->dvh + (int64_t)b * dh->vs[0] + (int64_t)g * dh->vs[1] + k0 * dh->vs[2];
+        int j0, u;
+        for (j0 = 0; j0 < nk; j0 += 16) {
+            fa__bwd_cols_avx512(dKt, ldk, D, j0, 1, d->scale, Qf);
+            fa__bwd_cols_avx512(dVt, ldk, Dv, j0, 0, 1.0f, dOf);
+            for (u = 0; u < 16 && j0 + u < nk; u++) {
+                K->f2h(FA_BF16, Qf + (size_t)u * D, dkh + (int64_t)(j0 + u) * dh->ks[2], D);
+                K->f2h(FA_BF16, dOf + (size_t)u * Dv, dvh + (int64_t)(j0 + u) * dh->vs[2], Dv);
+            }
+        }
+        jdone = nk;
+    }
+#endif
+    for (j = jdone; j < nk; j++) {
         if (pl->bf) {   /* bf16 rows (the fp32 values, rounded by the same conversion as the copies') */
             for (t = 0; t < D; t++) Rf[t] = dKt[(size_t)t * ldk + j] * d->scale;
             K->f2h(FA_BF16, Rf, c->dkh + (int64_t)b * dh->ks[0] + (int64_t)g * dh->ks[1] + (k0 + j) * dh->ks[2], D);
