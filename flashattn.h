@@ -5842,8 +5842,8 @@ static void fa__bwd_mm(const fa__bwd_ctx *c, const void *A, int64_t sa, int64_t 
    the block's dq contribution dS Kp, added to dq in its turn. Finally dk, dv of the tile.
    bf16 storage with plan->bf: the five products on the bf16 values (fa__bwd_mm), K and V packed
    into words once per tile (Kw, Vw: feature pairs along the keys' lanes; Kv: key pairs, for dq),
-   each block's Q and dO copied (Qb, dOb) and packed into row pairs (Qv, dOv; transposed, QT, dOT,
-   for the tiles), P and dS rounded to bf16 (Pp, dSp in row pairs; dSb row-major), as FlashAttention
+   each block's Q and dO read as stored (a block whose rows are not a multiple of 32: copied with
+   zero rows, Qb, dOb) and packed into row pairs (Qv, dOv; transposed, QT, dOT, for the tiles), P and dS rounded to bf16 (Pp, dSp in row pairs; dSb row-major), as FlashAttention
    does on GPUs; the scores' rule, P, dS, dq's turns and dk, dv the same code as fp32. A tile whose K
    or V, or a block whose Q or dO holds an inf or NaN, runs the fp32 kernels on fp32 rows converted
    for it (Kt, Vt, Kp; Qf, dOf) instead (0 * inf must stay out of the sums, as the fp32 path's
@@ -5936,11 +5936,17 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
             int bb = 0, nr32 = (nr + 31) / 32 * 32, mr = c->amx ? nr32 : nr;
             const float *qr = qb ? qb + i0 * d->qs[2] : Qf, *dor = dob ? dob + i0 * d->os[2] : dOf;
             int64_t qst = qb ? d->qs[2] : D, ost = dob ? d->os[2] : Dv;    /* their rows' strides */
+            const uint16_t *Qa = NULL, *dOa = NULL;     /* bf16 rows of the block, qla and ola elements apart */
+            int64_t qla = 0, ola = 0;
             fa__tbwd_tiles(d, pl, r, &t0, &t1);
             if (kt < t0 || kt >= t1) continue;       /* not a tile of this block's turns */
             if (bf) bb = fin[r];
-            if (bb) {   /* the block's Q and dO rows, copied with zero rows to nr32 */
+            if (bb && nr == nr32) {     /* the block's Q and dO rows as stored */
+                Qa = qhb + i0 * dh->qs[2]; qla = dh->qs[2];
+                dOa = dohb + i0 * dh->os[2]; ola = dh->os[2];
+            } else if (bb) {   /* ... copied with zero rows to nr32 */
                 const uint16_t *qh = qhb + i0 * dh->qs[2], *doh = dohb + i0 * dh->os[2];
+                Qa = Qb; qla = D; dOa = dOb; ola = Dv;
                 for (x = 0; x < nr; x++) {
                     memcpy(Qb + (size_t)x * D, qh + x * dh->qs[2], (size_t)D * 2);
                     memcpy(dOb + (size_t)x * Dv, doh + x * dh->os[2], (size_t)Dv * 2);
@@ -5989,8 +5995,8 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                 pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
             }
             if (bb) {
-                fa__bwd_mm(c, Qb, 2 * (int64_t)D, 4, mr, D, Kw, ldk, P, ldk, nvk * 16, 0, d->scale, &pf);
-                fa__bwd_mm(c, dOb, 2 * (int64_t)Dv, 4, mr, Dv, Vw, ldk, dS, ldk, nvk * 16, 0, 1.0f, &pf);
+                fa__bwd_mm(c, Qa, 2 * qla, 4, mr, D, Kw, ldk, P, ldk, nvk * 16, 0, d->scale, &pf);
+                fa__bwd_mm(c, dOa, 2 * ola, 4, mr, Dv, Vw, ldk, dS, ldk, nvk * 16, 0, 1.0f, &pf);
             } else {
                 K->gemm(qr, qst, 1, nr, D, Kt, ldk, P, ldk, nvk, 0, &pf);
                 K->gemm(dor, ost, 1, nr, Dv, Vt, ldk, dS, ldk, nvk, 0, &pf);
@@ -6010,8 +6016,8 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                     memset(Pp + (size_t)x * ldk, 0, (size_t)nvk * 16 * sizeof(uint32_t));
                     memset(dSp + (size_t)x * ldk, 0, (size_t)nvk * 16 * sizeof(uint32_t));
                 }
-                K->vpack_bf16(dOb, Dv, nr32, Dv, dOv);
-                K->vpack_bf16(Qb, D, nr32, D, Qv);
+                K->vpack_bf16(dOa, ola, nr32, Dv, dOv);
+                K->vpack_bf16(Qa, qla, nr32, D, Qv);
 #ifdef FA__HAVE_AMX
                 if (c->amx) {
                     K->amx_vt(dOv, np, Dv, dOT, np);
