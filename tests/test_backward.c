@@ -868,9 +868,10 @@ static void test_half_storage(void **state)
        query block's dq over three or more turns, causal with GQA */
     p = shape(1, 4, 2, 300, 600, 64, 64); p.causal = 1;
     bh_case(&p, "Sq300 Sk600 H4/2 D64 causal");
-    /* from 1024 query rows the AMX plans' query blocks of 128 (FA__BWD_QB_AMX_LONG), the last of 76 rows */
-    p = shape(1, 2, 1, 1100, 130, 32, 32); p.causal = 1;
-    bh_case(&p, "Sq1100 Sk130 H2/1 D32 causal");
+    /* from 1024 query rows the AMX plans' query blocks of 128 (FA__BWD_QB_AMX_LONG), the last of 76 rows;
+       three key tiles, rows 0..699 seeing no key */
+    p = shape(1, 2, 1, 1100, 400, 32, 32); p.causal = 1;
+    bh_case(&p, "Sq1100 Sk400 H2/1 D32 causal");
 }
 
 /* bf16's own products with an inf in the V of a key that one row sees: the fp32 kernels serve the
