@@ -655,9 +655,21 @@ extern "C" {
 #ifndef FA__BWD_BF16
 #define FA__BWD_BF16 1
 #endif
-/* ... and on AMX query blocks of FA__BWD_QB_AMX rows (the dk and dv products reduce over them) */
+/* ... and on AMX query blocks of FA__BWD_QB_AMX rows (the dk and dv products reduce over them), from
+   FA__BWD_QB_AMX_FROM query rows FA__BWD_QB_AMX_LONG (each C tile of dk, dv loaded and stored half as
+   often). RESULTS, "Backward without the fp32 copies": 128 against 64 in the same call, Xeon, bf16, 2
+   threads, 1.05-1.60x at S = 1024 (4 rows), 0.82-1.18x at 2048, 0.77-1.01x at 512; 16 threads 0.98-1.06x.
+   On the tiles a row's dq and every dk, dv sum are the same for 64 and 128 (sums in 32-row steps, C
+   stored exactly between blocks); only a block holding an inf or NaN (run by the fp32 kernels) spans
+   more rows. */
 #ifndef FA__BWD_QB_AMX
 #define FA__BWD_QB_AMX 64
+#endif
+#ifndef FA__BWD_QB_AMX_LONG
+#define FA__BWD_QB_AMX_LONG 128
+#endif
+#ifndef FA__BWD_QB_AMX_FROM
+#define FA__BWD_QB_AMX_FROM 1024
 #endif
 
 /* ============================================================================================== */
@@ -5229,6 +5241,57 @@ static void fa__bwd_pds(int isa, float *S, float *dP, const float *G, int64_t ld
     fa__bwd_pds_c(S, dP, G, ld, nx, nl, valid, lrow, drow, llane, dlane);
 }
 
+/* dst[t] += src[t], t < n: dq's sum in its turn (the same sums on lanes as in the C loop) */
+#ifdef FLASHATTN__X86
+FA__AVX512 static void fa__bwd_add_avx512(float *dst, const float *src, int n)
+{
+    int t;
+    for (t = 0; t + 16 <= n; t += 16)
+        _mm512_storeu_ps(dst + t, _mm512_add_ps(_mm512_loadu_ps(dst + t), _mm512_loadu_ps(src + t)));
+    if (t < n) {
+        __mmask16 m = fa__lanes(n - t);
+        _mm512_mask_storeu_ps(dst + t, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + t), _mm512_maskz_loadu_ps(m, src + t)));
+    }
+}
+
+/* Key rows out of a tile's transposed sums M [n][ld] (features along rows, keys along the lanes):
+   buf[u][t] = M[t][j0 + u] (times scale when sc), u < 16, t < n (a multiple of 16), by 16 x 16 blocks */
+FA__AVX512 static void fa__bwd_cols_avx512(const float *M, int64_t ld, int n, int j0, int sc, float scale, float *buf)
+{
+    __m512 v[16], s = _mm512_set1_ps(scale);
+    int t0, i;
+    for (t0 = 0; t0 < n; t0 += 16) {
+        FA__UNROLL
+        for (i = 0; i < 16; i++) v[i] = _mm512_loadu_ps(M + (int64_t)(t0 + i) * ld + j0);
+        fa__t16_avx512(v);
+        FA__UNROLL
+        for (i = 0; i < 16; i++) _mm512_storeu_ps(buf + (size_t)i * n + t0, sc ? _mm512_mul_ps(v[i], s) : v[i]);
+    }
+}
+#endif
+
+static void fa__bwd_add(int isa, float *dst, const float *src, int n)
+{
+    int t;
+#ifdef FLASHATTN__X86
+    if (isa == 2) { fa__bwd_add_avx512(dst, src, n); return; }
+#endif
+    (void)isa;
+    for (t = 0; t < n; t++) dst[t] += src[t];
+}
+
+/* the rows' n floats (rows `stride` floats apart) toward L2 */
+static void fa__bwd_pf_rows(const float *p, int64_t stride, int rows, int n)
+{
+#ifdef FLASHATTN__X86
+    int x, l;
+    for (x = 0; x < rows; x++)
+        for (l = 0; l < n; l += 16) _mm_prefetch((const char *)(p + x * stride + l), _MM_HINT_T1);
+#else
+    (void)p; (void)stride; (void)rows; (void)n;
+#endif
+}
+
 /* Softcap on n scores of a row (stride 1) or a lane run, its derivative into g (same layout). */
 static void fa__bwd_softcap(int isa, float *s, float *g, int n, float cap)
 {
@@ -5359,6 +5422,12 @@ typedef struct fa__bwd_ctx {
     const fa__dims *dh;
     const uint16_t *qh, *kh, *vh, *doh;
     int amx;
+    /* ... read directly (plan->bf): no fp32 copies of the inputs; o for delta; the gradients written
+       as bf16 (dq from the fp32 accumulator dq, by its last tile); fin: per (batch, head, query block)
+       1 when its Q and dO rows are finite */
+    const uint16_t *oh;
+    uint16_t *dqh, *dkh, *dvh;
+    int *fin;
     const struct fa__kernels *K;    /* tiled: fa__kernels_for(isa), looked up once (cpuid, a VM exit) */
 #ifndef FA__TURN_ATOMIC
     pthread_mutex_t mu;
@@ -5595,6 +5664,7 @@ typedef struct fa__tbwd_plan {
     int bf, amx;        /* bf16 products on the bf16 inputs (vdpbf16ps; AMX tiles where the CPU has them) */
     int qb32, nk32;     /* ... rows and keys of a block to a multiple of 32; bf_off: where a thread's words start */
     size_t bf_off;
+    size_t f32_off, fin_ints;   /* bf: a thread's fp32 rows for the fp32 kernels (Qf, dOf, Rf); the fin flags */
 } fa__tbwd_plan;
 
 static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
@@ -5604,12 +5674,12 @@ static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
     memset(pl, 0, sizeof *pl);
     if (d->Sq == 0 || d->Sk == 0) return;      /* zeros are written, nothing is allocated */
     /* bf16 with head dims multiples of 32 on AVX512-BF16: the five products on the bf16 values
-       (FA__BWD_BF16; the fp32 copies stay, for delta and for blocks holding a non-finite value) */
+       (FA__BWD_BF16; read as stored, no fp32 copies: fa__tbwd_half_bytes, fa__tbwd_item) */
     pl->bf = FA__BWD_BF16 && d->dtype == FA_BF16 && K->gemm_bf16 && d->D % 32 == 0 && d->Dv % 32 == 0;
     pl->amx = pl->bf && K->amx_mm != NULL;
     pl->kt = d->block_k ? d->block_k : pl->amx && FA__BWD_KT_AMX > 0 ? FA__BWD_KT_AMX
            : d->Sk >= FA__BWD_WIDE ? FA__BWD_KT_WIDE : FA__BWD_KT;
-    pl->qb = d->block_q ? d->block_q : pl->amx ? FA__BWD_QB_AMX : FA__BWD_QB;
+    pl->qb = d->block_q ? d->block_q : !pl->amx ? FA__BWD_QB : d->Sq >= FA__BWD_QB_AMX_FROM ? FA__BWD_QB_AMX_LONG : FA__BWD_QB_AMX;
     if (pl->kt > d->Sk) pl->kt = d->Sk;
     if (pl->qb > d->Sq) pl->qb = d->Sq;
     pl->qb32 = (pl->qb + 31) / 32 * 32;
@@ -5635,15 +5705,36 @@ static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
         w = fa__add_size(w, fa__mul_size((size_t)pl->qb32 / 2, (size_t)pl->nk32));
         pl->bf_off = f;
         f = fa__add_size(f, fa__add_size(w, 16 * 16));
+        /* the inputs are read as stored (no fp32 copies): Qf [qb32][D], dOf [qb32][Dv] (a block's rows
+           for the fp32 kernels, converted only for a block with an inf or NaN), Rf [D + 2 Dv] (a K and
+           a V row; an o and a d_o row for delta) */
+        pl->f32_off = f;
+        f = fa__add_size(f, fa__add_size(fa__mul_size(rows, (size_t)d->D + d->Dv), fa__round16((size_t)d->D + 2 * (size_t)d->Dv)));
     }
     pl->thread_floats = fa__round16(f);
     pl->delta_floats = fa__round16(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq));
     pl->turn_ints = fa__round16(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)pl->qblocks));
+    pl->fin_ints = pl->bf ? pl->turn_ints : 0;
     pl->nthreads = fa__nthreads(d, pl->items);
     pl->pool_bytes = fa__pool_bytes(d, pl->nthreads);
     pl->total = fa__add_size(fa__mul_size(fa__add_size(fa__mul_size(pl->thread_floats, (size_t)pl->nthreads),
                                                        pl->delta_floats), sizeof(float)),
-                             fa__add_size(fa__mul_size(pl->turn_ints, sizeof(int)), fa__add_size(pl->pool_bytes, 64)));
+                             fa__add_size(fa__mul_size(fa__add_size(pl->turn_ints, pl->fin_ints), sizeof(int)),
+                                          fa__add_size(pl->pool_bytes, 64)));
+}
+
+/* Bytes that half storage adds to the call's allocation: fp32 copies of the inputs and gradients
+   (fa__half_bytes), or with bf16's own products (plan->bf) only dq's fp32 accumulator, [B][Hq][Sq][D]
+   packed: the inputs are read as stored and dk, dv written as bf16 from their tiles. The copies were
+   most of the workspace (34 MB at B 2, H 4, S 1024, D 128), and memory of that size comes fresh from
+   the kernel at every call (glibc maps blocks over 32 MB anew): a page fault on every 4 KB page
+   touched (RESULTS, "Backward without the fp32 copies"). */
+static size_t fa__tbwd_half_bytes(const fa__dims *d, const fa__tbwd_plan *pl)
+{
+    if (d->Sq == 0 || d->Sk == 0) return 0;
+    if (!pl->bf) return fa__half_bytes(d, 1);
+    return fa__add_size(fa__mul_size(fa__r16s(fa__mul_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq),
+                                                                         (size_t)d->Sq), (size_t)d->D)), sizeof(float)), 64);
 }
 
 /* The key tiles whose keys some row of query block r sees, as [t0, t1) (empty: t0 == t1). The
@@ -5686,8 +5777,31 @@ static void fa__turn_pass(fa__bwd_ctx *c, int *t, int next)
 #endif
 }
 
+/* 1 when none of the n bf16 values of each of `rows` rows (`stride` elements apart) is inf or NaN */
+static int fa__bf16_finite(const uint16_t *x, int64_t stride, int64_t rows, int n)
+{
+    /* four at a time: v's 16-bit lane is 0 where the exponent is all ones (lanes < 0x8000) */
+    const uint64_t E = 0x7F807F807F807F80ull, L = 0x0001000100010001ull, H = 0x8000800080008000ull;
+    uint64_t bad = 0;
+    int64_t r;
+    int t;
+    for (r = 0; r < rows; r++) {
+        const uint16_t *p = x + r * stride;
+        for (t = 0; t + 4 <= n; t += 4) {
+            uint64_t w, v;
+            memcpy(&w, p + t, sizeof w);
+            v = (w & E) ^ E;
+            bad |= (v - L) & ~v & H;
+        }
+        for (; t < n; t++) bad |= (p[t] & 0x7F80) == 0x7F80;
+    }
+    return bad == 0;
+}
+
 /* Before the tiles: delta of every row of one (batch, head), its blocks' first turns, and 0 in the
-   dq rows of blocks that no tile reaches (rows that see no key). */
+   dq rows of blocks that no tile reaches (rows that see no key). bf16 read as stored (plan->bf):
+   delta from each row's o and d_o converted (the same values and sum as from the fp32 copies), each
+   block's finite flag (fin), the zero rows written into the bf16 dq. */
 static void fa__tbwd_prep(void *vctx, int64_t item, int tid)
 {
     fa__bwd_ctx *c = (fa__bwd_ctx *)vctx;
@@ -5695,7 +5809,29 @@ static void fa__tbwd_prep(void *vctx, int64_t item, int tid)
     const fa__tbwd_plan *pl = c->plan;
     int b = (int)(item / d->Hq), h = (int)(item % d->Hq);
     int64_t i, r, t0, t1, off = (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
-    (void)tid;
+    if (pl->bf) {
+        const fa__dims *dh = c->dh;
+        float *Rf = c->ws + (size_t)tid * pl->thread_floats + pl->f32_off + (size_t)pl->qb32 * (d->D + d->Dv);
+        const uint16_t *qh = c->qh + (int64_t)b * dh->qs[0] + (int64_t)h * dh->qs[1];
+        const uint16_t *oh = c->oh + (int64_t)b * dh->os[0] + (int64_t)h * dh->os[1];
+        const uint16_t *doh = c->doh + (int64_t)b * dh->os[0] + (int64_t)h * dh->os[1];
+        for (i = 0; i < d->Sq; i++) {
+            c->K->h2f(FA_BF16, doh + i * dh->os[2], Rf, d->Dv);
+            c->K->h2f(FA_BF16, oh + i * dh->os[2], Rf + d->Dv, d->Dv);
+            c->delta[item * d->Sq + i] = fa__dot(Rf, Rf + d->Dv, d->Dv);
+        }
+        for (r = 0; r < pl->qblocks; r++) {
+            int64_t i0 = r * pl->qb, n = i0 + pl->qb < d->Sq ? pl->qb : d->Sq - i0;
+            fa__tbwd_tiles(d, pl, r, &t0, &t1);
+            c->turn[item * pl->qblocks + r] = (int)t0;
+            c->fin[item * pl->qblocks + r] = fa__bf16_finite(qh + i0 * dh->qs[2], dh->qs[2], n, d->D) &&
+                                             fa__bf16_finite(doh + i0 * dh->os[2], dh->os[2], n, d->Dv);
+            if (t0 == t1)
+                for (i = i0; i < i0 + n; i++)
+                    memset(c->dqh + (int64_t)b * dh->qs[0] + (int64_t)h * dh->qs[1] + i * dh->qs[2], 0, (size_t)d->D * 2);
+        }
+        return;
+    }
     for (i = 0; i < d->Sq; i++)
         c->delta[item * d->Sq + i] = fa__dot(c->d_o + off + i * d->os[2], c->o + off + i * d->os[2], d->Dv);
     for (r = 0; r < pl->qblocks; r++) {
@@ -5726,38 +5862,19 @@ static void fa__bwd_mm(const fa__bwd_ctx *c, const void *A, int64_t sa, int64_t 
     K->gemm_bf16((const unsigned char *)A, sa, sx, M, Kd / 2, B, ldb, C, ldc, N / 16, acc, scale, pf);
 }
 
-/* 1 when none of the n bf16 values of each of `rows` rows (`stride` elements apart) is inf or NaN */
-static int fa__bf16_finite(const uint16_t *x, int64_t stride, int64_t rows, int n)
-{
-    /* four at a time: v's 16-bit lane is 0 where the exponent is all ones (lanes < 0x8000) */
-    const uint64_t E = 0x7F807F807F807F80ull, L = 0x0001000100010001ull, H = 0x8000800080008000ull;
-    uint64_t bad = 0;
-    int64_t r;
-    int t;
-    for (r = 0; r < rows; r++) {
-        const uint16_t *p = x + r * stride;
-        for (t = 0; t + 4 <= n; t += 4) {
-            uint64_t w, v;
-            memcpy(&w, p + t, sizeof w);
-            v = (w & E) ^ E;
-            bad |= (v - L) & ~v & H;
-        }
-        for (; t < n; t++) bad |= (p[t] & 0x7F80) == 0x7F80;
-    }
-    return bad == 0;
-}
-
 /* One tile of keys of one (batch, kv head): Kt, Vt packed (keys along the lanes) and Kp (row-major),
    then for each query head of the group and each block of query rows that sees the tile:
    S = Q Kt, modifiers and mask, P = exp(S - lse), dP = dO Vt, dS; dVt += dO^T P, dKt += Q^T dS;
    the block's dq contribution dS Kp, added to dq in its turn. Finally dk, dv of the tile.
    bf16 storage with plan->bf: the five products on the bf16 values (fa__bwd_mm), K and V packed
    into words once per tile (Kw, Vw: feature pairs along the keys' lanes; Kv: key pairs, for dq),
-   each block's Q and dO copied (Qb, dOb) and packed into row pairs (Qv, dOv; transposed, QT, dOT,
-   for the tiles), P and dS rounded to bf16 (Pp, dSp in row pairs; dSb row-major), as FlashAttention
+   each block's Q and dO read as stored (a block whose rows are not a multiple of 32: copied with
+   zero rows, Qb, dOb) and packed into row pairs (Qv, dOv; transposed, QT, dOT, for the tiles), P and dS rounded to bf16 (Pp, dSp in row pairs; dSb row-major), as FlashAttention
    does on GPUs; the scores' rule, P, dS, dq's turns and dk, dv the same code as fp32. A tile whose K
-   or V, or a block whose Q or dO holds an inf or NaN, runs the fp32 kernels on the fp32 copies
-   instead (0 * inf must stay out of the sums, as the fp32 path's finite_k and acc 2 ensure). */
+   or V, or a block whose Q or dO holds an inf or NaN, runs the fp32 kernels on fp32 rows converted
+   for it (Kt, Vt, Kp; Qf, dOf) instead (0 * inf must stay out of the sums, as the fp32 path's
+   finite_k and acc 2 ensure). The bf16 inputs are read as stored, dk and dv written as bf16 at the
+   end of the tile, and dq's rows by the block's last tile after its turn's sum. */
 static void fa__tbwd_item(void *vctx, int64_t item, int tid)
 {
     fa__bwd_ctx *c = (fa__bwd_ctx *)vctx;
@@ -5767,15 +5884,17 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
     int b = (int)(bg / d->Hkv), g = (int)(bg % d->Hkv), D = d->D, Dv = d->Dv, isa = c->isa, hh, j, t;
     int ldk = pl->ldk, ldd = pl->ldd, rows = pl->bf ? pl->qb32 : pl->qb;
     int64_t k0 = kt * pl->kt, k1 = k0 + pl->kt < d->Sk ? k0 + pl->kt : d->Sk;
-    int nk = (int)(k1 - k0), nvk = (nk + 15) / 16, finite_k = 1, packed32 = 0, bf = 0;
+    int nk = (int)(k1 - k0), nvk = (nk + 15) / 16, finite_k = 1, packed32 = 0, bf = 0, jdone = 0;
     float *Kt = c->ws + (size_t)tid * pl->thread_floats, *dKt = Kt + (size_t)ldk * D, *Vt = dKt + (size_t)ldk * D;
     float *dVt = Vt + (size_t)ldk * Dv, *Kp = dVt + (size_t)ldk * Dv, *P = Kp + (size_t)pl->kt * ldd;
     float *dS = P + (size_t)ldk * rows, *dQ = dS + (size_t)ldk * rows;
     float *G = d->softcap > 0.0f ? dQ + (size_t)rows * ldd : NULL;
-    const float *kb = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
-    const float *vb = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
-    float *dkb = c->dk + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
-    float *dvb = c->dv + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+    /* the fp32 inputs and dk, dv (fp32 storage, or half storage's fp32 copies); with pl->bf the bf16
+       inputs as stored (khb, vhb at the tile's first key) and fp32 rows for the fp32 kernels */
+    const float *kb = NULL, *vb = NULL;
+    float *dkb = NULL, *dvb = NULL, *Qf = NULL, *dOf = NULL, *Rf = NULL;
+    const fa__dims *dh = c->dh;
+    const uint16_t *khb = NULL, *vhb = NULL;
     /* bf16 words (pl->bf), each buffer at a multiple of 16 words */
     uint32_t *Kw = NULL, *Vw = NULL, *Kv = NULL, *Qv = NULL, *dOv = NULL, *QT = NULL, *dOT = NULL, *Pp = NULL, *dSp = NULL;
     uint16_t *Qb = NULL, *dOb = NULL, *dSb = NULL;
@@ -5785,12 +5904,19 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
     nosc.softcap = 0.0f;
     memset(dKt, 0, (size_t)ldk * D * sizeof(float));
     memset(dVt, 0, (size_t)ldk * Dv * sizeof(float));
-    if (pl->bf) {
-        const fa__dims *dh = c->dh;
-        const uint16_t *khb = c->kh + (int64_t)b * dh->ks[0] + (int64_t)g * dh->ks[1] + k0 * dh->ks[2];
-        const uint16_t *vhb = c->vh + (int64_t)b * dh->vs[0] + (int64_t)g * dh->vs[1] + k0 * dh->vs[2];
+    if (!pl->bf) {
+        kb = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
+        vb = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+        dkb = c->dk + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
+        dvb = c->dv + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
+    } else {
         uint32_t *w = (uint32_t *)(c->ws + (size_t)tid * pl->thread_floats + pl->bf_off);
         size_t q2 = (size_t)pl->qb32 / 2;
+        khb = c->kh + (int64_t)b * dh->ks[0] + (int64_t)g * dh->ks[1] + k0 * dh->ks[2];
+        vhb = c->vh + (int64_t)b * dh->vs[0] + (int64_t)g * dh->vs[1] + k0 * dh->vs[2];
+        Qf = c->ws + (size_t)tid * pl->thread_floats + pl->f32_off;
+        dOf = Qf + (size_t)pl->qb32 * D;
+        Rf = dOf + (size_t)pl->qb32 * Dv;
 #define FA__BW(p, n) do { p = w; w += fa__round16(n); } while (0)
         FA__BW(Kw, (size_t)ldk * D / 2); FA__BW(Vw, (size_t)ldk * Dv / 2); FA__BW(Kv, (size_t)pl->nk32 / 2 * D);
         FA__BW(Qv, q2 * D); FA__BW(dOv, q2 * Dv); FA__BW(QT, q2 * D); FA__BW(dOT, q2 * Dv);
@@ -5822,8 +5948,11 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
     fa__key_rows(d, k0, k1, &ilo, &ihi);
     for (hh = 0; ilo < ihi && hh < d->group; hh++) {
         int h = g * d->group + hh;
-        const float *qb = c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
-        const float *dob = c->d_o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
+        const float *qb = pl->bf ? NULL : c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
+        const float *dob = pl->bf ? NULL : c->d_o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
+        const uint16_t *qhb = pl->bf ? c->qh + (int64_t)b * dh->qs[0] + (int64_t)h * dh->qs[1] : NULL;
+        const uint16_t *dohb = pl->bf ? c->doh + (int64_t)b * dh->os[0] + (int64_t)h * dh->os[1] : NULL;
+        const int *fin = pl->bf ? c->fin + ((int64_t)b * d->Hq + h) * pl->qblocks : NULL;
         const float *lse = d->lse + ((int64_t)b * d->Hq + h) * d->Sq, *delta = c->delta + ((int64_t)b * d->Hq + h) * d->Sq;
         float *dqb = c->dq + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
         int *turn = c->turn + ((int64_t)b * d->Hq + h) * pl->qblocks;
@@ -5831,30 +5960,42 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
             int64_t i0 = r * pl->qb, i1 = i0 + pl->qb < d->Sq ? i0 + pl->qb : d->Sq;
             int nr = (int)(i1 - i0), x, mask = !fa__block_unmasked(d, i0, i1, k0, k1), acc = mask || d->bias ? 2 : 1;
             int bb = 0, nr32 = (nr + 31) / 32 * 32, mr = c->amx ? nr32 : nr;
-            const float *qr = qb + i0 * d->qs[2], *dor = dob + i0 * d->os[2];
+            const float *qr = qb ? qb + i0 * d->qs[2] : Qf, *dor = dob ? dob + i0 * d->os[2] : dOf;
+            int64_t qst = qb ? d->qs[2] : D, ost = dob ? d->os[2] : Dv;    /* their rows' strides */
+            const uint16_t *Qa = NULL, *dOa = NULL;     /* bf16 rows of the block, qla and ola elements apart */
+            int64_t qla = 0, ola = 0;
             fa__tbwd_tiles(d, pl, r, &t0, &t1);
             if (kt < t0 || kt >= t1) continue;       /* not a tile of this block's turns */
-            if (bf) {   /* the block's Q and dO rows, copied with zero rows to nr32 */
-                const fa__dims *dh = c->dh;
-                const uint16_t *qh = c->qh + (int64_t)b * dh->qs[0] + (int64_t)h * dh->qs[1] + i0 * dh->qs[2];
-                const uint16_t *doh = c->doh + (int64_t)b * dh->os[0] + (int64_t)h * dh->os[1] + i0 * dh->os[2];
-                bb = fa__bf16_finite(qh, dh->qs[2], nr, D) && fa__bf16_finite(doh, dh->os[2], nr, Dv);
-                if (bb) {
-                    for (x = 0; x < nr; x++) {
-                        memcpy(Qb + (size_t)x * D, qh + x * dh->qs[2], (size_t)D * 2);
-                        memcpy(dOb + (size_t)x * Dv, doh + x * dh->os[2], (size_t)Dv * 2);
-                    }
-                    memset(Qb + (size_t)nr * D, 0, (size_t)(nr32 - nr) * D * 2);
-                    memset(dOb + (size_t)nr * Dv, 0, (size_t)(nr32 - nr) * Dv * 2);
+            if (bf) bb = fin[r];
+            if (bb && nr == nr32) {     /* the block's Q and dO rows as stored */
+                Qa = qhb + i0 * dh->qs[2]; qla = dh->qs[2];
+                dOa = dohb + i0 * dh->os[2]; ola = dh->os[2];
+            } else if (bb) {   /* ... copied with zero rows to nr32 */
+                const uint16_t *qh = qhb + i0 * dh->qs[2], *doh = dohb + i0 * dh->os[2];
+                Qa = Qb; qla = D; dOa = dOb; ola = Dv;
+                for (x = 0; x < nr; x++) {
+                    memcpy(Qb + (size_t)x * D, qh + x * dh->qs[2], (size_t)D * 2);
+                    memcpy(dOb + (size_t)x * Dv, doh + x * dh->os[2], (size_t)Dv * 2);
                 }
-            }
+                memset(Qb + (size_t)nr * D, 0, (size_t)(nr32 - nr) * D * 2);
+                memset(dOb + (size_t)nr * Dv, 0, (size_t)(nr32 - nr) * Dv * 2);
+            } else if (pl->bf)      /* the fp32 kernels' rows, converted */
+                for (x = 0; x < nr; x++) {
+                    K->h2f(FA_BF16, qhb + (i0 + x) * dh->qs[2], Qf + (size_t)x * D, D);
+                    K->h2f(FA_BF16, dohb + (i0 + x) * dh->os[2], dOf + (size_t)x * Dv, Dv);
+                }
             if (!bb && !packed32) {     /* the fp32 tile: Kt (scaled), Vt, Kp */
                 packed32 = 1;
                 memset(Kt, 0, (size_t)ldk * D * sizeof(float));
                 memset(Vt, 0, (size_t)ldk * Dv * sizeof(float));
                 for (j = 0; j < nk; j++) {
-                    const float *kr = kb + (k0 + j) * d->ks[2], *vr = vb + (k0 + j) * d->vs[2];
+                    const float *kr = Rf, *vr = Rf + D;
                     float *kp = Kp + (size_t)j * ldd;
+                    if (kb) { kr = kb + (k0 + j) * d->ks[2]; vr = vb + (k0 + j) * d->vs[2]; }
+                    else {
+                        K->h2f(FA_BF16, khb + (int64_t)j * dh->ks[2], Rf, D);
+                        K->h2f(FA_BF16, vhb + (int64_t)j * dh->vs[2], Rf + D, Dv);
+                    }
                     for (t = 0; t < D; t++) {
                         float xk = kr[t] * d->scale;
                         Kt[(size_t)t * ldk + j] = xk;
@@ -5868,18 +6009,23 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
             {   /* the next block's Q and dO rows toward L2 during this block's five GEMMs (as the
                    forward streams its next K/V block, cpu-v15): they come from L3 at long S */
                 int64_t n1 = i1 < ihi ? (i1 + pl->qb < d->Sq ? pl->qb : d->Sq - i1) : 0, lines, it;
-                fa__pf_set(&pf, 0, qb, d->qs[2], i1, i1 + n1, D);
-                fa__pf_set(&pf, 1, dob, d->os[2], i1, i1 + n1, Dv);
+                if (qb) {
+                    fa__pf_set(&pf, 0, qb, d->qs[2], i1, i1 + n1, D);
+                    fa__pf_set(&pf, 1, dob, d->os[2], i1, i1 + n1, Dv);
+                } else {    /* bf16 as stored */
+                    fa__pf_set_es(&pf, 0, qhb, dh->qs[2], i1, i1 + n1, D, 2);
+                    fa__pf_set_es(&pf, 1, dohb, dh->os[2], i1, i1 + n1, Dv, 2);
+                }
                 lines = n1 * (pf.lines[0] + pf.lines[1]);
                 it = (int64_t)(nvk + 2) / 3 * ((nr + 7) / 8) * (2 * (int64_t)D + 2 * Dv) + (int64_t)(ldd / 16 + 2) / 3 * ((nr + 7) / 8) * nk;
                 pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
             }
             if (bb) {
-                fa__bwd_mm(c, Qb, 2 * (int64_t)D, 4, mr, D, Kw, ldk, P, ldk, nvk * 16, 0, d->scale, &pf);
-                fa__bwd_mm(c, dOb, 2 * (int64_t)Dv, 4, mr, Dv, Vw, ldk, dS, ldk, nvk * 16, 0, 1.0f, &pf);
+                fa__bwd_mm(c, Qa, 2 * qla, 4, mr, D, Kw, ldk, P, ldk, nvk * 16, 0, d->scale, &pf);
+                fa__bwd_mm(c, dOa, 2 * ola, 4, mr, Dv, Vw, ldk, dS, ldk, nvk * 16, 0, 1.0f, &pf);
             } else {
-                K->gemm(qr, d->qs[2], 1, nr, D, Kt, ldk, P, ldk, nvk, 0, &pf);
-                K->gemm(dor, d->os[2], 1, nr, Dv, Vt, ldk, dS, ldk, nvk, 0, &pf);
+                K->gemm(qr, qst, 1, nr, D, Kt, ldk, P, ldk, nvk, 0, &pf);
+                K->gemm(dor, ost, 1, nr, Dv, Vt, ldk, dS, ldk, nvk, 0, &pf);
             }
             for (x = 0; x < nr; x++) {
                 float *s = P + (size_t)x * ldk;
@@ -5896,8 +6042,8 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                     memset(Pp + (size_t)x * ldk, 0, (size_t)nvk * 16 * sizeof(uint32_t));
                     memset(dSp + (size_t)x * ldk, 0, (size_t)nvk * 16 * sizeof(uint32_t));
                 }
-                K->vpack_bf16(dOb, Dv, nr32, Dv, dOv);
-                K->vpack_bf16(Qb, D, nr32, D, Qv);
+                K->vpack_bf16(dOa, ola, nr32, Dv, dOv);
+                K->vpack_bf16(Qa, qla, nr32, D, Qv);
 #ifdef FA__HAVE_AMX
                 if (c->amx) {
                     K->amx_vt(dOv, np, Dv, dOT, np);
@@ -5917,10 +6063,11 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                     else memset(db, 0, (size_t)nk * 2);
                     memset(db + nk, 0, (size_t)(pl->nk32 - nk) * 2);
                 }
+                fa__bwd_pf_rows(dqb + i0 * d->qs[2], d->qs[2], nr, D);     /* dq's rows (L3 at long S) during the product */
                 fa__bwd_mm(c, dSb, 2 * (int64_t)pl->nk32, 4, mr, (nk + 31) / 32 * 32, Kv, D, dQ, ldd, D, 0, d->scale, &pf);
             } else {
-                K->gemm(dor, 1, d->os[2], Dv, nr, P, ldk, dVt, ldk, nvk, acc, &pf);
-                K->gemm(qr, 1, d->qs[2], D, nr, dS, ldk, dKt, ldk, nvk, acc, &pf);
+                K->gemm(dor, 1, ost, Dv, nr, P, ldk, dVt, ldk, nvk, acc, &pf);
+                K->gemm(qr, 1, qst, D, nr, dS, ldk, dKt, ldk, nvk, acc, &pf);
                 /* dq's contribution; a hidden key's non-finite k must reach no row (0 * inf is NaN) */
                 if (finite_k || !acc) K->gemm(dS, ldk, 1, nr, nk, Kp, ldd, dQ, ldd, ldd / 16, 0, &pf);
                 else
@@ -5938,18 +6085,45 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                 float *dqr = dqb + (i0 + x) * d->qs[2];
                 const float *src = dQ + (size_t)x * ldd;
                 if (kt == t0) memcpy(dqr, src, (size_t)D * sizeof(float));
-                else for (t = 0; t < D; t++) dqr[t] += src[t];
+                else fa__bwd_add(isa, dqr, src, D);
             }
             fa__turn_pass(c, turn + r, (int)kt + 1);
+            if (pl->bf && kt == t1 - 1)     /* the rows' last turn: dq as bf16 */
+                for (x = 0; x < nr; x++)
+                    K->f2h(FA_BF16, dqb + (i0 + x) * d->qs[2],
+                           c->dqh + (int64_t)b * dh->qs[0] + (int64_t)h * dh->qs[1] + (i0 + x) * dh->qs[2], D);
         }
     }
 #ifdef FA__HAVE_AMX
     if (bf && c->amx) fa__amx_end();
 #endif
-    for (j = 0; j < nk; j++) {
-        float *dkr = dkb + (k0 + j) * d->ks[2], *dvr = dvb + (k0 + j) * d->vs[2];
-        for (t = 0; t < D; t++) dkr[t] = dKt[(size_t)t * ldk + j] * d->scale;
-        for (t = 0; t < Dv; t++) dvr[t] = dVt[(size_t)t * ldk + j];
+#ifdef FLASHATTN__X86
+    if (pl->bf && isa == 2) {   /* 16 keys at a time through a transpose, into Qf and dOf (free now) */
+        uint16_t *dkh = c->dkh + (int64_t)b * dh->ks[0] + (int64_t)g * dh->ks[1] + k0 * dh->ks[2];
+        uint16_t *dvh = c->dvh + (int64_t)b * dh->vs[0] + (int64_t)g * dh->vs[1] + k0 * dh->vs[2];
+        int j0, u;
+        for (j0 = 0; j0 < nk; j0 += 16) {
+            fa__bwd_cols_avx512(dKt, ldk, D, j0, 1, d->scale, Qf);
+            fa__bwd_cols_avx512(dVt, ldk, Dv, j0, 0, 1.0f, dOf);
+            for (u = 0; u < 16 && j0 + u < nk; u++) {
+                K->f2h(FA_BF16, Qf + (size_t)u * D, dkh + (int64_t)(j0 + u) * dh->ks[2], D);
+                K->f2h(FA_BF16, dOf + (size_t)u * Dv, dvh + (int64_t)(j0 + u) * dh->vs[2], Dv);
+            }
+        }
+        jdone = nk;
+    }
+#endif
+    for (j = jdone; j < nk; j++) {
+        if (pl->bf) {   /* bf16 rows (the fp32 values, rounded by the same conversion as the copies') */
+            for (t = 0; t < D; t++) Rf[t] = dKt[(size_t)t * ldk + j] * d->scale;
+            K->f2h(FA_BF16, Rf, c->dkh + (int64_t)b * dh->ks[0] + (int64_t)g * dh->ks[1] + (k0 + j) * dh->ks[2], D);
+            for (t = 0; t < Dv; t++) Rf[t] = dVt[(size_t)t * ldk + j];
+            K->f2h(FA_BF16, Rf, c->dvh + (int64_t)b * dh->vs[0] + (int64_t)g * dh->vs[1] + (k0 + j) * dh->vs[2], Dv);
+        } else {
+            float *dkr = dkb + (k0 + j) * d->ks[2], *dvr = dvb + (k0 + j) * d->vs[2];
+            for (t = 0; t < D; t++) dkr[t] = dKt[(size_t)t * ldk + j] * d->scale;
+            for (t = 0; t < Dv; t++) dvr[t] = dVt[(size_t)t * ldk + j];
+        }
     }
 }
 
@@ -5959,7 +6133,7 @@ FLASHATTN__CPU_DEF size_t fa_tiled_backward_workspace_bytes(const fa_params *p)
     fa__tbwd_plan pl;
     if (!p || fa__resolve(p, p, p, p, p, &d, NULL) != FA_OK || fa__cpu_check(&d) != FA_OK) return 0;
     fa__tbwd_plan_make(&d, &pl);
-    return d.Sq == 0 || d.Sk == 0 ? pl.total : fa__add_size(pl.total, fa__half_bytes(&d, 1));
+    return fa__add_size(pl.total, fa__tbwd_half_bytes(&d, &pl));
 }
 
 FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q, const void *k, const void *v,
@@ -5981,7 +6155,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
         return FA_OK;
     }
     fa__tbwd_plan_make(&d, &pl);
-    total = fa__add_size(pl.total, fa__half_bytes(&d, 1));
+    total = fa__add_size(pl.total, fa__tbwd_half_bytes(&d, &pl));
     if (total == SIZE_MAX) return FA_ERR_NO_MEMORY;
     mem = FLASHATTN_MALLOC(total);
     if (!mem) return FA_ERR_NO_MEMORY;
@@ -5992,23 +6166,32 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
     c.ws = (float *)fa__align64(mem);
     c.delta = c.ws + pl.thread_floats * pl.nthreads;
     c.turn = (int *)(c.delta + pl.delta_floats);
-    pool_mem = (char *)(c.turn + pl.turn_ints);
+    c.fin = c.turn + pl.turn_ints;
+    pool_mem = (char *)(c.fin + pl.fin_ints);
 #ifndef FA__TURN_ATOMIC
     if (pthread_mutex_init(&c.mu, NULL) != 0) { FLASHATTN_FREE(mem); return FA_ERR_NO_MEMORY; }
     if (pthread_cond_init(&c.cv, NULL) != 0) { pthread_mutex_destroy(&c.mu); FLASHATTN_FREE(mem); return FA_ERR_NO_MEMORY; }
 #endif
-    if (d.dtype != FA_F32)
-        fa__bwd_half_in(&d, &d2, &c, &hj, hf, (char *)mem + pl.total, q, k, v, o, d_o, pl.nthreads, pool_mem);
-    if (pl.bf) {    /* bf16's own products read the inputs as given (fa__tbwd_item) */
-        c.dh = &d;
+    if (pl.bf) {    /* bf16's own products read the inputs as given (fa__tbwd_item), dq summed in fp32 */
+        d2 = d;
+        d2.dtype = FA_F32;
+        fa__packed3(d.B, d.Hq, d.Sq, d.D, d2.qs);
+        fa__packed3(d.B, d.Hkv, d.Sk, d.D, d2.ks);
+        fa__packed3(d.B, d.Hkv, d.Sk, d.Dv, d2.vs);
+        fa__packed3(d.B, d.Hq, d.Sq, d.Dv, d2.os);
+        c.d = &d2; c.dh = &d;
+        c.q = c.k = c.v = c.o = c.d_o = NULL; c.dk = c.dv = NULL;
+        c.dq = (float *)fa__align64((char *)mem + pl.total);
         c.qh = (const uint16_t *)q; c.kh = (const uint16_t *)k; c.vh = (const uint16_t *)v; c.doh = (const uint16_t *)d_o;
+        c.oh = (const uint16_t *)o; c.dqh = (uint16_t *)dq; c.dkh = (uint16_t *)dk; c.dvh = (uint16_t *)dv;
 #ifdef FA__HAVE_AMX
         c.amx = pl.amx && fa__amx_permit();     /* a refusal: vdpbf16ps */
 #endif
-    }
+    } else if (d.dtype != FA_F32)
+        fa__bwd_half_in(&d, &d2, &c, &hj, hf, (char *)mem + pl.total, q, k, v, o, d_o, pl.nthreads, pool_mem);
     fa__run(d.pool, fa__tbwd_prep, &c, (int64_t)d.B * d.Hq, pl.nthreads, pool_mem);
     fa__run(d.pool, fa__tbwd_item, &c, pl.items, pl.nthreads, pool_mem);
-    if (d.dtype != FA_F32) fa__bwd_half_out(&d, &hj, hf, dq, dk, dv, pl.nthreads, pool_mem);
+    if (d.dtype != FA_F32 && !pl.bf) fa__bwd_half_out(&d, &hj, hf, dq, dk, dv, pl.nthreads, pool_mem);
 #ifndef FA__TURN_ATOMIC
     pthread_cond_destroy(&c.cv);
     pthread_mutex_destroy(&c.mu);
@@ -6083,13 +6266,14 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
         fa__tbwd_plan_make(&d, &pl);
         if (pl.bf)
             snprintf(half, sizeof half, "; bf16 storage: the five products in bf16 on %s (fp32 sums; P and dS rounded to "
-                     "bf16), fp32 copies made by %s conversion for delta and for blocks with an inf or NaN",
+                     "bf16), the inputs read as stored, dq summed in fp32, blocks with an inf or NaN converted by %s for "
+                     "the fp32 kernels",
                      pl.amx ? "AMX-BF16 tiles (tdpbf16ps; vdpbf16ps if the kernel refuses the tile state)" : "avx512bf16 vdpbf16ps",
                      fa__kernels_for(isa)->cvt_name);
         len = snprintf(line, sizeof line, "fa_tiled_backward: %s kernels; key tiles of %d keys, query blocks of %d rows "
                        "(dq added in key-tile order); %lld items on %d threads; workspace %zu bytes%s",
                        fa__isa_name(isa), pl.kt, pl.qb, (long long)pl.items, pl.nthreads,
-                       d.Sq && d.Sk ? fa__add_size(pl.total, fa__half_bytes(&d, 1)) : pl.total, half);
+                       fa__add_size(pl.total, fa__tbwd_half_bytes(&d, &pl)), half);
     } else {
         len = snprintf(line, sizeof line, "refused: call is not an fa_call value");
     }

@@ -868,6 +868,10 @@ static void test_half_storage(void **state)
        query block's dq over three or more turns, causal with GQA */
     p = shape(1, 4, 2, 300, 600, 64, 64); p.causal = 1;
     bh_case(&p, "Sq300 Sk600 H4/2 D64 causal");
+    /* from 1024 query rows the AMX plans' query blocks of 128 (FA__BWD_QB_AMX_LONG), the last of 76 rows;
+       three key tiles, rows 0..699 seeing no key */
+    p = shape(1, 2, 1, 1100, 400, 32, 32); p.causal = 1;
+    bh_case(&p, "Sq1100 Sk400 H2/1 D32 causal");
 }
 
 /* bf16's own products with an inf in the V of a key that one row sees: the fp32 kernels serve the
@@ -898,6 +902,23 @@ static void test_half_nonfinite(void **state)
         if (t / 64 < 63 && !(fabsf(x - want) <= 3e-2f * (1.0f + fabsf(want)))) fail_msg("dq[%d] %g, want %g", t, (double)x, (double)want);
         x = ref_bf16_to_f32(hg[1][t]); want = c.ref_dk[t];
         if (!(fabsf(x - want) <= 3e-2f * (1.0f + fabsf(want)))) fail_msg("dk[%d] %g, want %g", t, (double)x, (double)want);
+    }
+    /* a NaN in q and an inf in d_o of row 0 (which sees keys 0..64): the query block of rows 0..63
+       runs the fp32 kernels in both key tiles, on its rows converted from bf16 as stored; rows
+       1..63's dq and keys 65..127's dk and dv stay finite and close */
+    for (t = 0; t < 64; t++) hv[127 * 64 + t] = ref_f32_to_bf16(c.t.v[127 * 64 + t]);
+    hq[3] = 0x7FC0u;
+    hdo[5] = 0x7F80u;
+    assert_int_equal(fa_tiled_backward(&c.p, hq, hk, hv, ho, hdo, hg[0], hg[1], hg[2]), FA_OK);
+    for (t = 64; t < 64 * 64; t++) {
+        float x = ref_bf16_to_f32(hg[0][t]), want = c.ref_dq[t];
+        if (!(fabsf(x - want) <= 3e-2f * (1.0f + fabsf(want)))) fail_msg("block fallback: dq[%d] %g, want %g", t, (double)x, (double)want);
+    }
+    for (t = 65 * 64; t < 128 * 64; t++) {
+        float x = ref_bf16_to_f32(hg[1][t]), want = c.ref_dk[t];
+        if (!(fabsf(x - want) <= 3e-2f * (1.0f + fabsf(want)))) fail_msg("block fallback: dk[%d] %g, want %g", t, (double)x, (double)want);
+        x = ref_bf16_to_f32(hg[2][t]); want = c.ref_dv[t];
+        if (!(fabsf(x - want) <= 3e-2f * (1.0f + fabsf(want)))) fail_msg("block fallback: dv[%d] %g, want %g", t, (double)x, (double)want);
     }
     free(hq); free(hk); free(hv); free(ho); free(hdo);
     for (g = 0; g < 3; g++) free(hg[g]);
