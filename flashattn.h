@@ -6316,7 +6316,11 @@ struct fa__dec_d128_r32 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF 
    the stages in 64-column panels (PNL 1), one lane's four bulk copies a tile instead of 16 cp.async
    from each of 32 lanes; the same tiles, products and order, so the same bits. Picked on compute
    capability 9.0 where k and v take tensor maps (fa__dec_tma_ok); else fa__dec_d128. */
-struct fa__dec_d128_tma { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, PNL = 1 }; };
+struct fa__dec_d128_tma { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, PNL = 1, BOX = 0 }; };
+/* the same with one 5-d box a tile of K and one of V (both panels: fa__dec_map5), half the copies;
+   and with three stages in two blocks an SM (two tiles a warp in flight) */
+struct fa__dec_d128_tma5 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, PNL = 1, BOX = 1 }; };
+struct fa__dec_d128_tma3 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 1, PNL = 1, BOX = 0 }; };
 #define FA__CU_DEC_ROWS 16
 #define FA__CU_DEC_BK 32
 #define FA__CU_DEC_THREADS 128
@@ -8808,10 +8812,16 @@ template <class C, typename T> struct fa__dec_tma_ring {
         if (lane == 0) {
             const unsigned full = bar + 8u * stage, st = (unsigned)stage * SB;
             fa__mb_expect(full, 2 * SB);
-            for (int p = 0; p < C::D / 64; p++) {
-                fa__tma_load(sK + st + p * PB, tk, full, 64 * p, k0, g, b);
-                fa__tma_load(sV + st + p * PB, tv, full, 64 * p, k0, g, b);
-            }
+            if (C::BOX) {   /* {64 columns, BK keys, D / 64 panels, head, batch} */
+                asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n"
+                             ::"r"(sK + st), "l"((unsigned long long)tk), "r"(0), "r"(k0), "r"(0), "r"(g), "r"(b), "r"(full) : "memory");
+                asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n"
+                             ::"r"(sV + st), "l"((unsigned long long)tv), "r"(0), "r"(k0), "r"(0), "r"(g), "r"(b), "r"(full) : "memory");
+            } else
+                for (int p = 0; p < C::D / 64; p++) {
+                    fa__tma_load(sK + st + p * PB, tk, full, 64 * p, k0, g, b);
+                    fa__tma_load(sV + st + p * PB, tv, full, 64 * p, k0, g, b);
+                }
         }
     }
     __device__ __forceinline__ void commit() {}
@@ -10809,7 +10819,34 @@ static int fa__dec_tma_here(int major, int minor)   /* once per device (fa__cu_f
 static int fa__dec_tma_ok(const fa__dims *d, const void *k, const void *v, const fa__cu_facts *f)
 {
     return FA__CU_DEC_TMA != 0 && f->dtma && f->optin >= (int)fa__dec_geom<fa__dec_d128_tma>::SMEM &&
-           fa__wg_tma_ok(k, d->ks, d->Sk, d->Hkv, d->B) && fa__wg_tma_ok(v, d->vs, d->Sk, d->Hkv, d->B);
+                   fa__wg_tma_ok(k, d->ks, d->Sk, d->Hkv, d->B) && fa__wg_tma_ok(v, d->vs, d->Sk, d->Hkv, d->B)
+               ? (FA__CU_DEC_TMA >= 2 && FA__CU_DEC_TMA <= 3 ? FA__CU_DEC_TMA : 1)
+               : 0;
+}
+
+/* The 5-d tensor map of k or v for fa__dec_d128_tma5: dims {64, S, D / 64, H, B} (the panel axis
+   of stride 64 elements inside a row), boxes {64, rows, D / 64, 1, 1}: one copy lands a tile as
+   fa__wg_map's D / 64 panels. */
+static int fa__dec_map5(fa__wg_encode_fn enc, CUtensorMap *m, const void *p, fa_dtype dt, int D, int64_t S, int64_t H,
+                        int64_t B, const int64_t s[3], int rows)
+{
+    const int64_t ext[3] = { S, H, B }, str[3] = { s[2], s[1], s[0] };
+    cuuint64_t dim[5], stride[4];
+    cuuint32_t box[5] = { 64, (cuuint32_t)rows, (cuuint32_t)(D / 64), 1, 1 }, es[5] = { 1, 1, 1, 1, 1 };
+    int64_t inner = D;
+    int i;
+    dim[0] = 64;
+    for (i = 0; i < 3; i++) {
+        const int64_t st = ext[i] > 1 ? str[i] : (inner < ((int64_t)1 << 39) ? inner : 8);
+        dim[i == 0 ? 1 : i + 2] = (cuuint64_t)ext[i];
+        stride[i == 0 ? 0 : i + 1] = (cuuint64_t)st * 2u;
+        inner = st * ext[i];
+    }
+    dim[2] = (cuuint64_t)(D / 64);
+    stride[1] = 128;
+    return enc(m, dt == FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 5, (void *)p, dim,
+               stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 /* 1 when the D = 64 Hopper kernel runs its three-consumer block (8a's fa__wg_d64, 192 rows):
@@ -11539,6 +11576,30 @@ static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const voi
     return s != FA_OK ? s : s2;
 }
 
+#if FA__WG
+/* The 16-row D = 128 decode kernel on its TMA ring in configuration CT (8a's fa__dec_d128_tma*): the
+   tensor maps of k and v (boxes of 64 x BK, fa__wg_map, or with CT::BOX both panels, fa__dec_map5),
+   then fa__dec_run as for fa__dec_tc. */
+template <typename T, class CT>
+static fa_status fa__dec_tma_launch(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k,
+                                    const void *v, void *o, cudaStream_t st)
+{
+    static int once[2][FA__CU_MAX_DEVICES];
+    const fa__wg_encode_fn enc = fa__wg_encoder();
+    void (*kt)(const fa__dec_targs) = pl->mods ? fa__dec_tma<T, CT, 4> : fa__dec_tma<T, CT, 0>;
+    fa__dec_targs w;
+    memset(&w, 0, sizeof w);
+    if (!enc) return FA_ERR_DEVICE;
+    if (CT::BOX ? !fa__dec_map5(enc, &w.tk, k, d->dtype, CT::D, d->Sk, d->Hkv, d->B, d->ks, CT::BK) ||
+                      !fa__dec_map5(enc, &w.tv, v, d->dtype, CT::D, d->Sk, d->Hkv, d->B, d->vs, CT::BK)
+                : !fa__wg_map(enc, &w.tk, k, d->dtype, CT::D, d->Sk, d->Hkv, d->B, d->ks, CT::BK) ||
+                      !fa__wg_map(enc, &w.tv, v, d->dtype, CT::D, d->Sk, d->Hkv, d->B, d->vs, CT::BK))
+        return FA_ERR_DEVICE;
+    return fa__dec_run<T>(pl, d, q, k, v, o, st, kt, w, (int)fa__dec_geom<CT>::SMEM, CT::NW * 32, CT::MINB > 1, CT::MINB,
+                          once[pl->mods ? 1 : 0]);
+}
+#endif
+
 /* The tensor-core decode kernel of configuration C (its attributes: the largest shared-memory
    carveout when MINB > 1, as the other MINB > 1 kernels ask), then fa__dec_run. */
 template <typename T, class C>
@@ -11549,19 +11610,10 @@ static fa_status fa__dec_tc_launch(const fa__cu_plan *pl, const fa__dims *d, con
     void (*kern)(const fa__dec_args) = pl->mods ? fa__dec_tc<T, C, 4> : fa__dec_tc<T, C, 0>;
     fa__dec_args a;
 #if FA__WG
-    if (pl->tma) {   /* fa__dec_d128_tma: the tensor maps of k and v (boxes of 64 x BK, fa__wg_map), then the same run */
-        typedef fa__dec_d128_tma CT;
-        static int once_t[2][FA__CU_MAX_DEVICES];
-        const fa__wg_encode_fn enc = fa__wg_encoder();
-        void (*kt)(const fa__dec_targs) = pl->mods ? fa__dec_tma<T, CT, 4> : fa__dec_tma<T, CT, 0>;
-        fa__dec_targs w;
-        memset(&w, 0, sizeof w);
-        if (!enc || !fa__wg_map(enc, &w.tk, k, d->dtype, CT::D, d->Sk, d->Hkv, d->B, d->ks, CT::BK) ||
-            !fa__wg_map(enc, &w.tv, v, d->dtype, CT::D, d->Sk, d->Hkv, d->B, d->vs, CT::BK))
-            return FA_ERR_DEVICE;
-        return fa__dec_run<T>(pl, d, q, k, v, o, st, kt, w, (int)fa__dec_geom<CT>::SMEM, CT::NW * 32, CT::MINB > 1, CT::MINB,
-                              once_t[pl->mods ? 1 : 0]);
-    }
+    if (pl->tma && C::D == 128 && C::MT == 1 && C::RH == 1)   /* the 16-row block: its TMA ring (fa__dec_tma) */
+        return pl->tma == 2 ? fa__dec_tma_launch<T, fa__dec_d128_tma5>(pl, d, q, k, v, o, st)
+             : pl->tma == 3 ? fa__dec_tma_launch<T, fa__dec_d128_tma3>(pl, d, q, k, v, o, st)
+                            : fa__dec_tma_launch<T, fa__dec_d128_tma>(pl, d, q, k, v, o, st);
 #endif
     return fa__dec_run<T>(pl, d, q, k, v, o, st, kern, a, (int)fa__dec_geom<C>::SMEM, C::NW * 32, C::MINB > 1, C::MINB,
                           once[pl->mods ? 1 : 0]);
