@@ -6312,15 +6312,6 @@ struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, M
 struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1 }; };
 struct fa__dec_d64_r32 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1 }; };
 struct fa__dec_d128_r32 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2 }; };
-/* fa__dec_d128 with its K/V ring fed by TMA (8d3's tensor maps and mbarriers; fa__dec_tma, sm_90):
-   the stages in 64-column panels (PNL 1), one lane's four bulk copies a tile instead of 16 cp.async
-   from each of 32 lanes; the same tiles, products and order, so the same bits. Picked on compute
-   capability 9.0 where k and v take tensor maps (fa__dec_tma_ok); else fa__dec_d128. */
-struct fa__dec_d128_tma { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, PNL = 1, BOX = 0 }; };
-/* the same with one 5-d box a tile of K and one of V (both panels: fa__dec_map5), half the copies;
-   and with three stages in two blocks an SM (two tiles a warp in flight) */
-struct fa__dec_d128_tma5 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, PNL = 1, BOX = 1 }; };
-struct fa__dec_d128_tma3 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 1, PNL = 1, BOX = 0 }; };
 #define FA__CU_DEC_ROWS 16
 #define FA__CU_DEC_BK 32
 #define FA__CU_DEC_THREADS 128
@@ -6391,10 +6382,7 @@ typedef struct fa__cu_facts {
     int major, minor;   /* compute capability */
     int optin, sms;     /* shared memory a block can opt in to; multiprocessors */
     int pools;          /* memory pools (cudaMallocAsync) supported */
-    int dtma;           /* 8d2's decode kernel can take its K/V ring by TMA here (fa__dec_tma_here, 8f) */
 } fa__cu_facts;
-
-static int fa__dec_tma_here(int major, int minor);
 
 static fa_status fa__cu_facts_of(int *dev, fa__cu_facts *f)
 {
@@ -6409,7 +6397,7 @@ static fa_status fa__cu_facts_of(int *dev, fa__cu_facts *f)
     if (d >= 0 && d < FA__CU_MAX_DEVICES && fa__load_int(&ready[d])) {
         f->major = fa__load_int(&tab[d].major); f->minor = fa__load_int(&tab[d].minor);
         f->optin = fa__load_int(&tab[d].optin); f->sms = fa__load_int(&tab[d].sms);
-        f->pools = fa__load_int(&tab[d].pools); f->dtma = fa__load_int(&tab[d].dtma);
+        f->pools = fa__load_int(&tab[d].pools);
         return FA_OK;
     }
     if (cudaDeviceGetAttribute(&f->major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
@@ -6420,11 +6408,10 @@ static fa_status fa__cu_facts_of(int *dev, fa__cu_facts *f)
         (void)cudaGetLastError();
         return FA_ERR_DEVICE;
     }
-    f->dtma = fa__dec_tma_here(f->major, f->minor);
     if (d >= 0 && d < FA__CU_MAX_DEVICES) {
         fa__store_int(&tab[d].major, f->major); fa__store_int(&tab[d].minor, f->minor);
         fa__store_int(&tab[d].optin, f->optin); fa__store_int(&tab[d].sms, f->sms);
-        fa__store_int(&tab[d].pools, f->pools); fa__store_int(&tab[d].dtma, f->dtma);
+        fa__store_int(&tab[d].pools, f->pools);
         fa__store_int(&ready[d], 1);
     }
     return FA_OK;
@@ -7049,20 +7036,12 @@ struct fa__tc_args {
     fa__dims d;
 };
 
-/* C::PNL when configuration C has it, else 0: how its K and V stages are laid out (fa__tc_geom) */
-template <class C, class = int> struct fa__tc_pnl { enum { V = 0 }; };
-template <class C> struct fa__tc_pnl<C, decltype((int)C::PNL)> { enum { V = C::PNL }; };
-
 /* The sizes of configuration C (8a): fragments per thread and the shared memory (the Q tile and
-   two K/V stages, 16-bit elements). KRS, KHS: the elements from one key's row of a K or V stage to
-   the next, and from its columns 0-63 to 64-127: swizzled rows of D (fa__tc_load: D, 64), or with
-   C::PNL 1 the TMA's 64-column panels of BK rows of 128 bytes (8d3's layout; 8d2's TMA decode
-   kernel: 64, 64 BK). The two are the same at D = 64; ldmatrix reads the same elements from both. */
+   two K/V stages, 16-bit elements). */
 template <class C> struct fa__tc_geom {
     enum { D = C::D, NW = C::NW, MT = C::MT, BK = C::BK, QREG = C::QREG, PF = C::PF, MINB = C::MINB };
     enum { BQ = 16 * MT * NW, NT = NW * 32, CH = D / 8, NN = BK / 8, KD = D / 16, KB = BK / 16 };
     enum { SMEM = (BQ * D + 4 * BK * D) * 2 };
-    enum { KRS = fa__tc_pnl<C>::V ? 64 : D, KHS = fa__tc_pnl<C>::V ? 64 * BK : 64 };
 };
 
 static __device__ __forceinline__ void fa__tc_ldsm(unsigned a, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3)
@@ -7152,8 +7131,8 @@ static __device__ __forceinline__ void fa__tc_bases(unsigned sQ, unsigned sK, un
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         aq[j] = sQ + (unsigned)((warp * 16 * G::MT + la_r) * G::D + (((2 * j) ^ (la_c ^ (lane & 7))) << 3)) * 2u;
-        ak[j] = sK + (unsigned)(lk_r * G::KRS + (((2 * j) ^ (lk_c ^ (lane & 7))) << 3)) * 2u;
-        av[j] = sV + (unsigned)(lv_r * G::KRS + (((2 * j) ^ (lv_c ^ (lane & 7))) << 3)) * 2u;
+        ak[j] = sK + (unsigned)(lk_r * G::D + (((2 * j) ^ (lk_c ^ (lane & 7))) << 3)) * 2u;
+        av[j] = sV + (unsigned)(lv_r * G::D + (((2 * j) ^ (lv_c ^ (lane & 7))) << 3)) * 2u;
     }
 }
 
@@ -7211,7 +7190,7 @@ static __device__ __forceinline__ void fa__tc_qk(float (&s)[C::MT][C::BK / 8][4]
             unsigned kb[G::NN][2];
 #pragma unroll
             for (int n = 0; n < G::NN; n += 2)
-                fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * G::KRS + G::KHS * (kk >> 2)) * 2u, kb[n][0], kb[n][1], kb[n + 1][0],
+                fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * G::D + 64 * (kk >> 2)) * 2u, kb[n][0], kb[n][1], kb[n + 1][0],
                             kb[n + 1][1]);
 #pragma unroll
             for (int n = 0; n < G::NN; n++)
@@ -7221,7 +7200,7 @@ static __device__ __forceinline__ void fa__tc_qk(float (&s)[C::MT][C::BK / 8][4]
 #pragma unroll
             for (int n = 0; n < G::NN; n += 2) {
                 unsigned b0, b1, b2, b3;
-                fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * G::KRS + G::KHS * (kk >> 2)) * 2u, b0, b1, b2, b3);
+                fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * G::D + 64 * (kk >> 2)) * 2u, b0, b1, b2, b3);
 #pragma unroll
                 for (int mt = 0; mt < G::MT; mt++) {
                     X::mma(s[mt][n], qa[mt], b0, b1);
@@ -7438,7 +7417,7 @@ static __device__ __forceinline__ void fa__tc_pv(float (&o)[C::MT][C::D / 8][4],
                 unsigned vb[8][2];
 #pragma unroll
                 for (int n = 0; n < 8; n += 2)
-                    fa__tc_ldsm_t(av[n >> 1] + st + (unsigned)(kk * 16 * G::KRS + G::KHS * (n0 >> 3)) * 2u, vb[n][0], vb[n][1],
+                    fa__tc_ldsm_t(av[n >> 1] + st + (unsigned)(kk * 16 * G::D + 8 * n0) * 2u, vb[n][0], vb[n][1],
                                   vb[n + 1][0], vb[n + 1][1]);
 #pragma unroll
                 for (int n = 0; n < 8; n++)
@@ -7449,7 +7428,7 @@ static __device__ __forceinline__ void fa__tc_pv(float (&o)[C::MT][C::D / 8][4],
 #pragma unroll
             for (int n = 0; n < G::CH; n += 2) {
                 unsigned b0, b1, b2, b3;
-                fa__tc_ldsm_t(av[(n & 7) >> 1] + st + (unsigned)(kk * 16 * G::KRS + G::KHS * (n >> 3)) * 2u, b0, b1, b2, b3);
+                fa__tc_ldsm_t(av[(n & 7) >> 1] + st + (unsigned)(kk * 16 * G::D + 64 * (n >> 3)) * 2u, b0, b1, b2, b3);
 #pragma unroll
                 for (int mt = 0; mt < G::MT; mt++) {
                     X::mma(o[mt][n], pa[mt][kk], b0, b1);
@@ -7862,10 +7841,7 @@ static __device__ __forceinline__ int64_t fa__dec_out_row(const fa__dims &d, int
    its WR = 16 MT rows as fp32 rows of D + 4 floats, then at byte LO their lse). */
 template <class C> struct fa__dec_geom {
     enum { KG = C::NW / C::RH, WR = 16 * C::MT, ROWS = WR * C::RH, QB = ROWS * C::D * 2, RING = C::ST * C::BK * C::D * 2,
-           BARS = QB + KG * 2 * RING, PNL = fa__tc_pnl<C>::V,
-           SMEM = BARS + (PNL ? 8 * KG * C::ST + 1024 : 0), LDO = C::D + 4, LO = WR * LDO * 4, WO = LO + WR * 4 };
-    static_assert(!PNL || (C::RH == 1 && C::D == 128 && QB % 1024 == 0 && RING % 1024 == 0),
-                  "the TMA ring (PNL): one warp a key group, stages on the 128-byte swizzle's 1024-byte period");
+           SMEM = QB + KG * 2 * RING, LDO = C::D + 4, LO = WR * LDO * 4, WO = LO + WR * 4 };
     static_assert(C::RH >= 1 && C::RH <= 2 && C::NW % C::RH == 0, "one or two row halves share a key group's rings");
     static_assert(C::RH * WO <= 2 * RING, "the warps' o and lse fit their key group's rings");
 };
@@ -7882,26 +7858,6 @@ static __device__ __forceinline__ void fa__dec_load(unsigned sK, unsigned sV, in
     if (C::RH == 1 || h == 0) fa__tc_load<C::D, C::BK, 32>(sK + st, gk + (int64_t)k0 * d.ks[2], d.ks[2], n, lane);
     if (C::RH == 1 || h == 1) fa__tc_load<C::D, C::BK, 32>(sV + st, gv + (int64_t)k0 * d.vs[2], d.vs[2], n, lane);
 }
-
-/* The cp.async ring of a key group (fa__dec_body's loader L): fa__dec_load's 16-byte copies, a
-   cp.async group a tile (the Q tile's group first, then ST - 1 tiles ahead). The TMA ring (8d3's
-   pieces, sm_90: fa__dec_tma_ring) has the same members. */
-template <class C, typename T> struct fa__dec_cpa_ring {
-    unsigned sK, sV;
-    const T *gk, *gv;
-    int lane, h;
-    __device__ __forceinline__ void init(unsigned sK_, unsigned sV_, unsigned, const T *gk_, const T *gv_, const void *,
-                                         int, int, int lane_, int h_)
-    {
-        sK = sK_; sV = sV_; gk = gk_; gv = gv_; lane = lane_; h = h_;
-    }
-    __device__ __forceinline__ void load(int stage, const fa__dims &d, int k0) { fa__dec_load<C>(sK, sV, stage, gk, gv, d, k0, lane, h); }
-    __device__ __forceinline__ void commit() { fa__cu_commit(); }
-    __device__ __forceinline__ void q_landed() { fa__cu_wait<C::ST - 1>(); }   /* the Q group, the oldest */
-    __device__ __forceinline__ void landed(int) { fa__cu_wait<C::ST - 2>(); }   /* tile u: this lane's part */
-    __device__ __forceinline__ void wrote() {}
-    __device__ __forceinline__ void drain() { fa__cu_wait<0>(); }
-};
 
 /* The warps that share a key group's rings (RH of them, barrier 1 + kg) wait for each other; one
    warp alone (RH 1) waits for its lanes. The ids are constants (ptxas counts a barrier whose id is
@@ -7966,7 +7922,7 @@ static __device__ __forceinline__ void fa__dec_qk(float (&s)[C::MT][C::BK / 8][4
         unsigned kb[G::NN][2];
 #pragma unroll
         for (int n = 0; n < G::NN; n += 2)
-            fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * G::KRS + G::KHS * (kk >> 2)) * 2u, kb[n][0], kb[n][1], kb[n + 1][0],
+            fa__tc_ldsm(ak[kk & 3] + st + (unsigned)(n * 8 * G::D + 64 * (kk >> 2)) * 2u, kb[n][0], kb[n][1], kb[n + 1][0],
                         kb[n + 1][1]);
 #pragma unroll
         for (int mt = 0; mt < G::MT; mt++) {
@@ -8003,13 +7959,11 @@ template <class C> struct fa__dec_warp_parts {
     }
 };
 
-/* The split kernel's body. T: __half or __nv_bfloat16. C: one of 8a's fa__dec_d* (MT m16 tiles of
-   packed rows). MOD: 0 plain (scale > 0, no modifier: raw dot products, the scale folded into the
-   exp), 4 the modifiers decided at run time (fa__tc_fwd's variant 4). L: the key groups' ring,
-   fa__dec_cpa_ring (fa__dec_tc) or with C::PNL the TMA's (fa__dec_tma, whose tensor maps of k and
-   v are at maps); only the copies differ, never a row's bits (tested: test_decode_tma). */
-template <typename T, class C, int MOD, class L>
-static __device__ __forceinline__ void fa__dec_body(const fa__dec_args &a, const void *maps)
+/* T: __half or __nv_bfloat16. C: one of 8a's fa__dec_d* (MT m16 tiles of packed rows). MOD: 0 plain (scale > 0, no
+   modifier: raw dot products, the scale folded into the exp), 4 the modifiers decided at run
+   time (fa__tc_fwd's variant 4). */
+template <typename T, class C, int MOD>
+__global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_args a)
 {
     typedef fa__tc_geom<C> G;
     typedef fa__dec_geom<C> E;
@@ -8020,13 +7974,9 @@ static __device__ __forceinline__ void fa__dec_body(const fa__dec_args &a, const
     const int h = RH > 1 ? warp / KG : 0, kg = RH > 1 ? warp % KG : warp;   /* row half, key group */
     const int rb = (int)(blockIdx.x % (unsigned)a.rblocks), c = (int)(blockIdx.x / (unsigned)a.rblocks);
     const int g = blockIdx.y, b = blockIdx.z, R = d.group * d.Sq, r0 = rb * ROWS;
-    const unsigned s0 = fa__cu_sa(fa__dec_smem), sQ = E::PNL ? (s0 + 1023u) & ~1023u : s0;   /* PNL: the swizzle's period */
-    unsigned char *const smem = fa__dec_smem + (sQ - s0);
-    const unsigned sK = sQ + E::QB + (unsigned)kg * 2 * E::RING, sV = sK + E::RING;
+    const unsigned sQ = fa__cu_sa(fa__dec_smem), sK = sQ + E::QB + (unsigned)kg * 2 * E::RING, sV = sK + E::RING;
     const T *gk = (const T *)a.k + b * d.ks[0] + g * d.ks[1];
     const T *gv = (const T *)a.v + b * d.vs[0] + g * d.vs[1];
-    L ring;
-    ring.init(sK, sV, sQ + E::BARS + 8u * ST * kg, gk, gv, maps, g, b, lane, h);
     fa__cu_dep_go();     /* FA__CU_DEC_PDL: the merge may launch, and waits for this grid */
     fa__cu_dep_wait();   /* the grid before this one done (q written, the workspace free) */
 
@@ -8047,8 +7997,8 @@ static __device__ __forceinline__ void fa__dec_body(const fa__dec_args &a, const
     const int nt = ntall > kg ? (ntall - kg + KG - 1) / KG : 0;
 #pragma unroll
     for (int u = 0; u < ST - 1; u++) {
-        if (u < nt) ring.load(u, d, (t0 + kg + KG * u) * BK);
-        ring.commit();
+        if (u < nt) fa__dec_load<C>(sK, sV, u, gk, gv, d, (t0 + kg + KG * u) * BK, lane, h);
+        fa__cu_commit();
     }
 
     /* this thread's packed rows r0 + WR h + 16 mt + (lane >> 2) + 8 hf: query row, visible keys, head constants */
@@ -8077,7 +8027,7 @@ static __device__ __forceinline__ void fa__dec_body(const fa__dec_args &a, const
     }
     unsigned qf[MT][G::KD][4], aq[4], ak[4], av[4];   /* qf unused (and gone) unless QREG */
     fa__tc_bases<C>(sQ, sK, sV, h, lane, aq, ak, av);   /* Q rows of row half h */
-    ring.q_landed();
+    fa__cu_wait<ST - 1>();   /* the Q group, the oldest */
     __syncthreads();
     if (G::QREG) fa__tc_q_frags<C>(qf, aq);
 
@@ -8085,10 +8035,11 @@ static __device__ __forceinline__ void fa__dec_body(const fa__dec_args &a, const
         const int kt = (t0 + kg + KG * u) * BK;
         const unsigned st = (unsigned)(u % ST) * BK * D * 2;
         const bool full = fa__keys_full(&kr, kt, kt + BK);
-        ring.landed(u);   /* tile u landed (every lane's part, and the other row half's: the group barrier, */
+        fa__cu_wait<ST - 2>();   /* tile u landed (every lane's part, and the other row half's: the group barrier, */
         fa__dec_group_sync<C>(kg);   /* after which the stage of tile u - 1 is free: both warps are past it) */
-        if (u + ST - 1 < nt) ring.load((u + ST - 1) % ST, d, (t0 + kg + KG * (u + ST - 1)) * BK);
-        ring.commit();
+        if (u + ST - 1 < nt)
+            fa__dec_load<C>(sK, sV, (u + ST - 1) % ST, gk, gv, d, (t0 + kg + KG * (u + ST - 1)) * BK, lane, h);
+        fa__cu_commit();
         float s[MT][G::NN][4];
         unsigned pa[MT][G::KB][4];
         if (C::QK2) fa__dec_qk<T, C>(s, qf, aq, ak, st);
@@ -8099,21 +8050,19 @@ static __device__ __forceinline__ void fa__dec_body(const fa__dec_args &a, const
            warps of the group scan its chunks and vote alike; both read the tile, then its copier
            cleans it between two group barriers) */
         if ((bi || !full) && __any_sync(0xffffffffu, fa__tc_scan<D, BK, 32, T>(sV + st, lane))) {
-            if (E::PNL) fa__tc_nan_rows<C>(o, fa__tc_hits<T, C>(pa, fa__wg_vrows<BK>{ sV + st }, lane));
-            else fa__tc_nan_rows<C>(o, fa__tc_hits<T, C>(pa, fa__tc_vrows<D>{ sV + st }, lane));
+            fa__tc_nan_rows<C>(o, fa__tc_hits<T, C>(pa, fa__tc_vrows<D>{ sV + st }, lane));
             if (RH > 1) fa__dec_group_sync<C>(kg);
             if (RH == 1 || h == 1) fa__tc_clean_v<T, D, BK, 32>(sV + st, lane);
-            ring.wrote();   /* the stage written through the generic proxy, before a copy may write it again */
             if (RH > 1) fa__dec_group_sync<C>(kg);
         }
         fa__tc_pv<T, C>(o, pa, av, st);
     }
-    ring.drain();
+    fa__cu_wait<0>();
     fa__dec_group_sync<C>(kg);   /* the group's rings read */
 
     /* this warp's normalised o and lse (NaN kept) into its key group's rings (row half h at WO), as fp32 */
     {
-        float *so = (float *)(smem + E::QB + kg * 2 * E::RING + h * E::WO), *sl = so + E::LO / 4;
+        float *so = (float *)(fa__dec_smem + E::QB + kg * 2 * E::RING + h * E::WO), *sl = so + E::LO / 4;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -8134,7 +8083,7 @@ static __device__ __forceinline__ void fa__dec_body(const fa__dec_args &a, const
     for (int e = tid; e < ROWS * D; e += NW * 32) {
         const int rr = e / D, t = e % D, pr = r0 + rr;
         if (pr >= R) break;   /* rows go up with e */
-        const fa__dec_warp_parts<C> v = { smem, rr };
+        const fa__dec_warp_parts<C> v = { fa__dec_smem, rr };
         float mx, sum;
         int hq, i;
         fa__cu_merge_scan(v, KG, &mx, &sum);
@@ -8143,13 +8092,6 @@ static __device__ __forceinline__ void fa__dec_body(const fa__dec_args &a, const
         a.wo[row * d.Dv + t] = fa__cu_merge_elem(v, KG, t, mx, sum);
         if (t == 0) a.wl[row] = fa__lse_of(mx, sum);
     }
-}
-
-/* The tensor-core split kernel on the cp.async ring (fa__dec_body) */
-template <typename T, class C, int MOD>
-__global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_args a)
-{
-    fa__dec_body<T, C, MOD, fa__dec_cpa_ring<C, T> >(a, 0);
 }
 
 /* The FFMA decode kernel's shared memory: Q (pre-scaled), a K and a V tile as fp32 rows of DC + 1
@@ -8775,71 +8717,6 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     /* another target: never launched. The static shared word tells fa__wg_built so (8f). */
     __shared__ unsigned fa__wg_absent[1];
     if (w.a.d.Sq < 0) asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(fa__cu_sa(fa__wg_absent)) : "memory");
-#endif
-}
-
-/* 8d2's split kernel with its key groups' rings fed by TMA (configuration C with PNL, 8a's
-   fa__dec_d128_tma): per key group ST "full" mbarriers (arrival count 1) after the rings; lane 0 of
-   the group's warp arms stage s with the tile's bytes and issues its four copies (K and V, two
-   64-column panels each: box 64 x BK of the maps, rows past Sk zero-filled), every lane waits on
-   the stage's phase; the stage of tile u - 1 is free once the warp is past fa__dec_body's
-   __syncwarp at tile u (its ldmatrix reads retired), as on the cp.async ring. A V stage cleaned of
-   infs and NaNs by generic stores (fa__tc_clean_v) is fenced to the async proxy before a copy
-   writes it again. The Q tile stays on cp.async (16 rows of up to 16 heads). */
-struct fa__dec_targs {
-    CUtensorMap tk, tv;
-    fa__dec_args a;
-};
-
-template <class C, typename T> struct fa__dec_tma_ring {
-    unsigned sK, sV, bar;
-    const CUtensorMap *tk, *tv;
-    int g, b, lane;
-    __device__ __forceinline__ void init(unsigned sK_, unsigned sV_, unsigned bar_, const T *, const T *, const void *maps,
-                                         int g_, int b_, int lane_, int)
-    {
-        sK = sK_; sV = sV_; bar = bar_; g = g_; b = b_; lane = lane_;
-        tk = (const CUtensorMap *)maps; tv = tk + 1;
-        if (lane == 0) {
-            for (int s = 0; s < C::ST; s++) fa__mb_init(bar + 8 * s, 1);
-            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        }
-        __syncwarp();
-    }
-    __device__ __forceinline__ void load(int stage, const fa__dims &, int k0)
-    {
-        enum { PB = C::BK * 128, SB = C::BK * C::D * 2 };   /* a panel's bytes, a stage's (of K or V) */
-        if (lane == 0) {
-            const unsigned full = bar + 8u * stage, st = (unsigned)stage * SB;
-            fa__mb_expect(full, 2 * SB);
-            if (C::BOX) {   /* {64 columns, BK keys, D / 64 panels, head, batch} */
-                asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n"
-                             ::"r"(sK + st), "l"((unsigned long long)tk), "r"(0), "r"(k0), "r"(0), "r"(g), "r"(b), "r"(full) : "memory");
-                asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n"
-                             ::"r"(sV + st), "l"((unsigned long long)tv), "r"(0), "r"(k0), "r"(0), "r"(g), "r"(b), "r"(full) : "memory");
-            } else
-                for (int p = 0; p < C::D / 64; p++) {
-                    fa__tma_load(sK + st + p * PB, tk, full, 64 * p, k0, g, b);
-                    fa__tma_load(sV + st + p * PB, tv, full, 64 * p, k0, g, b);
-                }
-        }
-    }
-    __device__ __forceinline__ void commit() {}
-    __device__ __forceinline__ void q_landed() { fa__cu_wait<0>(); }
-    __device__ __forceinline__ void landed(int u) { fa__mb_wait(bar + 8u * (u % C::ST), (unsigned)(u / C::ST) & 1u); }
-    __device__ __forceinline__ void wrote() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-    __device__ __forceinline__ void drain() {}
-};
-
-template <typename T, class C, int MOD>
-__global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tma(const __grid_constant__ fa__dec_targs w)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    fa__dec_body<T, C, MOD, fa__dec_tma_ring<C, T> >(w.a, &w.tk);
-#else
-    /* another target: never launched. The static shared word tells fa__cu_body_built so (8f). */
-    __shared__ unsigned fa__dec_absent[1];
-    if (w.a.d.Sq < 0) asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(fa__cu_sa(fa__dec_absent)) : "memory");
 #endif
 }
 #else
@@ -10559,7 +10436,6 @@ typedef struct fa__cu_plan {
     fa__cu_kernel kernel;
     int mods, bq, bk;
     int chunk, chunks;   /* the decode kernels (8d2): keys a chunk, chunks a row (bk = chunk) */
-    int tma;             /* dec_tc_d128: its K/V ring fed by TMA (fa__dec_tma, fa__dec_tma_ok) */
 } fa__cu_plan;
 
 static const char *fa__cu_kernel_name(fa__cu_kernel k)
@@ -10666,8 +10542,6 @@ static size_t fa__cu_dec_bytes(const fa__dims *d, int chunks)
    so a sequence's o and lse stay bitwise the same alone or in a batch. Returns 1 when the request
    is the decode path's (*pl set, *st FA_OK, or *st FA_ERR_DEVICE when the device cannot be
    queried), 0 to leave it to the steps below. */
-static int fa__dec_tma_ok(const fa__dims *d, const void *k, const void *v, const fa__cu_facts *f);
-
 static int fa__cu_dec_pick(const fa__dims *d, const void *q, const void *k, const void *v, fa__cu_plan *pl,
                            fa_status *st)
 {
@@ -10683,7 +10557,6 @@ static int fa__cu_dec_pick(const fa__dims *d, const void *q, const void *k, cons
     }
     major = f.major; optin = f.optin; sms = f.sms;
     pl->mods = 0;
-    pl->tma = 0;
     *st = FA_OK;
     pl->chunk = pl->bk = fa__cu_dec_chunk(d);
     pl->chunks = (int)(((int64_t)d->Sk + pl->chunk - 1) / pl->chunk);
@@ -10699,7 +10572,6 @@ static int fa__cu_dec_pick(const fa__dims *d, const void *q, const void *k, cons
                                     : (r32 ? FA__CU_DEC_TC_D128_R32 : FA__CU_DEC_TC_D128);
             pl->mods = d->bias || !(d->scale > 0.0f) || d->softcap > 0.0f || d->alibi ? 4 : 0;
             pl->bq = r32 ? 32 : 16;
-            pl->tma = d->D == 128 && !r32 && fa__dec_tma_ok(d, k, v, &f);
             return 1;
         }
     }
@@ -10758,22 +10630,16 @@ static fa__wg_encode_fn fa__wg_encoder(void)
     return (fa__wg_encode_fn)fn;
 }
 
-/* 1 when the code this build loads on the current device holds kernel fn's body, not the stub
-   compiled for the targets it is not for (fa__wg_fwd: sm_90a; fa__dec_tma: sm_90+): the stub has a
-   static shared word, the body none. */
-static int fa__cu_body_built(const void *fn)
+/* 1 when the code this build loads on the current device holds fa__wg_fwd's sm_90a body: the stub
+   compiled for every other target has a static shared word, the body none. */
+static int fa__wg_built(void)
 {
     cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, fn) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&fa, (const void *)fa__wg_fwd<__nv_bfloat16, fa__wg_d128, 0>) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
     return fa.sharedSizeBytes == 0;
-}
-
-static int fa__wg_built(void)
-{
-    return fa__cu_body_built((const void *)fa__wg_fwd<__nv_bfloat16, fa__wg_d128, 0>);
 }
 
 /* The tensor map of q, k or v (fa__wg_tma_ok has passed): dims {D, S, H, B} innermost first, boxes
@@ -10795,56 +10661,6 @@ static int fa__wg_map(fa__wg_encode_fn enc, CUtensorMap *m, const void *p, fa_dt
         inner = st * ext[i];
     }
     return enc(m, dt == FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, (void *)p, dim,
-               stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-/* 1 when the D = 128 16-row split decode kernel can take its K/V ring by TMA (fa__dec_tma): on a
-   device of compute capability 9.0 whose loaded code holds fa__dec_tma's body and whose driver
-   encodes tensor maps, with k and v as TMA takes them (fa__wg_tma_ok). From the shape, the layout
-   and the device, never by trial; the bits are the cp.async kernel's either way. A translation
-   unit with FLASHATTN__TEST_SWITCHES can turn it off (fa__cu_dec_tma = 0) to compare the two. */
-#ifdef FLASHATTN__TEST_SWITCHES
-static int fa__cu_dec_tma = -1;
-#define FA__CU_DEC_TMA fa__cu_dec_tma
-#else
-#define FA__CU_DEC_TMA (-1)
-#endif
-static int fa__dec_tma_here(int major, int minor)   /* once per device (fa__cu_facts_of) */
-{
-    return major == 9 && minor == 0 && fa__cu_body_built((const void *)fa__dec_tma<__nv_bfloat16, fa__dec_d128_tma, 0>) &&
-           fa__wg_encoder() != NULL;
-}
-
-static int fa__dec_tma_ok(const fa__dims *d, const void *k, const void *v, const fa__cu_facts *f)
-{
-    return FA__CU_DEC_TMA != 0 && f->dtma && f->optin >= (int)fa__dec_geom<fa__dec_d128_tma>::SMEM &&
-                   fa__wg_tma_ok(k, d->ks, d->Sk, d->Hkv, d->B) && fa__wg_tma_ok(v, d->vs, d->Sk, d->Hkv, d->B)
-               ? (FA__CU_DEC_TMA >= 2 && FA__CU_DEC_TMA <= 3 ? FA__CU_DEC_TMA : 1)
-               : 0;
-}
-
-/* The 5-d tensor map of k or v for fa__dec_d128_tma5: dims {64, S, D / 64, H, B} (the panel axis
-   of stride 64 elements inside a row), boxes {64, rows, D / 64, 1, 1}: one copy lands a tile as
-   fa__wg_map's D / 64 panels. */
-static int fa__dec_map5(fa__wg_encode_fn enc, CUtensorMap *m, const void *p, fa_dtype dt, int D, int64_t S, int64_t H,
-                        int64_t B, const int64_t s[3], int rows)
-{
-    const int64_t ext[3] = { S, H, B }, str[3] = { s[2], s[1], s[0] };
-    cuuint64_t dim[5], stride[4];
-    cuuint32_t box[5] = { 64, (cuuint32_t)rows, (cuuint32_t)(D / 64), 1, 1 }, es[5] = { 1, 1, 1, 1, 1 };
-    int64_t inner = D;
-    int i;
-    dim[0] = 64;
-    for (i = 0; i < 3; i++) {
-        const int64_t st = ext[i] > 1 ? str[i] : (inner < ((int64_t)1 << 39) ? inner : 8);
-        dim[i == 0 ? 1 : i + 2] = (cuuint64_t)ext[i];
-        stride[i == 0 ? 0 : i + 1] = (cuuint64_t)st * 2u;
-        inner = st * ext[i];
-    }
-    dim[2] = (cuuint64_t)(D / 64);
-    stride[1] = 128;
-    return enc(m, dt == FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 5, (void *)p, dim,
                stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -10894,18 +10710,6 @@ static int fa__wg_pick(const fa__dims *d, const void *q, const void *k, const vo
     pl->bq = d->D == 128 ? (int)G::BQ : wide ? (int)G64::BQ : (int)G64x2::BQ;   /* fa__cu_launch reads D = 64's block */
     pl->bk = d->D == 128 ? (int)G::BK : (int)G64::BK;
     return 1;
-}
-#else
-static int fa__dec_tma_here(int major, int minor)
-{
-    (void)major; (void)minor;
-    return 0;   /* no tensor maps before CUDA 12 */
-}
-
-static int fa__dec_tma_ok(const fa__dims *d, const void *k, const void *v, const fa__cu_facts *f)
-{
-    (void)d; (void)k; (void)v; (void)f;
-    return 0;
 }
 #endif
 
@@ -11526,20 +11330,15 @@ static fa_status fa__cu_kern_attrs(const void *kern, int smem, int carve, int *o
    workspace freed behind them on the same stream. The host work of a call: the device's facts and
    the kernel's attributes looked up (set on the first call only), the allocation, two launches,
    the free. */
-static fa__dec_args &fa__dec_base(fa__dec_args &a) { return a; }
-#if FA__WG
-static fa__dec_args &fa__dec_base(fa__dec_targs &w) { return w.a; }
-#endif
-
-template <typename T, typename A>
+template <typename T>
 static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k, const void *v,
-                             void *o, cudaStream_t st, void (*kern)(A), A &w, int smem, int threads, int carve, int minb,
-                             int *once)
+                             void *o, cudaStream_t st, void (*kern)(const fa__dec_args), int smem, int threads, int carve,
+                             int minb, int *once)
 {
     const size_t bytes = fa__cu_dec_bytes(d, pl->chunks);
     const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
     fa__cu_facts f;
-    fa__dec_args &a = fa__dec_base(w);
+    fa__dec_args a;
     int dev = 0, pooled = 0, dep;
     int64_t blocks;
     fa_status s, s2;
@@ -11561,11 +11360,11 @@ static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const voi
     a.wo = (float *)ws;
     a.wl = a.wo + (size_t)rows * pl->chunks * d->Dv;
     grid = dim3((unsigned)(a.rblocks * a.chunks), (unsigned)d->Hkv, (unsigned)d->B);
-    e = fa__cu_launch_dep(kern, grid, dim3((unsigned)threads), smem, st, dep & 2, w);
+    e = fa__cu_launch_dep(kern, grid, dim3((unsigned)threads), smem, st, dep & 2, a);
     if (e != cudaSuccess && smem > 48 * 1024) {   /* the attributes forgotten (cudaDeviceReset): set them, once more */
         (void)cudaGetLastError();
         if (fa__cu_kern_attrs((const void *)kern, smem, carve, once, dev, 1) == FA_OK)
-            e = fa__cu_launch_dep(kern, grid, dim3((unsigned)threads), smem, st, dep & 2, w);
+            e = fa__cu_launch_dep(kern, grid, dim3((unsigned)threads), smem, st, dep & 2, a);
     }
     s = fa__cu(e);
     if (s == FA_OK)
@@ -11576,30 +11375,6 @@ static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const voi
     return s != FA_OK ? s : s2;
 }
 
-#if FA__WG
-/* The 16-row D = 128 decode kernel on its TMA ring in configuration CT (8a's fa__dec_d128_tma*): the
-   tensor maps of k and v (boxes of 64 x BK, fa__wg_map, or with CT::BOX both panels, fa__dec_map5),
-   then fa__dec_run as for fa__dec_tc. */
-template <typename T, class CT>
-static fa_status fa__dec_tma_launch(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k,
-                                    const void *v, void *o, cudaStream_t st)
-{
-    static int once[2][FA__CU_MAX_DEVICES];
-    const fa__wg_encode_fn enc = fa__wg_encoder();
-    void (*kt)(const fa__dec_targs) = pl->mods ? fa__dec_tma<T, CT, 4> : fa__dec_tma<T, CT, 0>;
-    fa__dec_targs w;
-    memset(&w, 0, sizeof w);
-    if (!enc) return FA_ERR_DEVICE;
-    if (CT::BOX ? !fa__dec_map5(enc, &w.tk, k, d->dtype, CT::D, d->Sk, d->Hkv, d->B, d->ks, CT::BK) ||
-                      !fa__dec_map5(enc, &w.tv, v, d->dtype, CT::D, d->Sk, d->Hkv, d->B, d->vs, CT::BK)
-                : !fa__wg_map(enc, &w.tk, k, d->dtype, CT::D, d->Sk, d->Hkv, d->B, d->ks, CT::BK) ||
-                      !fa__wg_map(enc, &w.tv, v, d->dtype, CT::D, d->Sk, d->Hkv, d->B, d->vs, CT::BK))
-        return FA_ERR_DEVICE;
-    return fa__dec_run<T>(pl, d, q, k, v, o, st, kt, w, (int)fa__dec_geom<CT>::SMEM, CT::NW * 32, CT::MINB > 1, CT::MINB,
-                          once[pl->mods ? 1 : 0]);
-}
-#endif
-
 /* The tensor-core decode kernel of configuration C (its attributes: the largest shared-memory
    carveout when MINB > 1, as the other MINB > 1 kernels ask), then fa__dec_run. */
 template <typename T, class C>
@@ -11608,14 +11383,7 @@ static fa_status fa__dec_tc_launch(const fa__cu_plan *pl, const fa__dims *d, con
 {
     static int once[2][FA__CU_MAX_DEVICES];   /* fa__cu_kern_attrs's flags, per modifier variant (0, 4) */
     void (*kern)(const fa__dec_args) = pl->mods ? fa__dec_tc<T, C, 4> : fa__dec_tc<T, C, 0>;
-    fa__dec_args a;
-#if FA__WG
-    if (pl->tma && C::D == 128 && C::MT == 1 && C::RH == 1)   /* the 16-row block: its TMA ring (fa__dec_tma) */
-        return pl->tma == 2 ? fa__dec_tma_launch<T, fa__dec_d128_tma5>(pl, d, q, k, v, o, st)
-             : pl->tma == 3 ? fa__dec_tma_launch<T, fa__dec_d128_tma3>(pl, d, q, k, v, o, st)
-                            : fa__dec_tma_launch<T, fa__dec_d128_tma>(pl, d, q, k, v, o, st);
-#endif
-    return fa__dec_run<T>(pl, d, q, k, v, o, st, kern, a, (int)fa__dec_geom<C>::SMEM, C::NW * 32, C::MINB > 1, C::MINB,
+    return fa__dec_run<T>(pl, d, q, k, v, o, st, kern, (int)fa__dec_geom<C>::SMEM, C::NW * 32, C::MINB > 1, C::MINB,
                           once[pl->mods ? 1 : 0]);
 }
 
@@ -11624,17 +11392,16 @@ static fa_status fa__dec_ffma_launch(const fa__cu_plan *pl, const fa__dims *d, c
                                      const void *v, void *o, cudaStream_t st)
 {
     static int once[3][FA__CU_MAX_DEVICES];   /* fa__cu_kern_attrs's flags, per head-dim class */
-    fa__dec_args a;
     switch (pl->kernel) {
     case FA__CU_DEC_D64:
-        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 64>, a, fa__dec_ffma_geom<64>::SMEM, FA__CU_DEC_THREADS, 0,
-                              0, once[0]);
+        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 64>, fa__dec_ffma_geom<64>::SMEM, FA__CU_DEC_THREADS, 0, 0,
+                              once[0]);
     case FA__CU_DEC_D128:
-        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 128>, a, fa__dec_ffma_geom<128>::SMEM, FA__CU_DEC_THREADS, 0,
-                              0, once[1]);
+        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 128>, fa__dec_ffma_geom<128>::SMEM, FA__CU_DEC_THREADS, 0, 0,
+                              once[1]);
     case FA__CU_DEC_D256:
-        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 256>, a, fa__dec_ffma_geom<256>::SMEM, FA__CU_DEC_THREADS, 0,
-                              0, once[2]);
+        return fa__dec_run<T>(pl, d, q, k, v, o, st, fa__dec_ffma<T, 256>, fa__dec_ffma_geom<256>::SMEM, FA__CU_DEC_THREADS, 0, 0,
+                              once[2]);
     default: return FA_ERR_UNSUPPORTED;
     }
 }
@@ -11730,9 +11497,9 @@ FLASHATTN_DEF size_t fa_cuda_describe(const fa_params *p, const void *q, const v
     if (st != FA_OK) len = snprintf(line, sizeof line, "refused: %s", why ? why : fa_status_string(st));
     else if (d.Sq == 0) len = snprintf(line, sizeof line, "fa_cuda_tiled: seq_q = 0, nothing launched");
     else if (plan.chunks > 0)
-        len = snprintf(line, sizeof line, "fa_cuda_tiled: kernel %s (split-key decode%s), blocks of %d packed query rows, "
+        len = snprintf(line, sizeof line, "fa_cuda_tiled: kernel %s (split-key decode), blocks of %d packed query rows, "
                        "%d chunk(s) of %d keys, modifier variant %d; workspace %zu bytes, cudaMallocAsync on the stream",
-                       fa__cu_kernel_name(plan.kernel), plan.tma ? ", K/V by TMA" : "", plan.bq, plan.chunks, plan.chunk, plan.mods,
+                       fa__cu_kernel_name(plan.kernel), plan.bq, plan.chunks, plan.chunk, plan.mods,
                        fa__cu_dec_bytes(&d, plan.chunks));
     else len = snprintf(line, sizeof line, "fa_cuda_tiled: kernel %s, tiles of %d query rows x %d keys, modifier variant %d",
                         fa__cu_kernel_name(plan.kernel), plan.bq, plan.bk, plan.mods);

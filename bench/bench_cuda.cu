@@ -1117,8 +1117,6 @@ int main(int argc, char **argv)
         return n_fail ? 1 : 0;
     }
     if (opt_decode) {
-        if (getenv("FA_DEC_TMA")) fa__cu_dec_tma = atoi(getenv("FA_DEC_TMA"));   /* 0 cp.async, 1 TMA 4-d, 2 TMA 5-d, 3 TMA 3 stages */
-        printf("# fa__cu_dec_tma %d\n", fa__cu_dec_tma);
         const double cg = copy_gbs();
         printf("# device-to-device cudaMemcpy: %.1f GB/s (bytes read + written)\n", cg);
         printf("COPY %.1f\n", cg);

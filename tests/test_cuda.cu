@@ -41,7 +41,6 @@ static int g_keep = 0;
 static int g_tiled_only = 0;   /* run_list skips fa_cuda_naive (which ignores block_q) */
 static int g_served[FA__CU_KERNELS][5];   /* tiled runs served by each kernel (fa__cu_pick), by modifier variant */
 static int g_wg64_rows[2][5];   /* runs of the D = 64 Hopper kernel in its 128-row [0] and 192-row [1] blocks (fa__wg_wide), by variant */
-static int g_dec_tma_runs = 0;   /* tiled runs whose decode plan takes the TMA ring (fa__cu_plan's tma) */
 static int g_hopper = 0;   /* the device has compute capability 9.0: the Hopper kernel (8d3) serves D = 64 and 128 */
 static int g_sms = 0;      /* the device's SMs */
 static float g_key_ramp = 0.0f;   /* run_case: key j's k row times 1 + g_key_ramp j / Sk (test_lazy_rescale) */
@@ -394,7 +393,6 @@ static int run_case(const tcase *c, int tiled, fa_dtype dt)
             ok = 0;
         }
         g_served[plan.kernel][plan.mods]++;
-        g_dec_tma_runs += plan.tma;
         if (plan.kernel == FA__CU_WG_D64) g_wg64_rows[plan.bq == 192][plan.mods]++;
         if ((plan.kernel == FA__CU_WG_D64 || plan.kernel == FA__CU_WG_D128) && fa__cu_qblocks(&dd, plan.bq) > g_sms)
             g_wg_multi[plan.kernel == FA__CU_WG_D128][plan.mods]++;
@@ -718,58 +716,6 @@ static int dec_rows_pair(const tcase *c, fa_dtype dt)
     g_kept_o = NULL; g_kept_l = NULL;
     g_keep = 0;
     return f;
-}
-
-/* One decode case (fp16 or bf16) on the cp.async ring (fa__cu_dec_tma = 0) and as picked (on a
-   compute capability 9.0 device the D = 128 16-row block takes the TMA ring, fa__dec_tma), each
-   against float64 (run_case), then o and lse compared bitwise; the failures (0 when all passed). */
-static int dec_tma_pair(const tcase *c, fa_dtype dt)
-{
-    unsigned char *o0;
-    float *l0;
-    int f = 0;
-    g_keep = 1;
-    fa__cu_dec_tma = 0;
-    f += !run_case(c, 1, dt);
-    fa__cu_dec_tma = -1;
-    o0 = g_kept_o; l0 = g_kept_l;
-    g_kept_o = NULL; g_kept_l = NULL;
-    f += !run_case(c, 1, dt);
-    if (!o0 || !g_kept_o || memcmp(o0, g_kept_o, g_kept_no) || memcmp(l0, g_kept_l, g_kept_rows * 4)) {
-        print_error("  FAIL %s %s: o or lse differs on the cp.async and the TMA ring\n", c->name, dt_name(dt));
-        f++;
-    }
-    free(o0); free(l0);
-    free(g_kept_o); free(g_kept_l);
-    g_kept_o = NULL; g_kept_l = NULL;
-    g_keep = 0;
-    return f;
-}
-
-/* The D = 128 decode kernel's K/V ring by TMA (fa__dec_tma) gives bitwise the cp.async kernel's o
-   and lse on every D = 128 fp16/bf16 decode shape (dec_tma_pair; 16-row blocks take it, 32-row
-   ones stay on cp.async), and on a compute capability 9.0 device some of them do run on it. */
-static void test_decode_tma(void **state)
-{
-    size_t i;
-    int k, f = 0, n = 0;
-    (void)state;
-    g_tiled_only = 1;
-    g_dec_tma_runs = 0;
-    for (i = 0; i < COUNT(g_decode); i++) {
-        const tcase *c = &g_decode[i];
-        if ((g_small && !c->small) || c->D != 128 || (c->Dv && c->Dv != 128) || c->layout == L_PADDED) continue;
-        for (k = 0; k < 2; k++) {
-            f += dec_tma_pair(c, k_half[k]);
-            n++;
-        }
-    }
-    g_tiled_only = 0;
-    if (f) print_error("%d failures in %d shape-dtype pairs\n", f, n);
-    printf("  %d shape-dtype pairs, %d runs on the TMA ring\n", n, g_dec_tma_runs);
-    assert_true(n >= (g_small ? 8 : 20));
-    assert_true(!g_hopper || g_dec_tma_runs >= n / 2);
-    assert_int_equal(f, 0);
 }
 
 /* The tensor-core decode kernel in blocks of 16 and of 32 packed rows gives bitwise the same o and
@@ -1907,7 +1853,6 @@ int main(void)
         cmocka_unit_test(test_ex2_poly_device),
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_decode_rows),
-        cmocka_unit_test(test_decode_tma),
         cmocka_unit_test(test_decode_batch_invariance),
         cmocka_unit_test(test_decode_nan),
         cmocka_unit_test(test_decode_launch),
