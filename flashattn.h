@@ -8282,13 +8282,10 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
      rescales O (fa__tc_rescale) and packs P (fa__tc_pack); the first and last steps of a tile and
      a V stage with an inf or a NaN take the one-group step.
    With 8a's PER (persistent blocks) a block walks several query tiles (section 1's fa__sched_item
-   over fa__cu_qtile's order, grouped as 8f's fa__wg_sched says): the K/V ring runs on from one
-   tile to the next, the producer
-   reloads a consumer's 64 rows of the Q tile once that consumer's four warps have arrived on its
-   own "qfree" mbarrier after its last Q K^T retired (its last softmax, P V and output store then
-   run under that load, and the first consumer's rows load while the others finish their last
-   steps), each on its own "q" mbarrier, and the output goes from the registers to global memory
-   (the Q tile is no longer free to stage it).
+   over fa__cu_qtile's order): the K/V ring runs on from one tile to the next, the producer
+   reloads the Q tile once every consumer warp has arrived on the "qfree" mbarrier after its last
+   Q K^T retired (the tile's last softmax, P V and output store then run under that load), and the
+   output goes from the registers to global memory (the Q tile is no longer free to stage it).
    The key tiles are 8d's: fa__cu_tile_keys of the block's rows, fa__keys_full for the tiles that
    need no mask, the longest (causal) blocks first. With 8a's QE a causal request's tiles end at
    row Sq (8b's fa__cu_qrow0): the first tile's rows before row 0 are padding, which the Q copy
@@ -8312,23 +8309,19 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
 #include <cudaTypedefs.h>
 
 /* What the kernel receives: the three tensor maps (TMA descriptors, kept in the kernel's parameter
-   space: __grid_constant__; q's boxes are a consumer's 64 rows), 8d's arguments, and the order of
-   the query tiles (8f's fa__wg_sched): grouped 1, in fa__qtile_group's L2 groups; 0, under causal,
-   one longest-first run over every head. */
+   space: __grid_constant__) and 8d's arguments. */
 struct fa__wg_args {
     CUtensorMap tq, tk, tv;
     fa__tc_args a;
-    int grouped;
 };
 
 /* The shared memory of configuration C (8a): the Q tile, ST stages of K and V (each tile D / 64
-   panels of rows x 128 bytes), then the mbarriers (full[ST], empty[ST], q[NC], qfree[NC]: a
-   consumer's 64 rows of Q each), the base rounded up to 1024 bytes (the 128-byte swizzle repeats
-   every 8 rows of 128 bytes). */
+   panels of rows x 128 bytes), then the mbarriers (full[ST], empty[ST], q, qfree), the base rounded up to
+   1024 bytes (the 128-byte swizzle repeats every 8 rows of 128 bytes). */
 template <class C> struct fa__wg_geom {
-    enum { D = C::D, BQ = 16 * C::NW, BK = C::BK, ST = C::ST, PANELS = C::D / 64, NC = C::NW / 4 };
+    enum { D = C::D, BQ = 16 * C::NW, BK = C::BK, ST = C::ST, PANELS = C::D / 64 };
     enum { QB = BQ * D * 2, KB = BK * D * 2, BARS = QB + 2 * ST * KB };
-    enum { SMEM = BARS + 8 * (2 * ST + 2 * NC) + 1024 };
+    enum { SMEM = BARS + 8 * (2 * ST + 2) + 1024 };
 };
 
 /* mbarriers (shared::cta): init with an arrival count, an arrival that also expects `bytes` of
@@ -8380,38 +8373,6 @@ static __device__ __forceinline__ void fa__wg_bar_sync(int id, int threads = 256
 static __device__ __forceinline__ void fa__wg_bar_arrive(int id)
 {
     asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
-}
-
-/* The mbarrier at bar + 8 c (c < 3, warp-uniform: a consumer's q or qfree), waited for or arrived on
-   with c's offset an immediate in each branch. (ptxas, nvcc 13.0, sm_90a: with the consumer's wait
-   for its Q rows at the top of the item, an address 8 c + bar and these branches alike spilled 40-56
-   bytes in the D = 64 and D = 128 variant-4 consumers; with the wait inside the item's first GEMM
-   step, as fa__wg_fwd has it, these branches spill nothing.) */
-template <int OFF>
-static __device__ __forceinline__ void fa__mb_wait_off(unsigned bar, unsigned par)
-{
-    unsigned done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1+%3], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(bar), "r"(par), "n"(OFF) : "memory");
-    } while (!done);
-}
-static __device__ __forceinline__ void fa__mb_wait_c(unsigned bar, int c, unsigned par)
-{
-    if (c == 2) fa__mb_wait_off<16>(bar, par);
-    else if (c == 1) fa__mb_wait_off<8>(bar, par);
-    else fa__mb_wait_off<0>(bar, par);
-}
-template <int OFF>
-static __device__ __forceinline__ void fa__mb_arrive_off(unsigned bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0+%1];\n" ::"r"(bar), "n"(OFF) : "memory");
-}
-static __device__ __forceinline__ void fa__mb_arrive_c(unsigned bar, int c)
-{
-    if (c == 2) fa__mb_arrive_off<16>(bar);
-    else if (c == 1) fa__mb_arrive_off<8>(bar);
-    else fa__mb_arrive_off<0>(bar);
 }
 
 /* 1 on every thread of a consumer warpgroup when x is 1 on one of them (barrier id, 128 threads) */
@@ -8551,7 +8512,6 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     enum { XP = MOD == 0 ? C::XP0 : MOD == 1 ? C::XP1 : MOD == 2 ? C::XP2 : 0 };   /* the exps' FMA-pipe share */
     enum { OV = MOD < 3 && (C::OV >> MOD & 1) };   /* 8a's OV (variant 4's constants leave no registers for it) */
     static_assert(D == 64 || D == 128, "the Hopper kernel's head dims");
-    static_assert(NC <= 3, "fa__mb_wait_c, fa__mb_arrive_c: three consumers at most");
     static_assert(!C::QE || MOD < 3, "8a's QE: padding rows before row 0 would read the bias (fa__tc_scores)");
     static_assert(C::NW % 4 == 0 && NC >= 2 && NC <= 3 && C::WG == 32 * C::NW + 128 &&
                       C::REG_P * 128 + C::REG_C * 32 * C::NW <= 65536, "the Hopper kernel's warpgroups and registers");
@@ -8559,19 +8519,17 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     const fa__dims &d = w.a.d;
     const int tid = threadIdx.x, wg = tid >> 7, qtiles = (d.Sq + BQ - 1) / BQ;
     const int64_t items = (int64_t)d.B * d.Hq * qtiles;   /* the query tiles, fa__cu_qtile's order */
-    const bool grouped = C::PER == 0 || w.grouped;   /* 8f's fa__wg_sched */
+    const bool grouped = C::PER != 1 || !d.causal;   /* PER 1: causal tiles in one longest-first run */
     const bool qe = C::QE && d.causal;   /* 8a's QE: causal tiles end at row Sq */
     const unsigned sQ = (fa__cu_sa(fa__wg_smem) + 1023u) & ~1023u, sK = sQ + G::QB, sV = sK + ST * G::KB;
-    const unsigned full = sQ + G::BARS, empty = full + 8 * ST, qbar = empty + 8 * ST, qfree = qbar + 8 * NC;   /* + 8 s: stage s; + 8 c: consumer c */
+    const unsigned full = sQ + G::BARS, empty = full + 8 * ST, qbar = empty + 8 * ST, qfree = qbar + 8;   /* + 8 s: stage s */
     if (tid == 0) {
         for (int s = 0; s < ST; s++) {
             fa__mb_init(full + 8 * s, 1);
             fa__mb_init(empty + 8 * s, C::NW);
         }
-        for (int c = 0; c < NC; c++) {
-            fa__mb_init(qbar + 8 * c, 1);
-            fa__mb_init(qfree + 8 * c, 4);
-        }
+        fa__mb_init(qbar, 1);
+        fa__mb_init(qfree, C::NW);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -8592,18 +8550,13 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
             for (int64_t k = 0; fa__sched_item(gridDim.x, blockIdx.x, k) < items; k++) {
                 FA__WG_ITEM(k);
                 const int g = h / d.group;
-                /* each consumer's 64 rows of Q once its warps are done with its last ones (its own
-                   qfree: the first consumer's next rows load while the others finish) */
-                for (int c = 0; c < NC; c++) {
-                    if (k > 0) fa__mb_wait(qfree + 8 * c, (unsigned)(k - 1) & 1u);
-                    if (nt > 0) {
-                        fa__mb_expect(qbar + 8 * c, G::QB / NC);
+                if (k > 0) fa__mb_wait(qfree, (unsigned)(k - 1) & 1u);   /* every consumer done with the last Q */
+                if (nt > 0) {
+                    fa__mb_expect(qbar, G::QB);
 #pragma unroll
-                        for (int p = 0; p < G::PANELS; p++)
-                            fa__tma_load(sQ + p * BQ * 128 + c * 64 * 128, &w.tq, qbar + 8 * c, 64 * p, i0 + 64 * c, h, b);
-                    } else
-                        fa__mb_arrive(qbar + 8 * c);
-                }
+                    for (int p = 0; p < G::PANELS; p++) fa__tma_load(sQ + p * BQ * 128, &w.tq, qbar, 64 * p, i0, h, b);
+                } else
+                    fa__mb_arrive(qbar);
                 for (int j = 0; j < nt; j++, gi++) {
                     const int s = gi % ST;
                     if (gi >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(gi / ST - 1) & 1u);   /* stage s consumed */
@@ -8636,6 +8589,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
             for (int n = 0; n < D / 8; n++) o[0][n][0] = o[0][n][1] = o[0][n][2] = o[0][n][3] = 0.0f;
             m[0][0] = m[0][1] = -INFINITY;
             l[0][0] = l[0][1] = 0.0f;
+            fa__mb_wait(qbar, (unsigned)k & 1u);   /* the Q tile (the producer's plain arrival where nt = 0) */
             bool ppart = false;   /* tile j-1 is partial (some row hides some key, or a bias) */
             /* Two loops, so that the variants without 8a's OV compile to the step measured before it
                (the overlap's loop issues Q K^T's first k-step by ss0 in every step: S is never live
@@ -8649,7 +8603,6 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                     bool bad = false;
                     if (pv && ppart)   /* (the warp vote on top lets ptxas see a warp-uniform branch) */
                         bad = __any_sync(0xffffffffu, fa__wg_vote(FA__WG_BAR_VOTE + cw, fa__tc_scan<D, BK, 128, T>(sV + sp * G::KB, tid & 127)));
-                    if (j == 0) fa__mb_wait_c(qbar, cw, (unsigned)k & 1u);   /* its Q rows */
                     if (qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
                     if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
                     fa__wg_keep(o);
@@ -8666,9 +8619,9 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                         if (C::PP) fa__wg_bar_arrive(FA__WG_BAR_TURN + (cw + 1) % NC);   /* the next consumer's turn */
                         fa__wg_wait<1>();   /* S of tile j retired; P V of tile j-1 runs on, o and pa are its */
                         fa__wg_keep(s);
-                        if (qlast) {   /* retired: its Q rows may be reloaded */
+                        if (qlast) {   /* retired: the Q tile may be reloaded */
                             __syncwarp();
-                            if (lane == 0) fa__mb_arrive_c(qfree, cw);
+                            if (lane == 0) fa__mb_arrive(qfree);
                         }
                         /* the scores in registers of their own: ptxas serialises every wgmma of the kernel
                            (C7515) when a register of a wgmma's accumulator is written under a branch (the
@@ -8694,9 +8647,9 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                         fa__wg_wait<0>();
                         fa__wg_keep(o);
                         fa__wg_keep(s);
-                        if (qlast) {   /* retired: its Q rows may be reloaded */
+                        if (qlast) {   /* retired: the Q tile may be reloaded */
                             __syncwarp();
-                            if (lane == 0) fa__mb_arrive_c(qfree, cw);
+                            if (lane == 0) fa__mb_arrive(qfree);
                         }
                         if (pv) {   /* this warp is done with stage sp (K and V of tile j-1) */
                             if (bad) fa__tc_pv_clean<T, C>(o, pa, fa__wg_vrows<BK>{ sV + sp * G::KB }, lane);
@@ -8719,7 +8672,6 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                     bool bad = false;
                     if (pv && ppart)   /* (the warp vote on top lets ptxas see a warp-uniform branch) */
                         bad = __any_sync(0xffffffffu, fa__wg_vote(FA__WG_BAR_VOTE + cw, fa__tc_scan<D, BK, 128, T>(sV + sp * G::KB, tid & 127)));
-                    if (j == 0) fa__mb_wait_c(qbar, cw, (unsigned)k & 1u);   /* its Q rows */
                     if (qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
                     if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
                     fa__wg_keep(o);
@@ -8732,9 +8684,9 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                     fa__wg_wait<0>();
                     fa__wg_keep(o);
                     fa__wg_keep(s);
-                    if (C::PER != 0 && j == (nt > 0 ? nt - 1 : 0)) {   /* this warp's last Q K^T retired: its Q rows may be reloaded */
+                    if (C::PER != 0 && j == (nt > 0 ? nt - 1 : 0)) {   /* this warp's last Q K^T retired: the Q tile may be reloaded */
                         __syncwarp();
-                        if (lane == 0) fa__mb_arrive_c(qfree, cw);
+                        if (lane == 0) fa__mb_arrive(qfree);
                     }
                     if (pv) {   /* this warp is done with stage sp (K and V of tile j-1) */
                         if (bad) fa__tc_pv_clean<T, C>(o, pa, fa__wg_vrows<BK>{ sV + sp * G::KB }, lane);
@@ -10726,22 +10678,6 @@ static int fa__wg_wide(const fa__dims *d, int mods)
     return mods != 4 && hi - lo >= 1024;
 }
 
-/* The Hopper forward's block schedule (8a's PER 1; fa__wg_run), from the shape alone: 0, a block a
-   query tile in fa__qtile_group's L2 groups (the hardware hands the next tile to the first SM
-   free); 1, persistent blocks (one an SM, each walking its tiles in fa__sched_item's order),
-   causal tiles in one longest-first run over every head (which the static schedule balances),
-   non-causal ones in the L2 groups; 2, persistent blocks in the L2 groups. Measured on the H200
-   (bench/RESULTS.md, "Hopper forward (issue 15)", "The block schedule at 2k-4k" and "Per-consumer
-   Q reload"): causal with Sk <= 2048, where a tile walks few key tiles and the longest-first run
-   over every head keeps more K/V in flight than the L2 holds, 0 at D = 128 and 2 at D = 64;
-   elsewhere 1 (2 lost 9% at D = 128 causal 4k, 13-25% at 16k: the static snake over the groups
-   unbalances causal tiles). */
-static int fa__wg_sched(const fa__dims *d, int D)
-{
-    if (!d->causal || d->Sk > 2048) return 1;
-    return D == 128 ? 0 : 2;
-}
-
 /* Step 1 of fa__cu_pick, the Hopper kernel (8d3): fp16/bf16, D = Dv in {64, 128}, Sk >= 1, q, k and v as
    TMA takes them (fa__wg_tma_ok), o rows 16-byte aligned, B*Hq and the query tiles inside the
    grid's limits, on a device of compute capability 9.0 with the shared memory, whose loaded code
@@ -11278,11 +11214,10 @@ static fa_status fa__tc_launch(const fa__dims *d, int mods, const void *q, const
 /* Launches the Hopper kernel (8d3) in configuration C, modifier variant mods (fa__wg_pick's; one
    instance kern in fa__wg_run): its three tensor maps encoded on the host (FA_ERR_DEVICE if the
    driver refuses one), a 1-D grid of B Hq query tiles in fa__cu_qtile's order, or with C::PER at most
-   one block an SM, each walking its items (section 1's fa__sched_item), in the order fa__wg_sched
-   gives the shape (sched >= 0: that schedule instead, the bench's). */
+   one block an SM, each walking its items (section 1's fa__sched_item). */
 template <class C>
 static fa_status fa__wg_run(const fa__dims *d, void (*kern)(const fa__wg_args), const void *q, const void *k,
-                            const void *v, void *o, cudaStream_t stream, int sched = -1)
+                            const void *v, void *o, cudaStream_t stream)
 {
     typedef fa__wg_geom<C> G;
     const fa__wg_encode_fn enc = fa__wg_encoder();
@@ -11291,7 +11226,7 @@ static fa_status fa__wg_run(const fa__dims *d, void (*kern)(const fa__wg_args), 
     memset(&w, 0, sizeof w);
     w.a.d = *d;
     w.a.q = q; w.a.k = k; w.a.v = v; w.a.o = o;
-    if (!fa__wg_map(enc, &w.tq, q, d->dtype, C::D, d->Sq, d->Hq, d->B, d->qs, 64) ||
+    if (!fa__wg_map(enc, &w.tq, q, d->dtype, C::D, d->Sq, d->Hq, d->B, d->qs, G::BQ) ||
         !fa__wg_map(enc, &w.tk, k, d->dtype, C::D, d->Sk, d->Hkv, d->B, d->ks, G::BK) ||
         !fa__wg_map(enc, &w.tv, v, d->dtype, C::D, d->Sk, d->Hkv, d->B, d->vs, G::BK))
         return FA_ERR_DEVICE;
@@ -11300,9 +11235,7 @@ static fa_status fa__wg_run(const fa__dims *d, void (*kern)(const fa__wg_args), 
         return FA_ERR_DEVICE;
     }
     int64_t grid = fa__cu_qblocks(d, G::BQ);
-    const int mode = C::PER == 0 ? 0 : sched >= 0 ? sched : fa__wg_sched(d, C::D);
-    w.grouped = mode != 1 || !d->causal;
-    if (mode != 0) {   /* persistent: one block an SM (the shared memory allows no second), each walking items */
+    if (C::PER != 0) {   /* persistent: one block an SM (the shared memory allows no second), each walking items */
         int dev = 0, sms = 0;
         if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
             (void)cudaGetLastError();

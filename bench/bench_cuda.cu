@@ -392,13 +392,14 @@ struct tc128_w4m2k64_pf { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF 
 #define WG64_XP XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2, OV = fa__wg_d64::OV, QE = fa__wg_d64::QE
 struct wg128_st2 { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1, WG128_XP, PER = 1 }; };
 struct wg128_nopp { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 0, WG128_XP, PER = 1 }; };
-/* The block schedule: the kernel without persistent blocks (the header's PER = 0: one block a
-   query tile, o staged through the Q tile); the header's fa__wg_sched schedules on the picked
-   kernel are wg*_sched0-2 (wg_config's SCHED) */
+/* The block schedule (the header's PER): one block a query tile, as before the persistent blocks
+   (PER = 0); persistent blocks with the causal tiles in fa__qtile_group's L2 groups (PER = 2)
+   rather than in one longest-first run (PER = 1, the header's) */
 #define WG_PER(N, P) \
     struct wg128_##N { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1, WG128_XP, PER = P }; }; \
     struct wg64_##N { enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1, WG64_XP, PER = P }; };
 WG_PER(noper, 0)
+WG_PER(per2, 2)
 #undef WG_PER
 /* The softmax overlap (the header's OV, a mask of modifier variants) for plain rows at D = 128: on
    (1) and off (0); the one that is the header's choice for variant 0 is fa__wg_d128 itself (one
@@ -456,9 +457,8 @@ static const XpImpl xp_impls[] = {
     WG_XP(64, 1, 0), WG_XP(64, 1, 6), WG_XP(64, 1, 8), WG_XP(64, 1, 12),
     WG_XP(64, 2, 0), WG_XP(64, 2, 3),
 };
-/* H16: fp16 too (else bf16 alone). SCHED: the header's fa__wg_sched schedule 0-2 instead of the
-   shape's (-1) */
-template <class C, bool H16 = false, int SCHED = -1>
+/* H16: fp16 too (else bf16 alone) */
+template <class C, bool H16 = false>
 static fa_status wg_config(const fa__dims *d, const void *q, const void *k, const void *v, void *o, cudaStream_t s)
 {
     fa__cu_plan pl;
@@ -467,8 +467,8 @@ static fa_status wg_config(const fa__dims *d, const void *q, const void *k, cons
     if ((pl.kernel != FA__CU_WG_D128 && pl.kernel != FA__CU_WG_D64) || d->D != C::D || pl.mods != 0 ||
         (d->dtype != FA_BF16 && !(H16 && d->dtype == FA_F16)))
         return FA_ERR_UNSUPPORTED;
-    if (H16 && d->dtype == FA_F16) return fa__wg_run<C>(d, fa__wg_fwd<__half, C, 0>, q, k, v, o, s, SCHED);
-    return fa__wg_run<C>(d, fa__wg_fwd<__nv_bfloat16, C, 0>, q, k, v, o, s, SCHED);
+    if (H16 && d->dtype == FA_F16) return fa__wg_run<C>(d, fa__wg_fwd<__half, C, 0>, q, k, v, o, s);
+    return fa__wg_run<C>(d, fa__wg_fwd<__nv_bfloat16, C, 0>, q, k, v, o, s);
 }
 static const Impl tune_impls[] = {
     { "tc64_w4m2k64q", 2, tc_config<tc64_w4m2k64q>, 64 },       { "tc64_w4m2k64q_pf", 2, tc_config<tc64_w4m2k64q_pf>, 64 },
@@ -477,10 +477,8 @@ static const Impl tune_impls[] = {
     { "tc128_w4m2k64_pf", 2, tc_config<tc128_w4m2k64_pf>, 128 }, { "wg128_st2", 2, wg_config<wg128_st2>, 128 },
     { "wg128_nopp", 2, wg_config<wg128_nopp>, 128 },            { "wg64_nc2", 2, wg_config<fa__wg_d64x2>, 64 },
     { "wg64_nopp", 2, wg_config<wg64_nopp>, 64 },               { "wg128_noper", 2, wg_config<wg128_noper>, 128 },
-    { "wg64_noper", 2, wg_config<wg64_noper>, 64 },             { "wg128_picked", 2, wg_config<fa__wg_d128>, 128 },
-    { "wg128_sched0", 2, wg_config<fa__wg_d128, false, 0>, 128 }, { "wg128_sched1", 2, wg_config<fa__wg_d128, false, 1>, 128 },
-    { "wg128_sched2", 2, wg_config<fa__wg_d128, false, 2>, 128 }, { "wg64_sched0", 2, wg_config<fa__wg_d64, false, 0>, 64 },
-    { "wg64_sched1", 2, wg_config<fa__wg_d64, false, 1>, 64 },   { "wg64_sched2", 2, wg_config<fa__wg_d64, false, 2>, 64 },
+    { "wg64_noper", 2, wg_config<wg64_noper>, 64 },             { "wg128_per2", 2, wg_config<wg128_per2>, 128 },
+    { "wg64_per2", 2, wg_config<wg64_per2>, 64 },               { "wg128_picked", 2, wg_config<fa__wg_d128>, 128 },
     { "wg64_picked", 2, wg_config<fa__wg_d64, true>, 64 },          { "wg128_ov0", 2, wg_config<wg128_ov<0>::type>, 128 },
     { "wg128_ov1", 2, wg_config<wg128_ov<1>::type>, 128 },           { "wg64_qe0", 2, wg_config<wg64_qe0, true>, 64 },
 };
