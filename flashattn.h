@@ -144,9 +144,11 @@
    fa_tiled_backward on bf16 with head_dim and head_dim_v multiples of 32, on a CPU with
    AVX512-BF16, runs its five products in bf16 on the bf16 inputs (AMX tiles where the CPU has them
    and the process may, else vdpbf16ps), fp32 sums, P and dS rounded to bf16 as FlashAttention does
-   on GPUs (gradients within API.md's 1e-2, not the fp32 call's bits); the fp32 copies then serve
-   delta and any key tile or query block holding an inf or NaN (bench/RESULTS.md, "CPU half
-   precision", "Backward key tiles of 192 on AMX": that backward beside PyTorch's bf16 SDPA on the Xeon). fa_describe and fa_build_info
+   on GPUs (gradients within API.md's 1e-2, not the fp32 call's bits), reading the inputs as stored
+   with no fp32 copies: delta from the bf16 rows, fp32 rows converted only for a key tile or query
+   block holding an inf or NaN, dk and dv written as bf16 by their tile, dq from an fp32 accumulator
+   (bench/RESULTS.md, "CPU half precision", "Backward without the fp32 copies": that backward beside
+   PyTorch's bf16 SDPA on the Xeon). fa_describe and fa_build_info
    say which of these a call runs. Determinism holds on every path: a row's bits never depend on
    threads, pool or batch.
 
@@ -171,7 +173,8 @@
    returns FA_ERR_NO_MEMORY when it cannot, or when it is larger than the machine's physical memory
    (refused before asking the allocator, which might overcommit and fail only at first touch). fa_tiled allocates O(threads x tile), never O(Sq x Sk)
    (half storage adds per thread the block's K and V in fp32, 16 rows of Q and o, and for the bf16
-   products the packed P and V; fa_naive and the backwards add the fp32 copies, HALF PRECISION).
+   products the packed P and V; fa_naive and the backwards add the fp32 copies, except the bf16
+   backward on its own products, which adds dq's fp32 accumulator: HALF PRECISION).
    fa_*_workspace_bytes return exactly what the call will allocate.
 
    BACKWARD: fa_naive_backward and fa_tiled_backward take the forward's p (and, for the tiled one,
