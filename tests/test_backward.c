@@ -747,7 +747,8 @@ static void bh_gather(const bcase *c, fa_dtype dt, const uint16_t *h, size_t n_e
     free(f);
 }
 
-static void bh_case(const fa_params *p0, const char *name)
+/* mods: 1 ALiBi slopes per batch, 2 a packed bias, N(0,1), with every 7th entry -inf (hidden keys) */
+static void bh_case_m(const fa_params *p0, const char *name, int mods)
 {
     int dti, path, th, g;
     for (dti = 0; dti < 2; dti++) {
@@ -763,6 +764,12 @@ static void bh_case(const fa_params *p0, const char *name)
         char line[700];
         int own;    /* bf16 on its own products (AMX or vdpbf16ps): not the fp32 call's bits */
         bc_init(&c, p0, "half %s %s", dt == FA_F16 ? "fp16" : "bf16", name);
+        if (mods & 1) bc_alibi(&c, 1);
+        if (mods & 2) {
+            size_t i;
+            bc_bias(&c, 0, 0, 0, 0);
+            for (i = 0; i < c.n_bias; i += 7) c.bias[i] = -INFINITY;
+        }
         ph = c.p; ph.dtype = dt;
         fa_describe(&ph, FA_CALL_TILED_BACKWARD, line, sizeof line);
         own = strstr(line, "products in bf16") != NULL;
@@ -841,6 +848,8 @@ static void bh_case(const fa_params *p0, const char *name)
     }
 }
 
+static void bh_case(const fa_params *p0, const char *name) { bh_case_m(p0, name, 0); }
+
 static void test_half_storage(void **state)
 {
     fa_params p;
@@ -872,6 +881,12 @@ static void test_half_storage(void **state)
        three key tiles, rows 0..699 seeing no key */
     p = shape(1, 2, 1, 1100, 400, 32, 32); p.causal = 1;
     bh_case(&p, "Sq1100 Sk400 H2/1 D32 causal");
+    /* ALiBi (per batch) and a bias hiding every 7th key on bf16's own products and on the copies:
+       GQA, Dv != D; then the 128-row query blocks with a 6-row tail, non-causal, Sq != Sk */
+    p = shape(2, 4, 2, 90, 130, 64, 32);
+    bh_case_m(&p, "Sq90 Sk130 H4/2 D64 Dv32 ALiBi bias", 3);
+    p = shape(1, 2, 1, 1030, 260, 32, 64); p.causal = 1;
+    bh_case_m(&p, "Sq1030 Sk260 H2/1 D32 Dv64 causal ALiBi bias", 3);
 }
 
 /* bf16's own products with an inf in the V of a key that one row sees: the fp32 kernels serve the
