@@ -137,19 +137,22 @@
      kernels, and Q once per tile: o is then bitwise the fp32 call's on the rounded inputs, rounded.
    - Decoding (tiles of at most 8 rows on AVX-512) reads half-precision K and V as stored, widened
      in registers: half the bytes of fp32.
-   fa_naive, fa_naive_backward and fa_tiled_backward convert their inputs once into packed fp32
-   copies, run the fp32 path on them and convert the outputs back (the naive path must: Debian's
+   fa_naive and fa_naive_backward convert their inputs once into packed fp32 copies, run the fp32
+   path on them and convert the outputs back (they must: their GEMMs are OpenBLAS's, and Debian's
    OpenBLAS 0.3.21 has no bf16 or fp16 GEMM). The copies are O((Sq + Sk) D) floats, never
-   O(Sq x Sk), and are in the workspace counts; these paths run at about their fp32 speed. Except:
-   fa_tiled_backward on bf16 with head_dim and head_dim_v multiples of 32, on a CPU with
-   AVX512-BF16, runs its five products in bf16 on the bf16 inputs (AMX tiles where the CPU has them
-   and the process may, else vdpbf16ps), fp32 sums, P and dS rounded to bf16 as FlashAttention does
-   on GPUs (gradients within API.md's 1e-2, not the fp32 call's bits), reading the inputs as stored
-   with no fp32 copies: delta from the bf16 rows, fp32 rows converted only for a key tile or query
-   block holding an inf or NaN, dk and dv written as bf16 by their tile, dq from an fp32 accumulator
-   (bench/RESULTS.md, "CPU half precision", "Backward without the fp32 copies": that backward beside
-   PyTorch's bf16 SDPA on the Xeon). fa_describe and fa_build_info
-   say which of these a call runs. Determinism holds on every path: a row's bits never depend on
+   O(Sq x Sk), and are in the workspace counts; these paths run at about their fp32 speed.
+   fa_tiled_backward makes no copies: it reads the inputs as stored, computes delta from each row's
+   o and d_o converted, converts each key tile's K and V and each query block's Q and dO to fp32
+   rows where its fp32 kernels need them, writes dk and dv in the storage type by their tile and dq
+   from an fp32 accumulator (the only large buffer, [B][Hq][Sq][D]). On fp16, and on bf16 where the
+   next case does not apply, its gradients are bitwise the fp32 call's on the rounded inputs,
+   rounded. On bf16 with head_dim and head_dim_v multiples of 32, on a CPU with AVX512-BF16, it
+   runs its five products in bf16 on the bf16 inputs (AMX tiles where the CPU has them and the
+   process may, else vdpbf16ps), fp32 sums, P and dS rounded to bf16 as FlashAttention does on GPUs
+   (gradients within API.md's 1e-2, not the fp32 call's bits), fp32 rows converted only for a key
+   tile or query block holding an inf or NaN (bench/RESULTS.md, "CPU half precision", "Backward
+   without the fp32 copies": that backward beside PyTorch's bf16 SDPA on the Xeon; "fp16 backward
+   without the fp32 copies"). fa_describe and fa_build_info say which of these a call runs. Determinism holds on every path: a row's bits never depend on
    threads, pool or batch.
 
    ERRORS, EXPLAINED: fa_explain(p, q, k, v, o, scores) returns NULL when fa_naive (with scores) or
@@ -173,8 +176,8 @@
    returns FA_ERR_NO_MEMORY when it cannot, or when it is larger than the machine's physical memory
    (refused before asking the allocator, which might overcommit and fail only at first touch). fa_tiled allocates O(threads x tile), never O(Sq x Sk)
    (half storage adds per thread the block's K and V in fp32, 16 rows of Q and o, and for the bf16
-   products the packed P and V; fa_naive and the backwards add the fp32 copies, except the bf16
-   backward on its own products, which adds dq's fp32 accumulator: HALF PRECISION).
+   products the packed P and V; fa_naive and fa_naive_backward add the fp32 copies, fa_tiled_backward
+   only dq's fp32 accumulator and per thread a block's Q and dO rows in fp32: HALF PRECISION).
    fa_*_workspace_bytes return exactly what the call will allocate.
 
    BACKWARD: fa_naive_backward and fa_tiled_backward take the forward's p (and, for the tiled one,
@@ -3854,12 +3857,13 @@ static void *fa__align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uint
 #define FLASHATTN__OPENBLAS 1
 #endif
 
-/* ---- Half-precision storage by fp32 copies (fa_naive and both backwards) -----------------------
+/* ---- Half-precision storage by fp32 copies (fa_naive and fa_naive_backward) ----------------------
    These paths serve FA_F16 and FA_BF16 by converting their inputs once into packed fp32 copies,
    running the fp32 path on the copies, and converting the outputs back: the same code, and so the
-   same bits, as an fp32 call on the rounded values. The naive path must: its GEMMs are OpenBLAS's
-   sgemm, and Debian's OpenBLAS (0.3.21) has no bf16 or fp16 GEMM. The copies are O((Sq + Sk) D)
-   floats, never O(Sq x Sk), and are counted in the workspace. A job converts up to 8 tensors, an
+   same bits, as an fp32 call on the rounded values. The naive paths must: their GEMMs are OpenBLAS's
+   sgemm, and Debian's OpenBLAS (0.3.21) has no bf16 or fp16 GEMM (fa_tiled_backward reads half
+   storage as stored instead, fa__tbwd_item). The copies are O((Sq + Sk) D) floats, never
+   O(Sq x Sk), and are counted in the workspace. A job converts up to 8 tensors, an
    item per (tensor, batch, head), each of `S` rows of `w` elements. */
 static size_t fa__round16(size_t n);
 
@@ -5420,14 +5424,14 @@ typedef struct fa__bwd_ctx {
     int *turn;                      /* tiled: dq's turns */
     size_t qn;                      /* naive: floats of a thread's Q */
     const struct fa__tbwd_plan *plan;
-    /* tiled, bf16 on its own products (plan->bf): the request as given and its bf16 inputs; amx: the
-       process may use the tiles */
+    /* tiled, half storage (plan->hs): the request as given and its fp16 or bf16 inputs; amx (bf16's own
+       products, plan->bf): the process may use the tiles */
     const fa__dims *dh;
     const uint16_t *qh, *kh, *vh, *doh;
     int amx;
-    /* ... read directly (plan->bf): no fp32 copies of the inputs; o for delta; the gradients written
-       as bf16 (dq from the fp32 accumulator dq, by its last tile); fin: per (batch, head, query block)
-       1 when its Q and dO rows are finite */
+    /* ... read directly (plan->hs): no fp32 copies of the inputs; o for delta; the gradients written
+       in the storage type (dq from the fp32 accumulator dq, by its last tile); fin (plan->bf): per
+       (batch, head, query block) 1 when its Q and dO rows are finite */
     const uint16_t *oh;
     uint16_t *dqh, *dkh, *dvh;
     int *fin;
@@ -5667,7 +5671,8 @@ typedef struct fa__tbwd_plan {
     int bf, amx;        /* bf16 products on the bf16 inputs (vdpbf16ps; AMX tiles where the CPU has them) */
     int qb32, nk32;     /* ... rows and keys of a block to a multiple of 32; bf_off: where a thread's words start */
     size_t bf_off;
-    size_t f32_off, fin_ints;   /* bf: a thread's fp32 rows for the fp32 kernels (Qf, dOf, Rf); the fin flags */
+    size_t f32_off, fin_ints;   /* hs: a thread's fp32 rows for the fp32 kernels (Qf, dOf, Rf); bf: the fin flags */
+    int hs, qf_rows;    /* half storage read as stored (fp16, bf16 either way): no fp32 copies; Qf's, dOf's rows */
 } fa__tbwd_plan;
 
 static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
@@ -5675,6 +5680,7 @@ static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
     size_t f, cap = d->softcap > 0.0f, rows;
     const fa__kernels *K = fa__kernels_for(fa__isa());
     memset(pl, 0, sizeof *pl);
+    pl->hs = d->dtype != FA_F32;
     if (d->Sq == 0 || d->Sk == 0) return;      /* zeros are written, nothing is allocated */
     /* bf16 with head dims multiples of 32 on AVX512-BF16: the five products on the bf16 values
        (FA__BWD_BF16; read as stored, no fp32 copies: fa__tbwd_half_bytes, fa__tbwd_item) */
@@ -5708,11 +5714,15 @@ static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
         w = fa__add_size(w, fa__mul_size((size_t)pl->qb32 / 2, (size_t)pl->nk32));
         pl->bf_off = f;
         f = fa__add_size(f, fa__add_size(w, 16 * 16));
-        /* the inputs are read as stored (no fp32 copies): Qf [qb32][D], dOf [qb32][Dv] (a block's rows
-           for the fp32 kernels, converted only for a block with an inf or NaN), Rf [D + 2 Dv] (a K and
-           a V row; an o and a d_o row for delta) */
+    }
+    if (pl->hs) {   /* the inputs are read as stored (no fp32 copies): Qf [qf_rows][D], dOf [qf_rows][Dv] (a
+                       block's rows for the fp32 kernels: with bf16's own products converted only for a
+                       block with an inf or NaN; at least 16 rows, dk's and dv's transposes at the end),
+                       Rf [D + 2 Dv] (a K and a V row; an o and a d_o row for delta) */
+        pl->qf_rows = rows > 16 ? (int)rows : 16;
         pl->f32_off = f;
-        f = fa__add_size(f, fa__add_size(fa__mul_size(rows, (size_t)d->D + d->Dv), fa__round16((size_t)d->D + 2 * (size_t)d->Dv)));
+        f = fa__add_size(f, fa__add_size(fa__mul_size((size_t)pl->qf_rows, (size_t)d->D + d->Dv),
+                                         fa__round16((size_t)d->D + 2 * (size_t)d->Dv)));
     }
     pl->thread_floats = fa__round16(f);
     pl->delta_floats = fa__round16(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq), (size_t)d->Sq));
@@ -5726,16 +5736,16 @@ static void fa__tbwd_plan_make(const fa__dims *d, fa__tbwd_plan *pl)
                                           fa__add_size(pl->pool_bytes, 64)));
 }
 
-/* Bytes that half storage adds to the call's allocation: fp32 copies of the inputs and gradients
-   (fa__half_bytes), or with bf16's own products (plan->bf) only dq's fp32 accumulator, [B][Hq][Sq][D]
-   packed: the inputs are read as stored and dk, dv written as bf16 from their tiles. The copies were
-   most of the workspace (34 MB at B 2, H 4, S 1024, D 128), and memory of that size comes fresh from
-   the kernel at every call (glibc maps blocks over 32 MB anew): a page fault on every 4 KB page
-   touched (RESULTS, "Backward without the fp32 copies"). */
+/* Bytes that half storage adds to the call's allocation: only dq's fp32 accumulator, [B][Hq][Sq][D]
+   packed: the inputs are read as stored (fp32 rows converted per key tile and query block where the
+   fp32 kernels need them) and dk, dv written in the storage type from their tiles. fp32 copies of the
+   inputs and gradients (fa__half_bytes, as fa_naive_backward still makes) were most of the workspace
+   (34 MB at B 2, H 4, S 1024, D 128), and memory of that size comes fresh from the kernel at every
+   call (glibc maps blocks over 32 MB anew): a page fault on every 4 KB page touched (RESULTS,
+   "Backward without the fp32 copies", "fp16 backward without the fp32 copies"). */
 static size_t fa__tbwd_half_bytes(const fa__dims *d, const fa__tbwd_plan *pl)
 {
-    if (d->Sq == 0 || d->Sk == 0) return 0;
-    if (!pl->bf) return fa__half_bytes(d, 1);
+    if (d->Sq == 0 || d->Sk == 0 || !pl->hs) return 0;
     return fa__add_size(fa__mul_size(fa__r16s(fa__mul_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq),
                                                                          (size_t)d->Sq), (size_t)d->D)), sizeof(float)), 64);
 }
@@ -5802,9 +5812,10 @@ static int fa__bf16_finite(const uint16_t *x, int64_t stride, int64_t rows, int 
 }
 
 /* Before the tiles: delta of every row of one (batch, head), its blocks' first turns, and 0 in the
-   dq rows of blocks that no tile reaches (rows that see no key). bf16 read as stored (plan->bf):
-   delta from each row's o and d_o converted (the same values and sum as from the fp32 copies), each
-   block's finite flag (fin), the zero rows written into the bf16 dq. */
+   dq rows of blocks that no tile reaches (rows that see no key). Half storage read as stored
+   (plan->hs): delta from each row's o and d_o converted (the same values and sum as from fp32
+   copies), the zero rows written into the stored dq; with bf16's own products (plan->bf) each
+   block's finite flag (fin). */
 static void fa__tbwd_prep(void *vctx, int64_t item, int tid)
 {
     fa__bwd_ctx *c = (fa__bwd_ctx *)vctx;
@@ -5812,22 +5823,23 @@ static void fa__tbwd_prep(void *vctx, int64_t item, int tid)
     const fa__tbwd_plan *pl = c->plan;
     int b = (int)(item / d->Hq), h = (int)(item % d->Hq);
     int64_t i, r, t0, t1, off = (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
-    if (pl->bf) {
+    if (pl->hs) {
         const fa__dims *dh = c->dh;
-        float *Rf = c->ws + (size_t)tid * pl->thread_floats + pl->f32_off + (size_t)pl->qb32 * (d->D + d->Dv);
+        float *Rf = c->ws + (size_t)tid * pl->thread_floats + pl->f32_off + (size_t)pl->qf_rows * (d->D + d->Dv);
         const uint16_t *qh = c->qh + (int64_t)b * dh->qs[0] + (int64_t)h * dh->qs[1];
         const uint16_t *oh = c->oh + (int64_t)b * dh->os[0] + (int64_t)h * dh->os[1];
         const uint16_t *doh = c->doh + (int64_t)b * dh->os[0] + (int64_t)h * dh->os[1];
         for (i = 0; i < d->Sq; i++) {
-            c->K->h2f(FA_BF16, doh + i * dh->os[2], Rf, d->Dv);
-            c->K->h2f(FA_BF16, oh + i * dh->os[2], Rf + d->Dv, d->Dv);
+            c->K->h2f(dh->dtype, doh + i * dh->os[2], Rf, d->Dv);
+            c->K->h2f(dh->dtype, oh + i * dh->os[2], Rf + d->Dv, d->Dv);
             c->delta[item * d->Sq + i] = fa__dot(Rf, Rf + d->Dv, d->Dv);
         }
         for (r = 0; r < pl->qblocks; r++) {
             int64_t i0 = r * pl->qb, n = i0 + pl->qb < d->Sq ? pl->qb : d->Sq - i0;
             fa__tbwd_tiles(d, pl, r, &t0, &t1);
             c->turn[item * pl->qblocks + r] = (int)t0;
-            c->fin[item * pl->qblocks + r] = fa__bf16_finite(qh + i0 * dh->qs[2], dh->qs[2], n, d->D) &&
+            if (pl->bf)
+                c->fin[item * pl->qblocks + r] = fa__bf16_finite(qh + i0 * dh->qs[2], dh->qs[2], n, d->D) &&
                                              fa__bf16_finite(doh + i0 * dh->os[2], dh->os[2], n, d->Dv);
             if (t0 == t1)
                 for (i = i0; i < i0 + n; i++)
@@ -5892,8 +5904,8 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
     float *dVt = Vt + (size_t)ldk * Dv, *Kp = dVt + (size_t)ldk * Dv, *P = Kp + (size_t)pl->kt * ldd;
     float *dS = P + (size_t)ldk * rows, *dQ = dS + (size_t)ldk * rows;
     float *G = d->softcap > 0.0f ? dQ + (size_t)rows * ldd : NULL;
-    /* the fp32 inputs and dk, dv (fp32 storage, or half storage's fp32 copies); with pl->bf the bf16
-       inputs as stored (khb, vhb at the tile's first key) and fp32 rows for the fp32 kernels */
+    /* the fp32 inputs and dk, dv (fp32 storage); with half storage (pl->hs) the inputs as stored (khb,
+       vhb at the tile's first key) and fp32 rows for the fp32 kernels */
     const float *kb = NULL, *vb = NULL;
     float *dkb = NULL, *dvb = NULL, *Qf = NULL, *dOf = NULL, *Rf = NULL;
     const fa__dims *dh = c->dh;
@@ -5907,19 +5919,21 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
     nosc.softcap = 0.0f;
     memset(dKt, 0, (size_t)ldk * D * sizeof(float));
     memset(dVt, 0, (size_t)ldk * Dv * sizeof(float));
-    if (!pl->bf) {
+    if (!pl->hs) {
         kb = c->k + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
         vb = c->v + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
         dkb = c->dk + (int64_t)b * d->ks[0] + (int64_t)g * d->ks[1];
         dvb = c->dv + (int64_t)b * d->vs[0] + (int64_t)g * d->vs[1];
     } else {
-        uint32_t *w = (uint32_t *)(c->ws + (size_t)tid * pl->thread_floats + pl->bf_off);
-        size_t q2 = (size_t)pl->qb32 / 2;
         khb = c->kh + (int64_t)b * dh->ks[0] + (int64_t)g * dh->ks[1] + k0 * dh->ks[2];
         vhb = c->vh + (int64_t)b * dh->vs[0] + (int64_t)g * dh->vs[1] + k0 * dh->vs[2];
         Qf = c->ws + (size_t)tid * pl->thread_floats + pl->f32_off;
-        dOf = Qf + (size_t)pl->qb32 * D;
-        Rf = dOf + (size_t)pl->qb32 * Dv;
+        dOf = Qf + (size_t)pl->qf_rows * D;
+        Rf = dOf + (size_t)pl->qf_rows * Dv;
+    }
+    if (pl->bf) {
+        uint32_t *w = (uint32_t *)(c->ws + (size_t)tid * pl->thread_floats + pl->bf_off);
+        size_t q2 = (size_t)pl->qb32 / 2;
 #define FA__BW(p, n) do { p = w; w += fa__round16(n); } while (0)
         FA__BW(Kw, (size_t)ldk * D / 2); FA__BW(Vw, (size_t)ldk * Dv / 2); FA__BW(Kv, (size_t)pl->nk32 / 2 * D);
         FA__BW(Qv, q2 * D); FA__BW(dOv, q2 * Dv); FA__BW(QT, q2 * D); FA__BW(dOT, q2 * Dv);
@@ -5951,10 +5965,10 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
     fa__key_rows(d, k0, k1, &ilo, &ihi);
     for (hh = 0; ilo < ihi && hh < d->group; hh++) {
         int h = g * d->group + hh;
-        const float *qb = pl->bf ? NULL : c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
-        const float *dob = pl->bf ? NULL : c->d_o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
-        const uint16_t *qhb = pl->bf ? c->qh + (int64_t)b * dh->qs[0] + (int64_t)h * dh->qs[1] : NULL;
-        const uint16_t *dohb = pl->bf ? c->doh + (int64_t)b * dh->os[0] + (int64_t)h * dh->os[1] : NULL;
+        const float *qb = pl->hs ? NULL : c->q + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
+        const float *dob = pl->hs ? NULL : c->d_o + (int64_t)b * d->os[0] + (int64_t)h * d->os[1];
+        const uint16_t *qhb = pl->hs ? c->qh + (int64_t)b * dh->qs[0] + (int64_t)h * dh->qs[1] : NULL;
+        const uint16_t *dohb = pl->hs ? c->doh + (int64_t)b * dh->os[0] + (int64_t)h * dh->os[1] : NULL;
         const int *fin = pl->bf ? c->fin + ((int64_t)b * d->Hq + h) * pl->qblocks : NULL;
         const float *lse = d->lse + ((int64_t)b * d->Hq + h) * d->Sq, *delta = c->delta + ((int64_t)b * d->Hq + h) * d->Sq;
         float *dqb = c->dq + (int64_t)b * d->qs[0] + (int64_t)h * d->qs[1];
@@ -5982,10 +5996,10 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                 }
                 memset(Qb + (size_t)nr * D, 0, (size_t)(nr32 - nr) * D * 2);
                 memset(dOb + (size_t)nr * Dv, 0, (size_t)(nr32 - nr) * Dv * 2);
-            } else if (pl->bf)      /* the fp32 kernels' rows, converted */
+            } else if (pl->hs)      /* the fp32 kernels' rows, converted */
                 for (x = 0; x < nr; x++) {
-                    K->h2f(FA_BF16, qhb + (i0 + x) * dh->qs[2], Qf + (size_t)x * D, D);
-                    K->h2f(FA_BF16, dohb + (i0 + x) * dh->os[2], dOf + (size_t)x * Dv, Dv);
+                    K->h2f(dh->dtype, qhb + (i0 + x) * dh->qs[2], Qf + (size_t)x * D, D);
+                    K->h2f(dh->dtype, dohb + (i0 + x) * dh->os[2], dOf + (size_t)x * Dv, Dv);
                 }
             if (!bb && !packed32) {     /* the fp32 tile: Kt (scaled), Vt, Kp */
                 packed32 = 1;
@@ -5996,8 +6010,8 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                     float *kp = Kp + (size_t)j * ldd;
                     if (kb) { kr = kb + (k0 + j) * d->ks[2]; vr = vb + (k0 + j) * d->vs[2]; }
                     else {
-                        K->h2f(FA_BF16, khb + (int64_t)j * dh->ks[2], Rf, D);
-                        K->h2f(FA_BF16, vhb + (int64_t)j * dh->vs[2], Rf + D, Dv);
+                        K->h2f(dh->dtype, khb + (int64_t)j * dh->ks[2], Rf, D);
+                        K->h2f(dh->dtype, vhb + (int64_t)j * dh->vs[2], Rf + D, Dv);
                     }
                     for (t = 0; t < D; t++) {
                         float xk = kr[t] * d->scale;
@@ -6091,9 +6105,9 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                 else fa__bwd_add(isa, dqr, src, D);
             }
             fa__turn_pass(c, turn + r, (int)kt + 1);
-            if (pl->bf && kt == t1 - 1)     /* the rows' last turn: dq as bf16 */
+            if (pl->hs && kt == t1 - 1)     /* the rows' last turn: dq in the storage type */
                 for (x = 0; x < nr; x++)
-                    K->f2h(FA_BF16, dqb + (i0 + x) * d->qs[2],
+                    K->f2h(dh->dtype, dqb + (i0 + x) * d->qs[2],
                            c->dqh + (int64_t)b * dh->qs[0] + (int64_t)h * dh->qs[1] + (i0 + x) * dh->qs[2], D);
         }
     }
@@ -6101,7 +6115,8 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
     if (bf && c->amx) fa__amx_end();
 #endif
 #ifdef FLASHATTN__X86
-    if (pl->bf && isa == 2) {   /* 16 keys at a time through a transpose, into Qf and dOf (free now) */
+    if (pl->hs && isa == 2 && D % 16 == 0 && Dv % 16 == 0) {    /* 16 keys at a time through a transpose,
+                                                                     into Qf and dOf (free now) */
         uint16_t *dkh = c->dkh + (int64_t)b * dh->ks[0] + (int64_t)g * dh->ks[1] + k0 * dh->ks[2];
         uint16_t *dvh = c->dvh + (int64_t)b * dh->vs[0] + (int64_t)g * dh->vs[1] + k0 * dh->vs[2];
         int j0, u;
@@ -6109,19 +6124,19 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
             fa__bwd_cols_avx512(dKt, ldk, D, j0, 1, d->scale, Qf);
             fa__bwd_cols_avx512(dVt, ldk, Dv, j0, 0, 1.0f, dOf);
             for (u = 0; u < 16 && j0 + u < nk; u++) {
-                K->f2h(FA_BF16, Qf + (size_t)u * D, dkh + (int64_t)(j0 + u) * dh->ks[2], D);
-                K->f2h(FA_BF16, dOf + (size_t)u * Dv, dvh + (int64_t)(j0 + u) * dh->vs[2], Dv);
+                K->f2h(dh->dtype, Qf + (size_t)u * D, dkh + (int64_t)(j0 + u) * dh->ks[2], D);
+                K->f2h(dh->dtype, dOf + (size_t)u * Dv, dvh + (int64_t)(j0 + u) * dh->vs[2], Dv);
             }
         }
         jdone = nk;
     }
 #endif
     for (j = jdone; j < nk; j++) {
-        if (pl->bf) {   /* bf16 rows (the fp32 values, rounded by the same conversion as the copies') */
+        if (pl->hs) {   /* rows in the storage type (the fp32 values, rounded by the copies' conversion) */
             for (t = 0; t < D; t++) Rf[t] = dKt[(size_t)t * ldk + j] * d->scale;
-            K->f2h(FA_BF16, Rf, c->dkh + (int64_t)b * dh->ks[0] + (int64_t)g * dh->ks[1] + (k0 + j) * dh->ks[2], D);
+            K->f2h(dh->dtype, Rf, c->dkh + (int64_t)b * dh->ks[0] + (int64_t)g * dh->ks[1] + (k0 + j) * dh->ks[2], D);
             for (t = 0; t < Dv; t++) Rf[t] = dVt[(size_t)t * ldk + j];
-            K->f2h(FA_BF16, Rf, c->dvh + (int64_t)b * dh->vs[0] + (int64_t)g * dh->vs[1] + (k0 + j) * dh->vs[2], Dv);
+            K->f2h(dh->dtype, Rf, c->dvh + (int64_t)b * dh->vs[0] + (int64_t)g * dh->vs[1] + (k0 + j) * dh->vs[2], Dv);
         } else {
             float *dkr = dkb + (k0 + j) * d->ks[2], *dvr = dvb + (k0 + j) * d->vs[2];
             for (t = 0; t < D; t++) dkr[t] = dKt[(size_t)t * ldk + j] * d->scale;
@@ -6145,8 +6160,6 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
     fa__dims d, d2;
     fa__tbwd_plan pl;
     fa__bwd_ctx c;
-    fa__half_job hj;
-    float *hf[8] = { NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     size_t total;
     void *mem;
     char *pool_mem;
@@ -6175,7 +6188,7 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
     if (pthread_mutex_init(&c.mu, NULL) != 0) { FLASHATTN_FREE(mem); return FA_ERR_NO_MEMORY; }
     if (pthread_cond_init(&c.cv, NULL) != 0) { pthread_mutex_destroy(&c.mu); FLASHATTN_FREE(mem); return FA_ERR_NO_MEMORY; }
 #endif
-    if (pl.bf) {    /* bf16's own products read the inputs as given (fa__tbwd_item), dq summed in fp32 */
+    if (pl.hs) {    /* half storage read as given (fa__tbwd_item), dq summed in fp32 */
         d2 = d;
         d2.dtype = FA_F32;
         fa__packed3(d.B, d.Hq, d.Sq, d.D, d2.qs);
@@ -6190,11 +6203,9 @@ FLASHATTN__CPU_DEF fa_status fa_tiled_backward(const fa_params *p, const void *q
 #ifdef FA__HAVE_AMX
         c.amx = pl.amx && fa__amx_permit();     /* a refusal: vdpbf16ps */
 #endif
-    } else if (d.dtype != FA_F32)
-        fa__bwd_half_in(&d, &d2, &c, &hj, hf, (char *)mem + pl.total, q, k, v, o, d_o, pl.nthreads, pool_mem);
+    }
     fa__run(d.pool, fa__tbwd_prep, &c, (int64_t)d.B * d.Hq, pl.nthreads, pool_mem);
     fa__run(d.pool, fa__tbwd_item, &c, pl.items, pl.nthreads, pool_mem);
-    if (d.dtype != FA_F32 && !pl.bf) fa__bwd_half_out(&d, &hj, hf, dq, dk, dv, pl.nthreads, pool_mem);
 #ifndef FA__TURN_ATOMIC
     pthread_cond_destroy(&c.cv);
     pthread_mutex_destroy(&c.mu);
@@ -6273,6 +6284,10 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
                      "the fp32 kernels",
                      pl.amx ? "AMX-BF16 tiles (tdpbf16ps; vdpbf16ps if the kernel refuses the tile state)" : "avx512bf16 vdpbf16ps",
                      fa__kernels_for(isa)->cvt_name);
+        else if (pl.hs)
+            snprintf(half, sizeof half, "; %s storage: the inputs read as stored, each key tile's K, V and each query "
+                     "block's Q, dO converted to fp32 by %s for the fp32 kernels (the fp32 call's bits), dk, dv written by "
+                     "their tile, dq summed in fp32", d.dtype == FA_F16 ? "fp16" : "bf16", fa__kernels_for(isa)->cvt_name);
         len = snprintf(line, sizeof line, "fa_tiled_backward: %s kernels; key tiles of %d keys, query blocks of %d rows "
                        "(dq added in key-tile order); %lld items on %d threads; workspace %zu bytes%s",
                        fa__isa_name(isa), pl.kt, pl.qb, (long long)pl.items, pl.nthreads,
