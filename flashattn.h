@@ -5996,11 +5996,12 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                 }
                 memset(Qb + (size_t)nr * D, 0, (size_t)(nr32 - nr) * D * 2);
                 memset(dOb + (size_t)nr * Dv, 0, (size_t)(nr32 - nr) * Dv * 2);
-            } else if (pl->hs)      /* the fp32 kernels' rows, converted */
-                for (x = 0; x < nr; x++) {
-                    K->h2f(dh->dtype, qhb + (i0 + x) * dh->qs[2], Qf + (size_t)x * D, D);
-                    K->h2f(dh->dtype, dohb + (i0 + x) * dh->os[2], dOf + (size_t)x * Dv, Dv);
-                }
+            } else if (pl->hs) {    /* the fp32 kernels' rows, converted (packed rows: in one call) */
+                if (dh->qs[2] == D) K->h2f(dh->dtype, qhb + i0 * D, Qf, nr * D);
+                else for (x = 0; x < nr; x++) K->h2f(dh->dtype, qhb + (i0 + x) * dh->qs[2], Qf + (size_t)x * D, D);
+                if (dh->os[2] == Dv) K->h2f(dh->dtype, dohb + i0 * Dv, dOf, nr * Dv);
+                else for (x = 0; x < nr; x++) K->h2f(dh->dtype, dohb + (i0 + x) * dh->os[2], dOf + (size_t)x * Dv, Dv);
+            }
             if (!bb && !packed32) {     /* the fp32 tile: Kt (scaled), Vt, Kp */
                 packed32 = 1;
                 memset(Kt, 0, (size_t)ldk * D * sizeof(float));
