@@ -152,8 +152,8 @@
    (gradients within API.md's 1e-2, not the fp32 call's bits), fp32 rows converted only for a key
    tile or query block holding an inf or NaN (bench/RESULTS.md, "CPU half precision", "Backward
    without the fp32 copies": that backward beside PyTorch's bf16 SDPA on the Xeon; "fp16 backward
-   without the fp32 copies"). fa_describe and fa_build_info say which of these a call runs. Determinism holds on every path: a row's bits never depend on
-   threads, pool or batch.
+   without the fp32 copies"). fa_describe and fa_build_info say which of these a call runs.
+   Determinism holds on every path: a row's bits never depend on threads, pool or batch.
 
    ERRORS, EXPLAINED: fa_explain(p, q, k, v, o, scores) returns NULL when fa_naive (with scores) or
    fa_tiled (scores NULL) accepts the arguments, else the sentence of the first check that fails,
@@ -176,8 +176,9 @@
    returns FA_ERR_NO_MEMORY when it cannot, or when it is larger than the machine's physical memory
    (refused before asking the allocator, which might overcommit and fail only at first touch). fa_tiled allocates O(threads x tile), never O(Sq x Sk)
    (half storage adds per thread the block's K and V in fp32, 16 rows of Q and o, and for the bf16
-   products the packed P and V; fa_naive and fa_naive_backward add the fp32 copies, fa_tiled_backward
-   only dq's fp32 accumulator and per thread a block's Q and dO rows in fp32: HALF PRECISION).
+   products the packed P and V; fa_naive and fa_naive_backward add the fp32 copies,
+   fa_tiled_backward only dq's fp32 accumulator and per thread a block's Q and dO rows in fp32:
+   HALF PRECISION).
    fa_*_workspace_bytes return exactly what the call will allocate.
 
    BACKWARD: fa_naive_backward and fa_tiled_backward take the forward's p (and, for the tiled one,
