@@ -5288,6 +5288,15 @@ static void fa__bwd_add(int isa, float *dst, const float *src, int n)
     for (t = 0; t < n; t++) dst[t] += src[t];
 }
 
+/* rows x n stored half values (rows `stride` elements apart) into packed fp32 rows dst [rows][n]: packed
+   rows in one conversion */
+static void fa__h2f_rows(const fa__kernels *K, fa_dtype dt, const uint16_t *src, int64_t stride, int rows, int n, float *dst)
+{
+    int x;
+    if (stride == n) K->h2f(dt, src, dst, rows * n);
+    else for (x = 0; x < rows; x++) K->h2f(dt, src + x * stride, dst + (size_t)x * n, n);
+}
+
 /* the rows' n floats (rows `stride` floats apart) toward L2 */
 static void fa__bwd_pf_rows(const float *p, int64_t stride, int rows, int n)
 {
@@ -5998,10 +6007,8 @@ static void fa__tbwd_item(void *vctx, int64_t item, int tid)
                 memset(Qb + (size_t)nr * D, 0, (size_t)(nr32 - nr) * D * 2);
                 memset(dOb + (size_t)nr * Dv, 0, (size_t)(nr32 - nr) * Dv * 2);
             } else if (pl->hs) {    /* the fp32 kernels' rows, converted (packed rows: in one call) */
-                if (dh->qs[2] == D) K->h2f(dh->dtype, qhb + i0 * D, Qf, nr * D);
-                else for (x = 0; x < nr; x++) K->h2f(dh->dtype, qhb + (i0 + x) * dh->qs[2], Qf + (size_t)x * D, D);
-                if (dh->os[2] == Dv) K->h2f(dh->dtype, dohb + i0 * Dv, dOf, nr * Dv);
-                else for (x = 0; x < nr; x++) K->h2f(dh->dtype, dohb + (i0 + x) * dh->os[2], dOf + (size_t)x * Dv, Dv);
+                fa__h2f_rows(K, dh->dtype, qhb + i0 * dh->qs[2], dh->qs[2], nr, D, Qf);
+                fa__h2f_rows(K, dh->dtype, dohb + i0 * dh->os[2], dh->os[2], nr, Dv, dOf);
             }
             if (!bb && !packed32) {     /* the fp32 tile: Kt (scaled), Vt, Kp */
                 packed32 = 1;
