@@ -3017,7 +3017,7 @@ typedef struct fa__amx_job {
 #define FA__HAVE_AMX 1
 #define FA__AMX_LD 32                   /* lanes in a panel's rows */
 #ifdef FA__AMX_EMULATE
-#define FA__AMXT FA__BF16
+#define FA__AMXT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx512dq")))
 static __thread unsigned char fa__emu_tile[8][1024];
 static void fa__emu_load(int t, const void *p, long s)
 {
@@ -3047,7 +3047,7 @@ static void fa__emu_dp(int c, int a, int b)
 #define FA__TZERO(t) memset(fa__emu_tile[t], 0, 1024)
 #define FA__TDP(c, a, b) fa__emu_dp(c, a, b)
 #else
-#define FA__AMXT __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+#define FA__AMXT __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx512dq")))
 #define FA__TLOAD(t, p, s) _tile_loadd(t, p, s)
 #define FA__TSTORE(t, p, s) _tile_stored(t, p, s)
 #define FA__TZERO(t) _tile_zero(t)
@@ -3055,16 +3055,18 @@ static void fa__emu_dp(int c, int a, int b)
 #endif
 
 /* AMX-TILE and AMX-BF16 (leaf 7 EDX bits 24, 22) with the tile state enabled by the OS (XCR0 bits
-   17, 18) */
+   17, 18), and AVX512DQ (leaf 7 EBX bit 17: the online step's vreduceps; every AMX CPU has it) */
 static int fa__cpu_amx(void)
 {
+    unsigned a, b, c, d;
 #ifdef FA__AMX_EMULATE
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b >> 17 & 1u)) return 0;
     return fa__cpu_avx512bf16();
 #else
-    unsigned a, b, c, d, lo, hi;
+    unsigned lo, hi;
     if (__get_cpuid_max(0, NULL) < 7) return 0;
     __cpuid_count(7, 0, a, b, c, d);
-    if (!(d >> 24 & 1u) || !(d >> 22 & 1u)) return 0;
+    if (!(d >> 24 & 1u) || !(d >> 22 & 1u) || !(b >> 17 & 1u)) return 0;
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1u)) return 0;      /* OSXSAVE */
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return ((((uint64_t)hi << 32) | lo) & 0x60000u) == 0x60000u;
@@ -3267,23 +3269,49 @@ FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint
     fa__amx_run(&j, 1);
 }
 
-/* FA__AMX_FASTEXP 1: the AMX online step's exps as 2^(s c1 - m c2) in one FMA and a degree-4 fit of
-   2^f (2.7e-6 relative, far under bf16's rounding of P: 2^-9), instead of fa__exp2_lazy16's
-   degree 6 after (s scale - m) log2(e) in three roundings. 0 (comparisons): fa__online_avx512's exps,
-   so the previous AMX kernel's bits (checked under FA__AMX_EMULATE). */
+/* FA__AMX_FASTEXP 1: the AMX online step's exps as 2^t, t = s c1 - m c2 in one FMA: f = t - floor(t)
+   in [0, 1) by vreduceps, a degree-4 fit of 2^f (2.6e-6 relative; degree 3's 7.5e-5 moved lse past
+   the tests' 1e-5 (1 + |lse|) against the fp32 call),
+   times 2^floor(t) by vscalefps, which floors t itself; t <= -126 (a hidden key's -INFINITY among
+   them) gives exactly 0 by the scalef's zero mask, so that no lane makes a denormal (a microcode
+   assist of ~100 cycles an instruction; masked lanes take none), and NaN stays NaN. Seven vector
+   instructions against fa__exp2_split16 + a degree 4's ten (its round is two). 0
+   (comparisons): fa__online_avx512's exps, so the first AMX kernel's bits (checked under
+   FA__AMX_EMULATE). */
 #ifndef FA__AMX_FASTEXP
 #define FA__AMX_FASTEXP 1
 #endif
 FA__AMXT static inline __m512 fa__exp2_amx16(__m512 t)
 {
-    __m512 f, p;
-    __mmask16 keep;
-    const __m512 k = fa__exp2_split16(t, &f, &keep);
-    p = _mm512_fmadd_ps(_mm512_set1_ps(9.570102207362652e-03f), f, _mm512_set1_ps(5.591785907745361e-02f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402474433183670e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931217908859253e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999992847442627e-01f));
-    return _mm512_maskz_scalef_ps(keep, p, k);
+    const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-126.0f), _CMP_NLE_UQ);
+    const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.3534137047827244e-02f), f, _mm512_set1_ps(5.201148986816406e-02f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4144276976585388e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930038332939148e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000026226043701e+00f));
+    return _mm512_maskz_scalef_ps(keep, p, t);
+}
+
+/* FA__AMX_PPACK 1: P's two keys rounded to bf16 and packed into Pp's words by integers: half a bf16
+   ulp added to each fp32 exp (round to nearest, ties away from zero: differs from the round to even
+   only where an exp's low 16 bits are exactly 0x8000), the first key's high half shifted down and the
+   second's kept, blended (three vector instructions and two adds against vcvtne2ps2bf16 + vpermw,
+   which measured 1.09x slower on the online step). A NaN whose payload carries into the sign
+   becomes -0 in P, while its exp in the row sum l keeps the row NaN. 0: vcvtne2ps2bf16 + vpermw (to
+   even). */
+#ifndef FA__AMX_PPACK
+#define FA__AMX_PPACK 1
+#endif
+FA__AMXT static inline __m512i fa__pack_pair_amx(__m512 e0, __m512 e1, __m512i ilv)
+{
+#if FA__AMX_PPACK
+    const __m512i h = _mm512_set1_epi32(0x8000);
+    (void)ilv;
+    return _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(_mm512_add_epi32(_mm512_castps_si512(e0), h), 16),
+                                   _mm512_add_epi32(_mm512_castps_si512(e1), h));
+#else
+    return _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+#endif
 }
 
 /* The online step (fa__online_avx512's rule: the same reference, lazy rescale and key order of the
@@ -3293,9 +3321,10 @@ FA__AMXT static inline __m512 fa__exp2_amx16(__m512 t)
    [np16][32] words, 0 outside those keys; nvec lane vectors at the panel's first lane (S, O, Pp, m
    and l there). A vector whose lanes all have a reference takes its exps against it while it finds
    the block's max, and takes them again in the rare block whose max moves a reference; a vector
-   with a lane that has none finds the max first. The jobs' blocks of tile products (with
-   FA__AMX_PIPE 1: the next panel's scores, the previous panel's P V) run spread over the pass, so
-   that the tile unit works while the vector units do; all are done at return. */
+   with a lane that has none finds the max first. The key pairs with both keys in the tile run
+   without tests (the fast exps), those at its edges one key at a time. The jobs' blocks of tile
+   products (with FA__AMX_PIPE 1: the next panel's scores, the previous panel's P V) run spread over
+   the pass, so that the tile unit works while the vector units do; all are done at return. */
 FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, float scale, float *m, float *l, float *O,
                                     int Dv, uint32_t *Pp, int np16, fa__amx_job *jobs, int njobs)
 {
@@ -3303,7 +3332,9 @@ FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, f
                                         8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31 };
     const __m512i ilv = _mm512_loadu_si512((const void *)ilv_w);
     const __m512 ninf = _mm512_set1_ps(-INFINITY), l2e = _mm512_set1_ps(FA__LOG2E), scv = _mm512_set1_ps(scale);
-    const __m512 lazy = _mm512_set1_ps(FA__LAZY), zero = _mm512_setzero_ps();
+    const __m512 lazy = _mm512_set1_ps(FA__LAZY), zero = _mm512_setzero_ps(), c1 = _mm512_set1_ps(scale * FA__LOG2E);
+    /* key pairs x in [xa, xb) have both keys 2x - off, 2x + 1 - off in [0, nk) */
+    const int xa = (off + 1) / 2, xb = (off + nk) / 2 > xa ? (off + nk) / 2 : xa;
     int ng = 0, done = 0, it = 0, ni = nvec * np16, q = 0, v, x, j, pass;
     for (j = 0; j < njobs; j++) ng += fa__amx_groups(&jobs[j]);
     for (v = 0; v < nvec; v++) {
@@ -3312,7 +3343,6 @@ FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, f
         float *o = O + 16 * v;
         __m512 mo = _mm512_loadu_ps(m + 16 * v), mx = mo, mr = mo, ms = mo, al = _mm512_set1_ps(1.0f), sum = zero;
         __m512 c2 = zero, xr0 = ninf, xr1 = ninf;
-        const __m512 c1 = _mm512_set1_ps(scale * FA__LOG2E);
         __mmask16 up;
         int pre = _mm512_cmp_ps_mask(mo, ninf, _CMP_EQ_OQ) != 0, fast;
         if (pre) {      /* a lane without a reference: the block's max first */
@@ -3338,31 +3368,52 @@ FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, f
                                            _mm512_cmp_ps_mask(ms, _mm512_set1_ps(-1e30f), _CMP_LT_OQ)) == 0;
             c2 = _mm512_mul_ps(ms, l2e);
             sum = zero; xr0 = ninf; xr1 = ninf;
-            for (x = 0; x < np16; x++) {
-                const int j0 = 2 * x - off;
-                __m512 e0 = zero, e1 = zero;
-                if (!pass) {
-                    it++;
-                    while (done < ng && (int64_t)done * ni < (int64_t)it * ng) {
-                        while (jobs[q].m >= jobs[q].M) q++;
-                        fa__amx_group(&jobs[q]);
-                        done++;
-                    }
-                }
-#define FA__AMX_E(e, jj, xr)                                                                                   \
-                if ((jj) >= 0 && (jj) < nk) {                                                                  \
-                    __m512 r_ = _mm512_loadu_ps(s + (int64_t)(off + (jj)) * FA__AMX_LD);                       \
-                    if (!pre) xr = fa__max16(xr, r_);                                                          \
-                    e = fast ? fa__exp2_amx16(_mm512_fmsub_ps(r_, c1, c2))                                     \
-                             : fa__exp2_lazy16(_mm512_mul_ps(_mm512_sub_ps(_mm512_mul_ps(r_, scv), ms), l2e)); \
-                }
-                FA__AMX_E(e0, j0, xr0)
-                FA__AMX_E(e1, j0 + 1, xr1)
-#undef FA__AMX_E
-                sum = _mm512_add_ps(_mm512_add_ps(sum, e0), e1);
-                _mm512_storeu_si512((void *)(pp + (int64_t)x * FA__AMX_LD),
-                                    _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(e1, e0)));
+            /* the pairs in key order: with the fast exps and no jobs left, those with both keys in the
+               tile ([xa, xb)) run without tests, the edges before and after one key at a time */
+#define FA__AMX_E(e, jj, xr)                                                                                       \
+            if ((jj) >= 0 && (jj) < nk) {                                                                          \
+                __m512 r_ = _mm512_loadu_ps(s + (int64_t)(off + (jj)) * FA__AMX_LD);                               \
+                if (!pre) xr = fa__max16(xr, r_);                                                                  \
+                e = fast ? fa__exp2_amx16(_mm512_fmsub_ps(r_, c1, c2))                                             \
+                         : fa__exp2_lazy16(_mm512_mul_ps(_mm512_sub_ps(_mm512_mul_ps(r_, scv), ms), l2e));         \
             }
+#define FA__AMX_EDGE(xlo, xhi)                                                                                     \
+            for (x = (xlo); x < (xhi); x++) {                                                                      \
+                __m512 e0 = zero, e1 = zero;                                                                       \
+                if (!pass && done < ng) {                                                                          \
+                    it = v * np16 + x + 1;                                                                         \
+                    while (done < ng && (int64_t)done * ni < (int64_t)it * ng) {                                   \
+                        while (jobs[q].m >= jobs[q].M) q++;                                                        \
+                        fa__amx_group(&jobs[q]);                                                                   \
+                        done++;                                                                                    \
+                    }                                                                                              \
+                }                                                                                                  \
+                FA__AMX_E(e0, 2 * x - off, xr0)                                                                    \
+                FA__AMX_E(e1, 2 * x + 1 - off, xr1)                                                                \
+                sum = _mm512_add_ps(_mm512_add_ps(sum, e0), e1);                                                   \
+                _mm512_storeu_si512((void *)(pp + (int64_t)x * FA__AMX_LD), fa__pack_pair_amx(e0, e1, ilv));      \
+            }
+#define FA__AMX_PAIRS(maxed)                                                                                       \
+            for (x = xa; x < xb; x++) {                                                                            \
+                const __m512 r0 = _mm512_loadu_ps(s + (int64_t)(2 * x) * FA__AMX_LD);                              \
+                const __m512 r1 = _mm512_loadu_ps(s + (int64_t)(2 * x + 1) * FA__AMX_LD);                          \
+                __m512 e0, e1;                                                                                     \
+                if (maxed) { xr0 = fa__max16(xr0, r0); xr1 = fa__max16(xr1, r1); }                                 \
+                e0 = fa__exp2_amx16(_mm512_fmsub_ps(r0, c1, c2));                                                  \
+                e1 = fa__exp2_amx16(_mm512_fmsub_ps(r1, c1, c2));                                                  \
+                sum = _mm512_add_ps(_mm512_add_ps(sum, e0), e1);                                                   \
+                _mm512_storeu_si512((void *)(pp + (int64_t)x * FA__AMX_LD), fa__pack_pair_amx(e0, e1, ilv));      \
+            }
+            if (fast && (pass || done >= ng)) {
+                FA__AMX_EDGE(0, xa)
+                if (pre) FA__AMX_PAIRS(0) else FA__AMX_PAIRS(1)
+                FA__AMX_EDGE(xb, np16)
+            } else {
+                FA__AMX_EDGE(0, np16)
+            }
+#undef FA__AMX_E
+#undef FA__AMX_EDGE
+#undef FA__AMX_PAIRS
             if (pre || pass) break;
             mx = fa__max16(mo, _mm512_mul_ps(fa__max16(xr0, xr1), scv));
             if (!_mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, lazy), _CMP_GT_OQ)) break;    /* the reference holds */
