@@ -3270,13 +3270,13 @@ FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint
 }
 
 /* FA__AMX_FASTEXP 1: the AMX online step's exps as 2^t, t = s c1 - m c2 in one FMA: f = t - floor(t)
-   in [0, 1) by vreduceps, a degree-4 fit of 2^f (2.6e-6 relative; degree 3's 7.5e-5 moved lse past
-   the tests' 1e-5 (1 + |lse|) against the fp32 call),
-   times 2^floor(t) by vscalefps, which floors t itself; t <= -126 (a hidden key's -INFINITY among
-   them) gives exactly 0 by the scalef's zero mask, so that no lane makes a denormal (a microcode
-   assist of ~100 cycles an instruction; masked lanes take none), and NaN stays NaN. Seven vector
-   instructions against fa__exp2_split16 + a degree 4's ten (its round is two). 0
-   (comparisons): fa__online_avx512's exps, so the first AMX kernel's bits (checked under
+   in [0, 1) by vreduceps, a degree-4 fit of 2^f (2.6e-6 relative; a degree 3's 7.5e-5 moved lse
+   past the tests' 1e-5 (1 + |lse|) of the fp32 call), times 2^floor(t) by vscalefps, which floors t
+   itself. t <= -126 (a hidden key's -INFINITY among them) gives exactly 0 by the scalef's zero mask,
+   so that no lane makes a denormal (a microcode assist, ~100 cycles an instruction; masked lanes
+   take none); NaN stays NaN. Seven vector instructions where fa__exp2_split16 and a degree 4 took
+   ten (its round is two): the online step ran 1.45x as fast on the development machine's AMX CPU.
+   0 (comparisons): fa__online_avx512's exps, so the first AMX kernel's bits (checked under
    FA__AMX_EMULATE). */
 #ifndef FA__AMX_FASTEXP
 #define FA__AMX_FASTEXP 1
@@ -3295,10 +3295,10 @@ FA__AMXT static inline __m512 fa__exp2_amx16(__m512 t)
 /* FA__AMX_PPACK 1: P's two keys rounded to bf16 and packed into Pp's words by integers: half a bf16
    ulp added to each fp32 exp (round to nearest, ties away from zero: differs from the round to even
    only where an exp's low 16 bits are exactly 0x8000), the first key's high half shifted down and the
-   second's kept, blended (three vector instructions and two adds against vcvtne2ps2bf16 + vpermw,
-   which measured 1.09x slower on the online step). A NaN whose payload carries into the sign
-   becomes -0 in P, while its exp in the row sum l keeps the row NaN. 0: vcvtne2ps2bf16 + vpermw (to
-   even). */
+   second's kept, blended: four vector instructions where vcvtne2ps2bf16 + vpermw took the time of
+   about six (the online step 1.05x as fast alone, the forward 0.99-1.04x at 1 thread on the
+   development machine). A NaN whose payload carries into the sign becomes -0 in P, while its exp in
+   the row sum l keeps the row NaN. 0: vcvtne2ps2bf16 + vpermw (to even). */
 #ifndef FA__AMX_PPACK
 #define FA__AMX_PPACK 1
 #endif
