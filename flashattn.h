@@ -3284,7 +3284,7 @@ FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint
 FA__AMXT static inline __m512 fa__exp2_amx16(__m512 t)
 {
     const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-126.0f), _CMP_NLE_UQ);
-    const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_maskz_reduce_ps(0xFFFF, t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.3534137047827244e-02f), f, _mm512_set1_ps(5.201148986816406e-02f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4144276976585388e-01f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930038332939148e-01f));
@@ -3307,7 +3307,7 @@ FA__AMXT static inline __m512i fa__pack_pair_amx(__m512 e0, __m512 e1, __m512i i
 #if FA__AMX_PPACK
     const __m512i h = _mm512_set1_epi32(0x8000);
     (void)ilv;
-    return _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(_mm512_add_epi32(_mm512_castps_si512(e0), h), 16),
+    return _mm512_mask_blend_epi16(0xAAAAAAAAu, fa__srli32(_mm512_add_epi32(_mm512_castps_si512(e0), h), 16),
                                    _mm512_add_epi32(_mm512_castps_si512(e1), h));
 #else
     return _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
