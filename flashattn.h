@@ -3302,6 +3302,18 @@ FA__AMXT static inline __m512 fa__exp2_amx16(__m512 t)
 #ifndef FA__AMX_PPACK
 #define FA__AMX_PPACK 1
 #endif
+/* FA__AMX_PWMAX (nonzero): the online step's pass that takes a block's exps against the references
+   finds whether a reference may move from the max of P's bf16 words (one vpmaxuw a key pair) rather
+   than the scores' (two vmaxps): a word from this one up (2^10.5 as bf16, 0x44B5; NaN and -0 too)
+   sends the block to its exact max and fa__online_avx512's decision, so the decisions are the same.
+   A score that passes its reference m by FA__LAZY has t >= 8 log2(e) - d = 11.54 - d, where t's
+   roundings (c1 = scale log2(e), c2 = m log2(e), the FMA) give d <= 2^-23 (|s scale| + |m|) log2(e)
+   + 2^-24 |t|, under 0.2 for |m| <= 2^20 (the bound the pass asks for, else it takes the scores'
+   max); its exp is then >= 2^11.3 (the fit's 2.6e-6 and P's rounding, 2^-8, take less than 0.01
+   more) > 2^10.5. 0: the scores' max. */
+#ifndef FA__AMX_PWMAX
+#define FA__AMX_PWMAX 0x44B5
+#endif
 FA__AMXT static inline __m512i fa__pack_pair_amx(__m512 e0, __m512 e1, __m512i ilv)
 {
 #if FA__AMX_PPACK
@@ -3344,13 +3356,19 @@ FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, f
         __m512 mo = _mm512_loadu_ps(m + 16 * v), mx = mo, mr = mo, ms = mo, al = _mm512_set1_ps(1.0f), sum = zero;
         __m512 c2 = zero, xr0 = ninf, xr1 = ninf;
         __mmask16 up;
-        int pre = _mm512_cmp_ps_mask(mo, ninf, _CMP_EQ_OQ) != 0, fast;
+        __m512i wmax = _mm512_setzero_si512();
+        int pre = _mm512_cmp_ps_mask(mo, ninf, _CMP_EQ_OQ) != 0, fast, pw;
+#define FA__AMX_MAXPASS                                                                          \
+        do {                                                                                     \
+            xr0 = ninf; xr1 = ninf;                                                              \
+            for (j = 0; j + 1 < nk; j += 2) {                                                    \
+                xr0 = fa__max16(xr0, _mm512_loadu_ps(s + (int64_t)(off + j) * FA__AMX_LD));      \
+                xr1 = fa__max16(xr1, _mm512_loadu_ps(s + (int64_t)(off + j + 1) * FA__AMX_LD));  \
+            }                                                                                    \
+            if (j < nk) xr0 = fa__max16(xr0, _mm512_loadu_ps(s + (int64_t)(off + j) * FA__AMX_LD)); \
+        } while (0)
         if (pre) {      /* a lane without a reference: the block's max first */
-            for (j = 0; j + 1 < nk; j += 2) {
-                xr0 = fa__max16(xr0, _mm512_loadu_ps(s + (int64_t)(off + j) * FA__AMX_LD));
-                xr1 = fa__max16(xr1, _mm512_loadu_ps(s + (int64_t)(off + j + 1) * FA__AMX_LD));
-            }
-            if (j < nk) xr0 = fa__max16(xr0, _mm512_loadu_ps(s + (int64_t)(off + j) * FA__AMX_LD));
+            FA__AMX_MAXPASS;
             mx = fa__max16(mo, _mm512_mul_ps(fa__max16(xr0, xr1), scv));
         }
         for (pass = 0;; pass++) {
@@ -3368,6 +3386,11 @@ FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, f
                                            _mm512_cmp_ps_mask(ms, _mm512_set1_ps(-1e30f), _CMP_LT_OQ)) == 0;
             c2 = _mm512_mul_ps(ms, l2e);
             sum = zero; xr0 = ninf; xr1 = ninf;
+            /* the max of P's words instead of the scores' where the references are near enough to 0
+               that t's rounding stays small (FA__AMX_PWMAX) */
+            pw = FA__AMX_PWMAX && fast && !pre && !pass &&
+                 (_mm512_cmp_ps_mask(ms, _mm512_set1_ps(1048576.0f), _CMP_GT_OQ) |
+                  _mm512_cmp_ps_mask(ms, _mm512_set1_ps(-1048576.0f), _CMP_LT_OQ)) == 0;
             /* the pairs in key order: with the fast exps and no jobs left, those with both keys in the
                tile ([xa, xb)) run without tests, the edges before and after one key at a time */
 #define FA__AMX_E(e, jj, xr)                                                                                       \
@@ -3393,20 +3416,25 @@ FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, f
                 sum = _mm512_add_ps(_mm512_add_ps(sum, e0), e1);                                                   \
                 _mm512_storeu_si512((void *)(pp + (int64_t)x * FA__AMX_LD), fa__pack_pair_amx(e0, e1, ilv));      \
             }
-#define FA__AMX_PAIRS(maxed)                                                                                       \
+#define FA__AMX_PAIRS(maxed, words)                                                                                \
             for (x = xa; x < xb; x++) {                                                                            \
                 const __m512 r0 = _mm512_loadu_ps(s + (int64_t)(2 * x) * FA__AMX_LD);                              \
                 const __m512 r1 = _mm512_loadu_ps(s + (int64_t)(2 * x + 1) * FA__AMX_LD);                          \
                 __m512 e0, e1;                                                                                     \
+                __m512i w;                                                                                         \
                 if (maxed) { xr0 = fa__max16(xr0, r0); xr1 = fa__max16(xr1, r1); }                                 \
                 e0 = fa__exp2_amx16(_mm512_fmsub_ps(r0, c1, c2));                                                  \
                 e1 = fa__exp2_amx16(_mm512_fmsub_ps(r1, c1, c2));                                                  \
                 sum = _mm512_add_ps(_mm512_add_ps(sum, e0), e1);                                                   \
-                _mm512_storeu_si512((void *)(pp + (int64_t)x * FA__AMX_LD), fa__pack_pair_amx(e0, e1, ilv));      \
+                w = fa__pack_pair_amx(e0, e1, ilv);                                                                \
+                if (words) wmax = _mm512_max_epu16(wmax, w);                                                       \
+                _mm512_storeu_si512((void *)(pp + (int64_t)x * FA__AMX_LD), w);                                    \
             }
             if (fast && (pass || done >= ng)) {
                 FA__AMX_EDGE(0, xa)
-                if (pre) FA__AMX_PAIRS(0) else FA__AMX_PAIRS(1)
+                if (pre) FA__AMX_PAIRS(0, 0)
+                else if (pw) FA__AMX_PAIRS(0, 1)
+                else FA__AMX_PAIRS(1, 0)
                 FA__AMX_EDGE(xb, np16)
             } else {
                 FA__AMX_EDGE(0, np16)
@@ -3415,12 +3443,24 @@ FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, f
 #undef FA__AMX_EDGE
 #undef FA__AMX_PAIRS
             if (pre || pass) break;
+            if (pw) {
+                /* no P word from 2^10.5 up and no edge key past its reference: the reference holds;
+                   else the block's exact max, and fa__online_avx512's decision as always */
+                const __m512i wl = _mm512_max_epu16(wmax, fa__srli32(wmax, 16));
+                __mmask16 f = _mm512_cmp_epu32_mask(_mm512_and_si512(wl, _mm512_set1_epi32(0xFFFF)),
+                                                    _mm512_set1_epi32(FA__AMX_PWMAX), _MM_CMPINT_NLT);
+                f |= _mm512_cmp_ps_mask(fa__max16(mo, _mm512_mul_ps(fa__max16(xr0, xr1), scv)), _mm512_add_ps(mo, lazy),
+                                        _CMP_GT_OQ);
+                if (!f) break;
+                FA__AMX_MAXPASS;
+            }
             mx = fa__max16(mo, _mm512_mul_ps(fa__max16(xr0, xr1), scv));
             if (!_mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, lazy), _CMP_GT_OQ)) break;    /* the reference holds */
         }
         _mm512_storeu_ps(l + 16 * v, _mm512_fmadd_ps(al, _mm512_loadu_ps(l + 16 * v), sum));
         _mm512_storeu_ps(m + 16 * v, mr);
     }
+#undef FA__AMX_MAXPASS
     fa__amx_run(jobs, njobs);
 }
 #endif
