@@ -6405,10 +6405,7 @@ struct fa__cu_generic_d256 { enum { DC = 256, RM = 4, CN = 2, PIPE = 0, MINB = 1
    keys a key block). D = 256 halves both so that K, V, Q, dO and dS fit in shared memory. MINB:
    blocks per SM of the dK/dV kernel (D = 64: two of 103 KB, 128 registers a thread, spilling up to
    48 bytes; the deterministic dq kernel stays at one, where two spilled 260 bytes). */
-#ifndef FA__CU_BWD_D64_MINB
-#define FA__CU_BWD_D64_MINB 2
-#endif
-struct fa__cu_bwd_d64 { enum { DC = 64, RM = 4, CN = 4, MINB = FA__CU_BWD_D64_MINB }; };
+struct fa__cu_bwd_d64 { enum { DC = 64, RM = 4, CN = 4, MINB = 2 }; };
 struct fa__cu_bwd_d128 { enum { DC = 128, RM = 4, CN = 4, MINB = 1 }; };
 struct fa__cu_bwd_d256 { enum { DC = 256, RM = 2, CN = 2, MINB = 1 }; };
 
@@ -9167,7 +9164,7 @@ __global__ void fa__cu_merge(int rows, int dv, int parts, fa__cu_parts pp, float
    [BQ][LD], P^T and dS^T [BK][LDT], lse and delta [BQ] (the dq kernel leaves P^T unused). */
 template <class CFG> struct fa__cu_bgeom {
     enum { DC = CFG::DC, RM = CFG::RM, CN = CFG::CN, BQ = 16 * RM, BK = 16 * CN, LD = DC + 4, LDT = BQ + 4,
-           NC = DC / 64, PL = CFG::MINB == 1 };
+           NC = DC / 64 };
     enum { SMEM = (2 * BK * LD + 2 * BQ * LD + 2 * BK * LDT + 2 * BQ) * 4 };
 };
 
@@ -9355,53 +9352,26 @@ static __device__ __forceinline__ void fa__cu_bwd_txy(int &tx, int &ty)
 }
 
 /* acc[r][c] += dot(A's row ty + 16 r, B's row tx + 16 c) over [0, n), n a multiple of 4, rows LD
-   floats apart in shared memory: the FFMA backward's S = Q K^T and dP = dO V^T. The operands of the
-   next k-step of 4 are loaded (into the other of two register sets) before this step's FFMAs, so
-   that a warp's shared loads are in flight under its own FFMAs (the same products in the same
-   order as one set). */
+   floats apart in shared memory: the FFMA backward's S = Q K^T and dP = dO V^T. */
 template <int RM, int CN, int LD>
-static __device__ __forceinline__ void fa__cu_bwd_dots_ld(float4 (&a)[RM], float4 (&b)[CN], const float *A,
-                                                          const float *B, int t, int tx, int ty)
-{
-#pragma unroll
-    for (int c = 0; c < CN; c++) b[c] = *(const float4 *)(B + (tx + 16 * c) * LD + t);
-#pragma unroll
-    for (int r = 0; r < RM; r++) a[r] = *(const float4 *)(A + (ty + 16 * r) * LD + t);
-}
-
-template <int RM, int CN>
-static __device__ __forceinline__ void fa__cu_bwd_dots_fma(float (&acc)[RM][CN], const float4 (&a)[RM],
-                                                           const float4 (&b)[CN])
-{
-#pragma unroll
-    for (int r = 0; r < RM; r++)
-#pragma unroll
-        for (int c = 0; c < CN; c++) {
-            acc[r][c] = fmaf(a[r].x, b[c].x, acc[r][c]);
-            acc[r][c] = fmaf(a[r].y, b[c].y, acc[r][c]);
-            acc[r][c] = fmaf(a[r].z, b[c].z, acc[r][c]);
-            acc[r][c] = fmaf(a[r].w, b[c].w, acc[r][c]);
-        }
-}
-
-template <int RM, int CN, int LD, bool PL>
 static __device__ __forceinline__ void fa__cu_bwd_dots(float (&acc)[RM][CN], const float *A, const float *B, int n,
                                                        int tx, int ty)
 {
-    float4 a0[RM], b0[CN], a1[RM], b1[CN];
-    if (!PL) {
-        for (int t = 0; t < n; t += 4) {
-            fa__cu_bwd_dots_ld<RM, CN, LD>(a0, b0, A, B, t, tx, ty);
-            fa__cu_bwd_dots_fma<RM, CN>(acc, a0, b0);
+    for (int t = 0; t < n; t += 4) {
+        float4 bb[CN];
+#pragma unroll
+        for (int c = 0; c < CN; c++) bb[c] = *(const float4 *)(B + (tx + 16 * c) * LD + t);
+#pragma unroll
+        for (int r = 0; r < RM; r++) {
+            const float4 aa = *(const float4 *)(A + (ty + 16 * r) * LD + t);
+#pragma unroll
+            for (int c = 0; c < CN; c++) {
+                acc[r][c] = fmaf(aa.x, bb[c].x, acc[r][c]);
+                acc[r][c] = fmaf(aa.y, bb[c].y, acc[r][c]);
+                acc[r][c] = fmaf(aa.z, bb[c].z, acc[r][c]);
+                acc[r][c] = fmaf(aa.w, bb[c].w, acc[r][c]);
+            }
         }
-        return;
-    }
-    fa__cu_bwd_dots_ld<RM, CN, LD>(a0, b0, A, B, 0, tx, ty);
-    for (int t = 0; t < n; t += 8) {
-        if (t + 4 < n) fa__cu_bwd_dots_ld<RM, CN, LD>(a1, b1, A, B, t + 4, tx, ty);
-        fa__cu_bwd_dots_fma<RM, CN>(acc, a0, b0);
-        if (t + 8 < n) fa__cu_bwd_dots_ld<RM, CN, LD>(a0, b0, A, B, t + 8, tx, ty);
-        if (t + 4 < n) fa__cu_bwd_dots_fma<RM, CN>(acc, a1, b1);
     }
 }
 
@@ -9427,8 +9397,8 @@ static __device__ __forceinline__ void fa__cu_bwd_tile(const fa__dims &d, const 
     for (int r = 0; r < RM; r++)
 #pragma unroll
         for (int c = 0; c < CN; c++) p[r][c] = ds[r][c] = 0.0f;
-    fa__cu_bwd_dots<RM, CN, LD, G::PL>(p, sQ, sK, Dp, tx, ty);    /* S = Q K^T (K carries the scale) */
-    fa__cu_bwd_dots<RM, CN, LD, G::PL>(ds, sO, sV, Dvp, tx, ty);  /* dP = dO V^T */
+    fa__cu_bwd_dots<RM, CN, LD>(p, sQ, sK, Dp, tx, ty);    /* S = Q K^T (K carries the scale) */
+    fa__cu_bwd_dots<RM, CN, LD>(ds, sO, sV, Dvp, tx, ty);  /* dP = dO V^T */
 #pragma unroll
     for (int r = 0; r < RM; r++) {
         const int64_t i = (int64_t)i0 + ty + 16 * r;
@@ -9522,122 +9492,42 @@ static __device__ __forceinline__ void fa__cu_bwd_load_q(const fa__dims &d, cons
     fa__cu_bwd_load_ld<CFG>(d, delta, b, h, i0, nq, sL, sDl);
 }
 
-/* One step of the dK/dV kernel's dV += P^T dO and dK += dS^T Q: query rows i .. i + 3 of the block,
-   this thread's keys ty + 16r (P^T and dS^T in pt, st, loaded by fa__cu_bwd_pv_ld) and columns
-   64n + 4tx .. +3 of dO and Q. */
-template <class CFG>
-static __device__ __forceinline__ void fa__cu_bwd_pv_ld(float4 (&pt)[CFG::CN], float4 (&st)[CFG::CN], const float *sPT,
-                                                        const float *sST, int i, int ty)
-{
-    enum { LDT = fa__cu_bgeom<CFG>::LDT };
-#pragma unroll
-    for (int r = 0; r < CFG::CN; r++) {
-        pt[r] = *(const float4 *)(sPT + (ty + 16 * r) * LDT + i);
-        st[r] = *(const float4 *)(sST + (ty + 16 * r) * LDT + i);
-    }
-}
-
-template <class CFG>
-static __device__ __forceinline__ void fa__cu_bwd_pv(float (&adv)[CFG::CN][4 * fa__cu_bgeom<CFG>::NC],
-                                                     float (&adk)[CFG::CN][4 * fa__cu_bgeom<CFG>::NC],
-                                                     const float4 (&pt)[CFG::CN], const float4 (&st)[CFG::CN],
-                                                     const float *sO, const float *sQ, int i, int tx)
-{
-    typedef fa__cu_bgeom<CFG> G;
-    enum { CN = G::CN, NC = G::NC, LD = G::LD };
-#pragma unroll
-    for (int ii = 0; ii < 4; ii++) {
-        float4 oo[NC], qq[NC];
-#pragma unroll
-        for (int n = 0; n < NC; n++) {
-            oo[n] = *(const float4 *)(sO + (i + ii) * LD + 64 * n + 4 * tx);
-            qq[n] = *(const float4 *)(sQ + (i + ii) * LD + 64 * n + 4 * tx);
-        }
-#pragma unroll
-        for (int n = 0; n < NC; n++)
-#pragma unroll
-            for (int r = 0; r < CN; r++) {
-                const float a = ii == 0 ? pt[r].x : ii == 1 ? pt[r].y : ii == 2 ? pt[r].z : pt[r].w;
-                const float e = ii == 0 ? st[r].x : ii == 1 ? st[r].y : ii == 2 ? st[r].z : st[r].w;
-                adv[r][4 * n + 0] = fmaf(a, oo[n].x, adv[r][4 * n + 0]);
-                adv[r][4 * n + 1] = fmaf(a, oo[n].y, adv[r][4 * n + 1]);
-                adv[r][4 * n + 2] = fmaf(a, oo[n].z, adv[r][4 * n + 2]);
-                adv[r][4 * n + 3] = fmaf(a, oo[n].w, adv[r][4 * n + 3]);
-                adk[r][4 * n + 0] = fmaf(e, qq[n].x, adk[r][4 * n + 0]);
-                adk[r][4 * n + 1] = fmaf(e, qq[n].y, adk[r][4 * n + 1]);
-                adk[r][4 * n + 2] = fmaf(e, qq[n].z, adk[r][4 * n + 2]);
-                adk[r][4 * n + 3] = fmaf(e, qq[n].w, adk[r][4 * n + 3]);
-            }
-    }
-}
-
 /* dq's share of one key block, for both dq paths (the atomic one in fa__cu_bwd_dkv, the ordered
    one in fa__cu_bwd_dq): aq[r][64n + 4tx + e] += sum_j dS^T[j][RM ty + r] K[j][64n + 4tx + e], K
    carrying the scale, dS^T in sST (LDT floats a key), K in sK (LD floats a key). A thread's RM
    rows of dS^T are adjacent: one 16-byte load (8 at RM = 2). */
 template <class CFG>
-static __device__ __forceinline__ void fa__cu_bwd_dsk_ld(float (&sv)[fa__cu_bgeom<CFG>::RM],
-                                                         float4 (&kk)[fa__cu_bgeom<CFG>::NC], const float *sST,
-                                                         const float *sK, int j, int tx, int ty)
-{
-    typedef fa__cu_bgeom<CFG> G;
-    enum { RM = G::RM, NC = G::NC, LD = G::LD, LDT = G::LDT };
-    if (RM % 4 == 0) {
-#pragma unroll
-        for (int r = 0; r < RM; r += 4) {
-            const float4 x = *(const float4 *)(sST + j * LDT + RM * ty + r);
-            sv[r] = x.x; sv[(r + 1) % RM] = x.y; sv[(r + 2) % RM] = x.z; sv[(r + 3) % RM] = x.w;
-        }
-    } else if (RM == 2) {
-        const float2 x = *(const float2 *)(sST + j * LDT + RM * ty);
-        sv[0] = x.x; sv[1 % RM] = x.y;
-    } else {
-#pragma unroll
-        for (int r = 0; r < RM; r++) sv[r] = sST[j * LDT + RM * ty + r];
-    }
-#pragma unroll
-    for (int n = 0; n < NC; n++) kk[n] = *(const float4 *)(sK + j * LD + 64 * n + 4 * tx);
-}
-
-template <class CFG>
-static __device__ __forceinline__ void fa__cu_bwd_dsk_fma(float (&aq)[fa__cu_bgeom<CFG>::RM][4 * fa__cu_bgeom<CFG>::NC],
-                                                          const float (&sv)[fa__cu_bgeom<CFG>::RM],
-                                                          const float4 (&kk)[fa__cu_bgeom<CFG>::NC])
-{
-    enum { RM = fa__cu_bgeom<CFG>::RM, NC = fa__cu_bgeom<CFG>::NC };
-#pragma unroll
-    for (int n = 0; n < NC; n++)
-#pragma unroll
-        for (int r = 0; r < RM; r++) {
-            aq[r][4 * n + 0] = fmaf(sv[r], kk[n].x, aq[r][4 * n + 0]);
-            aq[r][4 * n + 1] = fmaf(sv[r], kk[n].y, aq[r][4 * n + 1]);
-            aq[r][4 * n + 2] = fmaf(sv[r], kk[n].z, aq[r][4 * n + 2]);
-            aq[r][4 * n + 3] = fmaf(sv[r], kk[n].w, aq[r][4 * n + 3]);
-        }
-}
-
-/* (the next key's dS^T and K loaded before this key's FFMAs, as in fa__cu_bwd_dots) */
-template <class CFG>
 static __device__ __forceinline__ void fa__cu_bwd_dsk(float (&aq)[fa__cu_bgeom<CFG>::RM][4 * fa__cu_bgeom<CFG>::NC],
                                                       const float *sST, const float *sK, int tx, int ty)
 {
     typedef fa__cu_bgeom<CFG> G;
-    enum { RM = G::RM, NC = G::NC, BK = G::BK };
-    float sv0[RM], sv1[RM];
-    float4 kk0[NC], kk1[NC];
-    if (!G::PL) {
-        for (int j = 0; j < BK; j++) {
-            fa__cu_bwd_dsk_ld<CFG>(sv0, kk0, sST, sK, j, tx, ty);
-            fa__cu_bwd_dsk_fma<CFG>(aq, sv0, kk0);
+    enum { RM = G::RM, NC = G::NC, BK = G::BK, LD = G::LD, LDT = G::LDT };
+    for (int j = 0; j < BK; j++) {
+        float sv[RM];
+        if (RM % 4 == 0) {
+#pragma unroll
+            for (int r = 0; r < RM; r += 4) {
+                const float4 x = *(const float4 *)(sST + j * LDT + RM * ty + r);
+                sv[r] = x.x; sv[(r + 1) % RM] = x.y; sv[(r + 2) % RM] = x.z; sv[(r + 3) % RM] = x.w;
+            }
+        } else if (RM == 2) {
+            const float2 x = *(const float2 *)(sST + j * LDT + RM * ty);
+            sv[0] = x.x; sv[1 % RM] = x.y;
+        } else {
+#pragma unroll
+            for (int r = 0; r < RM; r++) sv[r] = sST[j * LDT + RM * ty + r];
         }
-        return;
-    }
-    fa__cu_bwd_dsk_ld<CFG>(sv0, kk0, sST, sK, 0, tx, ty);
-    for (int j = 0; j < BK; j += 2) {
-        fa__cu_bwd_dsk_ld<CFG>(sv1, kk1, sST, sK, j + 1, tx, ty);
-        fa__cu_bwd_dsk_fma<CFG>(aq, sv0, kk0);
-        if (j + 2 < BK) fa__cu_bwd_dsk_ld<CFG>(sv0, kk0, sST, sK, j + 2, tx, ty);
-        fa__cu_bwd_dsk_fma<CFG>(aq, sv1, kk1);
+#pragma unroll
+        for (int n = 0; n < NC; n++) {
+            const float4 kk = *(const float4 *)(sK + j * LD + 64 * n + 4 * tx);
+#pragma unroll
+            for (int r = 0; r < RM; r++) {
+                aq[r][4 * n + 0] = fmaf(sv[r], kk.x, aq[r][4 * n + 0]);
+                aq[r][4 * n + 1] = fmaf(sv[r], kk.y, aq[r][4 * n + 1]);
+                aq[r][4 * n + 2] = fmaf(sv[r], kk.z, aq[r][4 * n + 2]);
+                aq[r][4 * n + 3] = fmaf(sv[r], kk.w, aq[r][4 * n + 3]);
+            }
+        }
     }
 }
 
@@ -9739,23 +9629,34 @@ static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, c
                 sST[(tx + 16 * c) * LDT + ty + 16 * r] = ds[r][c];
             }
         __syncthreads();
-        /* dV += P^T dO, dK += dS^T Q: this thread's keys ty + 16r, columns 64n + 4tx .. +3; the next
-           4 rows' P^T and dS^T loaded before this step's FFMAs (fa__cu_bwd_pv) */
-        {
-            float4 pt0[CN], st0[CN], pt1[CN], st1[CN];
-            if (!G::PL)
-                for (int i = 0; i < BQ; i += 4) {
-                    fa__cu_bwd_pv_ld<CFG>(pt0, st0, sPT, sST, i, ty);
-                    fa__cu_bwd_pv<CFG>(adv, adk, pt0, st0, sO, sQ, i, tx);
-                }
-            else
-                fa__cu_bwd_pv_ld<CFG>(pt0, st0, sPT, sST, 0, ty);
-            for (int i = 0; G::PL && i < BQ; i += 8) {
-                fa__cu_bwd_pv_ld<CFG>(pt1, st1, sPT, sST, i + 4, ty);
-                fa__cu_bwd_pv<CFG>(adv, adk, pt0, st0, sO, sQ, i, tx);
-                if (i + 8 < BQ) fa__cu_bwd_pv_ld<CFG>(pt0, st0, sPT, sST, i + 8, ty);
-                fa__cu_bwd_pv<CFG>(adv, adk, pt1, st1, sO, sQ, i + 4, tx);
+        /* dV += P^T dO, dK += dS^T Q: this thread's keys ty + 16r, columns 64n + 4tx .. +3 */
+        for (int i = 0; i < BQ; i += 4) {
+            float4 pt[CN], st[CN];
+#pragma unroll
+            for (int r = 0; r < CN; r++) {
+                pt[r] = *(const float4 *)(sPT + (ty + 16 * r) * LDT + i);
+                st[r] = *(const float4 *)(sST + (ty + 16 * r) * LDT + i);
             }
+#pragma unroll
+            for (int ii = 0; ii < 4; ii++)
+#pragma unroll
+                for (int n = 0; n < NC; n++) {
+                    const float4 oo = *(const float4 *)(sO + (i + ii) * LD + 64 * n + 4 * tx);
+                    const float4 qq = *(const float4 *)(sQ + (i + ii) * LD + 64 * n + 4 * tx);
+#pragma unroll
+                    for (int r = 0; r < CN; r++) {
+                        const float a = ii == 0 ? pt[r].x : ii == 1 ? pt[r].y : ii == 2 ? pt[r].z : pt[r].w;
+                        const float e = ii == 0 ? st[r].x : ii == 1 ? st[r].y : ii == 2 ? st[r].z : st[r].w;
+                        adv[r][4 * n + 0] = fmaf(a, oo.x, adv[r][4 * n + 0]);
+                        adv[r][4 * n + 1] = fmaf(a, oo.y, adv[r][4 * n + 1]);
+                        adv[r][4 * n + 2] = fmaf(a, oo.z, adv[r][4 * n + 2]);
+                        adv[r][4 * n + 3] = fmaf(a, oo.w, adv[r][4 * n + 3]);
+                        adk[r][4 * n + 0] = fmaf(e, qq.x, adk[r][4 * n + 0]);
+                        adk[r][4 * n + 1] = fmaf(e, qq.y, adk[r][4 * n + 1]);
+                        adk[r][4 * n + 2] = fmaf(e, qq.z, adk[r][4 * n + 2]);
+                        adk[r][4 * n + 3] = fmaf(e, qq.w, adk[r][4 * n + 3]);
+                    }
+                }
         }
         if (pf) {                                          /* the next block's Q and dO in flight */
             nQ.load(qb_ + (int64_t)hn * d.qs[1] + (int64_t)in0 * d.qs[2], d.qs[2], nqn, d.D);
