@@ -9445,17 +9445,20 @@ __global__ void fa__cu_bwd_prep(fa__dims d, const T *q, const T *k, const T *o, 
     }
 }
 
-/* The FFMA backward's thread (tx, ty) of its 16 x 16 grid: a warp holds 8 tx by 4 ty (lanes 0-2 tx,
-   3-4 ty; warp bit 0 tx's high bit, warp bits 1-2 ty's two high bits), so that the transposed
-   P^T / dS^T stores (key tx + 16c, row ty + 16r: bank 4 tx + ty) are free of bank conflicts (16 tx
-   by 2 ty had them two-way). The loads cost the same either way: a warp's 16-byte shared load takes
-   4 wavefronts however many lanes share an address (bench/RESULTS.md, CUDA backward, "FFMA
-   backward, fp32", ncu). */
+/* The FFMA backward's thread (tx, ty) of its 16 x 16 grid: a warp holds 8 tx by 4 ty (warp bit 0
+   tx's high bit, warp bits 1-2 ty's two high bits), so that the transposed P^T / dS^T stores (key
+   tx + 16c, row ty + 16r: bank 4 tx + ty) are free of bank conflicts. Lanes alternate tx and ty
+   bits (lane bits 0, 2, 4: tx's bits 0-2; lane bits 1, 3: ty's bits 0-1), so that every 4
+   consecutive lanes hold 2 tx by 2 ty: a warp's 16-byte shared load takes 2 wavefronts where each
+   quad of lanes reads at most 2 distinct 16-byte words, 4 where a quad reads 4 (measured on the
+   H200, bench/RESULTS.md, CUDA backward, "FFMA backward: lanes in quads of 2 x 2"); with lanes 0-2
+   all tx, every load indexed by tx (the K and V rows of S and dP, the dO and Q columns of dV and
+   dK, K's columns of dq) took 4. Each thread keeps its (tx, ty), so the same sums. */
 static __device__ __forceinline__ void fa__cu_bwd_txy(int &tx, int &ty)
 {
     const int t = (int)threadIdx.x, w = t >> 5;
-    tx = (t & 7) | (w & 1) << 3;
-    ty = (t >> 3 & 3) | (w >> 1) << 2;
+    tx = (t & 1) | (t >> 1 & 2) | (t >> 2 & 4) | (w & 1) << 3;
+    ty = (t >> 1 & 1) | (t >> 2 & 2) | (w >> 1) << 2;
 }
 
 /* acc[r][c] += dot(A's row ty + 16 r, B's row tx + 16 c) over [0, n), n a multiple of 4, rows LD
@@ -9572,15 +9575,23 @@ static __device__ __forceinline__ void fa__cu_bwd_in_tile(float *dst, const T *s
     x.template store<LD, FIN>(dst, mul);
 }
 
-/* lse and delta of query rows [i0, i0 + nq) of (b, h) into shared memory (lse -inf, delta 0 past nq) */
+/* lse and delta of row x of query rows [i0, i0 + nq) of (b, h) (lse -inf, delta 0 past nq) */
+static __device__ __forceinline__ float2 fa__cu_bwd_ld_of(const fa__dims &d, const float *delta, int b, int h, int i0,
+                                                          int nq, int x)
+{
+    const int64_t r = ((int64_t)b * d.Hq + h) * d.Sq + i0 + x;
+    return x < nq ? make_float2(d.lse[r], delta[r]) : make_float2(-INFINITY, 0.0f);
+}
+
+/* lse and delta of query rows [i0, i0 + nq) of (b, h) into shared memory */
 template <class CFG>
 static __device__ __forceinline__ void fa__cu_bwd_load_ld(const fa__dims &d, const float *delta, int b, int h, int i0,
                                                           int nq, float *sL, float *sDl)
 {
-    const int64_t bh = (int64_t)b * d.Hq + h;
     for (int x = threadIdx.x; x < fa__cu_bgeom<CFG>::BQ; x += blockDim.x) {
-        sL[x] = x < nq ? d.lse[bh * d.Sq + i0 + x] : -INFINITY;
-        sDl[x] = x < nq ? delta[bh * d.Sq + i0 + x] : 0.0f;
+        const float2 v = fa__cu_bwd_ld_of(d, delta, b, h, i0, nq, x);
+        sL[x] = v.x;
+        sDl[x] = v.y;
     }
 }
 
@@ -9724,6 +9735,7 @@ static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, c
         const bool more = t + 1 < ntile, pf = PF && vq && more;
         const int hn = g * d.group + (t + 1) / nqb, in0 = (qlo + (t + 1) % nqb) * BQ, nqn = min((int)BQ, d.Sq - in0);
         fa__cu_bwd_stage<T, BQ, G::DC> nQ, nO;
+        float2 nld = make_float2(0.0f, 0.0f);              /* the next block's lse and delta (row threadIdx.x) */
         float p[RM][CN], ds[RM][CN];
         __syncthreads();                                   /* this block's Q, dO, lse, delta are stored */
         fa__cu_bwd_tile<CFG, FIN>(d, md, sc, al, bi, sQ, sO, sK, sV, sL, sDl, kbg, i0, k0,
@@ -9765,9 +9777,10 @@ static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, c
                     }
                 }
         }
-        if (pf) {                                          /* the next block's Q and dO in flight */
+        if (pf) {                                          /* the next block's Q, dO, lse and delta in flight */
             nQ.load(qb_ + (int64_t)hn * d.qs[1] + (int64_t)in0 * d.qs[2], d.qs[2], nqn, d.D);
             nO.load(ob_ + (int64_t)hn * d.os[1] + (int64_t)in0 * d.os[2], d.os[2], nqn, d.Dv);
+            if ((int)threadIdx.x < BQ) nld = fa__cu_bwd_ld_of(d, delta, b, hn, in0, nqn, (int)threadIdx.x);
         }
         if (DQ != FA__BWD_DQ_NONE) {   /* dq rows RM ty + r of the block += dS K (K carries the scale), by atomics */
             float aq[RM][4 * NC];
@@ -9788,12 +9801,21 @@ static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, c
                 if (x >= nq) continue;
                 float *dst = dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i0 + x) * d.D;
 #pragma unroll
-                for (int n = 0; n < NC; n++)
+                for (int n = 0; n < NC; n++) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                    if ((d.D & 3) == 0) {          /* one 16-byte red a row and n (sm_90); each element still takes one add */
+                        if (64 * n + 4 * tx < d.D)
+                            atomicAdd((float4 *)(dst + 64 * n + 4 * tx),
+                                      make_float4(aq[r][4 * n], aq[r][4 * n + 1], aq[r][4 * n + 2], aq[r][4 * n + 3]));
+                        continue;
+                    }
+#endif
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int col = 64 * n + 4 * tx + e;
                         if (col < d.D) atomicAdd(dst + col, aq[r][4 * n + e]);
                     }
+                }
             }
             __syncthreads();                               /* the adds are issued; Q, dO, P^T, dS^T consumed */
             if (DQ == FA__BWD_DQ_TURNS) fa__cu_turn_pass(turn);
@@ -9803,7 +9825,10 @@ static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, c
         if (pf) {
             nQ.template store<LD, FIN>(sQ, 1.0f);
             nO.template store<LD, FIN>(sO, 1.0f);
-            fa__cu_bwd_load_ld<CFG>(d, delta, b, hn, in0, nqn, sL, sDl);
+            if ((int)threadIdx.x < BQ) {
+                sL[threadIdx.x] = nld.x;
+                sDl[threadIdx.x] = nld.y;
+            }
         } else if (more) {
             fa__cu_bwd_load_q<T, CFG, FIN>(d, q, dO, delta, b, hn, in0, nqn, sQ, sO, sL, sDl, vq);
         }
