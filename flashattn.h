@@ -6526,7 +6526,15 @@ struct fa__wgb_d128 {
    warps of one m16 tile share each key group's rings (RH = 2, 8 warps, K copied by one and V by
    the other, a named barrier a tile; 2 blocks an SM at 128 registers: 16 warps an SM on 16 rows
    each, where MT = 2's 4 warps of 255 registers gave 8 on 32 rows, its warps' dependent chains
-   the limit: RESULTS, CUDA decode, "decmq"). The FFMA
+   the limit: RESULTS, CUDA decode, "decmq").
+   LH: the K/V copies' L2 hints (8b's fa__cu_cp16h bits). At D = 128 4, evict_first: K and V are read
+   once, and the lines they leave are the first the L2 drops, so the chunks' partial o and lse that
+   the split kernel writes stay there for the merge (and are rewritten there by the next call)
+   instead of going out to memory and back: +1-4% a call where the partials are MBs (B = 8, 32,
+   Sq = 4, MQA), level elsewhere; .L2::256B lost 5% at Sk >= 131k (RESULTS, CUDA decode, "decq").
+   D = 64 keeps 0 (not measured). AH 1 (16-row blocks only): K and V of a tile in groups of their
+   own, each stage refilled as soon as its tile is read (1.5 tiles a warp ahead in ST = 2 stages);
+   measured, not used: -3% at Sk >= 131k. The FFMA
    one walks tiles of FA__CU_DEC_BK keys with FA__CU_DEC_THREADS threads over FA__CU_DEC_ROWS packed
    rows. Chunks: a row's keys are cut at multiples of fa__cu_dec_chunk's size (8f), a function of
    one sequence's shape (Sk, Hkv, group * Sq; never B, the device, or the block picked): at
@@ -6534,9 +6542,9 @@ struct fa__wgb_d128 {
    FA__CU_DEC_PARTS blocks a sequence (so at most that many). The picker takes the decode path for
    Sq <= FA__CU_DEC_MAX_SQ and group * Sq <= FA__CU_DEC_MAX_ROWS. */
 struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1, LH = 0, AH = 0 }; };
-struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 0, AH = 0 }; };
+struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 4, AH = 0 }; };
 struct fa__dec_d64_r32 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1, LH = 0, AH = 0 }; };
-struct fa__dec_d128_r32 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2, LH = 0, AH = 0 }; };
+struct fa__dec_d128_r32 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2, LH = 4, AH = 0 }; };
 #define FA__CU_DEC_ROWS 16
 #define FA__CU_DEC_BK 32
 #define FA__CU_DEC_THREADS 128

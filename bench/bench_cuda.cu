@@ -53,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <string>
 #include <vector>
 
 #define CK(x)                                                                                        \
@@ -1057,7 +1058,10 @@ static void decode_mqa(bool prof)
    pick's (max |diff|, 0 expected). Per DEC_ROWS row served by dec_tc_d128 or its _r32 form: the
    picked call ("pick", the build's), then each variant's whole call (fa__dec_tc_launch: the same
    merge and launch rule) and split kernel alone, alternated over two rounds; us per call (N calls,
-   median of 5, K/V copies rotated as --decode). */
+   median of 5, K/V copies rotated as --decode). FA_LDQ=name,name,..: those variants alone (with the pick). */
+struct prb_d128_lh0 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 0, AH = 0 }; };
+struct prb_d128_ah4 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 4, AH = 1 }; };
+struct prb_r32_lh0 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2, LH = 0, AH = 0 }; };
 struct prb_d128_lh1 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 1, AH = 0 }; };
 struct prb_d128_lh2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 2, AH = 0 }; };
 struct prb_d128_lh4 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 4, AH = 0 }; };
@@ -1093,10 +1097,24 @@ static void decode_ldq(void)
             continue;
         }
         const bool r32 = pick.kernel == FA__CU_DEC_TC_D128_R32;
-        static const char *n16[] = { "pick", "lh1", "lh2", "lh4", "lh6", "ah", "ah+lh2" };
-        static const char *n32[] = { "pick", "lh2", "lh4", "lh6" };
-        const int nv = r32 ? 4 : 7;
-        const char *const *names = r32 ? n32 : n16;
+        typedef void (*run_fn)(bool, const fa__cu_plan &, const fa__dims &, const void *, const void *, const void *, void *, float *);
+        struct Var { const char *name; run_fn fn; };
+        static const Var v16[] = { { "pick", ldq_run<fa__dec_d128> }, { "lh0", ldq_run<prb_d128_lh0> },
+                                   { "lh1", ldq_run<prb_d128_lh1> }, { "lh2", ldq_run<prb_d128_lh2> },
+                                   { "lh4", ldq_run<prb_d128_lh4> }, { "lh6", ldq_run<prb_d128_lh6> },
+                                   { "ah", ldq_run<prb_d128_ah> }, { "ah+lh2", ldq_run<prb_d128_ah2> },
+                                   { "ah+lh4", ldq_run<prb_d128_ah4> } };
+        static const Var v32[] = { { "pick", ldq_run<fa__dec_d128_r32> }, { "lh0", ldq_run<prb_r32_lh0> },
+                                   { "lh2", ldq_run<prb_r32_lh2> }, { "lh4", ldq_run<prb_r32_lh4> },
+                                   { "lh6", ldq_run<prb_r32_lh6> } };
+        std::vector<Var> vars;   /* FA_LDQ=name,name,..: those (and "pick", always first); default all */
+        const char *sel = getenv("FA_LDQ");
+        for (const Var &x : r32 ? std::vector<Var>(v32, v32 + 5) : std::vector<Var>(v16, v16 + 9)) {
+            char key[32];
+            snprintf(key, sizeof key, ",%s,", x.name);
+            if (!sel || !strcmp(x.name, "pick") || strstr((std::string(",") + sel + ",").c_str(), key)) vars.push_back(x);
+        }
+        const int nv = (int)vars.size();
         float *ws = NULL;
         CK(cudaMalloc(&ws, fa__cu_dec_bytes(&d, pick.chunks)));
         cudaEvent_t e0, e1;
@@ -1113,21 +1131,7 @@ static void decode_ldq(void)
                         const void *kk = ks[i % copies], *vv = vs[i % copies];
                         fa__resolve(&p, b.q, kk, vv, b.o, &dd, NULL);
                         if (v == 0 && !sp) { CK(fa_cuda_tiled(&p, b.q, kk, vv, b.o) == FA_OK ? cudaSuccess : cudaErrorUnknown); return; }
-                        if (r32) switch (v) {
-                            case 0: ldq_run<fa__dec_d128_r32>(sp, pick, dd, b.q, kk, vv, b.o, ws); break;
-                            case 1: ldq_run<prb_r32_lh2>(sp, pick, dd, b.q, kk, vv, b.o, ws); break;
-                            case 2: ldq_run<prb_r32_lh4>(sp, pick, dd, b.q, kk, vv, b.o, ws); break;
-                            default: ldq_run<prb_r32_lh6>(sp, pick, dd, b.q, kk, vv, b.o, ws); break;
-                            }
-                        else switch (v) {
-                            case 0: ldq_run<fa__dec_d128>(sp, pick, dd, b.q, kk, vv, b.o, ws); break;
-                            case 1: ldq_run<prb_d128_lh1>(sp, pick, dd, b.q, kk, vv, b.o, ws); break;
-                            case 2: ldq_run<prb_d128_lh2>(sp, pick, dd, b.q, kk, vv, b.o, ws); break;
-                            case 3: ldq_run<prb_d128_lh4>(sp, pick, dd, b.q, kk, vv, b.o, ws); break;
-                            case 4: ldq_run<prb_d128_lh6>(sp, pick, dd, b.q, kk, vv, b.o, ws); break;
-                            case 5: ldq_run<prb_d128_ah>(sp, pick, dd, b.q, kk, vv, b.o, ws); break;
-                            default: ldq_run<prb_d128_ah2>(sp, pick, dd, b.q, kk, vv, b.o, ws); break;
-                            }
+                        vars[v].fn(sp, pick, dd, b.q, kk, vv, b.o, ws);
                     };
                     const double us = dec_time_us(call, copies, e0, e1);
                     double md = 0;
@@ -1145,7 +1149,7 @@ static void decode_ldq(void)
                         }
                     }
                     printf("LDQ %d %3d %2d %8d %2d %-5s %-7s %9.2f us %8.1f GB/s  maxdiff %.3g\n", round, r.B, r.Sq, r.Sk, r.Hkv,
-                           sp ? "split" : "call", names[v], us, kvb / (us * 1e-6) / 1e9, md);
+                           sp ? "split" : "call", vars[v].name, us, kvb / (us * 1e-6) / 1e9, md);
                     fflush(stdout);
                 }
         CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
