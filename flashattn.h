@@ -6526,25 +6526,17 @@ struct fa__wgb_d128 {
    warps of one m16 tile share each key group's rings (RH = 2, 8 warps, K copied by one and V by
    the other, a named barrier a tile; 2 blocks an SM at 128 registers: 16 warps an SM on 16 rows
    each, where MT = 2's 4 warps of 255 registers gave 8 on 32 rows, its warps' dependent chains
-   the limit: RESULTS, CUDA decode, "decmq").
-   LH: the K/V copies' L2 hints (8b's fa__cu_cp16h bits). At D = 128 4, evict_first: K and V are read
-   once, and the lines they leave are the first the L2 drops, so the chunks' partial o and lse that
-   the split kernel writes stay there for the merge (and are rewritten there by the next call)
-   instead of going out to memory and back: +1-4% a call where the partials are MBs (B = 8, 32,
-   Sq = 4, MQA), level elsewhere; .L2::256B lost 5% at Sk >= 131k (RESULTS, CUDA decode, "decq").
-   D = 64 keeps 0 (not measured). AH 1 (16-row blocks only): K and V of a tile in groups of their
-   own, each stage refilled as soon as its tile is read (1.5 tiles a warp ahead in ST = 2 stages);
-   measured, not used: -3% at Sk >= 131k. The FFMA
+   the limit: RESULTS, CUDA decode, "decmq"). The FFMA
    one walks tiles of FA__CU_DEC_BK keys with FA__CU_DEC_THREADS threads over FA__CU_DEC_ROWS packed
    rows. Chunks: a row's keys are cut at multiples of fa__cu_dec_chunk's size (8f), a function of
    one sequence's shape (Sk, Hkv, group * Sq; never B, the device, or the block picked): at
    least FA__CU_DEC_CHUNK_MIN keys, a multiple of 256, and as many chunks as make about
    FA__CU_DEC_PARTS blocks a sequence (so at most that many). The picker takes the decode path for
    Sq <= FA__CU_DEC_MAX_SQ and group * Sq <= FA__CU_DEC_MAX_ROWS. */
-struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1, LH = 0, AH = 0 }; };
-struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 4, AH = 0 }; };
-struct fa__dec_d64_r32 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1, LH = 0, AH = 0 }; };
-struct fa__dec_d128_r32 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2, LH = 4, AH = 0 }; };
+struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1 }; };
+struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1 }; };
+struct fa__dec_d64_r32 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1 }; };
+struct fa__dec_d128_r32 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2 }; };
 #define FA__CU_DEC_ROWS 16
 #define FA__CU_DEC_BK 32
 #define FA__CU_DEC_THREADS 128
@@ -6722,37 +6714,6 @@ static __device__ __forceinline__ void fa__cu_commit(void)
 template <int N> static __device__ __forceinline__ void fa__cu_wait(void)
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-/* fa__cu_cp16 with hints to the L2 (the decode's K/V stream, 8d2's LH; each a hint, the bytes
-   copied the same): bits 0-1 the bytes the L2 fetches around a missed sector (1 .L2::128B,
-   2 .L2::256B), bit 2 the cache policy pol (.L2::cache_hint: fa__cu_evict_first's). */
-template <int H> static __device__ __forceinline__ void fa__cu_cp16h(unsigned dst, const void *src, int bytes, uint64_t pol)
-{
-    static_assert(H >= 0 && H <= 6 && (H & 3) != 3, "hint bits: prefetch size 0-2, bit 2 the policy");
-    if (H == 1) asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-    else if (H == 2) asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-    else if (H == 4)
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(bytes), "l"(pol)
-                     : "memory");
-    else if (H == 5)
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::128B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
-                     "r"(bytes), "l"(pol)
-                     : "memory");
-    else if (H == 6)
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
-                     "r"(bytes), "l"(pol)
-                     : "memory");
-    else fa__cu_cp16(dst, src, bytes);
-    (void)pol;
-}
-
-/* An L2 policy for data read once: its lines are the first to go (for fa__cu_cp16h's bit 2). */
-static __device__ __forceinline__ uint64_t fa__cu_evict_first(void)
-{
-    uint64_t p;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-    return p;
 }
 
 /* Programmatic dependent launch (sm_90+; nothing on older targets, and nothing for a grid launched
@@ -7353,8 +7314,8 @@ FA__TC_TYPE(__half, "f16")
 
 /* R rows of D 16-bit elements from global (row stride st) into a swizzled tile; rows >= n are
    zero-filled (so a ragged tail of V can never inject a NaN into P V). */
-template <int D, int R, int NT, typename T, int H = 0>
-static __device__ __forceinline__ void fa__tc_load(unsigned dst, const T *src, int64_t st, int n, int tid, uint64_t pol = 0)
+template <int D, int R, int NT, typename T>
+static __device__ __forceinline__ void fa__tc_load(unsigned dst, const T *src, int64_t st, int n, int tid)
 {
     enum { CH = D / 8, IT = R * CH / NT };
     static_assert(R * CH % NT == 0, "tile load must split evenly over the threads");
@@ -7362,8 +7323,8 @@ static __device__ __forceinline__ void fa__tc_load(unsigned dst, const T *src, i
     for (int it = 0; it < IT; it++) {
         const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
         const bool ok = r < n;
-        fa__cu_cp16h<H>(dst + (unsigned)(r * D + ((c ^ (r & 7)) << 3)) * 2u,
-                        ok ? (const void *)(src + r * st + c * 8) : (const void *)src, ok ? 16 : 0, pol);
+        fa__cu_cp16(dst + (unsigned)(r * D + ((c ^ (r & 7)) << 3)) * 2u, ok ? (const void *)(src + r * st + c * 8) : (const void *)src,
+                    ok ? 16 : 0);
     }
 }
 
@@ -8112,18 +8073,15 @@ template <class C> struct fa__dec_geom {
 
 /* Step: the K and V tiles of keys [k0, k0 + BK) into stage `stage` of this warp's key group's rings
    (rows past Sk zero-filled), issued by the warp's 32 lanes (with RH = 2 row half 0 copies K and
-   row half 1 V), with C::LH's L2 hints (policy pol); KV: 1 K alone, 2 V alone, 3 both. The caller
-   commits. */
+   row half 1 V); the caller commits. */
 template <class C, typename T>
 static __device__ __forceinline__ void fa__dec_load(unsigned sK, unsigned sV, int stage, const T *gk, const T *gv,
-                                                    const fa__dims &d, int k0, int lane, int h, uint64_t pol, int KV = 3)
+                                                    const fa__dims &d, int k0, int lane, int h)
 {
     const int n = min((int)C::BK, d.Sk - k0);
     const unsigned st = (unsigned)stage * C::BK * C::D * 2;
-    if ((KV & 1) && (C::RH == 1 || h == 0))
-        fa__tc_load<C::D, C::BK, 32, T, C::LH>(sK + st, gk + (int64_t)k0 * d.ks[2], d.ks[2], n, lane, pol);
-    if ((KV & 2) && (C::RH == 1 || h == 1))
-        fa__tc_load<C::D, C::BK, 32, T, C::LH>(sV + st, gv + (int64_t)k0 * d.vs[2], d.vs[2], n, lane, pol);
+    if (C::RH == 1 || h == 0) fa__tc_load<C::D, C::BK, 32>(sK + st, gk + (int64_t)k0 * d.ks[2], d.ks[2], n, lane);
+    if (C::RH == 1 || h == 1) fa__tc_load<C::D, C::BK, 32>(sV + st, gv + (int64_t)k0 * d.vs[2], d.vs[2], n, lane);
 }
 
 /* The warps that share a key group's rings (RH of them, barrier 1 + kg) wait for each other; one
@@ -8244,8 +8202,6 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
     const unsigned sQ = fa__cu_sa(fa__dec_smem), sK = sQ + E::QB + (unsigned)kg * 2 * E::RING, sV = sK + E::RING;
     const T *gk = (const T *)a.k + b * d.ks[0] + g * d.ks[1];
     const T *gv = (const T *)a.v + b * d.vs[0] + g * d.vs[1];
-    const uint64_t pol = C::LH & 4 ? fa__cu_evict_first() : 0;
-    static_assert(!C::AH || C::RH == 1, "AH: one warp a key group");
     fa__cu_dep_go();     /* FA__CU_DEC_PDL: the merge may launch, and waits for this grid */
     fa__cu_dep_wait();   /* the grid before this one done (q written, the workspace free) */
 
@@ -8264,20 +8220,10 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
     const fa__keys kr = fa__dec_keys(d, c, a.chunk, &k0, &k1);
     const int t0 = k0 < k1 ? k0 / BK : 0, ntall = k0 < k1 ? (k1 + BK - 1) / BK - t0 : 0;
     const int nt = ntall > kg ? (ntall - kg + KG - 1) / KG : 0;
-    if (C::AH) {   /* AH: K and V of tiles 0 .. ST - 1, each a group */
 #pragma unroll
-        for (int u = 0; u < ST; u++) {
-            if (u < nt) fa__dec_load<C>(sK, sV, u, gk, gv, d, (t0 + kg + KG * u) * BK, lane, h, pol, 1);
-            fa__cu_commit();
-            if (u < nt) fa__dec_load<C>(sK, sV, u, gk, gv, d, (t0 + kg + KG * u) * BK, lane, h, pol, 2);
-            fa__cu_commit();
-        }
-    } else {
-#pragma unroll
-        for (int u = 0; u < ST - 1; u++) {
-            if (u < nt) fa__dec_load<C>(sK, sV, u, gk, gv, d, (t0 + kg + KG * u) * BK, lane, h, pol);
-            fa__cu_commit();
-        }
+    for (int u = 0; u < ST - 1; u++) {
+        if (u < nt) fa__dec_load<C>(sK, sV, u, gk, gv, d, (t0 + kg + KG * u) * BK, lane, h);
+        fa__cu_commit();
     }
 
     /* this thread's packed rows r0 + WR h + 16 mt + (lane >> 2) + 8 hf: query row, visible keys, head constants */
@@ -8306,7 +8252,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
     }
     unsigned qf[MT][G::KD][4], aq[4], ak[4], av[4];   /* qf unused (and gone) unless QREG */
     fa__tc_bases<C>(sQ, sK, sV, h, lane, aq, ak, av);   /* Q rows of row half h */
-    fa__cu_wait<C::AH ? 2 * ST : ST - 1>();   /* the Q group, the oldest */
+    fa__cu_wait<ST - 1>();   /* the Q group, the oldest */
     __syncthreads();
     if (G::QREG) fa__tc_q_frags<C>(qf, aq);
 
@@ -8314,31 +8260,17 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
         const int kt = (t0 + kg + KG * u) * BK;
         const unsigned st = (unsigned)(u % ST) * BK * D * 2;
         const bool full = fa__keys_full(&kr, kt, kt + BK);
-        if (C::AH) {   /* K of tile u landed (the 2 ST - 1 groups after it may not have) */
-            fa__cu_wait<2 * ST - 1>();
-            __syncwarp();
-        } else {
-            fa__cu_wait<ST - 2>();   /* tile u landed (every lane's part, and the other row half's: the group barrier, */
-            fa__dec_group_sync<C>(kg);   /* after which the stage of tile u - 1 is free: both warps are past it) */
-            if (u + ST - 1 < nt)
-                fa__dec_load<C>(sK, sV, (u + ST - 1) % ST, gk, gv, d, (t0 + kg + KG * (u + ST - 1)) * BK, lane, h, pol);
-            fa__cu_commit();
-        }
+        fa__cu_wait<ST - 2>();   /* tile u landed (every lane's part, and the other row half's: the group barrier, */
+        fa__dec_group_sync<C>(kg);   /* after which the stage of tile u - 1 is free: both warps are past it) */
+        if (u + ST - 1 < nt)
+            fa__dec_load<C>(sK, sV, (u + ST - 1) % ST, gk, gv, d, (t0 + kg + KG * (u + ST - 1)) * BK, lane, h);
+        fa__cu_commit();
         float s[MT][G::NN][4];
         unsigned pa[MT][G::KB][4];
         if (C::QK2) fa__dec_qk<T, C>(s, qf, aq, ak, st);
         else fa__tc_qk<T, C>(s, qf, aq, ak, st);
-        if (C::AH) {   /* tile u's K stage read by every lane: K of tile u + ST into it */
-            __syncwarp();
-            if (u + ST < nt) fa__dec_load<C>(sK, sV, u % ST, gk, gv, d, (t0 + kg + KG * (u + ST)) * BK, lane, h, pol, 1);
-            fa__cu_commit();
-        }
         fa__dec_scores<C, MOD>(s, d, md, sc, al, bi, qi, rok, lo, hi, kt + cq, full);
         fa__tc_softmax<T, C>(s, m, l, o, pa, f);
-        if (C::AH) {   /* V of tile u landed */
-            fa__cu_wait<2 * ST - 1>();
-            __syncwarp();
-        }
         /* 8d's rare case (fa__tc_clean_v), voted by the warp that copied the V tile (with RH 2 both
            warps of the group scan its chunks and vote alike; both read the tile, then its copier
            cleans it between two group barriers) */
@@ -8349,11 +8281,6 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
             if (RH > 1) fa__dec_group_sync<C>(kg);
         }
         fa__tc_pv<T, C>(o, pa, av, st);
-        if (C::AH) {   /* tile u's V stage read: V of tile u + ST into it */
-            __syncwarp();
-            if (u + ST < nt) fa__dec_load<C>(sK, sV, u % ST, gk, gv, d, (t0 + kg + KG * (u + ST)) * BK, lane, h, pol, 2);
-            fa__cu_commit();
-        }
     }
     fa__cu_wait<0>();
     fa__dec_group_sync<C>(kg);   /* the group's rings read */

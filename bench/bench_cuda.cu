@@ -28,8 +28,7 @@
    --prof (one launch per profiled shape, for ncu), --decode-probe (the decode rows under other plans
    of the same build, see decode_probe), --decode-prof (the D = 128 decode kernel at B = 1 and 8,
    Sk = 32k, once each, for ncu: see decode_prof), --decode-mqa (the MQA rows under the 32-row block's
-   configurations, see decode_mqa), --decode-prof-mqa (their split kernels at B = 8 once each, for ncu),
-   --decode-ldq (the decode kernels' K/V copies with L2 hints and split waits, see decode_ldq), --xp (the Hopper kernel's exp shares: the fa__wg_* XP0/XP1/XP2
+   configurations, see decode_mqa), --decode-prof-mqa (their split kernels at B = 8 once each, for ncu), --xp (the Hopper kernel's exp shares: the fa__wg_* XP0/XP1/XP2
    sweep, bf16 at S = 16384, and nothing else). FA_TUNE_ONLY=PREFIX (environment): the tile sweep's
    configurations whose names start with PREFIX (a comma-separated list of prefixes), and nothing
    else; FA_TUNE_S=S1,S2,..: the sweep at those lengths (both masks, bf16 and fp16), each case's
@@ -53,7 +52,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <string>
 #include <vector>
 
 #define CK(x)                                                                                        \
@@ -776,13 +774,13 @@ static void decode_rows(double cgbs)
    blocks an SM, a ring of 3 stages a warp, Q in registers (main's ed62c29); "m2s2" the same with 2
    stages (half the tiles in flight: Little's law's check); "m3s2" three blocks an SM (68 KB of
    shared memory, at most 168 registers: Q re-read from shared memory), 2 stages. */
-struct prb_d128_m2s3 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 1, LH = 0, AH = 0 }; };
-struct prb_d128_m2s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 2, QK2 = 1, RH = 1, LH = 0, AH = 0 }; };
-struct prb_d128_m3s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 0, AH = 0 }; };
+struct prb_d128_m2s3 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 1 }; };
+struct prb_d128_m2s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 2, QK2 = 1, RH = 1 }; };
+struct prb_d128_m3s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1 }; };
 /* --decode-mqa's other configuration of the D = 128 32-row block: "r32old", main's before decmq (4
    warps of two m16 tiles each, 255 registers, 2 blocks an SM; the shipped one pairs 8 warps of one
    m16 tile, two row halves sharing each key group's rings). Both give the bits of the 16-row block. */
-struct prb_d128_r32old { enum { D = 128, NW = 4, MT = 2, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 1, LH = 0, AH = 0 }; };
+struct prb_d128_r32old { enum { D = 128, NW = 4, MT = 2, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 1 }; };
 
 /* A whole call (split kernel, merge, workspace) of plan pl with configuration C of the kernel (the
    largest carveout, as every tensor-core decode launch of this build; main's ed62c29 asked none). */
@@ -1048,115 +1046,6 @@ static void decode_mqa(bool prof)
     }
 }
 
-/* ---- --decode-ldq (issue 14, helper decq): the K/V copies' L2 hints and the split waits --------
-   The D = 128 decode kernels' K/V cp.async with 8b's L2 hints (fa__cu_cp16h: LH bits 0-1 the bytes
-   fetched around a missed sector, .L2::128B or .L2::256B; bit 2 the evict_first policy) and, in the
-   16-row block, AH = 1 (K and V of a tile in groups of their own, each stage reloaded as soon as its
-   tile is read: K of tile u + 2 after S = Q K^T of tile u, V after its P V, and V waited for only
-   before P V: 1.5 tiles a warp ahead in the same 2 stages, where the shipped ring issues tile u + 1
-   at the top of tile u). Hints and schedule change no arithmetic: each plan's o is compared with the
-   pick's (max |diff|, 0 expected). Per DEC_ROWS row served by dec_tc_d128 or its _r32 form: the
-   picked call ("pick", the build's), then each variant's whole call (fa__dec_tc_launch: the same
-   merge and launch rule) and split kernel alone, alternated over two rounds; us per call (N calls,
-   median of 5, K/V copies rotated as --decode). FA_LDQ=name,name,..: those variants alone (with the pick). */
-struct prb_d128_lh0 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 0, AH = 0 }; };
-struct prb_d128_ah4 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 4, AH = 1 }; };
-struct prb_r32_lh0 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2, LH = 0, AH = 0 }; };
-struct prb_d128_lh1 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 1, AH = 0 }; };
-struct prb_d128_lh2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 2, AH = 0 }; };
-struct prb_d128_lh4 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 4, AH = 0 }; };
-struct prb_d128_lh6 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 6, AH = 0 }; };
-struct prb_d128_ah { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 0, AH = 1 }; };
-struct prb_d128_ah2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 2, AH = 1 }; };
-struct prb_r32_lh2 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2, LH = 2, AH = 0 }; };
-struct prb_r32_lh4 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2, LH = 4, AH = 0 }; };
-struct prb_r32_lh6 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2, LH = 6, AH = 0 }; };
-
-template <class C>
-static void ldq_run(bool split, const fa__cu_plan &pl, const fa__dims &d, const void *q, const void *k, const void *v, void *o, float *ws)
-{
-    if (split) dec_split_only<C>(pl, d, q, k, v, ws);
-    else dec_call_cfg<C>(pl, d, q, k, v, o);
-}
-
-static void decode_ldq(void)
-{
-    for (const DecRow &r : DEC_ROWS) {
-        DecSet ds(r);
-        const Case &c = ds.c;
-        Bufs &b = ds.b;
-        const double kvb = ds.kvb;
-        const int copies = ds.copies;
-        const std::vector<void *> &ks = ds.ks, &vs = ds.vs;
-        fa_params p;
-        fa__dims d;
-        fa__cu_plan pick;
-        if (!ds.pick(&p, &d, &pick) || (pick.kernel != FA__CU_DEC_TC_D128 && pick.kernel != FA__CU_DEC_TC_D128_R32)) {
-            printf("# ldq B=%d Sk=%d Hkv=%d: not the D = 128 tensor-core decode\n", r.B, r.Sk, r.Hkv);
-            n_fail++;
-            continue;
-        }
-        const bool r32 = pick.kernel == FA__CU_DEC_TC_D128_R32;
-        typedef void (*run_fn)(bool, const fa__cu_plan &, const fa__dims &, const void *, const void *, const void *, void *, float *);
-        struct Var { const char *name; run_fn fn; };
-        static const Var v16[] = { { "pick", ldq_run<fa__dec_d128> }, { "lh0", ldq_run<prb_d128_lh0> },
-                                   { "lh1", ldq_run<prb_d128_lh1> }, { "lh2", ldq_run<prb_d128_lh2> },
-                                   { "lh4", ldq_run<prb_d128_lh4> }, { "lh6", ldq_run<prb_d128_lh6> },
-                                   { "ah", ldq_run<prb_d128_ah> }, { "ah+lh2", ldq_run<prb_d128_ah2> },
-                                   { "ah+lh4", ldq_run<prb_d128_ah4> } };
-        static const Var v32[] = { { "pick", ldq_run<fa__dec_d128_r32> }, { "lh0", ldq_run<prb_r32_lh0> },
-                                   { "lh2", ldq_run<prb_r32_lh2> }, { "lh4", ldq_run<prb_r32_lh4> },
-                                   { "lh6", ldq_run<prb_r32_lh6> } };
-        std::vector<Var> vars;   /* FA_LDQ=name,name,..: those (and "pick", always first); default all */
-        const char *sel = getenv("FA_LDQ");
-        for (const Var &x : r32 ? std::vector<Var>(v32, v32 + 5) : std::vector<Var>(v16, v16 + 9)) {
-            char key[32];
-            snprintf(key, sizeof key, ",%s,", x.name);
-            if (!sel || !strcmp(x.name, "pick") || strstr((std::string(",") + sel + ",").c_str(), key)) vars.push_back(x);
-        }
-        const int nv = (int)vars.size();
-        float *ws = NULL;
-        CK(cudaMalloc(&ws, fa__cu_dec_bytes(&d, pick.chunks)));
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-        const size_t ob = b.no * 2;
-        std::vector<unsigned char> ref(ob), got(ob);
-        printf("# ldq B=%d Sq=%d Sk=%d Hkv=%d: %s, %d chunks of %d, %.1f MB of K/V\n", r.B, r.Sq, r.Sk, r.Hkv,
-               fa__cu_kernel_name(pick.kernel), pick.chunks, pick.chunk, kvb / 1e6);
-        for (int round = 0; round < 2; round++)
-            for (int sp = 0; sp < 2; sp++)
-                for (int v = 0; v < nv; v++) {
-                    auto call = [&](int i) {
-                        fa__dims dd;
-                        const void *kk = ks[i % copies], *vv = vs[i % copies];
-                        fa__resolve(&p, b.q, kk, vv, b.o, &dd, NULL);
-                        if (v == 0 && !sp) { CK(fa_cuda_tiled(&p, b.q, kk, vv, b.o) == FA_OK ? cudaSuccess : cudaErrorUnknown); return; }
-                        vars[v].fn(sp, pick, dd, b.q, kk, vv, b.o, ws);
-                    };
-                    const double us = dec_time_us(call, copies, e0, e1);
-                    double md = 0;
-                    if (!sp) {   /* o bitwise against the pick's */
-                        k_fill_u8<<<256, 256>>>((unsigned char *)b.o, ob, 0xff);
-                        call(0);
-                        CK(cudaDeviceSynchronize());
-                        CK(cudaMemcpy(got.data(), b.o, ob, cudaMemcpyDeviceToHost));
-                        if (v == 0 && round == 0) ref = got;
-                        if (memcmp(got.data(), ref.data(), ob)) {
-                            for (size_t e = 0; e < b.no; e++)
-                                md = std::max(md, (double)fabsf(tof(got.data(), e, c.dt) - tof(ref.data(), e, c.dt)));
-                            if (md == 0) md = -1;   /* bytes differ with equal values (signed zeros, NaN payloads) */
-                            n_fail++;
-                        }
-                    }
-                    printf("LDQ %d %3d %2d %8d %2d %-5s %-7s %9.2f us %8.1f GB/s  maxdiff %.3g\n", round, r.B, r.Sq, r.Sk, r.Hkv,
-                           sp ? "split" : "call", vars[v].name, us, kvb / (us * 1e-6) / 1e9, md);
-                    fflush(stdout);
-                }
-        CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
-        cudaFree(ws);
-    }
-}
-
 /* ---- --decode-prof (issue 14, for ncu): B = 1 and B = 8 at Sk = 32k (bf16, D = 128, GQA 32/8, the
    DEC_ROWS shapes): one fa_cuda_tiled call (the build's pick), then the split kernel alone in main's
    configuration (prb_d128_m2s3) and in m3s2, once each; nothing timed. */
@@ -1204,9 +1093,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--decode-prof")) opt_decode = 3;
         else if (!strcmp(argv[i], "--decode-mqa")) opt_decode = 4;
         else if (!strcmp(argv[i], "--decode-prof-mqa")) opt_decode = 5;
-        else if (!strcmp(argv[i], "--decode-ldq")) opt_decode = 6;
         else if (!strcmp(argv[i], "--xp")) opt_xp = 1;
-        else { fprintf(stderr, "usage: %s [--quick] [--no-api] [--no-tune] [--no-naive] [--no-check] [--budget s] [--decode] [--decode-probe] [--decode-prof] [--decode-mqa] [--decode-prof-mqa] [--decode-ldq] [--xp]\n", argv[0]); return 2; }
+        else { fprintf(stderr, "usage: %s [--quick] [--no-api] [--no-tune] [--no-naive] [--no-check] [--budget s] [--decode] [--decode-probe] [--decode-prof] [--decode-mqa] [--decode-prof-mqa] [--xp]\n", argv[0]); return 2; }
     }
 #ifdef FA_BENCH_TC_ONLY
     opt_api = 0;
@@ -1236,7 +1124,6 @@ int main(int argc, char **argv)
         printf("# device-to-device cudaMemcpy: %.1f GB/s (bytes read + written)\n", cg);
         printf("COPY %.1f\n", cg);
         if (opt_decode == 2) decode_probe();
-        else if (opt_decode == 6) decode_ldq();
         else decode_rows(cg);
         printf("# %s: %d failure(s)\n", n_fail ? "FAILED" : "all checks passed", n_fail);
         return n_fail ? 1 : 0;
