@@ -3017,7 +3017,7 @@ typedef struct fa__amx_job {
 #define FA__HAVE_AMX 1
 #define FA__AMX_LD 32                   /* lanes in a panel's rows */
 #ifdef FA__AMX_EMULATE
-#define FA__AMXT FA__BF16
+#define FA__AMXT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx512dq")))
 static __thread unsigned char fa__emu_tile[8][1024];
 static void fa__emu_load(int t, const void *p, long s)
 {
@@ -3047,7 +3047,7 @@ static void fa__emu_dp(int c, int a, int b)
 #define FA__TZERO(t) memset(fa__emu_tile[t], 0, 1024)
 #define FA__TDP(c, a, b) fa__emu_dp(c, a, b)
 #else
-#define FA__AMXT __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+#define FA__AMXT __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx512dq")))
 #define FA__TLOAD(t, p, s) _tile_loadd(t, p, s)
 #define FA__TSTORE(t, p, s) _tile_stored(t, p, s)
 #define FA__TZERO(t) _tile_zero(t)
@@ -3055,16 +3055,18 @@ static void fa__emu_dp(int c, int a, int b)
 #endif
 
 /* AMX-TILE and AMX-BF16 (leaf 7 EDX bits 24, 22) with the tile state enabled by the OS (XCR0 bits
-   17, 18) */
+   17, 18), and AVX512DQ (leaf 7 EBX bit 17: the online step's vreduceps; every AMX CPU has it) */
 static int fa__cpu_amx(void)
 {
+    unsigned a, b, c, d;
 #ifdef FA__AMX_EMULATE
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b >> 17 & 1u)) return 0;
     return fa__cpu_avx512bf16();
 #else
-    unsigned a, b, c, d, lo, hi;
+    unsigned lo, hi;
     if (__get_cpuid_max(0, NULL) < 7) return 0;
     __cpuid_count(7, 0, a, b, c, d);
-    if (!(d >> 24 & 1u) || !(d >> 22 & 1u)) return 0;
+    if (!(d >> 24 & 1u) || !(d >> 22 & 1u) || !(b >> 17 & 1u)) return 0;
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1u)) return 0;      /* OSXSAVE */
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return ((((uint64_t)hi << 32) | lo) & 0x60000u) == 0x60000u;
@@ -3267,23 +3269,61 @@ FA__AMXT static void fa__pv_amx(const uint32_t *Vt, int np16, int Dv, const uint
     fa__amx_run(&j, 1);
 }
 
-/* FA__AMX_FASTEXP 1: the AMX online step's exps as 2^(s c1 - m c2) in one FMA and a degree-4 fit of
-   2^f (2.7e-6 relative, far under bf16's rounding of P: 2^-9), instead of fa__exp2_lazy16's
-   degree 6 after (s scale - m) log2(e) in three roundings. 0 (comparisons): fa__online_avx512's exps,
-   so the previous AMX kernel's bits (checked under FA__AMX_EMULATE). */
+/* FA__AMX_FASTEXP 1: the AMX online step's exps as 2^t, t = s c1 - m c2 in one FMA: f = t - floor(t)
+   in [0, 1) by vreduceps, a degree-4 fit of 2^f (2.6e-6 relative; a degree 3's 7.5e-5 moved lse
+   past the tests' 1e-5 (1 + |lse|) of the fp32 call), times 2^floor(t) by vscalefps, which floors t
+   itself. t <= -126 (a hidden key's -INFINITY among them) gives exactly 0 by the scalef's zero mask,
+   so that no lane makes a denormal (a microcode assist, ~100 cycles an instruction; masked lanes
+   take none); NaN stays NaN. Seven vector instructions where fa__exp2_split16 and a degree 4 took
+   ten (its round is two): the online step ran 1.45x as fast on the development machine's AMX CPU.
+   0 (comparisons): fa__online_avx512's exps, so the first AMX kernel's bits (checked under
+   FA__AMX_EMULATE). */
 #ifndef FA__AMX_FASTEXP
 #define FA__AMX_FASTEXP 1
 #endif
 FA__AMXT static inline __m512 fa__exp2_amx16(__m512 t)
 {
-    __m512 f, p;
-    __mmask16 keep;
-    const __m512 k = fa__exp2_split16(t, &f, &keep);
-    p = _mm512_fmadd_ps(_mm512_set1_ps(9.570102207362652e-03f), f, _mm512_set1_ps(5.591785907745361e-02f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402474433183670e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931217908859253e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999992847442627e-01f));
-    return _mm512_maskz_scalef_ps(keep, p, k);
+    const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-126.0f), _CMP_NLE_UQ);
+    const __m512 f = _mm512_maskz_reduce_ps(0xFFFF, t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.3534137047827244e-02f), f, _mm512_set1_ps(5.201148986816406e-02f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4144276976585388e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930038332939148e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000026226043701e+00f));
+    return _mm512_maskz_scalef_ps(keep, p, t);
+}
+
+/* FA__AMX_PPACK 1: P's two keys rounded to bf16 and packed into Pp's words by integers: half a bf16
+   ulp added to each fp32 exp (round to nearest, ties away from zero: differs from the round to even
+   only where an exp's low 16 bits are exactly 0x8000), the first key's high half shifted down and the
+   second's kept, blended: four vector instructions where vcvtne2ps2bf16 + vpermw took the time of
+   about six (the online step 1.05x as fast alone, the forward 0.99-1.04x at 1 thread on the
+   development machine). A NaN whose payload carries into the sign becomes -0 in P, while its exp in
+   the row sum l keeps the row NaN. 0: vcvtne2ps2bf16 + vpermw (to even). */
+#ifndef FA__AMX_PPACK
+#define FA__AMX_PPACK 1
+#endif
+/* FA__AMX_PWMAX (nonzero): the online step's pass that takes a block's exps against the references
+   finds whether a reference may move from the max of P's bf16 words (one vpmaxuw a key pair) rather
+   than the scores' (two vmaxps): a word from this one up (2^10.5 as bf16, 0x44B5; NaN and -0 too)
+   sends the block to its exact max and fa__online_avx512's decision, so the decisions are the same.
+   A score that passes its reference m by FA__LAZY has t >= 8 log2(e) - d = 11.54 - d, where t's
+   roundings (c1 = scale log2(e), c2 = m log2(e), the FMA) give d <= 2^-23 (|s scale| + |m|) log2(e)
+   + 2^-24 |t|, under 0.2 for |m| <= 2^20 (the bound the pass asks for, else it takes the scores'
+   max); its exp is then >= 2^11.3 (the fit's 2.6e-6 and P's rounding, 2^-8, take less than 0.01
+   more) > 2^10.5. 0: the scores' max. */
+#ifndef FA__AMX_PWMAX
+#define FA__AMX_PWMAX 0x44B5
+#endif
+FA__AMXT static inline __m512i fa__pack_pair_amx(__m512 e0, __m512 e1, __m512i ilv)
+{
+#if FA__AMX_PPACK
+    const __m512i h = _mm512_set1_epi32(0x8000);
+    (void)ilv;
+    return _mm512_mask_blend_epi16(0xAAAAAAAAu, fa__srli32(_mm512_add_epi32(_mm512_castps_si512(e0), h), 16),
+                                   _mm512_add_epi32(_mm512_castps_si512(e1), h));
+#else
+    return _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+#endif
 }
 
 /* The online step (fa__online_avx512's rule: the same reference, lazy rescale and key order of the
@@ -3293,9 +3333,10 @@ FA__AMXT static inline __m512 fa__exp2_amx16(__m512 t)
    [np16][32] words, 0 outside those keys; nvec lane vectors at the panel's first lane (S, O, Pp, m
    and l there). A vector whose lanes all have a reference takes its exps against it while it finds
    the block's max, and takes them again in the rare block whose max moves a reference; a vector
-   with a lane that has none finds the max first. The jobs' blocks of tile products (with
-   FA__AMX_PIPE 1: the next panel's scores, the previous panel's P V) run spread over the pass, so
-   that the tile unit works while the vector units do; all are done at return. */
+   with a lane that has none finds the max first. The key pairs with both keys in the tile run
+   without tests (the fast exps), those at its edges one key at a time. The jobs' blocks of tile
+   products (with FA__AMX_PIPE 1: the next panel's scores, the previous panel's P V) run spread over
+   the pass, so that the tile unit works while the vector units do; all are done at return. */
 FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, float scale, float *m, float *l, float *O,
                                     int Dv, uint32_t *Pp, int np16, fa__amx_job *jobs, int njobs)
 {
@@ -3303,7 +3344,9 @@ FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, f
                                         8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31 };
     const __m512i ilv = _mm512_loadu_si512((const void *)ilv_w);
     const __m512 ninf = _mm512_set1_ps(-INFINITY), l2e = _mm512_set1_ps(FA__LOG2E), scv = _mm512_set1_ps(scale);
-    const __m512 lazy = _mm512_set1_ps(FA__LAZY), zero = _mm512_setzero_ps();
+    const __m512 lazy = _mm512_set1_ps(FA__LAZY), zero = _mm512_setzero_ps(), c1 = _mm512_set1_ps(scale * FA__LOG2E);
+    /* key pairs x in [xa, xb) have both keys 2x - off, 2x + 1 - off in [0, nk) */
+    const int xa = (off + 1) / 2, xb = (off + nk) / 2 > xa ? (off + nk) / 2 : xa;
     int ng = 0, done = 0, it = 0, ni = nvec * np16, q = 0, v, x, j, pass;
     for (j = 0; j < njobs; j++) ng += fa__amx_groups(&jobs[j]);
     for (v = 0; v < nvec; v++) {
@@ -3312,15 +3355,20 @@ FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, f
         float *o = O + 16 * v;
         __m512 mo = _mm512_loadu_ps(m + 16 * v), mx = mo, mr = mo, ms = mo, al = _mm512_set1_ps(1.0f), sum = zero;
         __m512 c2 = zero, xr0 = ninf, xr1 = ninf;
-        const __m512 c1 = _mm512_set1_ps(scale * FA__LOG2E);
         __mmask16 up;
-        int pre = _mm512_cmp_ps_mask(mo, ninf, _CMP_EQ_OQ) != 0, fast;
+        __m512i wmax = _mm512_setzero_si512();
+        int pre = _mm512_cmp_ps_mask(mo, ninf, _CMP_EQ_OQ) != 0, fast, pw;
+#define FA__AMX_MAXPASS                                                                          \
+        do {                                                                                     \
+            xr0 = ninf; xr1 = ninf;                                                              \
+            for (j = 0; j + 1 < nk; j += 2) {                                                    \
+                xr0 = fa__max16(xr0, _mm512_loadu_ps(s + (int64_t)(off + j) * FA__AMX_LD));      \
+                xr1 = fa__max16(xr1, _mm512_loadu_ps(s + (int64_t)(off + j + 1) * FA__AMX_LD));  \
+            }                                                                                    \
+            if (j < nk) xr0 = fa__max16(xr0, _mm512_loadu_ps(s + (int64_t)(off + j) * FA__AMX_LD)); \
+        } while (0)
         if (pre) {      /* a lane without a reference: the block's max first */
-            for (j = 0; j + 1 < nk; j += 2) {
-                xr0 = fa__max16(xr0, _mm512_loadu_ps(s + (int64_t)(off + j) * FA__AMX_LD));
-                xr1 = fa__max16(xr1, _mm512_loadu_ps(s + (int64_t)(off + j + 1) * FA__AMX_LD));
-            }
-            if (j < nk) xr0 = fa__max16(xr0, _mm512_loadu_ps(s + (int64_t)(off + j) * FA__AMX_LD));
+            FA__AMX_MAXPASS;
             mx = fa__max16(mo, _mm512_mul_ps(fa__max16(xr0, xr1), scv));
         }
         for (pass = 0;; pass++) {
@@ -3338,38 +3386,81 @@ FA__AMXT static void fa__online_amx(const float *S, int off, int nk, int nvec, f
                                            _mm512_cmp_ps_mask(ms, _mm512_set1_ps(-1e30f), _CMP_LT_OQ)) == 0;
             c2 = _mm512_mul_ps(ms, l2e);
             sum = zero; xr0 = ninf; xr1 = ninf;
-            for (x = 0; x < np16; x++) {
-                const int j0 = 2 * x - off;
-                __m512 e0 = zero, e1 = zero;
-                if (!pass) {
-                    it++;
-                    while (done < ng && (int64_t)done * ni < (int64_t)it * ng) {
-                        while (jobs[q].m >= jobs[q].M) q++;
-                        fa__amx_group(&jobs[q]);
-                        done++;
-                    }
-                }
-#define FA__AMX_E(e, jj, xr)                                                                                   \
-                if ((jj) >= 0 && (jj) < nk) {                                                                  \
-                    __m512 r_ = _mm512_loadu_ps(s + (int64_t)(off + (jj)) * FA__AMX_LD);                       \
-                    if (!pre) xr = fa__max16(xr, r_);                                                          \
-                    e = fast ? fa__exp2_amx16(_mm512_fmsub_ps(r_, c1, c2))                                     \
-                             : fa__exp2_lazy16(_mm512_mul_ps(_mm512_sub_ps(_mm512_mul_ps(r_, scv), ms), l2e)); \
-                }
-                FA__AMX_E(e0, j0, xr0)
-                FA__AMX_E(e1, j0 + 1, xr1)
-#undef FA__AMX_E
-                sum = _mm512_add_ps(_mm512_add_ps(sum, e0), e1);
-                _mm512_storeu_si512((void *)(pp + (int64_t)x * FA__AMX_LD),
-                                    _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(e1, e0)));
+            /* the max of P's words instead of the scores' where the references are near enough to 0
+               that t's rounding stays small (FA__AMX_PWMAX) */
+            pw = FA__AMX_PWMAX && fast && !pre && !pass &&
+                 (_mm512_cmp_ps_mask(ms, _mm512_set1_ps(1048576.0f), _CMP_GT_OQ) |
+                  _mm512_cmp_ps_mask(ms, _mm512_set1_ps(-1048576.0f), _CMP_LT_OQ)) == 0;
+            /* the pairs in key order: with the fast exps and no jobs left, those with both keys in the
+               tile ([xa, xb)) run without tests, the edges before and after one key at a time */
+#define FA__AMX_E(e, jj, xr)                                                                                       \
+            if ((jj) >= 0 && (jj) < nk) {                                                                          \
+                __m512 r_ = _mm512_loadu_ps(s + (int64_t)(off + (jj)) * FA__AMX_LD);                               \
+                if (!pre) xr = fa__max16(xr, r_);                                                                  \
+                e = fast ? fa__exp2_amx16(_mm512_fmsub_ps(r_, c1, c2))                                             \
+                         : fa__exp2_lazy16(_mm512_mul_ps(_mm512_sub_ps(_mm512_mul_ps(r_, scv), ms), l2e));         \
             }
+#define FA__AMX_EDGE(xlo, xhi)                                                                                     \
+            for (x = (xlo); x < (xhi); x++) {                                                                      \
+                __m512 e0 = zero, e1 = zero;                                                                       \
+                if (!pass && done < ng) {                                                                          \
+                    it = v * np16 + x + 1;                                                                         \
+                    while (done < ng && (int64_t)done * ni < (int64_t)it * ng) {                                   \
+                        while (jobs[q].m >= jobs[q].M) q++;                                                        \
+                        fa__amx_group(&jobs[q]);                                                                   \
+                        done++;                                                                                    \
+                    }                                                                                              \
+                }                                                                                                  \
+                FA__AMX_E(e0, 2 * x - off, xr0)                                                                    \
+                FA__AMX_E(e1, 2 * x + 1 - off, xr1)                                                                \
+                sum = _mm512_add_ps(_mm512_add_ps(sum, e0), e1);                                                   \
+                _mm512_storeu_si512((void *)(pp + (int64_t)x * FA__AMX_LD), fa__pack_pair_amx(e0, e1, ilv));      \
+            }
+#define FA__AMX_PAIRS(maxed, words)                                                                                \
+            for (x = xa; x < xb; x++) {                                                                            \
+                const __m512 r0 = _mm512_loadu_ps(s + (int64_t)(2 * x) * FA__AMX_LD);                              \
+                const __m512 r1 = _mm512_loadu_ps(s + (int64_t)(2 * x + 1) * FA__AMX_LD);                          \
+                __m512 e0, e1;                                                                                     \
+                __m512i w;                                                                                         \
+                if (maxed) { xr0 = fa__max16(xr0, r0); xr1 = fa__max16(xr1, r1); }                                 \
+                e0 = fa__exp2_amx16(_mm512_fmsub_ps(r0, c1, c2));                                                  \
+                e1 = fa__exp2_amx16(_mm512_fmsub_ps(r1, c1, c2));                                                  \
+                sum = _mm512_add_ps(_mm512_add_ps(sum, e0), e1);                                                   \
+                w = fa__pack_pair_amx(e0, e1, ilv);                                                                \
+                if (words) wmax = _mm512_max_epu16(wmax, w);                                                       \
+                _mm512_storeu_si512((void *)(pp + (int64_t)x * FA__AMX_LD), w);                                    \
+            }
+            if (fast && (pass || done >= ng)) {
+                FA__AMX_EDGE(0, xa)
+                if (pre) FA__AMX_PAIRS(0, 0)
+                else if (pw) FA__AMX_PAIRS(0, 1)
+                else FA__AMX_PAIRS(1, 0)
+                FA__AMX_EDGE(xb, np16)
+            } else {
+                FA__AMX_EDGE(0, np16)
+            }
+#undef FA__AMX_E
+#undef FA__AMX_EDGE
+#undef FA__AMX_PAIRS
             if (pre || pass) break;
+            if (pw) {
+                /* no P word from 2^10.5 up and no edge key past its reference: the reference holds;
+                   else the block's exact max, and fa__online_avx512's decision as always */
+                const __m512i wl = _mm512_max_epu16(wmax, fa__srli32(wmax, 16));
+                __mmask16 f = _mm512_cmp_epu32_mask(_mm512_and_si512(wl, _mm512_set1_epi32(0xFFFF)),
+                                                    _mm512_set1_epi32(FA__AMX_PWMAX), _MM_CMPINT_NLT);
+                f |= _mm512_cmp_ps_mask(fa__max16(mo, _mm512_mul_ps(fa__max16(xr0, xr1), scv)), _mm512_add_ps(mo, lazy),
+                                        _CMP_GT_OQ);
+                if (!f) break;
+                FA__AMX_MAXPASS;
+            }
             mx = fa__max16(mo, _mm512_mul_ps(fa__max16(xr0, xr1), scv));
             if (!_mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, lazy), _CMP_GT_OQ)) break;    /* the reference holds */
         }
         _mm512_storeu_ps(l + 16 * v, _mm512_fmadd_ps(al, _mm512_loadu_ps(l + 16 * v), sum));
         _mm512_storeu_ps(m + 16 * v, mr);
     }
+#undef FA__AMX_MAXPASS
     fa__amx_run(jobs, njobs);
 }
 #endif
@@ -4694,6 +4785,15 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
 #endif
     fa__rule_lanes ln;
     fa__pf pf;
+    uint64_t otz = 0;       /* otlazy: the AMX panels whose O is zeroed */
+    const int otlazy = c->amx && !pl->rowmajor && ld <= 64 * 32;
+#define FA__OTZ(pnl)                                                                             \
+    do {                                                                                         \
+        if (otlazy && !(otz >> (pnl) & 1u)) {                                                    \
+            memset(Ot + (size_t)(pnl) * 32 * Dv, 0, (size_t)32 * Dv * sizeof(float));            \
+            otz |= (uint64_t)1 << (pnl);                                                         \
+        }                                                                                        \
+    } while (0)
 
     FA__PROF_AT(tid, 1);
     fa__tile_pos(d, pl, tile, &b, &h0, &i0, &nqr);
@@ -4711,8 +4811,10 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
     if (kb1 > (int64_t)(ch + 1) * pl->cb) kb1 = (int64_t)(ch + 1) * pl->cb;
     for (r = 0; r < nv * 16; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
     /* Q and O row-major for the dot-product kernels (St's padding lanes, which they never write,
-       hold finite values: zeroed once per call, fa_tiled), or transposed */
-    memset(Ot, 0, (size_t)Dv * (pl->rowmajor ? (size_t)nr : (size_t)ld) * sizeof(float));
+       hold finite values: zeroed once per call, fa_tiled), or transposed; on AMX each panel's O
+       zeroed just before its first use (otz, FA__OTZ), in L1, not the whole tile's up front (480 x 128
+       floats at D = 128: 7% of a 1-thread S = 512 call on the development machine's AMX) */
+    if (!otlazy) memset(Ot, 0, (size_t)Dv * (pl->rowmajor ? (size_t)nr : (size_t)ld) * sizeof(float));
     if (kb0 < kb1) {
         if (pl->rowmajor) {
 #if defined(__GNUC__) && FA__HSTART > 0
@@ -4894,6 +4996,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                             if (ln.mods)
                                 for (j = 0; j < nk; j++) K->scale(s0 + (size_t)j * 32, s0 + (size_t)j * 32, 16 * FA__NV(ip), d->scale);
                             if (ln.mods || mask) fa__modify_tile(K, &ln, 16 * FA__VA(ip), s0, 32, FA__NV(ip), k0, nk, mask);
+                            FA__OTZ(FA__PV(ip) / 2);
                             K->amx_online(FA__SR(ip), off, nk, FA__NV(ip), sc, m + 16 * FA__VA(ip), l + 16 * FA__VA(ip), FA__OP(ip),
                                           Dv, FA__PR(ip), pl->np16, cj, 0);
                         }
@@ -4932,6 +5035,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                         if (ln.mods)
                             for (j = 0; j < nk; j++) K->scale(s0 + (size_t)j * 32, s0 + (size_t)j * 32, 16 * FA__NV(ip), d->scale);
                         if (ln.mods || mask) fa__modify_tile(K, &ln, 16 * FA__VA(ip), s0, 32, FA__NV(ip), k0, nk, mask);
+                        FA__OTZ(FA__PV(ip) / 2);
                         K->amx_online(FA__SP(amx_it, ip), off, nk, FA__NV(ip), sc, m + 16 * FA__VA(ip), l + 16 * FA__VA(ip), FA__OP(ip), Dv,
                                       FA__PP(amx_it, ip), pl->np16, ajob, nj);
                         pend = 1; pend_vt = Vt; pend_pp = FA__PP(amx_it, ip); pend_op = FA__OP(ip); pend_nv = FA__NV(ip);
@@ -4956,6 +5060,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                 const uint32_t *qp = Qp + (size_t)(pv / 2) * 32 * (D / 2) + lo;
                 float *op = Ot + (size_t)(pv / 2) * 32 * Dv + lo, *sp = St + lo, *s0 = sp + (size_t)off * 32;
                 for (i = 0; i < amx_pf; i++) fa__pf_step(&pf);
+                FA__OTZ(pv / 2);
                 K->amx_qk(khb + f0 * ks, ks, nkq, D, qp, sp, nvec, d->scale, &pf);
                 if (ln.mods || mask) fa__modify_tile(K, &ln, 16 * va, s0, 32, nvec, k0, nk, mask);
                 K->online(s0, 32, nk, nvec, m + 16 * va, l + 16 * va, op, 32, Dv, tmp);
@@ -5009,6 +5114,8 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
 #define FA__HOUT (half && pl->nchunk == 1)
     if (!pl->rowmajor) {
         int r0, u;
+        for (r0 = 0; r0 < nr; r0 += 32) FA__OTZ(r0 / 32);      /* panels that saw no key */
+#undef FA__OTZ
         for (r0 = 0; r0 < nr; r0 += 16) {
             float *op[16];
             for (u = 0; u < 16; u++) op[u] = r0 + u < nr ? (FA__HOUT ? Oc + (size_t)u * Dv : FA__OROW(r0 + u)) : NULL;
