@@ -2373,8 +2373,7 @@ FA__AVX512 static inline __m512 fa__ldh16_tail(int f16, const uint16_t *p, int n
         } \
     }
 #define FA__PV_H_BODY \
-    int r0, t0, j, r, f16 = dt == FA_F16; \
-    (void)f16; \
+    int r0, t0, j, r; \
     for (r0 = 0; r0 < nr; r0 += 4) { \
         int rn = nr - r0 < 4 ? nr - r0 : 4, rr[4]; \
         for (r = 0; r < 4; r++) rr[r] = r < rn ? r : rn - 1; \
@@ -2413,6 +2412,7 @@ FA__AVX512 static void fa__dots_h_avx512(fa_dtype dt, const float *Q, int nr, co
 FA__AVX512 static void fa__pv_rows_h_avx512(fa_dtype dt, const float *P, int64_t lds, int nr, const uint16_t *V, int64_t vs,
                                             int nk, float *O, int Dv)
 {
+    const int f16 = dt == FA_F16;   /* FA__LDV's widening (the bf16 expansion has none) */
     FA__PV_H_BODY
 }
 #undef FA__HW_T
