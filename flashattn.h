@@ -3059,14 +3059,12 @@ static void fa__emu_dp(int c, int a, int b)
 static int fa__cpu_amx(void)
 {
     unsigned a, b, c, d;
-#ifdef FA__AMX_EMULATE
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b >> 17 & 1u)) return 0;
+#ifdef FA__AMX_EMULATE
     return fa__cpu_avx512bf16();
 #else
     unsigned lo, hi;
-    if (__get_cpuid_max(0, NULL) < 7) return 0;
-    __cpuid_count(7, 0, a, b, c, d);
-    if (!(d >> 24 & 1u) || !(d >> 22 & 1u) || !(b >> 17 & 1u)) return 0;
+    if (!(d >> 24 & 1u) || !(d >> 22 & 1u)) return 0;
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1u)) return 0;      /* OSXSAVE */
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return ((((uint64_t)hi << 32) | lo) & 0x60000u) == 0x60000u;
