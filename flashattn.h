@@ -581,6 +581,16 @@ extern "C" {
 #ifndef FA__AMX_VT_PF
 #define FA__AMX_VT_PF 2
 #endif
+/* ... FA__AMX_BLKPF 1: the next key block's K rows and Vt (or V's rows) prefetched toward L2 in steps
+   spread over a block's panels (fa__pf_step, as the fp32 kernels do; FA__AMX_VT_PF 1's prefetch is one
+   of those steps); 0: not, the hardware's prefetchers alone (FA__AMX_VT_PF 2's whole-block prefetch
+   stays). On the Xeon 0 ran 1.01-1.37x as fast as 1 at 16 threads in all 10 rows of one call (B = 2,
+   H = 4, S = 512/1024, two orders), and 1.02-1.09x at 1 and 2 threads on the development machine's
+   AMX, where the prefetch instructions themselves stalled (perf: 3% of S = 512 D = 128) [RESULTS, CPU
+   half precision, "The AMX forward's fixed costs"] */
+#ifndef FA__AMX_BLKPF
+#define FA__AMX_BLKPF 0
+#endif
 /* ... FA__AMX_TPT: query tiles a thread wants on AMX beyond 4 threads (as fp32: 8; 4 ran S = 512 D = 128
    1.11-1.18x as fast at 16 threads and S = 4096 D = 128 0.78-0.85x: 480-row tiles, 72 on 16 threads) */
 #ifndef FA__AMX_TPT
@@ -2748,7 +2758,8 @@ FA__AVX512 static void fa__f2h_avx512(fa_dtype dt, const float *src, void *dst, 
 /* fa__unpack16_avx512 into bf16 storage: o_i[t] = O[t][r0 + i] / l[r0 + i] rounded to bf16 (the
    bits of fa__unpack16_avx512 and then fa__f2h_avx512) for the rows with o_i not NULL, Dv even. Two
    features' bf16 make one 32-bit word, so one 16 x 16 transpose takes 32 features to the rows, and
-   no fp32 row is stored between. */
+   no fp32 row is stored between (a 480-row tile at Dv = 128 out of L2: 19.7K TSC ticks against 29K on
+   the development machine's AMX CPU). */
 FA__AVX512 static void fa__unpack16_bf16_avx512(const float *O, int64_t ld, const float *l, int Dv, uint16_t *const *o)
 {
     const __m512i himask = _mm512_set1_epi32((int)0xFFFF0000u);
@@ -3285,7 +3296,8 @@ FA__AMXT static void fa__vt_pack(const uint32_t *Vp, int np, int Dv, uint32_t *V
    returns 1 when every value is finite (Vt is written either way). Per 16 key pairs and 32 features,
    each pair's two rows interleaved within 128-bit lanes (vpunpcklwd: the group's features 0-3, 8-11,
    16-19, 24-27; vpunpckhwd: 4-7, 12-15, ...), and each half transposed 16 x 16 into Vt's rows: no
-   Vp between (on the development machine's AMX CPU 2x as fast as the two passes, D = 128). */
+   Vp between (on the development machine's AMX CPU 1.4x as fast as the two passes at Dv = 128, 1.8x at
+   64: 12.4K and 5.3K TSC ticks a block of 256 keys). */
 FA__AMXT static int fa__vt_pack_h(const uint16_t *V, int64_t vs, int nk, int Dv, uint32_t *Vt, int np16)
 {
     const __m512i ex = _mm512_set1_epi16(0x7F80);
@@ -3750,19 +3762,14 @@ typedef struct fa__pool {
 
 typedef struct fa__worker { fa__pool *pool; int tid; fa_pool *owner; } fa__worker;
 
-/* Takes items from the queue until it is empty, in increasing order (an atomic add where the compiler
-   has GNU atomics: no thread sleeps on a lock that another holds for a moment; else the mutex). */
+/* Takes items from the queue until it is empty. */
 static void fa__drain(fa__pool *pl, int tid)
 {
     for (;;) {
         int64_t item;
-#if defined(__GNUC__) || defined(__clang__)
-        item = __atomic_fetch_add(&pl->next, 1, __ATOMIC_RELAXED);
-#else
         pthread_mutex_lock(&pl->mu);
         item = pl->next++;
         pthread_mutex_unlock(&pl->mu);
-#endif
         if (item >= pl->total) break;
         pl->fn(pl->ctx, item, tid);
     }
@@ -3801,12 +3808,7 @@ static size_t fa__phys_bytes(void)
    drain its queue and count `busy` down, the last one signalling `idle`. Between jobs a worker
    spins on `gen` for a while before it sleeps, and the caller spins on `busy` before it waits, so
    back-to-back calls cost no sleep and wake-up (the spins read with __atomic where the compiler
-   has it, and are skipped where it does not). With __atomic a worker that sees the new `gen` while
-   spinning reads the job without `mu` (the caller stores it before `gen`, and replaces it only after
-   every worker that takes part has counted `busy` down), and counts `busy` down by an atomic add, so
-   that the workers of a short call do not queue on `mu` (glibc's mutex sleeps at once when held:
-   15 workers that saw `gen` together were woken one after another). `call` keeps one call at a
-   time on the pool. */
+   has it, and are skipped where it does not). `call` keeps one call at a time on the pool. */
 struct fa_pool {
     int n;
     pthread_mutex_t call, mu;
@@ -3821,7 +3823,6 @@ struct fa_pool {
 static int fa__pool_size(const fa_pool *pool) { return pool->n; }
 
 #if defined(__GNUC__) || defined(__clang__)
-#define FA__POOL_ATOMIC 1
 #define FA__SPIN FA__SPIN_PAUSES   /* section 0 */
 #define fa__load_ul(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define fa__load_int(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
@@ -3833,7 +3834,6 @@ static int fa__pool_size(const fa_pool *pool) { return pool->n; }
 #define fa__relax() ((void)0)
 #endif
 #else
-#define FA__POOL_ATOMIC 0
 #undef FA__SPIN
 #define FA__SPIN 0
 #define fa__load_ul(p) (*(p))
@@ -3852,19 +3852,6 @@ static void *fa__pool_main(void *arg)
         fa__pool *job;
         int spin, in;
         for (spin = 0; spin < FA__SPIN && fa__load_ul(&P->gen) == seen; spin++) fa__relax();
-#if FA__POOL_ATOMIC
-        {
-            unsigned long g = fa__load_ul(&P->gen);
-            if (g != seen) {     /* posted while spinning: read without mu, again if posted once more meanwhile */
-                job = __atomic_load_n(&P->job, __ATOMIC_ACQUIRE);
-                in = w->tid < fa__load_int(&P->active);
-                __atomic_thread_fence(__ATOMIC_ACQUIRE);
-                if (fa__load_ul(&P->gen) != g) continue;
-                seen = g;
-                goto run;
-            }
-        }
-#endif
         pthread_mutex_lock(&P->mu);
         while (P->gen == seen && !P->quit) pthread_cond_wait(&P->wake, &P->mu);
         if (P->quit) { pthread_mutex_unlock(&P->mu); return NULL; }
@@ -3872,24 +3859,12 @@ static void *fa__pool_main(void *arg)
         job = P->job;
         in = w->tid < P->active;
         pthread_mutex_unlock(&P->mu);
-#if FA__POOL_ATOMIC
-    run:
-#endif
         if (!in) continue;
         fa__drain(job, w->tid);
-#if FA__POOL_ATOMIC
-        /* the last one signals under mu, so that a caller about to wait on idle sees busy 0 or the signal */
-        if (__atomic_sub_fetch(&P->busy, 1, __ATOMIC_ACQ_REL) == 0) {
-            pthread_mutex_lock(&P->mu);
-            pthread_cond_signal(&P->idle);
-            pthread_mutex_unlock(&P->mu);
-        }
-#else
         pthread_mutex_lock(&P->mu);
         fa__store_int(&P->busy, P->busy - 1);
         if (P->busy == 0) pthread_cond_signal(&P->idle);
         pthread_mutex_unlock(&P->mu);
-#endif
     }
 }
 
@@ -3972,20 +3947,16 @@ static void fa__pool_run(fa_pool *P, fa__pool *job, int nthreads)
     int spin;
     pthread_mutex_lock(&P->call);
     pthread_mutex_lock(&P->mu);
-#if FA__POOL_ATOMIC
-    __atomic_store_n(&P->job, job, __ATOMIC_RELEASE);
-#else
     P->job = job;
-#endif
-    fa__store_int(&P->active, nthreads);
+    P->active = nthreads;
     fa__store_int(&P->busy, nthreads - 1);
-    fa__store_ul(&P->gen, P->gen + 1);     /* last: a spinning worker reads the job once it sees gen */
+    fa__store_ul(&P->gen, P->gen + 1);
     pthread_cond_broadcast(&P->wake);
     pthread_mutex_unlock(&P->mu);
     fa__drain(job, 0);
     for (spin = 0; spin < FA__SPIN && fa__load_int(&P->busy) != 0; spin++) fa__relax();
     pthread_mutex_lock(&P->mu);
-    while (fa__load_int(&P->busy) != 0) pthread_cond_wait(&P->idle, &P->mu);
+    while (P->busy != 0) pthread_cond_wait(&P->idle, &P->mu);
     pthread_mutex_unlock(&P->mu);
     pthread_mutex_unlock(&P->call);
 }
@@ -5052,7 +5023,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             lines = (int64_t)pf.rows[0] * pf.lines[0] + (int64_t)pf.rows[1] * pf.lines[1];
             it = (int64_t)np * (((int64_t)nk + 7) / 8 * D + ((int64_t)Dv + 7) / 8 * nk);
             pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
-            amx_pf = np > 0 ? (int)((lines + np - 1) / np) : 0;    /* AMX: lines per panel */
+            amx_pf = FA__AMX_BLKPF && np > 0 ? (int)((lines + np - 1) / np) : 0;    /* AMX: lines per panel */
         }
 #ifdef FA__HAVE_AMX
         if (c->amx) {
