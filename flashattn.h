@@ -581,6 +581,16 @@ extern "C" {
 #ifndef FA__AMX_VT_PF
 #define FA__AMX_VT_PF 2
 #endif
+/* ... FA__AMX_BLKPF 1: the next key block's K rows and Vt (or V's rows) prefetched toward L2 in steps
+   spread over a block's panels (fa__pf_step, as the fp32 kernels do; FA__AMX_VT_PF 1's prefetch is one
+   of those steps); 0: not, the hardware's prefetchers alone (FA__AMX_VT_PF 2's whole-block prefetch
+   stays). On the Xeon 0 ran 1.01-1.37x as fast as 1 at 16 threads in all 10 rows of one call (B = 2,
+   H = 4, S = 512/1024, two orders), and 1.02-1.09x at 1 and 2 threads on the development machine's
+   AMX, where the prefetch instructions themselves stalled (perf: 3% of S = 512 D = 128) [RESULTS, CPU
+   half precision, "The AMX forward's fixed costs"] */
+#ifndef FA__AMX_BLKPF
+#define FA__AMX_BLKPF 0
+#endif
 /* ... FA__AMX_TPT: query tiles a thread wants on AMX beyond 4 threads (as fp32: 8; 4 ran S = 512 D = 128
    1.11-1.18x as fast at 16 threads and S = 4096 D = 128 0.78-0.85x: 480-row tiles, 72 on 16 threads) */
 #ifndef FA__AMX_TPT
@@ -2723,6 +2733,15 @@ FA__AVX512 static void fa__h2f_avx512(fa_dtype dt, const void *src, float *dst, 
     if (t < n) fa__h2f_c(dt, h + t, dst + t, n - t);
 }
 
+/* x rounded to bf16 on 16 lanes, fa__f32_to_bf16's rule (to nearest even, NaN quieted): the bf16 in
+   each lane's high 16 bits (its low 16 bits are not the result) */
+FA__AVX512 static inline __attribute__((always_inline)) __m512i fa__bf16_hi_avx512(__m512 x)
+{
+    __m512i u = _mm512_castps_si512(x);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(fa__srli32(u, 16), _mm512_set1_epi32(1))));
+    return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+}
+
 FA__AVX512 static void fa__f2h_avx512(fa_dtype dt, const float *src, void *dst, int n)
 {
     uint16_t *h = (uint16_t *)dst;
@@ -2731,14 +2750,40 @@ FA__AVX512 static void fa__f2h_avx512(fa_dtype dt, const float *src, void *dst, 
         for (t = 0; t + 16 <= n; t += 16)
             _mm256_storeu_si256((__m256i *)(h + t), _mm512_maskz_cvtps_ph((__mmask16)0xFFFF, _mm512_loadu_ps(src + t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     else
-        for (t = 0; t + 16 <= n; t += 16) {
-            __m512 x = _mm512_loadu_ps(src + t);
-            __m512i u = _mm512_castps_si512(x), r;
-            r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(fa__srli32(u, 16), _mm512_set1_epi32(1))));
-            r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
-            _mm256_storeu_si256((__m256i *)(h + t), fa__cvtepi32_16(fa__srli32(r, 16)));
-        }
+        for (t = 0; t + 16 <= n; t += 16)
+            _mm256_storeu_si256((__m256i *)(h + t), fa__cvtepi32_16(fa__srli32(fa__bf16_hi_avx512(_mm512_loadu_ps(src + t)), 16)));
     if (t < n) fa__f2h_c(dt, src + t, h + t, n - t);
+}
+
+/* fa__unpack16_avx512 into bf16 storage: o_i[t] = O[t][r0 + i] / l[r0 + i] rounded to bf16 (the
+   bits of fa__unpack16_avx512 and then fa__f2h_avx512) for the rows with o_i not NULL, Dv even. Two
+   features' bf16 make one 32-bit word, so one 16 x 16 transpose takes 32 features to the rows, and
+   no fp32 row is stored between (a 480-row tile at Dv = 128 out of L2: 19.7K TSC ticks against 29K on
+   the development machine's AMX CPU). */
+FA__AVX512 static void fa__unpack16_bf16_avx512(const float *O, int64_t ld, const float *l, int Dv, uint16_t *const *o)
+{
+    const __m512i himask = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512 v[16], lv = _mm512_loadu_ps(l);
+    __mmask16 keep = _mm512_cmp_ps_mask(lv, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    __m512 inv = _mm512_maskz_div_ps(keep, _mm512_set1_ps(1.0f), lv);
+    int t0, k, i;
+    for (t0 = 0; t0 < Dv; t0 += 32) {
+        const int nw = (Dv - t0) / 2;       /* words (feature pairs) of this group */
+        const __mmask16 wm = fa__lanes(nw);
+        FA__UNROLL
+        for (k = 0; k < 16; k++)
+            if (k < nw) {
+                __m512i a = fa__bf16_hi_avx512(_mm512_maskz_mul_ps(keep, _mm512_loadu_ps(O + (t0 + 2 * k) * ld), inv));
+                __m512i b = fa__bf16_hi_avx512(_mm512_maskz_mul_ps(keep, _mm512_loadu_ps(O + (t0 + 2 * k + 1) * ld), inv));
+                v[k] = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(b, himask, fa__srli32(a, 16), 0xEA));   /* (b & hi) | a >> 16 */
+            } else {
+                v[k] = _mm512_setzero_ps();
+            }
+        fa__t16_avx512(v);
+        FA__UNROLL
+        for (i = 0; i < 16; i++)
+            if (o[i]) _mm512_mask_storeu_epi32((void *)(o[i] + t0), wm, _mm512_castps_si512(v[i]));
+    }
 }
 
 #define FA__AVX2C __attribute__((target("avx2,fma,f16c")))
@@ -3246,6 +3291,43 @@ FA__AMXT static void fa__vt_pack(const uint32_t *Vp, int np, int Dv, uint32_t *V
         }
 }
 
+/* fa__vpack_bf16 and then fa__vt_pack in one pass, from V as stored: Vt[t][x] = (V[2x][t], V[2x + 1][t])
+   for t < Dv, x < np16 (the same words: a missing key 2x + 1 and the pairs past the nk keys are 0);
+   returns 1 when every value is finite (Vt is written either way). Per 16 key pairs and 32 features,
+   each pair's two rows interleaved within 128-bit lanes (vpunpcklwd: the group's features 0-3, 8-11,
+   16-19, 24-27; vpunpckhwd: 4-7, 12-15, ...), and each half transposed 16 x 16 into Vt's rows: no
+   Vp between (on the development machine's AMX CPU 1.4x as fast as the two passes at Dv = 128, 1.8x at
+   64: 12.4K and 5.3K TSC ticks a block of 256 keys). */
+FA__AMXT static int fa__vt_pack_h(const uint16_t *V, int64_t vs, int nk, int Dv, uint32_t *Vt, int np16)
+{
+    const __m512i ex = _mm512_set1_epi16(0x7F80);
+    __m512i big = _mm512_setzero_si512();       /* the largest exponent field seen */
+    int x0, t0, x, h, p;
+    for (x0 = 0; x0 < np16; x0 += 16)
+        for (t0 = 0; t0 < Dv; t0 += 32) {
+            const __mmask32 wm = Dv - t0 >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (Dv - t0)) - 1u);
+            for (h = 0; h < 2; h++) {
+                __m512 r[16];
+                FA__UNROLL
+                for (x = 0; x < 16; x++) {
+                    const int k = 2 * (x0 + x);
+                    __m512i a = k < nk ? _mm512_maskz_loadu_epi16(wm, (const void *)(V + (int64_t)k * vs + t0)) : _mm512_setzero_si512();
+                    __m512i b = k + 1 < nk ? _mm512_maskz_loadu_epi16(wm, (const void *)(V + (int64_t)(k + 1) * vs + t0))
+                                           : _mm512_setzero_si512();
+                    if (!h) big = _mm512_max_epu16(big, _mm512_max_epu16(_mm512_and_si512(a, ex), _mm512_and_si512(b, ex)));
+                    r[x] = _mm512_castsi512_ps(h ? _mm512_unpackhi_epi16(a, b) : _mm512_unpacklo_epi16(a, b));
+                }
+                fa__t16_avx512(r);
+                FA__UNROLL
+                for (p = 0; p < 16; p++) {
+                    const int t = t0 + 8 * (p >> 2) + (p & 3) + 4 * h;
+                    if (t < Dv) _mm512_storeu_ps((float *)(Vt + (int64_t)t * np16 + x0), r[p]);
+                }
+            }
+        }
+    return _mm512_cmpeq_epi16_mask(big, ex) == 0;
+}
+
 /* Ot[t][lanes] += sum_x Vt[t][x] . Pp[x][lanes] for t < Dv, x < np16 (Pp's rows past the block's
    key pairs are 0), nv (1 or 2) lane vectors, Ot and Pp in rows of FA__AMX_LD lanes. Features in
    16-feature groups on fa__mm_amx; the fewer than 16 left on vdpbf16ps. fa__pv_amx_job: those done
@@ -3498,6 +3580,8 @@ typedef struct fa__kernels {
     void (*h2f)(fa_dtype dt, const void *src, float *dst, int n);
     void (*f2h)(fa_dtype dt, const float *src, void *dst, int n);
     const char *cvt_name;
+    /* unpack16 and then f2h to bf16 in one pass (fa__unpack16_bf16_avx512; Dv even); NULL: the two */
+    void (*unpack16_bf16)(const float *O, int64_t ld, const float *l, int Dv, uint16_t *const *o);
     /* bf16 products on AVX512-BF16 (fa__gemm_bf16_avx512, the Q, V and P packs); NULL without */
     void (*gemm_bf16)(const unsigned char *A, int64_t sa, int64_t sx, int na, int nx, const uint32_t *B, int64_t ldb,
                       float *C, int64_t ldc, int nv, int acc, float scale, fa__pf *pf);
@@ -3512,6 +3596,7 @@ typedef struct fa__kernels {
                    fa__pf *pf);
     void (*amx_pv)(const uint32_t *Vt, int np16, int Dv, const uint32_t *Pp, float *O, int nv, fa__pf *pf);
     void (*amx_vt)(const uint32_t *Vp, int np, int Dv, uint32_t *Vt, int np16);
+    int (*amx_vt_h)(const uint16_t *V, int64_t vs, int nk, int Dv, uint32_t *Vt, int np16);
     void (*amx_mm)(const uint16_t *A, int64_t lda, int M, int Kd, const uint32_t *B, int64_t ldb, float *C, int64_t ldc,
                    int N, int acc, float scale);
     /* the forward's panel pipeline on the tiles: the two products as jobs, their blocks run through the
@@ -3550,37 +3635,37 @@ static const fa__kernels *fa__kernels_for(int isa)
     static const fa__kernels portable = {
         fa__gemm_c, fa__online_c, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_c, fa__row_max_c, fa__scale_c, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
 #ifdef FLASHATTN__X86
     static const fa__kernels avx2 = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_avx2, fa__f2h_avx2, "f16c", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     /* an AVX2 CPU without F16C (none shipped that we know of) converts in C */
     static const fa__kernels avx2_nof16c = {
         fa__gemm_avx2, fa__online_avx2, fa__pack16_c, fa__unpack16_c, 0, NULL, NULL,
         fa__softcap_c, fa__alibi_lanes_c, fa__bias_lanes_c, fa__mask_lanes_c,
-        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__exp_sum_avx2, fa__row_max_avx2, fa__scale_avx2, fa__h2f_c, fa__f2h_c, "portable C", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     static const fa__kernels avx512 = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
-        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__unpack16_bf16_avx512, NULL, NULL, NULL, NULL, fa__dots_h_avx512, fa__pv_rows_h_avx512, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     pthread_once(&fa__cpu_once, fa__cpu_probe);
 #ifndef FLASHATTN_NO_AVX512BF16
     static const fa__kernels avx512bf16 = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
-        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
-        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_bf16, fa__pv_rows_h_bf16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__unpack16_bf16_avx512, fa__gemm_bf16_avx512, fa__qpack_bf16,
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_bf16, fa__pv_rows_h_bf16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
 #ifdef FA__HAVE_AMX
     static const fa__kernels amx = {
         fa__gemm_avx512, fa__online_avx512, fa__pack16_avx512, fa__unpack16_avx512, 8, fa__dots_avx512,
         fa__pv_rows_avx512, fa__softcap_avx512, fa__alibi_lanes_avx512, fa__bias_lanes_avx512,
         fa__mask_lanes_avx512, fa__exp_sum_avx512, fa__row_max_avx512, fa__scale_avx512,
-        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__gemm_bf16_avx512, fa__qpack_bf16,
-        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_bf16, fa__pv_rows_h_bf16, fa__qk_amx, fa__pv_amx, fa__vt_pack,
+        fa__h2f_avx512, fa__f2h_avx512, "avx512f vcvtph2ps", fa__unpack16_bf16_avx512, fa__gemm_bf16_avx512, fa__qpack_bf16,
+        fa__vpack_bf16, fa__ppack_bf16, fa__dots_h_bf16, fa__pv_rows_h_bf16, fa__qk_amx, fa__pv_amx, fa__vt_pack, fa__vt_pack_h,
         fa__mm_amx, fa__qk_amx_job, fa__pv_amx_job, fa__online_amx, fa__amx_run, fa__amx_run_rr };
     if (isa == 2 && fa__cpu_has_amx) return &amx;
 #endif
@@ -4662,19 +4747,16 @@ static int fa__pv_acc(const fa__rule_lanes *ln, int v, int64_t f0, int64_t f1)
 static void fa__tiled_merge(void *vctx, int64_t tile, int tid);
 
 /* pl->vt_all: block `item` of [B][Hkv][blocks], V's words over its whole extent transposed into Vt
-   (fa__vt_pack), the thread's Vc holding the words between; 1 if every value is finite (else Vt is
-   not written) */
+   (fa__vt_pack_h; tid unused); 1 if every value is finite (else Vt's words are not used) */
 static int fa__tiled_vt_make(const fa__tiled_ctx *c, int64_t item, int tid, uint32_t *Vt)
 {
     const fa__dims *d = c->d;
     const fa__tiled_plan *pl = c->pl;
     int64_t nb = (d->Sk + pl->bk - 1) / pl->bk, kb = item % nb, bg = item / nb, f0 = kb * pl->bk;
     int64_t f1 = f0 + pl->bk < d->Sk ? f0 + pl->bk : d->Sk;
-    uint32_t *Vp = (uint32_t *)(c->ws + (size_t)tid * pl->thread_floats + pl->half_off + fa__round16((size_t)pl->bk * d->D));
     const uint16_t *v = c->vh + (bg / d->Hkv) * d->vs[0] + (bg % d->Hkv) * d->vs[1] + f0 * d->vs[2];
-    int fin = c->K->vpack_bf16(v, d->vs[2], (int)(f1 - f0), d->Dv, Vp);
-    if (fin) c->K->amx_vt(Vp, (int)(f1 - f0 + 1) / 2, d->Dv, Vt, pl->np16);
-    return fin;
+    (void)tid;
+    return c->K->amx_vt_h(v, d->vs[2], (int)(f1 - f0), d->Dv, Vt, pl->np16);
 }
 
 /* the states of pl->vt_all's blocks: 0 not made, 1 being made, 2 made (V finite), 3 made (V not) */
@@ -4908,8 +4990,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
                 (void)made;
                 vt_next = FA__AMX_VT_PF && kb + 1 < kb1 ? fa__tiled_vt_ready(c, blk + 1) : NULL;
             } else {
-                vfin = K->vpack_bf16(vhb + f0 * vs, vs, (int)(f1 - f0), Dv, Vp);
-                if (vfin) K->amx_vt(Vp, (int)(f1 - f0 + 1) / 2, Dv, Vown, pl->np16);
+                vfin = K->amx_vt_h(vhb + f0 * vs, vs, (int)(f1 - f0), Dv, Vown, pl->np16);
             }
             if (!vfin)
                 for (j = 0; j < nk; j++) K->h2f(d->dtype, vhb + (k0 + j) * vs, Vc + (size_t)j * Dv, Dv);
@@ -4942,7 +5023,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             lines = (int64_t)pf.rows[0] * pf.lines[0] + (int64_t)pf.rows[1] * pf.lines[1];
             it = (int64_t)np * (((int64_t)nk + 7) / 8 * D + ((int64_t)Dv + 7) / 8 * nk);
             pf.mask = it >= 8 * lines ? 3 : it >= 4 * lines ? 1 : 0;
-            amx_pf = np > 0 ? (int)((lines + np - 1) / np) : 0;    /* AMX: lines per panel */
+            amx_pf = FA__AMX_BLKPF && np > 0 ? (int)((lines + np - 1) / np) : 0;    /* AMX: lines per panel */
         }
 #ifdef FA__HAVE_AMX
         if (c->amx) {
@@ -5116,9 +5197,16 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
 #undef FA__OTZ
         for (r0 = 0; r0 < nr; r0 += 16) {
             float *op[16];
+            const float *O0 = c->amx ? Ot + (size_t)(r0 / 32) * 32 * Dv + r0 % 32 : Ot + r0;
+            const int64_t ldo = c->amx ? 32 : ld;
+            if (FA__HOUT && d->dtype == FA_BF16 && K->unpack16_bf16 && Dv % 2 == 0) {     /* straight to bf16 */
+                uint16_t *oh[16];
+                for (u = 0; u < 16; u++) oh[u] = r0 + u < nr ? c->oh + FA__OOFF(r0 + u) : NULL;
+                K->unpack16_bf16(O0, ldo, l + r0, Dv, oh);
+                continue;
+            }
             for (u = 0; u < 16; u++) op[u] = r0 + u < nr ? (FA__HOUT ? Oc + (size_t)u * Dv : FA__OROW(r0 + u)) : NULL;
-            if (c->amx) K->unpack16(Ot + (size_t)(r0 / 32) * 32 * Dv + r0 % 32, 32, l + r0, Dv, op);
-            else K->unpack16(Ot + r0, ld, l + r0, Dv, op);
+            K->unpack16(O0, ldo, l + r0, Dv, op);
             if (FA__HOUT)
                 for (u = 0; u < 16 && r0 + u < nr; u++) K->f2h(d->dtype, Oc + (size_t)u * Dv, c->oh + FA__OOFF(r0 + u), Dv);
         }

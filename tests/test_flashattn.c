@@ -2464,6 +2464,80 @@ static void test_half_conversions(void **state)
     free(f); free(g); free(h); free(h2);
 }
 
+/* The one-pass packs against the two passes they replace, bit for bit, on every ISA table that has
+   them: the end's O / l straight to bf16 (unpack16_bf16 against unpack16 and then f2h: NaN, inf,
+   fp32 denormals, l = 0 and NaN lanes, padding rows, even Dv with a part group, nothing written past
+   a row's Dv), and V's words transposed from V as stored (amx_vt_h against vpack_bf16 and then
+   amx_vt: odd key counts, Dv not a multiple of 32, strides, the finite flag). */
+static void test_half_packs(void **state)
+{
+    static const int dvs[] = { 2, 16, 30, 32, 48, 64, 80, 128, 160 }, nks[] = { 1, 2, 17, 31, 33, 128, 200, 255, 256 };
+    ref_rng r;
+    int isa, a, b, i, t, n = 0;
+    float *O = (float *)malloc(256 * 64 * sizeof(float)), l[32], *Oc = (float *)malloc(16 * 256 * sizeof(float));
+    uint16_t *o1 = (uint16_t *)malloc(16 * (256 + GUARD) * 2), *o2 = (uint16_t *)malloc(16 * (256 + GUARD) * 2);
+    uint16_t *V = (uint16_t *)malloc(260 * 200 * 2);
+    uint32_t *Vp = (uint32_t *)malloc(260 * 200 * 4), *A = (uint32_t *)malloc(260 * 200 * 4), *B = (uint32_t *)malloc(260 * 200 * 4);
+    (void)state;
+    assert_true(O && Oc && o1 && o2 && V && Vp && A && B);
+    ref_seed(&r, 77u);
+    for (isa = 0; isa <= fa__isa(); isa++) {
+        const fa__kernels *K = fa__kernels_for(isa);
+        if (K->unpack16_bf16)
+            for (a = 0; a < (int)(sizeof dvs / sizeof dvs[0]); a++)
+                for (b = 0; b < 4; b++) {
+                    const int Dv = dvs[a], ld = b & 1 ? 32 : 48, stride = Dv + GUARD;
+                    float *op[16];
+                    uint16_t *oh1[16], *oh2[16];
+                    for (i = 0; i < Dv * ld; i++) {
+                        uint32_t x = (uint32_t)ref_next(&r);
+                        if (b >= 2 && i % 7 == 0) x &= 0x807FFFFFu;     /* fp32 denormals */
+                        memcpy(&O[i], &x, 4);
+                        if (i % 5 == 0) O[i] = (float)ref_normal(&r);
+                    }
+                    O[3] = NAN; O[ld + 4] = INFINITY; O[2 * ld + 5] = -INFINITY;
+                    for (i = 0; i < 16; i++) l[i] = (float)(1.0 + 3.0 * ref_uniform(&r));
+                    l[1] = 0.0f; l[2] = NAN; l[3] = 1e-30f; l[4] = 1e30f;
+                    for (i = 0; i < 16 * stride; i++) o1[i] = o2[i] = 0xBEEF;
+                    for (i = 0; i < 16; i++) {
+                        op[i] = i == 9 && b ? NULL : Oc + (size_t)i * Dv;
+                        oh1[i] = op[i] ? o1 + (size_t)i * stride : NULL;
+                        oh2[i] = op[i] ? o2 + (size_t)i * stride : NULL;
+                    }
+                    K->unpack16(O, ld, l, Dv, op);
+                    for (i = 0; i < 16; i++)
+                        if (op[i]) K->f2h(FA_BF16, op[i], oh1[i], Dv);
+                    K->unpack16_bf16(O, ld, l, Dv, oh2);
+                    assert_memory_equal(o1, o2, 16 * (size_t)stride * 2);
+                    for (i = 0; i < 16; i++)
+                        for (t = Dv; t < stride; t++) assert_int_equal(o2[i * stride + t], 0xBEEF);
+                    n++;
+                }
+        if (K->amx_vt_h)
+            for (a = 0; a < (int)(sizeof dvs / sizeof dvs[0]); a++)
+                for (b = 0; b < (int)(sizeof nks / sizeof nks[0]); b++)
+                    for (t = 0; t < 3; t++) {
+                        const int Dv = dvs[a], nk = nks[b], vs = Dv + 3 * (b & 1), np = (nk + 1) / 2, np16 = (np + 15) / 16 * 16;
+                        int f1, f2;
+                        for (i = 0; i < 260 * 200; i++) V[i] = (uint16_t)(ref_next(&r) & 0xBFFFu);  /* finite */
+                        if (t == 1) V[(size_t)(nk - 1) * vs + Dv - 1] = 0x7F80;      /* inf, the last value */
+                        if (t == 2) V[(size_t)(nk / 2) * vs + Dv / 2] = 0xFFC1;      /* NaN */
+                        V[(size_t)nk * vs] = 0x7F80;          /* past the keys: not read */
+                        memset(A, 0xAB, 260 * 200 * 4); memset(B, 0xAB, 260 * 200 * 4);
+                        f1 = K->vpack_bf16(V, vs, nk, Dv, Vp);
+                        K->amx_vt(Vp, np, Dv, A, np16);
+                        f2 = K->amx_vt_h(V, vs, nk, Dv, B, np16);
+                        assert_int_equal(f1, t == 0);
+                        assert_int_equal(f2, f1);
+                        if (f1) assert_memory_equal(A, B, (size_t)Dv * np16 * 4);
+                        assert_memory_equal(A + (size_t)Dv * np16, B + (size_t)Dv * np16, 64);   /* nothing past Vt */
+                        n++;
+                    }
+    }
+    print_message("half packs: %d cases bitwise the two-pass kernels'\n", n);
+    free(O); free(Oc); free(o1); free(o2); free(V); free(Vp); free(A); free(B);
+}
+
 static uint16_t *half_of(fa_dtype dt, const float *x, size_t n)
 {
     uint16_t *h = (uint16_t *)malloc((n + GUARD) * 2);
@@ -2953,6 +3027,7 @@ int main(void)
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_version_and_build_info),
         cmocka_unit_test(test_half_conversions),
+        cmocka_unit_test(test_half_packs),
         cmocka_unit_test(test_half_storage),
         cmocka_unit_test(test_half_alias),
         cmocka_unit_test(test_half_nan_v),
