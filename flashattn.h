@@ -6597,10 +6597,15 @@ struct fa__cu_generic_d256 { enum { DC = 256, RM = 4, CN = 2, PIPE = 0, MINB = 1
    class. RM: query rows a thread (BQ = 16 RM rows a query block), CN: keys a thread (BK = 16 CN
    keys a key block). D = 256 halves both so that K, V, Q, dO and dS fit in shared memory. MINB:
    blocks per SM of the dK/dV kernel (D = 64: two of 103 KB, 128 registers a thread, spilling up to
-   48 bytes; the deterministic dq kernel stays at one, where two spilled 260 bytes). */
-struct fa__cu_bwd_d64 { enum { DC = 64, RM = 4, CN = 4, MINB = 2 }; };
-struct fa__cu_bwd_d128 { enum { DC = 128, RM = 4, CN = 4, MINB = 1 }; };
-struct fa__cu_bwd_d256 { enum { DC = 256, RM = 2, CN = 2, MINB = 1 }; };
+   48 bytes; the deterministic dq kernel stays at one, where two spilled 260 bytes). UN: the S and
+   dP loops (fa__cu_bwd_dots) unrolled by UN k-steps of 4 where D (Dv) is the class's own, so that
+   ptxas issues the next step's shared loads under this step's FFMAs; UNPV and UNDQ: the unroll of
+   the dV/dK loop (steps of 4 query rows) and of dq's loop over keys (fa__cu_bwd_dsk). The same
+   products in the same order whatever the unroll (bench/RESULTS.md, CUDA backward, "FFMA
+   backward: the loops unrolled", H100: 1.5-3.6% faster at D = 64 and 128; D = 256 unmeasured). */
+struct fa__cu_bwd_d64 { enum { DC = 64, RM = 4, CN = 4, MINB = 2, UN = 2, UNPV = 2, UNDQ = 8 }; };
+struct fa__cu_bwd_d128 { enum { DC = 128, RM = 4, CN = 4, MINB = 1, UN = 2, UNPV = 2, UNDQ = 8 }; };
+struct fa__cu_bwd_d256 { enum { DC = 256, RM = 2, CN = 2, MINB = 1, UN = 1, UNPV = 1, UNDQ = 4 }; };
 
 /* The tensor-core kernel's tile configurations (8d), one per FA__CU_TC_* kernel. D: the head dim.
    NW: warps a block. MT: m16 tiles a warp (BQ = 16 MT NW query rows a block). BK: keys a tile.
@@ -9548,12 +9553,16 @@ static __device__ __forceinline__ void fa__cu_bwd_txy(int &tx, int &ty)
 }
 
 /* acc[r][c] += dot(A's row ty + 16 r, B's row tx + 16 c) over [0, n), n a multiple of 4, rows LD
-   floats apart in shared memory: the FFMA backward's S = Q K^T and dP = dO V^T. */
-template <int RM, int CN, int LD>
+   floats apart in shared memory: the FFMA backward's S = Q K^T and dP = dO V^T. NT: n known at
+   compile time (0: n at run time), so that the loop unrolls by UN and ptxas can issue the next
+   steps' loads under this step's FMAs. */
+template <int RM, int CN, int LD, int NT, int UN>
 static __device__ __forceinline__ void fa__cu_bwd_dots(float (&acc)[RM][CN], const float *A, const float *B, int n,
                                                        int tx, int ty)
 {
-    for (int t = 0; t < n; t += 4) {
+    const int nn = NT > 0 ? NT : n;
+#pragma unroll UN
+    for (int t = 0; t < nn; t += 4) {
         float4 bb[CN];
 #pragma unroll
         for (int c = 0; c < CN; c++) bb[c] = *(const float4 *)(B + (tx + 16 * c) * LD + t);
@@ -9593,8 +9602,14 @@ static __device__ __forceinline__ void fa__cu_bwd_tile(const fa__dims &d, const 
     for (int r = 0; r < RM; r++)
 #pragma unroll
         for (int c = 0; c < CN; c++) p[r][c] = ds[r][c] = 0.0f;
-    fa__cu_bwd_dots<RM, CN, LD>(p, sQ, sK, Dp, tx, ty);    /* S = Q K^T (K carries the scale) */
-    fa__cu_bwd_dots<RM, CN, LD>(ds, sO, sV, Dvp, tx, ty);  /* dP = dO V^T */
+    if (Dp == G::DC && CFG::UN > 1)                        /* S = Q K^T (K carries the scale) */
+        fa__cu_bwd_dots<RM, CN, LD, G::DC, CFG::UN>(p, sQ, sK, Dp, tx, ty);
+    else
+        fa__cu_bwd_dots<RM, CN, LD, 0, 1>(p, sQ, sK, Dp, tx, ty);
+    if (Dvp == G::DC && CFG::UN > 1)                       /* dP = dO V^T */
+        fa__cu_bwd_dots<RM, CN, LD, G::DC, CFG::UN>(ds, sO, sV, Dvp, tx, ty);
+    else
+        fa__cu_bwd_dots<RM, CN, LD, 0, 1>(ds, sO, sV, Dvp, tx, ty);
 #pragma unroll
     for (int r = 0; r < RM; r++) {
         const int64_t i = (int64_t)i0 + ty + 16 * r;
@@ -9705,7 +9720,8 @@ static __device__ __forceinline__ void fa__cu_bwd_dsk(float (&aq)[fa__cu_bgeom<C
                                                       const float *sST, const float *sK, int tx, int ty)
 {
     typedef fa__cu_bgeom<CFG> G;
-    enum { RM = G::RM, NC = G::NC, BK = G::BK, LD = G::LD, LDT = G::LDT };
+    enum { RM = G::RM, NC = G::NC, BK = G::BK, LD = G::LD, LDT = G::LDT, UDQ = CFG::UNDQ };
+#pragma unroll UDQ
     for (int j = 0; j < BK; j++) {
         float sv[RM];
         if (RM % 4 == 0) {
@@ -9786,7 +9802,8 @@ static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, c
                                                             unsigned *turns, T *dk, T *dv, int vec, int64_t blk)
 {
     typedef fa__cu_bgeom<CFG> G;
-    enum { RM = G::RM, CN = G::CN, NC = G::NC, BQ = G::BQ, BK = G::BK, LD = G::LD, LDT = G::LDT, PF = CFG::MINB == 1 };
+    enum { RM = G::RM, CN = G::CN, NC = G::NC, BQ = G::BQ, BK = G::BK, LD = G::LD, LDT = G::LDT, PF = CFG::MINB == 1,
+           UPV = CFG::UNPV };
     extern __shared__ float4 fa__cu_smem[];
     float *sK = (float *)fa__cu_smem, *sV = sK + BK * LD, *sQ = sV + BK * LD, *sO = sQ + BQ * LD;
     float *sPT = sO + BQ * LD, *sST = sPT + BK * LDT, *sL = sST + BK * LDT, *sDl = sL + BQ;
@@ -9835,6 +9852,7 @@ static __device__ __forceinline__ void fa__cu_bwd_dkv_block(const fa__dims &d, c
             }
         __syncthreads();
         /* dV += P^T dO, dK += dS^T Q: this thread's keys ty + 16r, columns 64n + 4tx .. +3 */
+#pragma unroll UPV
         for (int i = 0; i < BQ; i += 4) {
             float4 pt[CN], st[CN];
 #pragma unroll
