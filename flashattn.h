@@ -6602,7 +6602,8 @@ struct fa__cu_generic_d256 { enum { DC = 256, RM = 4, CN = 2, PIPE = 0, MINB = 1
    ptxas issues the next step's shared loads under this step's FFMAs; UNPV and UNDQ: the unroll of
    the dV/dK loop (steps of 4 query rows) and of dq's loop over keys (fa__cu_bwd_dsk). The same
    products in the same order whatever the unroll (bench/RESULTS.md, CUDA backward, "FFMA
-   backward: the loops unrolled", H100: 1.5-3.6% faster at D = 64 and 128; D = 256 unmeasured). */
+   backward: the loops unrolled", H100: 1.8-3.6% faster at D = 64, 1.0-2.1% at D = 128; D = 256:
+   UN = UNPV = 1, UNDQ = 4, unmeasured). */
 struct fa__cu_bwd_d64 { enum { DC = 64, RM = 4, CN = 4, MINB = 2, UN = 2, UNPV = 2, UNDQ = 8 }; };
 struct fa__cu_bwd_d128 { enum { DC = 128, RM = 4, CN = 4, MINB = 1, UN = 2, UNPV = 2, UNDQ = 8 }; };
 struct fa__cu_bwd_d256 { enum { DC = 256, RM = 2, CN = 2, MINB = 1, UN = 1, UNPV = 1, UNDQ = 4 }; };
