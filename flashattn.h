@@ -6635,20 +6635,18 @@ struct fa__wgb_d128 {
    LH 1: the K/V copies carry an L2 evict_first policy (fa__cu_cp16_ef): K and V are read once, so
    their lines go first and the chunks' partial o and lse that the split kernel writes stay in the
    L2 for the merge (RESULTS, CUDA decode, "decq": +3-4% a call where the partials are MBs, B = 8,
-   32, Sq = 4, MQA B = 8; level at B = 1; "decp" for the shipped build). D = 64 keeps 0 (not measured).
-   PS 1: the kernel also exists as a persistent grid (fa__dec_tc's PS; 16-row D = 128 blocks only)
-   for grids of more than a wave: a block takes items (row block, chunk, kv head, batch) one after
-   another and issues the next item's Q and first K/V tile before its epilogue. The FFMA
+   32, Sq = 4, MQA B = 8, level at B = 1; "decp": +1.7-3.5% there on an H100). D = 64 keeps 0 (not
+   measured). The FFMA
    one walks tiles of FA__CU_DEC_BK keys with FA__CU_DEC_THREADS threads over FA__CU_DEC_ROWS packed
    rows. Chunks: a row's keys are cut at multiples of fa__cu_dec_chunk's size (8f), a function of
    one sequence's shape (Sk, Hkv, group * Sq; never B, the device, or the block picked): at
    least FA__CU_DEC_CHUNK_MIN keys, a multiple of 256, and as many chunks as make about
    FA__CU_DEC_PARTS blocks a sequence (so at most that many). The picker takes the decode path for
    Sq <= FA__CU_DEC_MAX_SQ and group * Sq <= FA__CU_DEC_MAX_ROWS. */
-struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1, LH = 0, PS = 0 }; };
-struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 1, PS = 1 }; };
-struct fa__dec_d64_r32 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1, LH = 0, PS = 0 }; };
-struct fa__dec_d128_r32 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2, LH = 1, PS = 0 }; };
+struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1, LH = 0 }; };
+struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 1 }; };
+struct fa__dec_d64_r32 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1, LH = 0 }; };
+struct fa__dec_d128_r32 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2, LH = 1 }; };
 #define FA__CU_DEC_ROWS 16
 #define FA__CU_DEC_BK 32
 #define FA__CU_DEC_THREADS 128
@@ -8138,8 +8136,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tc_fwd(const fa__tc_a
    group and Sq, never of B or the device: a sequence's o and lse are bitwise the same decoded
    alone or in a batch).
    One block per (row block, chunk, kv head, batch), a row block 16 MT packed rows (the FFMA
-   kernel's FA__CU_DEC_ROWS; where the grid passes a wave, the 16-row D = 128 kernel's persistent
-   form instead takes these items one after another in a grid of a wave, FA__CU_DEC_PS), walks the chunk's keys that some row sees (the chunk clipped to
+   kernel's FA__CU_DEC_ROWS), walks the chunk's keys that some row sees (the chunk clipped to
    fa__cu_tile_keys of rows 0 .. Sq-1; the per-row mask is fa__cu_row_keys, the modifiers
    fa__cu_modify) and writes its rows' partial o
    (normalised, fp32) and lse into the workspace: o [rows][chunks][Dv], then lse [rows][chunks],
@@ -8163,7 +8160,6 @@ struct fa__dec_args {
     const void *q, *k, *v;
     float *wo, *wl;            /* partial o [rows][chunks][Dv] and lse [rows][chunks] */
     int chunk, chunks, rblocks; /* keys a chunk, chunks a row, row blocks a kv head */
-    int items;                  /* rblocks chunks Hkv B: the persistent grid's items (fa__dec_tc's PS) */
     fa__dims d;
 };
 
@@ -8197,20 +8193,12 @@ static __device__ __forceinline__ int64_t fa__dec_out_row(const fa__dims &d, int
 /* The tensor-core kernel's shared memory: the Q tile (ROWS = 16 MT RH rows x D, 16-bit), then per
    key group (KG = NW / RH of them) a K ring and a V ring of ST stages of BK x D 16-bit elements
    (after the loop the group's two rings hold its warps' normalised o, row half h's at byte h WO:
-   its WR = 16 MT rows as fp32 rows of D + 4 floats, then at byte LO their lse). PS 1 (the
-   persistent grid): QN = 2 Q tiles (an item's, and the next item's loading), and a warp's o
-   staged around its rings' stage 0, which takes the next item's first K and V tile meanwhile: rows
-   0-7 in stage 1 of its K ring and rows 8-15 in stage 1 of its V ring, fp32 rows of D floats whose
-   float pairs are swizzled by the row (pair j of row r at j ^ 4 (r & 7): a warp's stores and the
-   merge's loads hit 32 banks), its 16 lse at byte LB + 64 kg. */
-template <class C, int PS = 0> struct fa__dec_geom {
-    enum { KG = C::NW / C::RH, WR = 16 * C::MT, ROWS = WR * C::RH, QB = ROWS * C::D * 2, QN = PS ? 2 : 1,
-           RING = C::ST * C::BK * C::D * 2, RB = QN * QB, LB = RB + KG * 2 * RING, SMEM = LB + (PS ? KG * WR * 4 : 0),
-           LDO = C::D + 4, LO = WR * LDO * 4, WO = LO + WR * 4 };
+   its WR = 16 MT rows as fp32 rows of D + 4 floats, then at byte LO their lse). */
+template <class C> struct fa__dec_geom {
+    enum { KG = C::NW / C::RH, WR = 16 * C::MT, ROWS = WR * C::RH, QB = ROWS * C::D * 2, RING = C::ST * C::BK * C::D * 2,
+           SMEM = QB + KG * 2 * RING, LDO = C::D + 4, LO = WR * LDO * 4, WO = LO + WR * 4 };
     static_assert(C::RH >= 1 && C::RH <= 2 && C::NW % C::RH == 0, "one or two row halves share a key group's rings");
     static_assert(C::RH * WO <= 2 * RING, "the warps' o and lse fit their key group's rings");
-    static_assert(!PS || (C::RH == 1 && C::MT == 1 && C::ST == 2 && C::BK * 2 == 8 * 4),
-                  "PS: 16 rows a warp, two stages, 8 fp32 rows of D in a stage");
 };
 
 /* Step: the K and V tiles of keys [k0, k0 + BK) into stage `stage` of this warp's key group's rings
@@ -8307,228 +8295,158 @@ static __device__ __forceinline__ void fa__dec_qk(float (&s)[C::MT][C::BK / 8][4
             for (int e = 0; e < 4; e++) s[mt][n][e] += s2[mt][n][e];
 }
 
-/* The warps' results in shared memory as parts of 8b's merge rule (part p = warp p; PS: the
-   persistent grid's staging, fa__dec_geom). */
-template <class C, int PS = 0> struct fa__dec_warp_parts {
-    typedef fa__dec_geom<C, PS> G;
+/* The warps' results in shared memory as parts of 8b's merge rule (part p = warp p). */
+template <class C> struct fa__dec_warp_parts {
     const unsigned char *base;
     int rr;   /* the block's packed row: row rr % WR of row half rr / WR */
     __device__ __forceinline__ const float *at(int p) const
     {
-        return (const float *)(base + G::RB + p * 2 * G::RING + (C::RH > 1 ? rr / G::WR * G::WO : 0));
+        typedef fa__dec_geom<C> G;
+        return (const float *)(base + G::QB + p * 2 * G::RING + (C::RH > 1 ? rr / G::WR * G::WO : 0));
     }
     __device__ __forceinline__ float l(int p) const
     {
-        if (PS) return ((const float *)(base + G::LB))[p * G::WR + rr];
-        return at(p)[G::LO / 4 + (C::RH > 1 ? rr % G::WR : rr)];
+        return at(p)[fa__dec_geom<C>::LO / 4 + (C::RH > 1 ? rr % fa__dec_geom<C>::WR : rr)];
     }
     __device__ __forceinline__ float o(int p, int t) const
     {
-        if (PS)
-            return ((const float *)(base + G::RB + p * 2 * G::RING + (rr >> 3) * G::RING + G::RING / 2))
-                [(rr & 7) * C::D + ((((t >> 1) ^ ((rr & 7) << 2))) << 1) + (t & 1)];
-        return at(p)[(C::RH > 1 ? rr % G::WR : rr) * G::LDO + t];
+        return at(p)[(C::RH > 1 ? rr % fa__dec_geom<C>::WR : rr) * fa__dec_geom<C>::LDO + t];
     }
 };
 
-/* Item w of the persistent grid (PS): row block *rb, chunk *c, kv head *g, batch *b, in the order of
-   the plain grid's blocks (x = rb + rblocks c, then kv head, then batch). */
-static __device__ __forceinline__ void fa__dec_item(const fa__dec_args &a, int w, int *rb, int *c, int *g, int *b)
-{
-    const int x = a.rblocks * a.chunks, xy = x * a.d.Hkv, r = w % xy;
-    *b = w / xy;
-    *g = r / x;
-    *rb = r % x % a.rblocks;
-    *c = r % x / a.rblocks;
-}
-
-/* This thread's part of the packed Q tile of kv head g, batch b, rows r0 .. r0 + ROWS - 1 (rows past the
-   pack zero-filled) into Q tile qb of the block's shared memory at s0 (the caller commits). */
-template <typename T, class C, int PS>
-static __device__ __forceinline__ void fa__dec_load_q(const fa__dec_args &a, unsigned s0, int qb, int g, int b, int r0)
-{
-    typedef fa__tc_geom<C> G;
-    typedef fa__dec_geom<C, PS> E;
-    const fa__dims &d = a.d;
-    const int R = d.group * d.Sq;
-    for (int idx = (int)threadIdx.x; idx < E::ROWS * G::CH; idx += C::NW * 32) {
-        const int r = idx / G::CH, cc = idx % G::CH;
-        int h, i;
-        fa__dec_row(d, g, r0 + r, &h, &i);
-        fa__cu_cp16(s0 + (unsigned)(qb * E::QB + (r * C::D + ((cc ^ (r & 7)) << 3)) * 2),
-                    (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i * d.qs[2] + cc * 8, r0 + r < R ? 16 : 0);
-    }
-}
-
 /* T: __half or __nv_bfloat16. C: one of 8a's fa__dec_d* (MT m16 tiles of packed rows). MOD: 0 plain (scale > 0, no
    modifier: raw dot products, the scale folded into the exp), 4 the modifiers decided at run
-   time (fa__tc_fwd's variant 4). PS 0: a block per item (row block, chunk, kv head, batch), the
-   grid (rblocks chunks, Hkv, B); PS 1 (C::PS configurations, grids of more than a wave): a 1-D
-   grid of at most a wave of blocks, block i taking items i, i + gridDim.x, .. (a.items of them);
-   after its tiles each warp issues its share of the next item's Q (into the other Q tile) and its
-   first K and V tile (stage 0), then stages its o around them, so that the SM keeps bytes in
-   flight through the epilogue. An item's arithmetic is the same either way (the same tiles, warps,
-   steps and merge order): a row's bits do not depend on PS or the grid. */
-template <typename T, class C, int MOD, int PS = 0>
+   time (fa__tc_fwd's variant 4). */
+template <typename T, class C, int MOD>
 __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_args a)
 {
     typedef fa__tc_geom<C> G;
-    typedef fa__dec_geom<C, PS> E;
+    typedef fa__dec_geom<C> E;
     enum { D = C::D, BK = C::BK, NW = C::NW, ST = C::ST, MT = C::MT, RH = C::RH, KG = E::KG, WR = E::WR, ROWS = E::ROWS };
-    static_assert(!PS || C::PS, "PS: a configuration with a persistent form");
     extern __shared__ __align__(128) unsigned char fa__dec_smem[];
     const fa__dims &d = a.d;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int h = RH > 1 ? warp / KG : 0, kg = RH > 1 ? warp % KG : warp;   /* row half, key group */
-    const int R = d.group * d.Sq;
-    const unsigned s0 = fa__cu_sa(fa__dec_smem), sK = s0 + E::RB + (unsigned)kg * 2 * E::RING, sV = sK + E::RING;
-    const uint64_t pol = C::LH ? fa__cu_evict_first() : 0;
-    int w = PS ? (int)blockIdx.x : 0, rb, c, g, b;
-    if (PS) fa__dec_item(a, w, &rb, &c, &g, &b);
-    else {
-        rb = (int)(blockIdx.x % (unsigned)a.rblocks); c = (int)(blockIdx.x / (unsigned)a.rblocks);
-        g = blockIdx.y; b = blockIdx.z;
-    }
+    const int rb = (int)(blockIdx.x % (unsigned)a.rblocks), c = (int)(blockIdx.x / (unsigned)a.rblocks);
+    const int g = blockIdx.y, b = blockIdx.z, R = d.group * d.Sq, r0 = rb * ROWS;
+    const unsigned sQ = fa__cu_sa(fa__dec_smem), sK = sQ + E::QB + (unsigned)kg * 2 * E::RING, sV = sK + E::RING;
+    const T *gk = (const T *)a.k + b * d.ks[0] + g * d.ks[1];
+    const T *gv = (const T *)a.v + b * d.vs[0] + g * d.vs[1];
+    const uint64_t pol = C::LH ? fa__cu_evict_first() : 0;   /* the K/V copies' L2 policy (C::LH) */
     fa__cu_dep_go();     /* FA__CU_DEC_PDL: the merge may launch, and waits for this grid */
     fa__cu_dep_wait();   /* the grid before this one done (q written, the workspace free) */
 
-    fa__dec_load_q<T, C, PS>(a, s0, 0, g, b, rb * ROWS);   /* the packed Q tile, one cp.async group */
+    /* the packed Q tile (rows past the pack zero-filled), one cp.async group */
+    for (int idx = tid; idx < ROWS * G::CH; idx += NW * 32) {
+        const int r = idx / G::CH, cc = idx % G::CH;
+        int h, i;
+        fa__dec_row(d, g, r0 + r, &h, &i);
+        fa__cu_cp16(sQ + (unsigned)(r * D + ((cc ^ (r & 7)) << 3)) * 2u,
+                    (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i * d.qs[2] + cc * 8, r0 + r < R ? 16 : 0);
+    }
     fa__cu_commit();
 
     /* this warp's key tiles (its key group's): t0 + kg + KG u, u < nt */
     int k0, k1;
-    fa__keys kr = fa__dec_keys(d, c, a.chunk, &k0, &k1);
-    int t0 = k0 < k1 ? k0 / BK : 0, ntall = k0 < k1 ? (k1 + BK - 1) / BK - t0 : 0;
-    int nt = ntall > kg ? (ntall - kg + KG - 1) / KG : 0;
-    const T *gk = (const T *)a.k + b * d.ks[0] + g * d.ks[1];
-    const T *gv = (const T *)a.v + b * d.vs[0] + g * d.vs[1];
+    const fa__keys kr = fa__dec_keys(d, c, a.chunk, &k0, &k1);
+    const int t0 = k0 < k1 ? k0 / BK : 0, ntall = k0 < k1 ? (k1 + BK - 1) / BK - t0 : 0;
+    const int nt = ntall > kg ? (ntall - kg + KG - 1) / KG : 0;
 #pragma unroll
     for (int u = 0; u < ST - 1; u++) {
         if (u < nt) fa__dec_load<C>(sK, sV, u, gk, gv, d, (t0 + kg + KG * u) * BK, lane, h, pol);
         fa__cu_commit();
     }
 
+    /* this thread's packed rows r0 + WR h + 16 mt + (lane >> 2) + 8 hf: query row, visible keys, head constants */
     const float f = MOD == 0 ? d.scale * FA__CU_LOG2E : 1.0f;
     const bool sc = MOD && d.softcap > 0.0f, al = MOD && d.alibi != 0, bi = MOD && d.bias != 0;
     const int cq = 2 * (lane & 3);
-    for (int qb = 0;; qb ^= 1) {
-        const int r0 = rb * ROWS;
-        const unsigned sQ = s0 + (unsigned)(qb * E::QB);
-        /* this thread's packed rows r0 + WR h + 16 mt + (lane >> 2) + 8 hf: query row, visible keys, head constants */
-        int qi[MT][2], lo[MT][2], hi[MT][2];
-        bool rok[MT][2];
-        fa__cu_mods md[MT][2];
-        float o[MT][G::CH][4], m[MT][2], l[MT][2];
+    int qi[MT][2], lo[MT][2], hi[MT][2];
+    bool rok[MT][2];
+    fa__cu_mods md[MT][2];
+    float o[MT][G::CH][4], m[MT][2], l[MT][2];
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int pr = r0 + WR * h + 16 * mt + (lane >> 2) + 8 * hf;
+            int hq;
+            fa__dec_row(d, g, pr, &hq, &qi[mt][hf]);
+            rok[mt][hf] = pr < R;
+            md[mt][hf] = fa__cu_mods_of(d, b, hq, d.scale, FA__CU_LOG2E, sc, al, false);
+            fa__cu_row_keys(d, qi[mt][hf], &lo[mt][hf], &hi[mt][hf]);
+        }
+#pragma unroll
+        for (int n = 0; n < G::CH; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
+    unsigned qf[MT][G::KD][4], aq[4], ak[4], av[4];   /* qf unused (and gone) unless QREG */
+    fa__tc_bases<C>(sQ, sK, sV, h, lane, aq, ak, av);   /* Q rows of row half h */
+    fa__cu_wait<ST - 1>();   /* the Q group, the oldest */
+    __syncthreads();
+    if (G::QREG) fa__tc_q_frags<C>(qf, aq);
+
+    for (int u = 0; u < nt; u++) {
+        const int kt = (t0 + kg + KG * u) * BK;
+        const unsigned st = (unsigned)(u % ST) * BK * D * 2;
+        const bool full = fa__keys_full(&kr, kt, kt + BK);
+        fa__cu_wait<ST - 2>();   /* tile u landed (every lane's part, and the other row half's: the group barrier, */
+        fa__dec_group_sync<C>(kg);   /* after which the stage of tile u - 1 is free: both warps are past it) */
+        if (u + ST - 1 < nt)
+            fa__dec_load<C>(sK, sV, (u + ST - 1) % ST, gk, gv, d, (t0 + kg + KG * (u + ST - 1)) * BK, lane, h, pol);
+        fa__cu_commit();
+        float s[MT][G::NN][4];
+        unsigned pa[MT][G::KB][4];
+        if (C::QK2) fa__dec_qk<T, C>(s, qf, aq, ak, st);
+        else fa__tc_qk<T, C>(s, qf, aq, ak, st);
+        fa__dec_scores<C, MOD>(s, d, md, sc, al, bi, qi, rok, lo, hi, kt + cq, full);
+        fa__tc_softmax<T, C>(s, m, l, o, pa, f);
+        /* 8d's rare case (fa__tc_clean_v), voted by the warp that copied the V tile (with RH 2 both
+           warps of the group scan its chunks and vote alike; both read the tile, then its copier
+           cleans it between two group barriers) */
+        if ((bi || !full) && __any_sync(0xffffffffu, fa__tc_scan<D, BK, 32, T>(sV + st, lane))) {
+            fa__tc_nan_rows<C>(o, fa__tc_hits<T, C>(pa, fa__tc_vrows<D>{ sV + st }, lane));
+            if (RH > 1) fa__dec_group_sync<C>(kg);
+            if (RH == 1 || h == 1) fa__tc_clean_v<T, D, BK, 32>(sV + st, lane);
+            if (RH > 1) fa__dec_group_sync<C>(kg);
+        }
+        fa__tc_pv<T, C>(o, pa, av, st);
+    }
+    fa__cu_wait<0>();
+    fa__dec_group_sync<C>(kg);   /* the group's rings read */
+
+    /* this warp's normalised o and lse (NaN kept) into its key group's rings (row half h at WO), as fp32 */
+    {
+        float *so = (float *)(fa__dec_smem + E::QB + kg * 2 * E::RING + h * E::WO), *sl = so + E::LO / 4;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {
-                const int pr = r0 + WR * h + 16 * mt + (lane >> 2) + 8 * hf;
-                int hq;
-                fa__dec_row(d, g, pr, &hq, &qi[mt][hf]);
-                rok[mt][hf] = pr < R;
-                md[mt][hf] = fa__cu_mods_of(d, b, hq, d.scale, FA__CU_LOG2E, sc, al, false);
-                fa__cu_row_keys(d, qi[mt][hf], &lo[mt][hf], &hi[mt][hf]);
-            }
+                float lse;
+                const float inv = fa__tc_row_end(l[mt][hf], m[mt][hf], f, &lse);
+                const int rr = 16 * mt + (lane >> 2) + 8 * hf;
 #pragma unroll
-            for (int n = 0; n < G::CH; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
-            m[mt][0] = m[mt][1] = -INFINITY;
-            l[mt][0] = l[mt][1] = 0.0f;
-        }
-        unsigned qf[MT][G::KD][4], aq[4], ak[4], av[4];   /* qf unused (and gone) unless QREG */
-        fa__tc_bases<C>(sQ, sK, sV, h, lane, aq, ak, av);   /* Q rows of row half h */
-        if (PS && w != (int)blockIdx.x) fa__cu_wait<0>();   /* a later item's Q and first tile: one group, issued in the last epilogue */
-        else fa__cu_wait<ST - 1>();   /* the Q group, the oldest */
-        __syncthreads();   /* (PS: and the last item's staging read by every thread) */
-        if (G::QREG) fa__tc_q_frags<C>(qf, aq);
-
-        for (int u = 0; u < nt; u++) {
-            const int kt = (t0 + kg + KG * u) * BK;
-            const unsigned st = (unsigned)(u % ST) * BK * D * 2;
-            const bool full = fa__keys_full(&kr, kt, kt + BK);
-            fa__cu_wait<ST - 2>();   /* tile u landed (every lane's part, and the other row half's: the group barrier, */
-            fa__dec_group_sync<C>(kg);   /* after which the stage of tile u - 1 is free: both warps are past it) */
-            if (u + ST - 1 < nt)
-                fa__dec_load<C>(sK, sV, (u + ST - 1) % ST, gk, gv, d, (t0 + kg + KG * (u + ST - 1)) * BK, lane, h, pol);
-            fa__cu_commit();
-            float s[MT][G::NN][4];
-            unsigned pa[MT][G::KB][4];
-            if (C::QK2) fa__dec_qk<T, C>(s, qf, aq, ak, st);
-            else fa__tc_qk<T, C>(s, qf, aq, ak, st);
-            fa__dec_scores<C, MOD>(s, d, md, sc, al, bi, qi, rok, lo, hi, kt + cq, full);
-            fa__tc_softmax<T, C>(s, m, l, o, pa, f);
-            /* 8d's rare case (fa__tc_clean_v), voted by the warp that copied the V tile (with RH 2 both
-               warps of the group scan its chunks and vote alike; both read the tile, then its copier
-               cleans it between two group barriers) */
-            if ((bi || !full) && __any_sync(0xffffffffu, fa__tc_scan<D, BK, 32, T>(sV + st, lane))) {
-                fa__tc_nan_rows<C>(o, fa__tc_hits<T, C>(pa, fa__tc_vrows<D>{ sV + st }, lane));
-                if (RH > 1) fa__dec_group_sync<C>(kg);
-                if (RH == 1 || h == 1) fa__tc_clean_v<T, D, BK, 32>(sV + st, lane);
-                if (RH > 1) fa__dec_group_sync<C>(kg);
-            }
-            fa__tc_pv<T, C>(o, pa, av, st);
-        }
-        fa__cu_wait<0>();
-        fa__dec_group_sync<C>(kg);   /* the group's rings read */
-
-        /* this warp's normalised o and lse (NaN kept) as fp32: PS around stage 0 of its rings (its 16
-           rows' float pairs swizzled), else into its key group's rings (row half h at WO) */
-        {
-            float *so = (float *)(fa__dec_smem + E::RB + kg * 2 * E::RING + h * E::WO), *sl = so + E::LO / 4;
-            if (PS) sl = (float *)(fa__dec_smem + E::LB) + kg * WR;
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++) {
-                    float lse;
-                    const float inv = fa__tc_row_end(l[mt][hf], m[mt][hf], f, &lse);
-                    const int rr = 16 * mt + (lane >> 2) + 8 * hf;
-#pragma unroll
-                    for (int n = 0; n < G::CH; n++) {
-                        if (PS) {
-                            float2 *row = (float2 *)(fa__dec_smem + E::RB + kg * 2 * E::RING + hf * E::RING + E::RING / 2) +
-                                          (rr & 7) * (D / 2);
-                            row[(4 * n + (lane & 3)) ^ ((rr & 7) << 2)] = make_float2(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv);
-                        } else {
-                            so[rr * E::LDO + 8 * n + cq] = o[mt][n][2 * hf] * inv;
-                            so[rr * E::LDO + 8 * n + cq + 1] = o[mt][n][2 * hf + 1] * inv;
-                        }
-                    }
-                    if ((lane & 3) == 0) sl[rr] = lse;
+                for (int n = 0; n < G::CH; n++) {
+                    so[rr * E::LDO + 8 * n + cq] = o[mt][n][2 * hf] * inv;
+                    so[rr * E::LDO + 8 * n + cq + 1] = o[mt][n][2 * hf + 1] * inv;
                 }
-        }
-        /* PS: the next item's Q (this thread's part, into the other Q tile, last read by the item before
-           this one) and this warp's first K and V tile of it (stage 0, free: this item's tiles are read) */
-        const int wn = w + (int)gridDim.x;
-        int rbn = 0, cn = 0, gn = 0, bn = 0;
-        if (PS && wn < a.items) {
-            fa__dec_item(a, wn, &rbn, &cn, &gn, &bn);
-            fa__dec_load_q<T, C, PS>(a, s0, qb ^ 1, gn, bn, rbn * ROWS);
-            kr = fa__dec_keys(d, cn, a.chunk, &k0, &k1);
-            t0 = k0 < k1 ? k0 / BK : 0;
-            ntall = k0 < k1 ? (k1 + BK - 1) / BK - t0 : 0;
-            nt = ntall > kg ? (ntall - kg + KG - 1) / KG : 0;
-            gk = (const T *)a.k + bn * d.ks[0] + gn * d.ks[1];
-            gv = (const T *)a.v + bn * d.vs[0] + gn * d.vs[1];
-            if (nt > 0) fa__dec_load<C>(sK, sV, 0, gk, gv, d, (t0 + kg) * BK, lane, h, pol);
-            fa__cu_commit();
-        }
-        __syncthreads();
-        /* the key groups' warps merged, in key-group order, into this chunk's partial of each packed row */
-        for (int e = tid; e < ROWS * D; e += NW * 32) {
-            const int rr = e / D, t = e % D, pr = r0 + rr;
-            if (pr >= R) break;   /* rows go up with e */
-            const fa__dec_warp_parts<C, PS> v = { fa__dec_smem, rr };
-            float mx, sum;
-            int hq, i;
-            fa__cu_merge_scan(v, KG, &mx, &sum);
-            fa__dec_row(d, g, pr, &hq, &i);
-            const int64_t row = fa__dec_out_row(d, b, hq, i) * a.chunks + c;
-            a.wo[row * d.Dv + t] = fa__cu_merge_elem(v, KG, t, mx, sum);
-            if (t == 0) a.wl[row] = fa__lse_of(mx, sum);
-        }
-        if (!PS || wn >= a.items) break;
-        w = wn; rb = rbn; c = cn; g = gn; b = bn;
+                if ((lane & 3) == 0) sl[rr] = lse;
+            }
+    }
+    __syncthreads();
+    /* the key groups' warps merged, in key-group order, into this chunk's partial of each packed row */
+    for (int e = tid; e < ROWS * D; e += NW * 32) {
+        const int rr = e / D, t = e % D, pr = r0 + rr;
+        if (pr >= R) break;   /* rows go up with e */
+        const fa__dec_warp_parts<C> v = { fa__dec_smem, rr };
+        float mx, sum;
+        int hq, i;
+        fa__cu_merge_scan(v, KG, &mx, &sum);
+        fa__dec_row(d, g, pr, &hq, &i);
+        const int64_t row = fa__dec_out_row(d, b, hq, i) * a.chunks + c;
+        a.wo[row * d.Dv + t] = fa__cu_merge_elem(v, KG, t, mx, sum);
+        if (t == 0) a.wl[row] = fa__lse_of(mx, sum);
     }
 }
 
@@ -11743,19 +11661,6 @@ static int fa__cu_dec_pdl = -1;
 #define FA__CU_DEC_PDL (-1)
 #endif
 
-/* The persistent split grid (fa__dec_tc's PS): -1 (the library's setting) for a split kernel that
-   has one, where its items pass the blocks of it that the SMs hold at once (more than a wave),
-   in a grid of that many blocks; 0 never; N > 0 always where the kernel has it, in a grid of at
-   most N blocks (the tests: many items a block). Measured: RESULTS, CUDA decode, "decp". A
-   translation unit that defines FLASHATTN__TEST_SWITCHES gets it as the variable fa__cu_dec_ps;
-   elsewhere it is the constant -1. Not part of the API. */
-#ifdef FLASHATTN__TEST_SWITCHES
-static int fa__cu_dec_ps = -1;
-#define FA__CU_DEC_PS fa__cu_dec_ps
-#else
-#define FA__CU_DEC_PS (-1)
-#endif
-
 /* kern<<<grid, block, smem, st>>>(args...), with `dep` the programmatic-dependent-launch attribute
    (fa__cu_dep_go, fa__cu_dep_wait): the CUDA error of the launch. */
 template <typename... P, typename... A>
@@ -11805,15 +11710,11 @@ static fa_status fa__cu_kern_attrs(const void *kern, int smem, int carve, int *o
    split kernel's blocks an SM, 0 for the FFMA kernels, which take the merge's alone), the
    workspace freed behind them on the same stream. The host work of a call: the device's facts and
    the kernel's attributes looked up (set on the first call only), the allocation, two launches,
-   the free. kps (NULL where none): the split kernel's persistent form (fa__dec_tc's PS, smem_ps
-   bytes, its flags once_ps; once_ps[FA__CU_MAX_DEVICES + dev] its blocks an SM plus one, from the
-   occupancy calculator once per device), run where FA__CU_DEC_PS says, in a grid of at most the
-   blocks the SMs hold at once. */
+   the free. */
 template <typename T>
 static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const void *q, const void *k, const void *v,
                              void *o, cudaStream_t st, void (*kern)(const fa__dec_args), int smem, int threads, int carve,
-                             int minb, int *once, void (*kps)(const fa__dec_args) = NULL, int smem_ps = 0,
-                             int *once_ps = NULL)
+                             int minb, int *once)
 {
     const size_t bytes = fa__cu_dec_bytes(d, pl->chunks);
     const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
@@ -11835,28 +11736,11 @@ static fa_status fa__dec_run(const fa__cu_plan *pl, const fa__dims *d, const voi
     blocks = (int64_t)a.rblocks * a.chunks * d->Hkv * d->B;
     dep = f.major < 9 ? 0 : FA__CU_DEC_PDL >= 0 ? FA__CU_DEC_PDL
         : 1 | (minb > 0 && blocks >= (int64_t)minb * (f.sms - f.sms / 16) ? 2 : 0);
-    if (kps && FA__CU_DEC_PS != 0 && blocks <= INT_MAX && f.optin >= smem_ps && dev >= 0 && dev < FA__CU_MAX_DEVICES) {
-        int per = fa__load_int(&once_ps[FA__CU_MAX_DEVICES + dev]) - 1;   /* the persistent kernel's blocks an SM */
-        if (per < 0) {
-            if ((s = fa__cu_kern_attrs((const void *)kps, smem_ps, carve, once_ps, dev, 0)) != FA_OK) return s;
-            if ((s = fa__cu(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kps, threads, (size_t)smem_ps))) != FA_OK)
-                return s;
-            fa__store_int(&once_ps[FA__CU_MAX_DEVICES + dev], per + 1);
-        }
-        if (per > 0 && (FA__CU_DEC_PS > 0 || blocks > (int64_t)per * f.sms)) {   /* the persistent grid */
-            const int64_t n = FA__CU_DEC_PS > 0 ? FA__CU_DEC_PS : (int64_t)per * f.sms;
-            kern = kps;
-            smem = smem_ps;
-            once = once_ps;
-            a.items = (int)blocks;
-            grid = dim3((unsigned)(n < blocks ? n : blocks));
-        }
-    }
     if ((s = fa__cu_kern_attrs((const void *)kern, smem, carve, once, dev, 0)) != FA_OK) return s;
     if ((s = fa__cu_alloc(&ws, bytes, st, &pooled)) != FA_OK) return s;
     a.wo = (float *)ws;
     a.wl = a.wo + (size_t)rows * pl->chunks * d->Dv;
-    if (!a.items) grid = dim3((unsigned)(a.rblocks * a.chunks), (unsigned)d->Hkv, (unsigned)d->B);
+    grid = dim3((unsigned)(a.rblocks * a.chunks), (unsigned)d->Hkv, (unsigned)d->B);
     e = fa__cu_launch_dep(kern, grid, dim3((unsigned)threads), smem, st, dep & 2, a);
     if (e != cudaSuccess && smem > 48 * 1024) {   /* the attributes forgotten (cudaDeviceReset): set them, once more */
         (void)cudaGetLastError();
@@ -11879,11 +11763,9 @@ static fa_status fa__dec_tc_launch(const fa__cu_plan *pl, const fa__dims *d, con
                                    const void *v, void *o, cudaStream_t st)
 {
     static int once[2][FA__CU_MAX_DEVICES];   /* fa__cu_kern_attrs's flags, per modifier variant (0, 4) */
-    static int once_ps[2][2 * FA__CU_MAX_DEVICES];   /* the persistent form's (C::PS), and its blocks an SM */
     void (*kern)(const fa__dec_args) = pl->mods ? fa__dec_tc<T, C, 4> : fa__dec_tc<T, C, 0>;
-    void (*kps)(const fa__dec_args) = !C::PS ? NULL : pl->mods ? fa__dec_tc<T, C, 4, C::PS> : fa__dec_tc<T, C, 0, C::PS>;
     return fa__dec_run<T>(pl, d, q, k, v, o, st, kern, (int)fa__dec_geom<C>::SMEM, C::NW * 32, C::MINB > 1, C::MINB,
-                          once[pl->mods ? 1 : 0], kps, (int)fa__dec_geom<C, C::PS>::SMEM, once_ps[pl->mods ? 1 : 0]);
+                          once[pl->mods ? 1 : 0]);
 }
 
 template <typename T>

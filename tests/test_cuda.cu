@@ -23,7 +23,7 @@ extern "C" {
 
 #define FLASHATTN_IMPLEMENTATION
 #define FLASHATTN_CUDA
-#define FLASHATTN__TEST_SWITCHES   /* fa__cu_dec_pdl (8f): test_decode_launch runs every setting; fa__cu_dec_ps */
+#define FLASHATTN__TEST_SWITCHES   /* fa__cu_dec_pdl (8f): test_decode_launch runs every setting */
 #ifndef FLASHATTN_NO_BLAS
 #define FLASHATTN_NO_BLAS
 #endif
@@ -745,53 +745,6 @@ static void test_decode_rows(void **state)
     assert_int_equal(f, 0);
 }
 
-/* The persistent split grid (8f's fa__dec_tc PS, fa__cu_dec_ps): every decode shape of g_decode that
-   the 16-row D = 128 tensor-core kernel serves (fp16 and bf16; modifiers, windows, causal, empty
-   chunks, two row blocks), run on the plain grid and on a persistent grid of 3 blocks (each taking
-   many items, across kv heads and batch elements), each against float64 (run_case), then o and lse
-   compared bitwise: the grid must not change a row's bits (what keeps the batch invariance when the
-   library takes the persistent grid for the grids of more than a wave). */
-static void test_decode_persist(void **state)
-{
-    size_t i;
-    int k, f = 0, n = 0;
-    (void)state;
-    g_tiled_only = 1;
-    for (i = 0; i < COUNT(g_decode); i++) {
-        const tcase *c = &g_decode[i];
-        const int Dv = c->Dv ? c->Dv : c->D, hkv = c->Hkv ? c->Hkv : c->Hq;
-        if ((g_small && !c->small) || c->D != 128 || Dv != 128 || c->layout == L_PADDED ||
-            want_dec_rows(c->B, c->Hq, hkv, c->Sq, c->Sk, c->D) != 16)
-            continue;
-        for (k = 0; k < 2; k++) {
-            unsigned char *o0;
-            float *l0;
-            const fa_dtype dt = k_half[k];
-            g_keep = 1;
-            fa__cu_dec_ps = 0;
-            f += !run_case(c, 1, dt);
-            o0 = g_kept_o; l0 = g_kept_l;
-            g_kept_o = NULL; g_kept_l = NULL;
-            fa__cu_dec_ps = 3;
-            f += !run_case(c, 1, dt);
-            fa__cu_dec_ps = -1;
-            if (!o0 || !g_kept_o || memcmp(o0, g_kept_o, g_kept_no) || memcmp(l0, g_kept_l, g_kept_rows * 4)) {
-                print_error("  FAIL %s %s: o or lse differs on the plain and the persistent grid\n", c->name, dt_name(dt));
-                f++;
-            }
-            free(o0); free(l0);
-            free(g_kept_o); free(g_kept_l);
-            g_kept_o = NULL; g_kept_l = NULL;
-            g_keep = 0;
-            n++;
-        }
-    }
-    g_tiled_only = 0;
-    if (f) print_error("%d failures in %d shape-dtype pairs\n", f, n);
-    assert_true(n >= (g_small ? 8 : 12));
-    assert_int_equal(f, 0);
-}
-
 /* The lazy rescale (section 1's fa__lazy_moves in 8d's fa__tc_softmax): keys scaled up along the
    sequence (key_ramp), so that a row's max rises over its keys, by more than 2 FA__LAZY in many rows
    with ramp 12 (the reference moves several times, P reaches e^FA__LAZY between moves) and by at
@@ -925,8 +878,7 @@ static __global__ void spin_copy_kernel(long long cycles, unsigned char *dst, co
 
 /* The decode path's launches (8f's fa__dec_run), under every FA__CU_DEC_PDL setting (fa__cu_dec_pdl:
    the merge and/or the split kernel launched with the programmatic-dependent-launch attribute on a
-   compute capability 9.0+ device; 0..3 forced, then the library's choice, then 3 with the split
-   on a persistent grid of 2 blocks, fa__cu_dec_ps) and per dtype (fp32 on the FFMA kernel, fp16/bf16 on the
+   compute capability 9.0+ device; 0..3 forced, then the library's choice) and per dtype (fp32 on the FFMA kernel, fp16/bf16 on the
    tensor-core one; the kernel asserted): on a stream of its own, query A written by a kernel queued
    just before the first call (after a spin), then NC calls back to back alternating queries A and
    B into NC outputs (each call's workspace is freed while the next call is queued, and the pool
@@ -978,9 +930,8 @@ static void test_decode_launch(void **state)
         assert_true(plan.chunks > 1);
         g_served[plan.kernel][plan.mods]++;
         CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        for (set = 0; set < 6; set++) {   /* settings 0..3, the library's (-1), then 3 on a persistent grid of 2 blocks */
-            fa__cu_dec_pdl = set == 5 ? 3 : set < 4 ? set : -1;
-            fa__cu_dec_ps = set == 5 ? 2 : -1;
+        for (set = 0; set < 5; set++) {   /* settings 0..3, then the library's (-1) */
+            fa__cu_dec_pdl = set < 4 ? set : -1;
             CU(cudaMemset(dqa, 0xFF, nq * es));
             for (c = 0; c < NC; c++) CU(cudaMemset(dout[c], 0xFF, nq * es));
             CU(cudaDeviceSynchronize());
@@ -1012,7 +963,6 @@ static void test_decode_launch(void **state)
             }
         }
         fa__cu_dec_pdl = -1;
-        fa__cu_dec_ps = -1;
         /* A against float64; A and B differ (each call read its own q) */
         download(og, dout[0], nq, dt, NULL);
         if (dt == FA_F32) {
@@ -1903,7 +1853,6 @@ int main(void)
         cmocka_unit_test(test_ex2_poly_device),
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_decode_rows),
-        cmocka_unit_test(test_decode_persist),
         cmocka_unit_test(test_decode_batch_invariance),
         cmocka_unit_test(test_decode_nan),
         cmocka_unit_test(test_decode_launch),
