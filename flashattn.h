@@ -6725,17 +6725,22 @@ struct fa__wgb_d128 {
    warps of one m16 tile share each key group's rings (RH = 2, 8 warps, K copied by one and V by
    the other, a named barrier a tile; 2 blocks an SM at 128 registers: 16 warps an SM on 16 rows
    each, where MT = 2's 4 warps of 255 registers gave 8 on 32 rows, its warps' dependent chains
-   the limit: RESULTS, CUDA decode, "decmq"). The FFMA
+   the limit: RESULTS, CUDA decode, "decmq").
+   LH 1: the K/V copies carry an L2 evict_first policy (fa__cu_cp16_ef): K and V are read once, so
+   their lines go first and the chunks' partial o and lse that the split kernel writes stay in the
+   L2 for the merge (RESULTS, CUDA decode, "decq": +3-4% a call where the partials are MBs, B = 8,
+   32, Sq = 4, MQA B = 8, level at B = 1; "decp": +1.7-3.5% there on an H100). D = 64 keeps 0 (not
+   measured). The FFMA
    one walks tiles of FA__CU_DEC_BK keys with FA__CU_DEC_THREADS threads over FA__CU_DEC_ROWS packed
    rows. Chunks: a row's keys are cut at multiples of fa__cu_dec_chunk's size (8f), a function of
    one sequence's shape (Sk, Hkv, group * Sq; never B, the device, or the block picked): at
    least FA__CU_DEC_CHUNK_MIN keys, a multiple of 256, and as many chunks as make about
    FA__CU_DEC_PARTS blocks a sequence (so at most that many). The picker takes the decode path for
    Sq <= FA__CU_DEC_MAX_SQ and group * Sq <= FA__CU_DEC_MAX_ROWS. */
-struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1 }; };
-struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1 }; };
-struct fa__dec_d64_r32 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1 }; };
-struct fa__dec_d128_r32 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2 }; };
+struct fa__dec_d64 { enum { D = 64, NW = 4, MT = 1, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1, LH = 0 }; };
+struct fa__dec_d128 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 1 }; };
+struct fa__dec_d64_r32 { enum { D = 64, NW = 4, MT = 2, BK = 32, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 0, RH = 1, LH = 0 }; };
+struct fa__dec_d128_r32 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 2, LH = 1 }; };
 #define FA__CU_DEC_ROWS 16
 #define FA__CU_DEC_BK 32
 #define FA__CU_DEC_THREADS 128
@@ -6903,6 +6908,22 @@ static __device__ __forceinline__ unsigned fa__cu_sa(const void *p)
 static __device__ __forceinline__ void fa__cu_cp16(unsigned dst, const void *src, int bytes)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+/* fa__cu_cp16 with an L2 cache policy pol (fa__cu_evict_first's): the same bytes copied, a hint to
+   the L2 on which lines to drop first. */
+static __device__ __forceinline__ void fa__cu_cp16_ef(unsigned dst, const void *src, int bytes, uint64_t pol)
+{
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(bytes), "l"(pol)
+                 : "memory");
+}
+
+/* The L2 policy of data read once: its lines are the first the L2 evicts. */
+static __device__ __forceinline__ uint64_t fa__cu_evict_first(void)
+{
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
 }
 
 static __device__ __forceinline__ void fa__cu_commit(void)
@@ -7512,9 +7533,10 @@ FA__TC_TYPE(__half, "f16")
 #undef FA__TC_TYPE
 
 /* R rows of D 16-bit elements from global (row stride st) into a swizzled tile; rows >= n are
-   zero-filled (so a ragged tail of V can never inject a NaN into P V). */
-template <int D, int R, int NT, typename T>
-static __device__ __forceinline__ void fa__tc_load(unsigned dst, const T *src, int64_t st, int n, int tid)
+   zero-filled (so a ragged tail of V can never inject a NaN into P V). EF 1: the copies with L2
+   policy pol (fa__cu_cp16_ef). */
+template <int D, int R, int NT, typename T, int EF = 0>
+static __device__ __forceinline__ void fa__tc_load(unsigned dst, const T *src, int64_t st, int n, int tid, uint64_t pol = 0)
 {
     enum { CH = D / 8, IT = R * CH / NT };
     static_assert(R * CH % NT == 0, "tile load must split evenly over the threads");
@@ -7522,9 +7544,12 @@ static __device__ __forceinline__ void fa__tc_load(unsigned dst, const T *src, i
     for (int it = 0; it < IT; it++) {
         const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
         const bool ok = r < n;
-        fa__cu_cp16(dst + (unsigned)(r * D + ((c ^ (r & 7)) << 3)) * 2u, ok ? (const void *)(src + r * st + c * 8) : (const void *)src,
-                    ok ? 16 : 0);
+        const unsigned to = dst + (unsigned)(r * D + ((c ^ (r & 7)) << 3)) * 2u;
+        const void *from = ok ? (const void *)(src + r * st + c * 8) : (const void *)src;
+        if (EF) fa__cu_cp16_ef(to, from, ok ? 16 : 0, pol);
+        else fa__cu_cp16(to, from, ok ? 16 : 0);
     }
+    (void)pol;
 }
 
 /* Step: the K and V tiles of keys [k0, k0 + BK) into the stage at byte offset st of the two rings
@@ -8272,15 +8297,15 @@ template <class C> struct fa__dec_geom {
 
 /* Step: the K and V tiles of keys [k0, k0 + BK) into stage `stage` of this warp's key group's rings
    (rows past Sk zero-filled), issued by the warp's 32 lanes (with RH = 2 row half 0 copies K and
-   row half 1 V); the caller commits. */
+   row half 1 V), with C::LH's L2 policy pol; the caller commits. */
 template <class C, typename T>
 static __device__ __forceinline__ void fa__dec_load(unsigned sK, unsigned sV, int stage, const T *gk, const T *gv,
-                                                    const fa__dims &d, int k0, int lane, int h)
+                                                    const fa__dims &d, int k0, int lane, int h, uint64_t pol)
 {
     const int n = min((int)C::BK, d.Sk - k0);
     const unsigned st = (unsigned)stage * C::BK * C::D * 2;
-    if (C::RH == 1 || h == 0) fa__tc_load<C::D, C::BK, 32>(sK + st, gk + (int64_t)k0 * d.ks[2], d.ks[2], n, lane);
-    if (C::RH == 1 || h == 1) fa__tc_load<C::D, C::BK, 32>(sV + st, gv + (int64_t)k0 * d.vs[2], d.vs[2], n, lane);
+    if (C::RH == 1 || h == 0) fa__tc_load<C::D, C::BK, 32, T, C::LH>(sK + st, gk + (int64_t)k0 * d.ks[2], d.ks[2], n, lane, pol);
+    if (C::RH == 1 || h == 1) fa__tc_load<C::D, C::BK, 32, T, C::LH>(sV + st, gv + (int64_t)k0 * d.vs[2], d.vs[2], n, lane, pol);
 }
 
 /* The warps that share a key group's rings (RH of them, barrier 1 + kg) wait for each other; one
@@ -8401,6 +8426,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
     const unsigned sQ = fa__cu_sa(fa__dec_smem), sK = sQ + E::QB + (unsigned)kg * 2 * E::RING, sV = sK + E::RING;
     const T *gk = (const T *)a.k + b * d.ks[0] + g * d.ks[1];
     const T *gv = (const T *)a.v + b * d.vs[0] + g * d.vs[1];
+    const uint64_t pol = C::LH ? fa__cu_evict_first() : 0;   /* the K/V copies' L2 policy (C::LH) */
     fa__cu_dep_go();     /* FA__CU_DEC_PDL: the merge may launch, and waits for this grid */
     fa__cu_dep_wait();   /* the grid before this one done (q written, the workspace free) */
 
@@ -8421,7 +8447,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
     const int nt = ntall > kg ? (ntall - kg + KG - 1) / KG : 0;
 #pragma unroll
     for (int u = 0; u < ST - 1; u++) {
-        if (u < nt) fa__dec_load<C>(sK, sV, u, gk, gv, d, (t0 + kg + KG * u) * BK, lane, h);
+        if (u < nt) fa__dec_load<C>(sK, sV, u, gk, gv, d, (t0 + kg + KG * u) * BK, lane, h, pol);
         fa__cu_commit();
     }
 
@@ -8462,7 +8488,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__dec_tc(const fa__dec_
         fa__cu_wait<ST - 2>();   /* tile u landed (every lane's part, and the other row half's: the group barrier, */
         fa__dec_group_sync<C>(kg);   /* after which the stage of tile u - 1 is free: both warps are past it) */
         if (u + ST - 1 < nt)
-            fa__dec_load<C>(sK, sV, (u + ST - 1) % ST, gk, gv, d, (t0 + kg + KG * (u + ST - 1)) * BK, lane, h);
+            fa__dec_load<C>(sK, sV, (u + ST - 1) % ST, gk, gv, d, (t0 + kg + KG * (u + ST - 1)) * BK, lane, h, pol);
         fa__cu_commit();
         float s[MT][G::NN][4];
         unsigned pa[MT][G::KB][4];

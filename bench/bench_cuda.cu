@@ -774,13 +774,13 @@ static void decode_rows(double cgbs)
    blocks an SM, a ring of 3 stages a warp, Q in registers (main's ed62c29); "m2s2" the same with 2
    stages (half the tiles in flight: Little's law's check); "m3s2" three blocks an SM (68 KB of
    shared memory, at most 168 registers: Q re-read from shared memory), 2 stages. */
-struct prb_d128_m2s3 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 1 }; };
-struct prb_d128_m2s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 2, QK2 = 1, RH = 1 }; };
-struct prb_d128_m3s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1 }; };
+struct prb_d128_m2s3 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 1, LH = 0 }; };
+struct prb_d128_m2s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 1, PF = 1, MINB = 2, ST = 2, QK2 = 1, RH = 1, LH = 0 }; };
+struct prb_d128_m3s2 { enum { D = 128, NW = 4, MT = 1, BK = 16, QREG = 0, PF = 1, MINB = 3, ST = 2, QK2 = 1, RH = 1, LH = 0 }; };
 /* --decode-mqa's other configuration of the D = 128 32-row block: "r32old", main's before decmq (4
    warps of two m16 tiles each, 255 registers, 2 blocks an SM; the shipped one pairs 8 warps of one
    m16 tile, two row halves sharing each key group's rings). Both give the bits of the 16-row block. */
-struct prb_d128_r32old { enum { D = 128, NW = 4, MT = 2, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 1 }; };
+struct prb_d128_r32old { enum { D = 128, NW = 4, MT = 2, BK = 16, QREG = 0, PF = 1, MINB = 2, ST = 3, QK2 = 1, RH = 1, LH = 0 }; };
 
 /* A whole call (split kernel, merge, workspace) of plan pl with configuration C of the kernel (the
    largest carveout, as every tensor-core decode launch of this build; main's ed62c29 asked none). */
