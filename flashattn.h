@@ -4747,15 +4747,14 @@ static int fa__pv_acc(const fa__rule_lanes *ln, int v, int64_t f0, int64_t f1)
 static void fa__tiled_merge(void *vctx, int64_t tile, int tid);
 
 /* pl->vt_all: block `item` of [B][Hkv][blocks], V's words over its whole extent transposed into Vt
-   (fa__vt_pack_h; tid unused); 1 if every value is finite (else Vt's words are not used) */
-static int fa__tiled_vt_make(const fa__tiled_ctx *c, int64_t item, int tid, uint32_t *Vt)
+   (fa__vt_pack_h); 1 if every value is finite (else Vt's words are not used) */
+static int fa__tiled_vt_make(const fa__tiled_ctx *c, int64_t item, uint32_t *Vt)
 {
     const fa__dims *d = c->d;
     const fa__tiled_plan *pl = c->pl;
     int64_t nb = (d->Sk + pl->bk - 1) / pl->bk, kb = item % nb, bg = item / nb, f0 = kb * pl->bk;
     int64_t f1 = f0 + pl->bk < d->Sk ? f0 + pl->bk : d->Sk;
     const uint16_t *v = c->vh + (bg / d->Hkv) * d->vs[0] + (bg % d->Hkv) * d->vs[1] + f0 * d->vs[2];
-    (void)tid;
     return c->K->amx_vt_h(v, d->vs[2], (int)(f1 - f0), d->Dv, Vt, pl->np16);
 }
 
@@ -4769,7 +4768,9 @@ static int *fa__tiled_vt_state(const fa__tiled_ctx *c)
 static void fa__tiled_vt(void *vctx, int64_t item, int tid)
 {
     const fa__tiled_ctx *c = (const fa__tiled_ctx *)vctx;
-    int fin = fa__tiled_vt_make(c, item, tid, c->vt + (size_t)item * c->d->Dv * c->pl->np16);
+    int fin;
+    (void)tid;      /* a pool callback's signature */
+    fin = fa__tiled_vt_make(c, item, c->vt + (size_t)item * c->d->Dv * c->pl->np16);
     fa__tiled_vt_state(c)[item] = fin ? 2 : 3;
 }
 
@@ -4777,7 +4778,7 @@ static void fa__tiled_vt(void *vctx, int64_t item, int tid)
    With FA__AMX_VT_LAZY the first tile that needs a block claims it and makes it into the shared Vt; a
    tile that finds it being made makes its own copy in `own` (the same words), so that no tile waits on
    another. */
-static const uint32_t *fa__tiled_vt_get(const fa__tiled_ctx *c, int64_t blk, int tid, uint32_t *own, int *fin, int *made)
+static const uint32_t *fa__tiled_vt_get(const fa__tiled_ctx *c, int64_t blk, uint32_t *own, int *fin, int *made)
 {
     int *st = fa__tiled_vt_state(c) + blk, s;
     uint32_t *vt = c->vt + (size_t)blk * c->d->Dv * c->pl->np16;
@@ -4790,7 +4791,7 @@ static const uint32_t *fa__tiled_vt_get(const fa__tiled_ctx *c, int64_t blk, int
     if (s == 0) {
         int z = 0;
         if (__atomic_compare_exchange_n(st, &z, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-            *fin = fa__tiled_vt_make(c, blk, tid, vt);
+            *fin = fa__tiled_vt_make(c, blk, vt);
             __atomic_store_n(st, *fin ? 2 : 3, __ATOMIC_RELEASE);
             return vt;
         }
@@ -4801,7 +4802,7 @@ static const uint32_t *fa__tiled_vt_get(const fa__tiled_ctx *c, int64_t blk, int
     s = FA__AMX_VT_LAZY ? 1 : *st;      /* no atomics: every tile its own copy */
 #endif
     if (s >= 2) { *fin = s == 2; *made = 0; return vt; }
-    *fin = fa__tiled_vt_make(c, blk, tid, own);
+    *fin = fa__tiled_vt_make(c, blk, own);
     return own;
 }
 
@@ -4978,7 +4979,7 @@ static void fa__tiled_item(void *vctx, int64_t item, int tid)
             if (pl->vt_all) {    /* shared by the tiles (fa__tiled_vt_get) */
                 int64_t blk = ((int64_t)b * d->Hkv + h0 / d->group) * ((d->Sk + bk - 1) / bk) + kb;
                 int made;
-                Vt = fa__tiled_vt_get(c, blk, tid, Vown, &vfin, &made);
+                Vt = fa__tiled_vt_get(c, blk, Vown, &vfin, &made);
 #if defined(__GNUC__)
                 if (FA__AMX_VT_PF > 1 && vfin && !made && Vt != vt_next) {
                     /* made by another thread and not prefetched with the block before: toward L2 now,
