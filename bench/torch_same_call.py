@@ -55,13 +55,16 @@ def main():
     ap.add_argument("--no-forward", action="store_true")
     ap.add_argument("--max-s-bwd", type=int, default=2048)
     ap.add_argument("--budget", type=float, default=0.03, help="seconds of calls per timing (reps = budget / time)")
+    ap.add_argument("--settle", type=float, default=0.06,
+                    help="seconds slept before each contender's timing, so that the other side's spinning threads "
+                         "(libgomp's workers spin up to ~20 ms after a parallel region) sleep first")
     ap.add_argument("--csv", default=None)
     a = ap.parse_args()
     libs = []
     for spec in a.lib:
         name, path = spec.split("=", 1)
         libs.append((name, load(path)))
-    print("torch", torch.__version__, "|", torch.backends.cpu.get_cpu_capability())
+    print("torch", torch.__version__, "|", torch.backends.cpu.get_cpu_capability(), "| settle %.3f s" % a.settle)
     for thr in a.threads:
         print("AMX tile-loop ceiling, %d threads: %.0f GFLOP/s on nonzero tiles, %.0f on zeros" %
               (thr, libs[0][1].shim_amx_ceiling(thr), libs[0][1].shim_amx_ceiling(-thr)))
@@ -142,7 +145,7 @@ def main():
                 for rd in range(a.rounds):
                     order = names[rd % len(names):] + names[:rd % len(names)]
                     for n in order:
-                        time.sleep(0.005)   # the other side's spinning threads go to sleep first
+                        time.sleep(a.settle)   # the other side's spinning threads go to sleep first
                         f = fns[n]
                         if isinstance(f, tuple):    # torch backward: (fwd+bwd) - fwd, alternated
                             tb, tw = [], []
