@@ -9608,6 +9608,19 @@ static __device__ __forceinline__ void fa__cu_bwd_dots(float (&acc)[RM][CN], con
     }
 }
 
+/* fa__cu_bwd_dots for a configuration: unrolled by CFG::UN with the trip count at compile time where
+   n (D or Dv rounded up to 4) is the class's own DC, else the run-time loop. */
+template <class CFG>
+static __device__ __forceinline__ void fa__cu_bwd_dots_of(float (&acc)[fa__cu_bgeom<CFG>::RM][fa__cu_bgeom<CFG>::CN],
+                                                          const float *A, const float *B, int n, int tx, int ty)
+{
+    typedef fa__cu_bgeom<CFG> G;
+    if (n == G::DC && CFG::UN > 1)
+        fa__cu_bwd_dots<G::RM, G::CN, G::LD, G::DC, CFG::UN>(acc, A, B, n, tx, ty);
+    else
+        fa__cu_bwd_dots<G::RM, G::CN, G::LD, 0, 1>(acc, A, B, n, tx, ty);
+}
+
 /* One query block x key block of the tiled backward, from shared memory: sQ, sO (dO) [BQ][LD],
    sK (k times scale), sV [BK][LD], sL (lse, -inf past the block's rows) and sDl (delta) [BQ].
    Out: p and ds of rows i0 + ty + 16r, keys k0 + tx + 16c, 0 where hidden. full: every row sees
@@ -9630,14 +9643,8 @@ static __device__ __forceinline__ void fa__cu_bwd_tile(const fa__dims &d, const 
     for (int r = 0; r < RM; r++)
 #pragma unroll
         for (int c = 0; c < CN; c++) p[r][c] = ds[r][c] = 0.0f;
-    if (Dp == G::DC && CFG::UN > 1)                        /* S = Q K^T (K carries the scale) */
-        fa__cu_bwd_dots<RM, CN, LD, G::DC, CFG::UN>(p, sQ, sK, Dp, tx, ty);
-    else
-        fa__cu_bwd_dots<RM, CN, LD, 0, 1>(p, sQ, sK, Dp, tx, ty);
-    if (Dvp == G::DC && CFG::UN > 1)                       /* dP = dO V^T */
-        fa__cu_bwd_dots<RM, CN, LD, G::DC, CFG::UN>(ds, sO, sV, Dvp, tx, ty);
-    else
-        fa__cu_bwd_dots<RM, CN, LD, 0, 1>(ds, sO, sV, Dvp, tx, ty);
+    fa__cu_bwd_dots_of<CFG>(p, sQ, sK, Dp, tx, ty);      /* S = Q K^T (K carries the scale) */
+    fa__cu_bwd_dots_of<CFG>(ds, sO, sV, Dvp, tx, ty);    /* dP = dO V^T */
 #pragma unroll
     for (int r = 0; r < RM; r++) {
         const int64_t i = (int64_t)i0 + ty + 16 * r;
