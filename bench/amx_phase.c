@@ -13,19 +13,24 @@
        idle    the rest: threads waiting for items, the pool's hand-out, the end's imbalance
    the call's own time before the items (plan, malloc, a Vt pass) and after them (free), and the
    tile products' rate inside the loop (GFLOP/s a thread, each product's 2 B H S^2 D over its phase
-   time). The output at T threads is checked bitwise against the first thread count's (the forward
-   must not depend on the thread count). B = 2, H = 4, Sq = Sk = S, D = Dv, bf16 from N(0,1), on an
+   time), and the share of the tiles a thread starts on another (batch, head) than its tile before
+   ("cold": that head's K and Vt are not in the core's L2 from its own last tile). The output at T
+   threads is checked bitwise against the first thread count's (the forward must not depend on the
+   thread count). B = 2, H = 4, Sq = Sk = S, D = Dv, bf16 from N(0,1), on an
    fa_pool of T threads.
        cc -O2 -std=c99 -DFLASHATTN_NO_BLAS -I. bench/amx_phase.c -o build/amx_phase -lm -lpthread
-       build/amx_phase [--threads 1,16] [--s 512,2048] [--d 64,128] [--reps N]
+       build/amx_phase [--threads 1,16] [--s 512,2048] [--d 64,128] [--reps N] [--bq ROWS (block_q)]
    Needs AMX-BF16 (elsewhere the phases are those of the vdpbf16ps path's hooks: none but setup/end). */
 #define _GNU_SOURCE
 #include <x86intrin.h>
 
-typedef struct { unsigned long long t[8], last; int cur; char pad[52]; } ph_slot;
+typedef struct { unsigned long long t[8], last; int cur, key; long long tiles, cold; char pad[32]; } ph_slot;
 static ph_slot ph[64] __attribute__((aligned(128)));
 #define FA__PROF_AT(tid, p) do { unsigned long long n_ = __rdtsc(); ph_slot *s_ = &ph[(tid)];      \
                                  s_->t[s_->cur] += n_ - s_->last; s_->last = n_; s_->cur = (p); } while (0)
+/* a tile whose (batch, head) is not the thread's tile before it: "cold" (its K and Vt not in that core's L2) */
+#define FA__PROF_TILE(tid, b, h) do { ph_slot *s_ = &ph[(tid)]; int k_ = (b) * 65536 + (h) + 1;         \
+                                      s_->tiles++; s_->cold += s_->key != k_; s_->key = k_; } while (0)
 #define FLASHATTN_IMPLEMENTATION
 #ifndef FLASHATTN_NO_BLAS
 #define FLASHATTN_NO_BLAS
@@ -52,7 +57,7 @@ static int cmpd(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    int thr[8] = { 1, 16 }, ss[8] = { 512, 2048 }, ds[8] = { 64, 128 }, nt = 2, ns = 2, nd = 2, reps = 0, i, a;
+    int thr[8] = { 1, 16 }, ss[8] = { 512, 2048 }, ds[8] = { 64, 128 }, nt = 2, ns = 2, nd = 2, reps = 0, bq = 0, i, a;
     double hz, t0;
     unsigned long long c0;
     for (a = 1; a + 1 < argc; a += 2) {
@@ -60,13 +65,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[a], "--s")) ns = parse_list(argv[a + 1], ss, 8);
         else if (!strcmp(argv[a], "--d")) nd = parse_list(argv[a + 1], ds, 8);
         else if (!strcmp(argv[a], "--reps")) reps = atoi(argv[a + 1]);
+        else if (!strcmp(argv[a], "--bq")) bq = atoi(argv[a + 1]);
     }
     t0 = bench_now(); c0 = __rdtsc();
     while (bench_now() - t0 < 0.1) {}
     hz = (double)(__rdtsc() - c0) / (bench_now() - t0);
     printf("amx_phase: TSC %.3f GHz; B 2, H 4, Sq = Sk = S, D = Dv, bf16; %% of threads x the run's wall\n", hz * 1e-9);
-    printf("%3s %5s %4s | %8s %7s %7s | %6s %6s %6s %6s %6s %6s %6s %6s | %7s %7s | %s\n", "thr", "S", "D", "ms", "pre ms",
-           "post ms", "setup", "vt", "blk", "qk", "online", "pv", "end", "idle", "qk GF/t", "pv GF/t", "bits vs first");
+    printf("%3s %5s %4s | %8s %7s %7s | %6s %6s %6s %6s %6s %6s %6s %6s | %7s %7s | %5s | %s\n", "thr", "S", "D", "ms", "pre ms",
+           "post ms", "setup", "vt", "blk", "qk", "online", "pv", "end", "idle", "qk GF/t", "pv GF/t", "cold", "bits vs first");
     for (i = 0; i < ns; i++) {
         int di;
         for (di = 0; di < nd; di++) {
@@ -83,12 +89,12 @@ int main(int argc, char **argv)
                 const int T = thr[ti];
                 fa_pool *pool = NULL;
                 fa_params p;
-                double ws[200], flops = 2.0 * B * H * S * (double)S * D, tot, run = 0, in = 0, sh[8] = { 0 };
+                double ws[200], flops = 2.0 * B * H * S * (double)S * D, tot, run = 0, in = 0, sh[8] = { 0 }, nti = 0, nco = 0;
                 int r, nr, t, x;
                 if (T > 1 && fa_pool_create(T, &pool) != FA_OK) { printf("no pool\n"); return 1; }
                 memset(&p, 0, sizeof p);
                 p.batch = B; p.heads = H; p.seq_q = S; p.seq_k = S; p.head_dim = D; p.dtype = FA_BF16;
-                p.threads = T; p.pool = pool; p.lse = lse;
+                p.threads = T; p.pool = pool; p.lse = lse; p.block_q = bq;
                 memset(o, 0xFF, n * 2);
                 for (r = 0; r < 3; r++)
                     if (fa_tiled(&p, q, k, v, o) != FA_OK) { printf("fa_tiled failed\n"); return 1; }
@@ -110,12 +116,13 @@ int main(int argc, char **argv)
                 run = (double)ph[FA__PROF_CALL].t[1] / hz;
                 for (t = 0; t < T && t < 63; t++)
                     for (x = 1; x < 8; x++) { sh[x] += (double)ph[t].t[x] / hz; in += (double)ph[t].t[x] / hz; }
+                for (t = 0; t < T && t < 63; t++) { nti += (double)ph[t].tiles; nco += (double)ph[t].cold; }
                 tot = run * T;
-                printf("%3d %5d %4d | %8.3f %7.3f %7.3f | %5.1f%% %5.1f%% %5.1f%% %5.1f%% %5.1f%% %5.1f%% %5.1f%% %5.1f%% | %7.0f %7.0f | %s\n",
+                printf("%3d %5d %4d | %8.3f %7.3f %7.3f | %5.1f%% %5.1f%% %5.1f%% %5.1f%% %5.1f%% %5.1f%% %5.1f%% %5.1f%% | %7.0f %7.0f | %4.0f%% | %s\n",
                        T, S, D, 1e3 * ws[nr / 2], 1e3 * (double)ph[FA__PROF_CALL].t[0] / hz / nr,
                        1e3 * (double)ph[FA__PROF_CALL].t[2] / hz / nr, 100 * sh[1] / tot, 100 * sh[2] / tot, 100 * sh[3] / tot,
                        100 * sh[4] / tot, 100 * sh[5] / tot, 100 * sh[6] / tot, 100 * sh[7] / tot, 100 * (tot - in) / tot,
-                       sh[4] > 0 ? flops * nr / sh[4] * 1e-9 : 0.0, sh[6] > 0 ? flops * nr / sh[6] * 1e-9 : 0.0,
+                       sh[4] > 0 ? flops * nr / sh[4] * 1e-9 : 0.0, sh[6] > 0 ? flops * nr / sh[6] * 1e-9 : 0.0, nti > 0 ? 100 * nco / nti : 0.0,
                        ti == 0 ? "(first)" : memcmp(first, o, n * 2) ? "DIFFER" : "same");
                 if (ti == nt - 1) {
                     char line[700], *w;
