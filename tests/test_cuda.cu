@@ -1751,7 +1751,7 @@ static void test_wg_store(void **state)
         fa__cu_plan pl;
         void *q, *k, *v, *do1, *do0;
         float *dl1, *dl0;
-        size_t finite = 0, i;
+        size_t nonzero = 0, i;
         assert_true(hq && hk && hv && o1 && o0 && l1 && l0);
         ref_seed(&r, name_seed(sh[c].name));
         ref_fill_normal(&r, hq, nq);
@@ -1792,12 +1792,13 @@ static void test_wg_store(void **state)
                         memcmp(o1, o0, nq * 2) ? "differs" : "same", first, memcmp(l1, l0, nl * 4) ? "differs" : "same");
             fail();
         }
-        for (i = 0; i < nq; i++) {   /* not a test of zeros or of the poison */
+        for (i = 0; i < nq; i++) {   /* not a test of zeros or of the poison: finite, rows with keys not 0 */
             uint16_t u;
             memcpy(&u, o1 + 2 * i, 2);
-            finite += isfinite(ref_bf16_to_f32(u)) && u != 0;
+            assert_true(isfinite(ref_bf16_to_f32(u)));
+            nonzero += u != 0;
         }
-        assert_true(finite > nq / 2);
+        assert_true(nonzero > nq / 8);   /* (causal sq > sk: rows before Sq - Sk see no key, o = 0) */
         cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(do1); cudaFree(do0); cudaFree(dl1); cudaFree(dl0);
         free(hq); free(hk); free(hv); free(o1); free(o0); free(l1); free(l0);
     }
