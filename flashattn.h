@@ -6659,8 +6659,9 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    OS: with PER 1 or 2, 1 where a tile's o goes through shared memory (each warp its own 16 rows,
    written back as 16-byte row pieces: 8d3's fa__wg_geom says where), 0 where it goes from the
    registers to global memory, a thread's two columns at a time (the store that PER 0 replaced by
-   the dead Q tile's staging). The bench's configurations that name no OS take FA__CU_WG_OS
-   (fa__wg_os). */
+   the dead Q tile's staging). 1: D = 128 +3% (2k) to +7% (2k causal), window 256 +13-17%, 16k
+   level; D = 64 level (one H100 call: bench/RESULTS.md, "Hopper forward (issue 15)", "Staged o
+   store"). The bench's configurations that name no OS take FA__CU_WG_OS (fa__wg_os). */
 #ifndef FA__CU_WG_OV
 #define FA__CU_WG_OV 6
 #endif
