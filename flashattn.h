@@ -6711,24 +6711,33 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    then the first, which sees the fewest keys, rather than the last, which walks every key with
    the padding rows idle. fa__wg_d64 only: 192 rows divide no power of two (S = 2k-4k: ~5% of the
    causal work saved, bench/RESULTS.md, "Query tiles that end at row Sq"); 128 do, and the
-   two-consumer block serves short rows and the bias variant, where it was not measured. */
+   two-consumer block serves short rows and the bias variant, where it was not measured.
+   OS: with PER 1 or 2, 1 where a tile's o goes through shared memory (each warp its own 16 rows,
+   written back as 16-byte row pieces: 8d3's fa__wg_geom says where), 0 where it goes from the
+   registers to global memory, a thread's two columns at a time (the store that PER 0 replaced by
+   the dead Q tile's staging). 1: D = 128 +3% (2k) to +7% (2k causal), window 256 +13-17%, 16k
+   level; D = 64 level (one H100 call: bench/RESULTS.md, "Hopper forward (issue 15)", "Staged o
+   store"). The bench's configurations that name no OS take FA__CU_WG_OS (fa__wg_os). */
 #ifndef FA__CU_WG_OV
 #define FA__CU_WG_OV 6
 #endif
+#ifndef FA__CU_WG_OS
+#define FA__CU_WG_OS 1
+#endif
 struct fa__wg_d128 {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = FA__CU_WG_OV, QE = 0 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = FA__CU_WG_OV, QE = 0, OS = FA__CU_WG_OS };
 };
 struct fa__wg_d64 {
     enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 1 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 1, OS = FA__CU_WG_OS };
 };
 /* D = 64's two-consumer block (128 rows, 232 registers a consumer): modifier variant 4 (bias,
    combinations: fa__tc_mods; in 160 registers its constants spill 384 bytes) and rows that see
    few keys (fa__wg_wide, 8f) run on it. */
 struct fa__wg_d64x2 {
     enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 0 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 0, OS = FA__CU_WG_OS };
 };
 
 /* The tensor-core backward's configurations (8e2), one per FA__CU_BWD_TC_* kernel: a pair of 8d
@@ -8122,10 +8131,10 @@ static __device__ __forceinline__ float fa__tc_row_end(float l, float m, float f
 }
 
 /* Step: o = O / l (0 for a row with no visible key) and lse, staged through this warp's own
-   slice of the Q tile (sQ) and written as 16-byte rows; or, with STAGED 0 (8d3's persistent
-   blocks, whose next Q tile is already loading there), stored from the registers, a thread's two
-   columns (4 bytes) at a time. QE: the tile may hold rows before row 0 (8d3's, fa__cu_qrow0), not
-   stored. */
+   rows (16 MT of D 16-bit values, from sQ + 32 MT D warp) of a free BQ x D buffer at sQ (the dead
+   Q tile; 8d3's persistent blocks: 8a's OS) and written as 16-byte row pieces; or, with STAGED 0
+   (8d3's persistent blocks with OS 0), stored from the registers, a thread's two columns (4 bytes)
+   at a time. QE: the tile may hold rows before row 0 (8d3's, fa__cu_qrow0), not stored. */
 template <typename T, class C, int STAGED = 1, int QE = 0>
 static __device__ __forceinline__ void fa__tc_write(const fa__tc_args &a, const float (&o)[C::MT][C::D / 8][4],
                                                     const float (&m)[C::MT][2], const float (&l)[C::MT][2], float f,
@@ -8791,8 +8800,14 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
    With 8a's PER (persistent blocks) a block walks several query tiles (section 1's fa__sched_item
    over fa__cu_qtile's order): the K/V ring runs on from one tile to the next, the producer
    reloads the Q tile once every consumer warp has arrived on the "qfree" mbarrier after its last
-   Q K^T retired (the tile's last softmax, P V and output store then run under that load), and the
-   output goes from the registers to global memory (the Q tile is no longer free to stage it).
+   Q K^T retired (the tile's last softmax, P V and output store then run under that load), and
+   with 8a's OS each warp stages its 16 rows of o in shared memory that is free at that moment (the
+   Q tile is not: the next one loads there), written back as 16-byte row pieces: at D = 64 in a
+   buffer of its own (fa__wg_geom's OWN), at D = 128 in the K half of the tile's last stage, once
+   the qfree phase shows every consumer's last Q K^T retired, the warp's "empty" arrival on that
+   stage held back from the last GEMM step until the store has read its rows (the producer's
+   next copy into the stage, a tile or more ahead, waits on it; a tile with no key tile stores
+   from the registers). With OS 0 o goes from the registers to global memory.
    The key tiles are 8d's: fa__cu_tile_keys of the block's rows, fa__keys_full for the tiles that
    need no mask, the longest (causal) blocks first. With 8a's QE a causal request's tiles end at
    row Sq (8b's fa__cu_qrow0): the first tile's rows before row 0 are padding, which the Q copy
@@ -8822,13 +8837,25 @@ struct fa__wg_args {
     fa__tc_args a;
 };
 
+/* 8a's OS of configuration C, FA__CU_WG_OS where C names none (the bench's configurations) */
+template <class C, class = int> struct fa__wg_os { enum { v = FA__CU_WG_OS }; };
+template <class C> struct fa__wg_os<C, decltype((int)C::OS)> { enum { v = C::OS }; };
+
 /* The shared memory of configuration C (8a): the Q tile, ST stages of K and V (each tile D / 64
-   panels of rows x 128 bytes), then the mbarriers (full[ST], empty[ST], q, qfree), the base rounded up to
-   1024 bytes (the 128-byte swizzle repeats every 8 rows of 128 bytes). */
+   panels of rows x 128 bytes), with 8a's OS (persistent blocks) the o tile's staging buffer of OB
+   bytes where it fits beside them in a block's 227 KB (OWN: D = 64), then the mbarriers (full[ST],
+   empty[ST], q, qfree), the base rounded up to 1024 bytes (the 128-byte swizzle repeats every 8
+   rows of 128 bytes). Without OWN (D = 128: the stages fill the block) a persistent tile's o is
+   staged in the K half of its last key tile's stage, free once every consumer warp's last Q K^T
+   has retired (qfree) and held from the producer until the o store has read it (8d3). */
 template <class C> struct fa__wg_geom {
     enum { D = C::D, BQ = 16 * C::NW, BK = C::BK, ST = C::ST, PANELS = C::D / 64 };
-    enum { QB = BQ * D * 2, KB = BK * D * 2, BARS = QB + 2 * ST * KB };
+    enum { QB = BQ * D * 2, KB = BK * D * 2, OB = BQ * D * 2 };
+    enum { OS = C::PER != 0 && (int)fa__wg_os<C>::v != 0 };
+    enum { OWN = OS && (int)QB + 2 * (int)ST * (int)KB + (int)OB + 8 * (2 * (int)ST + 2) + 1024 <= 227 * 1024 };
+    enum { BARS = QB + 2 * ST * KB + (OWN ? (int)OB : 0) };
     enum { SMEM = BARS + 8 * (2 * ST + 2) + 1024 };
+    static_assert(!OS || OWN || (int)KB >= (int)OB, "8a's OS: the o tile staged in a K stage");
 };
 
 /* mbarriers (shared::cta): init with an arrival count, an arrival that also expects `bytes` of
@@ -8906,6 +8933,8 @@ static __device__ __forceinline__ unsigned long long fa__wg_desc(unsigned addr, 
    accumulator's registers at that point of the program (the compiler may not move their uses
    across it), so that nothing touches them between a wgmma and the wait that covers it. */
 static __device__ __forceinline__ void fa__wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+/* generic-proxy shared-memory accesses ordered before later async-proxy ones (a TMA copy) */
+static __device__ __forceinline__ void fa__wg_proxy_fence(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 static __device__ __forceinline__ void fa__wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> static __device__ __forceinline__ void fa__wg_wait(void)
 {
@@ -9029,6 +9058,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     const bool grouped = C::PER != 1 || !d.causal;   /* PER 1: causal tiles in one longest-first run */
     const bool qe = C::QE && d.causal;   /* 8a's QE: causal tiles end at row Sq */
     const unsigned sQ = (fa__cu_sa(fa__wg_smem) + 1023u) & ~1023u, sK = sQ + G::QB, sV = sK + ST * G::KB;
+    const unsigned sO = sV + ST * G::KB;   /* 8a's OS: the o tile's own buffer (G::OWN) */
     const unsigned full = sQ + G::BARS, empty = full + 8 * ST, qbar = empty + 8 * ST, qfree = qbar + 8;   /* + 8 s: stage s */
     if (tid == 0) {
         for (int s = 0; s < ST; s++) {
@@ -9097,6 +9127,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
             m[0][0] = m[0][1] = -INFINITY;
             l[0][0] = l[0][1] = 0.0f;
             fa__mb_wait(qbar, (unsigned)k & 1u);   /* the Q tile (the producer's plain arrival where nt = 0) */
+            const bool ostage = G::OS && !G::OWN && nt > 0;   /* o staged in the last stage's K: its "empty" arrival waits */
             bool ppart = false;   /* tile j-1 is partial (some row hides some key, or a bias) */
             /* Two loops, so that the variants without 8a's OV compile to the step measured before it
                (the overlap's loop issues Q K^T's first k-step by ss0 in every step: S is never live
@@ -9158,10 +9189,10 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                             __syncwarp();
                             if (lane == 0) fa__mb_arrive(qfree);
                         }
-                        if (pv) {   /* this warp is done with stage sp (K and V of tile j-1) */
+                        if (pv) {   /* this warp is done with stage sp (K and V of tile j-1), but for o's staging */
                             if (bad) fa__tc_pv_clean<T, C>(o, pa, fa__wg_vrows<BK>{ sV + sp * G::KB }, lane);
                             __syncwarp();
-                            if (lane == 0) fa__mb_arrive(empty + 8 * sp);
+                            if (lane == 0 && !(ostage && j == nt)) fa__mb_arrive(empty + 8 * sp);
                         }
                         if (qk) {
                             fa__tc_scores<C, MOD>(s, d, mv.md, mv.sc, mv.al, mv.bi, i0 + r0, cq, k0, kfull);
@@ -9195,10 +9226,10 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                         __syncwarp();
                         if (lane == 0) fa__mb_arrive(qfree);
                     }
-                    if (pv) {   /* this warp is done with stage sp (K and V of tile j-1) */
+                    if (pv) {   /* this warp is done with stage sp (K and V of tile j-1), but for o's staging */
                         if (bad) fa__tc_pv_clean<T, C>(o, pa, fa__wg_vrows<BK>{ sV + sp * G::KB }, lane);
                         __syncwarp();
-                        if (lane == 0) fa__mb_arrive(empty + 8 * sp);
+                        if (lane == 0 && !(ostage && j == nt)) fa__mb_arrive(empty + 8 * sp);
                     }
                     if (qk) {
                         const int k0 = (t0 + j) * BK;
@@ -9209,7 +9240,16 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                     }
                 }
             gc += nt;
-            if (C::PER != 0)   /* straight from the registers: the Q tile is the next item's */
+            if (C::PER != 0 && G::OWN)   /* 8a's OS: staged in this warp's rows of the o buffer */
+                fa__tc_write<T, C, 1, C::QE>(w.a, o, m, l, mv.f, sO, b, h, i0, warp, lane);
+            else if (C::PER != 0 && ostage) {   /* staged in the K half of the last tile's stage sl */
+                const int sl = (gc + ST - 1) % ST;
+                fa__mb_wait(qfree, (unsigned)k & 1u);   /* every consumer warp's last Q K^T (the last read of K) retired */
+                fa__tc_write<T, C, 1, C::QE>(w.a, o, m, l, mv.f, sK + sl * G::KB, b, h, i0, warp, lane);
+                fa__wg_proxy_fence();   /* this warp's reads and writes of the stage before the producer's next copy */
+                __syncwarp();
+                if (lane == 0) fa__mb_arrive(empty + 8 * sl);   /* the arrival held back from the last step */
+            } else if (C::PER != 0)   /* straight from the registers (8a's OS 0, or no key tile) */
                 fa__tc_write<T, C, 0, C::QE>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);
             else {
                 if (C::PP && cw == 0) fa__wg_bar_sync(FA__WG_BAR_TURN);   /* the last consumer's last arrival */

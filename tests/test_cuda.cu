@@ -1706,6 +1706,105 @@ static void test_reproducible(void **state)
         }
 }
 
+/* ---- 8a's OS: the persistent Hopper kernel's staged o store moves bits, nothing else ------------- */
+
+#if FA__WG
+/* configuration C with o stored from the registers (8a's OS 0: the store before the staging) */
+template <class C> struct wg_os0 : C { enum { OS = 0 }; };
+
+template <class C, int MOD>
+static fa_status wg_os0_run(const fa__dims *d, const void *q, const void *k, const void *v, void *o)
+{
+    return fa__wg_run<wg_os0<C> >(d, fa__wg_fwd<__nv_bfloat16, wg_os0<C>, MOD>, q, k, v, o, 0);
+}
+#endif
+
+/* bf16 o and lse of fa_cuda_tiled (the picked Hopper kernel, OS 1: o staged in shared memory) bit
+   for bit those of the same kernel with OS 0, on fresh normal inputs: every block (D = 128; D = 64's
+   192- and 128-row blocks), the plain and the overlapped (softcap at D = 128) loops, partial tiles,
+   QE's rows before row 0, tiles with no key (o from the registers either way), and more tiles than
+   SMs with items of 1-3 key tiles (the K stage that holds o at D = 128 is the ring's next refill). */
+static void test_wg_store(void **state)
+{
+    static const struct { const char *name; int B, Hq, Hkv, Sq, Sk, D, causal; float cap; int bq, small; } sh[] = {
+        { "d128 causal sq>sk 288 tiles", 3, 8, 2, 1500, 300, 128, 1, 0.0f, 128, 1 },
+        { "d128 384 tiles of 2 key tiles", 4, 16, 4, 700, 200, 128, 0, 0.0f, 128, 1 },
+        { "d128 1000x1100 softcap", 1, 6, 3, 1000, 1100, 128, 0, 10.0f, 128, 0 },
+        { "d128 causal 1031 softcap 160 tiles", 2, 10, 5, 1031, 1031, 128, 1, 5.0f, 128, 0 },
+        { "d64 causal 2176 (192 rows)", 2, 6, 2, 2176, 2176, 64, 1, 0.0f, 192, 0 },
+        { "d64 600x1500 (192 rows)", 2, 16, 4, 600, 1500, 64, 0, 0.0f, 192, 0 },
+        { "d64 causal sq>sk 288 tiles (128 rows)", 3, 8, 2, 1500, 300, 64, 1, 0.0f, 128, 1 },
+    };
+    (void)state;
+    if (!g_hopper) skip();
+#if FA__WG
+    for (size_t c = 0; c < COUNT(sh); c++) {
+        if (g_small && !sh[c].small) continue;
+        const int B = sh[c].B, Hq = sh[c].Hq, Hkv = sh[c].Hkv, Sq = sh[c].Sq, Sk = sh[c].Sk, D = sh[c].D;
+        const size_t nq = (size_t)B * Hq * Sq * D, nk = (size_t)B * Hkv * Sk * D, nl = (size_t)B * Hq * Sq;
+        float *hq = (float *)malloc(nq * 4), *hk = (float *)malloc(nk * 4), *hv = (float *)malloc(nk * 4);
+        unsigned char *o1 = (unsigned char *)malloc(nq * 2), *o0 = (unsigned char *)malloc(nq * 2);
+        float *l1 = (float *)malloc(nl * 4), *l0 = (float *)malloc(nl * 4);
+        ref_rng r;
+        fa_params p;
+        fa__dims d;
+        fa__cu_plan pl;
+        void *q, *k, *v, *do1, *do0;
+        float *dl1, *dl0;
+        size_t nonzero = 0, i;
+        assert_true(hq && hk && hv && o1 && o0 && l1 && l0);
+        ref_seed(&r, name_seed(sh[c].name));
+        ref_fill_normal(&r, hq, nq);
+        ref_fill_normal(&r, hk, nk);
+        ref_fill_normal(&r, hv, nk);
+        memset(&p, 0, sizeof p);
+        p.batch = B; p.heads = Hq; p.kv_heads = Hkv; p.seq_q = Sq; p.seq_k = Sk; p.head_dim = D;
+        p.causal = sh[c].causal; p.softcap = sh[c].cap; p.dtype = FA_BF16;
+        q = upload(hq, nq, FA_BF16); k = upload(hk, nk, FA_BF16); v = upload(hv, nk, FA_BF16);
+        do1 = dalloc(nq * 2); do0 = dalloc(nq * 2);   /* both poisoned alike: rows a run skips compare too */
+        dl1 = (float *)dalloc(nl * 4); dl0 = (float *)dalloc(nl * 4);
+        p.lse = dl1;
+        assert_int_equal(fa_cuda_tiled(&p, q, k, v, do1), FA_OK);
+        p.lse = dl0;
+        assert_int_equal(fa__resolve(&p, q, k, v, do0, &d, NULL), FA_OK);
+        assert_int_equal(fa__cu_check(&d), FA_OK);
+        assert_int_equal(fa__cu_pick(&d, q, k, v, do0, &pl), FA_OK);
+        assert_int_equal(pl.kernel, D == 128 ? FA__CU_WG_D128 : FA__CU_WG_D64);
+        assert_int_equal(pl.mods, sh[c].cap > 0.0f ? 1 : 0);
+        assert_int_equal(pl.bq, sh[c].bq);
+        assert_true((int)fa__wg_geom<fa__wg_d128>::OS && (int)fa__wg_geom<fa__wg_d64>::OS && (int)fa__wg_geom<fa__wg_d64x2>::OS);
+        {
+            const fa_status st = D == 128 ? (pl.mods ? wg_os0_run<fa__wg_d128, 1>(&d, q, k, v, do0)
+                                                     : wg_os0_run<fa__wg_d128, 0>(&d, q, k, v, do0))
+                               : sh[c].bq == 192 ? wg_os0_run<fa__wg_d64, 0>(&d, q, k, v, do0)
+                                                 : wg_os0_run<fa__wg_d64x2, 0>(&d, q, k, v, do0);
+            assert_int_equal(st, FA_OK);
+        }
+        CU(cudaDeviceSynchronize());
+        CU(cudaMemcpy(o1, do1, nq * 2, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(o0, do0, nq * 2, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(l1, dl1, nl * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(l0, dl0, nl * 4, cudaMemcpyDeviceToHost));
+        if (memcmp(o1, o0, nq * 2) || memcmp(l1, l0, nl * 4)) {
+            size_t first = 0;
+            while (first < nq && !memcmp(o1 + 2 * first, o0 + 2 * first, 2)) first++;
+            print_error("wg store: %s: o %s (first element %zu), lse %s\n", sh[c].name,
+                        memcmp(o1, o0, nq * 2) ? "differs" : "same", first, memcmp(l1, l0, nl * 4) ? "differs" : "same");
+            fail();
+        }
+        for (i = 0; i < nq; i++) {   /* not a test of zeros or of the poison: finite, rows with keys not 0 */
+            uint16_t u;
+            memcpy(&u, o1 + 2 * i, 2);
+            assert_true(isfinite(ref_bf16_to_f32(u)));
+            nonzero += u != 0;
+        }
+        assert_true(nonzero > nq / 8);   /* (causal sq > sk: rows before Sq - Sk see no key, o = 0) */
+        cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(do1); cudaFree(do0); cudaFree(dl1); cudaFree(dl0);
+        free(hq); free(hk); free(hv); free(o1); free(o0); free(l1); free(l0);
+    }
+#endif
+}
+
 /* ---- every kernel of the picker served some run of the grid (full grid, all tests run) ---------- */
 
 static void test_kernels_served(void **state)
@@ -1858,6 +1957,7 @@ int main(void)
         cmocka_unit_test(test_decode_launch),
         cmocka_unit_test(test_nan_hidden),
         cmocka_unit_test(test_reproducible),
+        cmocka_unit_test(test_wg_store),
         cmocka_unit_test(test_kernels_served),
         cmocka_unit_test(test_timing),
     };
