@@ -6656,33 +6656,34 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    the padding rows idle. fa__wg_d64 only: 192 rows divide no power of two (S = 2k-4k: ~5% of the
    causal work saved, bench/RESULTS.md, "Query tiles that end at row Sq"); 128 do, and the
    two-consumer block serves short rows and the bias variant, where it was not measured.
-   KV: 1 where K and V of a stage complete and are released on mbarriers of their own (K once the
-   tile's Q K^T has retired, V after its P V, a step later), so that with ST = 2 the producer reloads
-   a K stage a GEMM step sooner than a stage of both would allow; 0: one pair a stage (the one-group
-   step only: the overlap's loop keeps the pair). fa__wg_d128k176: D = 128 with key tiles of 176
-   (FlashAttention-3's non-causal tile), two stages (three do not fit: 212 KB with the Q tile), KV;
-   fa__wg_pick takes it for [RULE]. */
+   PAIR: 1 where a stage holds what one GEMM step reads, K of tile j and V of tile j-1 (a tile's
+   first step K alone, its last V alone), released once the step's wait has passed: a stage is then
+   free a step sooner than one of K and V of a tile (whose V is read a step after its K), which
+   with ST = 2 is the difference between the next tile's load under one softmax (2 stages of tiles:
+   -12%) and under a GEMM step and two softmaxes; 0: a tile a stage (the overlap's loop only knows
+   that one). fa__wg_d128k176: D = 128 with key tiles of 176 (FlashAttention-3's non-causal tile),
+   two stages (three do not fit: 212 KB with the Q tile), PAIR; fa__wg_pick takes it for [RULE]. */
 #ifndef FA__CU_WG_OV
 #define FA__CU_WG_OV 6
 #endif
 struct fa__wg_d128 {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = FA__CU_WG_OV, QE = 0, KV = 0 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = FA__CU_WG_OV, QE = 0, PAIR = 0 };
 };
 struct fa__wg_d128k176 {
     enum { D = 128, NW = 8, MT = 1, BK = 176, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 0, KV = 1 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 0, PAIR = 1 };
 };
 struct fa__wg_d64 {
     enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 1, KV = 0 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 1, PAIR = 0 };
 };
 /* D = 64's two-consumer block (128 rows, 232 registers a consumer): modifier variant 4 (bias,
    combinations: fa__tc_mods; in 160 registers its constants spill 384 bytes) and rows that see
    few keys (fa__wg_wide, 8f) run on it. */
 struct fa__wg_d64x2 {
     enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 0, KV = 0 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 0, PAIR = 0 };
 };
 
 /* The tensor-core backward's configurations (8e2), one per FA__CU_BWD_TC_* kernel: a pair of 8d
@@ -8777,13 +8778,12 @@ struct fa__wg_args {
 };
 
 /* The shared memory of configuration C (8a): the Q tile, ST stages of K and V (each tile D / 64
-   panels of rows x 128 bytes), then the mbarriers (full[ST], empty[ST], q, qfree, and with 8a's KV
-   fullv[ST], emptyv[ST]), the base rounded up to 1024 bytes (the 128-byte swizzle repeats every 8
-   rows of 128 bytes). */
+   panels of rows x 128 bytes), then the mbarriers (full[ST], empty[ST], q, qfree), the base rounded up to
+   1024 bytes (the 128-byte swizzle repeats every 8 rows of 128 bytes). */
 template <class C> struct fa__wg_geom {
     enum { D = C::D, BQ = 16 * C::NW, BK = C::BK, ST = C::ST, PANELS = C::D / 64 };
     enum { QB = BQ * D * 2, KB = BK * D * 2, BARS = QB + 2 * ST * KB };
-    enum { SMEM = BARS + 8 * (2 * ST * (1 + C::KV) + 2) + 1024 };
+    enum { SMEM = BARS + 8 * (2 * ST + 2) + 1024 };
 };
 
 /* mbarriers (shared::cta): init with an arrival count, an arrival that also expects `bytes` of
@@ -9013,7 +9013,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     enum { BQ = G::BQ, BK = G::BK, D = G::D, ST = G::ST, NC = C::NW / 4 };
     enum { XP = MOD == 0 ? C::XP0 : MOD == 1 ? C::XP1 : MOD == 2 ? C::XP2 : 0 };   /* the exps' FMA-pipe share */
     enum { OV = MOD < 3 && (C::OV >> MOD & 1) };   /* 8a's OV (variant 4's constants leave no registers for it) */
-    static_assert(!(OV && C::KV), "8a's KV: built for the one-group step");
+    static_assert(!(OV && C::PAIR), "8a's PAIR: built for the one-group step");
     static_assert(BK % 16 == 0 && (D == 64 ? BK == 128 : BK == 128 || BK == 160 || BK == 176 || BK == 192),
                   "the Hopper kernel's key tiles (fa__wg_mma's N)");
     static_assert(D == 64 || D == 128, "the Hopper kernel's head dims");
@@ -9028,16 +9028,10 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     const bool qe = C::QE && d.causal;   /* 8a's QE: causal tiles end at row Sq */
     const unsigned sQ = (fa__cu_sa(fa__wg_smem) + 1023u) & ~1023u, sK = sQ + G::QB, sV = sK + ST * G::KB;
     const unsigned full = sQ + G::BARS, empty = full + 8 * ST, qbar = empty + 8 * ST, qfree = qbar + 8;   /* + 8 s: stage s */
-    /* 8a's KV: V's stages on barriers of their own (else K's and V's are one stage, full and empty) */
-    const unsigned fullv = C::KV ? qfree + 8 : full, emptyv = C::KV ? fullv + 8 * ST : empty;
     if (tid == 0) {
         for (int s = 0; s < ST; s++) {
             fa__mb_init(full + 8 * s, 1);
             fa__mb_init(empty + 8 * s, C::NW);
-            if (C::KV) {
-                fa__mb_init(fullv + 8 * s, 1);
-                fa__mb_init(emptyv + 8 * s, C::NW);
-            }
         }
         fa__mb_init(qbar, 1);
         fa__mb_init(qfree, C::NW);
@@ -9068,20 +9062,21 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                     for (int p = 0; p < G::PANELS; p++) fa__tma_load(sQ + p * BQ * 128, &w.tq, qbar, 64 * p, i0, h, b);
                 } else
                     fa__mb_arrive(qbar);
-                for (int j = 0; j < nt; j++, gi++) {
-                    const int s = gi % ST;
-                    if (gi >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(gi / ST - 1) & 1u);   /* stage s consumed (KV: its K) */
-                    if (C::KV) {   /* K, then V once its stage is free */
-                        fa__mb_expect(full + 8 * s, G::KB);
+                if (C::PAIR)   /* 8a's PAIR: stage gi holds GEMM step j's K of tile j and V of tile j-1 */
+                    for (int j = 0; nt > 0 && j <= nt; j++, gi++) {
+                        const int s = gi % ST;
+                        if (gi >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(gi / ST - 1) & 1u);   /* stage s consumed */
+                        fa__mb_expect(full + 8 * s, (j < nt ? G::KB : 0) + (j > 0 ? G::KB : 0));
 #pragma unroll
-                        for (int p = 0; p < G::PANELS; p++)
-                            fa__tma_load(sK + s * G::KB + p * BK * 128, &w.tk, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
-                        if (gi >= ST) fa__mb_wait(emptyv + 8 * s, (unsigned)(gi / ST - 1) & 1u);
-                        fa__mb_expect(fullv + 8 * s, G::KB);
-#pragma unroll
-                        for (int p = 0; p < G::PANELS; p++)
-                            fa__tma_load(sV + s * G::KB + p * BK * 128, &w.tv, fullv + 8 * s, 64 * p, (t0 + j) * BK, g, b);
-                    } else {
+                        for (int p = 0; p < G::PANELS; p++) {
+                            if (j < nt) fa__tma_load(sK + s * G::KB + p * BK * 128, &w.tk, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
+                            if (j > 0) fa__tma_load(sV + s * G::KB + p * BK * 128, &w.tv, full + 8 * s, 64 * p, (t0 + j - 1) * BK, g, b);
+                        }
+                    }
+                else
+                    for (int j = 0; j < nt; j++, gi++) {
+                        const int s = gi % ST;
+                        if (gi >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(gi / ST - 1) & 1u);   /* stage s consumed */
                         fa__mb_expect(full + 8 * s, 2 * G::KB);
 #pragma unroll
                         for (int p = 0; p < G::PANELS; p++) {
@@ -9089,7 +9084,6 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                             fa__tma_load(sV + s * G::KB + p * BK * 128, &w.tv, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
                         }
                     }
-                }
             }
         }
     } else {   /* a consumer: 64 query rows, its warps 16 each (8d's warp = cw * 4 + warp of the group) */
@@ -9189,14 +9183,15 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
             else
                 for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
                     const bool qk = j < nt, pv = j > 0;
-                    const int sq = (gc + j) % ST, sp = (gc + j + ST - 1) % ST;
+                    /* the stages of K of tile j and V of tile j-1: one (8a's PAIR: the step's), or each its tile's */
+                    const int sq = (gc + j) % ST, sp = C::PAIR ? sq : (gc + j + ST - 1) % ST;
                     /* 8d's rare case: a partial tile whose V holds an inf or a NaN takes fa__tc_pv_clean, voted
                        by the warpgroup over the stage (which no thread writes: the TMA's alone) */
                     bool bad = false;
-                    if (C::KV && pv) fa__mb_wait(fullv + 8 * sp, (unsigned)((gc + j - 1) / ST) & 1u);   /* V of tile j-1 */
+                    if (C::PAIR && (qk || pv)) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
                     if (pv && ppart)   /* (the warp vote on top lets ptxas see a warp-uniform branch) */
                         bad = __any_sync(0xffffffffu, fa__wg_vote(FA__WG_BAR_VOTE + cw, fa__tc_scan<D, BK, 128, T>(sV + sp * G::KB, tid & 127)));
-                    if (qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
+                    if (!C::PAIR && qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
                     if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
                     fa__wg_keep(o);
                     fa__wg_keep(s);
@@ -9212,14 +9207,10 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                         __syncwarp();
                         if (lane == 0) fa__mb_arrive(qfree);
                     }
-                    if (pv) {   /* this warp is done with stage sp (K and V of tile j-1; KV: V's) */
+                    if (pv || (C::PAIR && qk)) {   /* this warp is done with stage sp (K and V of tile j-1; PAIR: the step's) */
                         if (bad) fa__tc_pv_clean<T, C>(o, pa, fa__wg_vrows<BK>{ sV + sp * G::KB }, lane);
                         __syncwarp();
-                        if (lane == 0) fa__mb_arrive(emptyv + 8 * sp);
-                    }
-                    if (C::KV && qk) {   /* and with K of tile j */
-                        __syncwarp();
-                        if (lane == 0) fa__mb_arrive(empty + 8 * sq);
+                        if (lane == 0) fa__mb_arrive(empty + 8 * sp);
                     }
                     if (qk) {
                         const int k0 = (t0 + j) * BK;
@@ -9229,7 +9220,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                         fa__tc_softmax<T, C, XP>(s, m, l, o, pa, mv.f);
                     }
                 }
-            gc += nt;
+            gc += nt + (C::PAIR && nt > 0);   /* the stages this item used: a tile each, or (PAIR) a GEMM step each */
             if (C::PER != 0)   /* straight from the registers: the Q tile is the next item's */
                 fa__tc_write<T, C, 0, C::QE>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);
             else {

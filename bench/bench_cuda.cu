@@ -388,8 +388,8 @@ struct tc128_w4m2k64_pf { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF 
    instead of 3, without the consumers' ping-pong, and at D = 64 the two-consumer block of 128 rows
    (the header's fa__wg_d64x2, everywhere, not only where fa__wg_wide picks it) and three consumers
    without the ping-pong. */
-#define WG128_XP XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2, OV = fa__wg_d128::OV, QE = fa__wg_d128::QE, KV = fa__wg_d128::KV
-#define WG64_XP XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2, OV = fa__wg_d64::OV, QE = fa__wg_d64::QE, KV = fa__wg_d64::KV
+#define WG128_XP XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2, OV = fa__wg_d128::OV, QE = fa__wg_d128::QE, PAIR = fa__wg_d128::PAIR
+#define WG64_XP XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2, OV = fa__wg_d64::OV, QE = fa__wg_d64::QE, PAIR = fa__wg_d64::PAIR
 struct wg128_st2 { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1, WG128_XP, PER = 1 }; };
 struct wg128_nopp { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 0, WG128_XP, PER = 1 }; };
 /* The block schedule (the header's PER): one block a query tile, as before the persistent blocks
@@ -407,17 +407,17 @@ WG_PER(per2, 2)
 template <int V> struct wg128_ov_c {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
            XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2, PER = 1, OV = V, QE = fa__wg_d128::QE,
-           KV = fa__wg_d128::KV };
+           PAIR = fa__wg_d128::PAIR };
 };
 template <int V> struct wg128_ov {
     typedef typename std::conditional<((int)fa__wg_d128::OV & 1) == V, fa__wg_d128, wg128_ov_c<V> >::type type;
 };
 /* Key tiles of BK at D = 128 (the header's fa__wg_d128k176 and its neighbours): S = Q K^T on
-   wgmma m64nBKk16, ST stages, K and V on mbarriers of their own (the header's KV), RC registers a
+   wgmma m64nBKk16, ST stages, a stage a GEMM step or a tile (the header's PAIR), RC registers a
    consumer (above 232 the producer keeps 24) */
-template <int BK_, int ST_, int KV_, int RC = 232> struct wg128_bk {
+template <int BK_, int ST_, int PAIR_, int RC = 232> struct wg128_bk {
     enum { D = 128, NW = 8, MT = 1, BK = BK_, QREG = 0, PF = 0, MINB = 1, ST = ST_, WG = 384, REG_P = RC > 232 ? 24 : 40,
-           REG_C = RC, PP = 1, XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 0, KV = KV_ };
+           REG_C = RC, PP = 1, XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 0, PAIR = PAIR_ };
 };
 struct wg64_nopp { enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 0, WG64_XP, PER = 1 }; };
 /* The D = 64 three-consumer block with its causal query tiles from row 0 (the header's QE = 0), for
@@ -425,7 +425,7 @@ struct wg64_nopp { enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, M
 struct wg64_qe0 {
     enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1,
            XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2, PER = 1, OV = fa__wg_d64::OV, QE = 0,
-           KV = fa__wg_d64::KV };
+           PAIR = fa__wg_d64::PAIR };
 };
 /* The exps' FMA-pipe shares (fa__wg_d128's XP0 / XP1 / XP2: plain / softcap / ALiBi, of 16), as
    picked but for the share XS of variant V: --xp times them (bf16, S = 16384 causal, the variant's
@@ -439,7 +439,7 @@ template <int DIM, int V, int XS> struct wg_xp {
            XP1 = V == 1 ? XS : DIM == 128 ? (int)B128::XP1 : (int)B64::XP1,
            XP2 = V == 2 ? XS : DIM == 128 ? (int)B128::XP2 : (int)B64::XP2, PER = 1,
            OV = DIM == 128 ? (int)B128::OV : (int)B64::OV, QE = DIM == 128 ? (int)B128::QE : (int)B64::QE,
-           KV = DIM == 128 ? (int)B128::KV : (int)B64::KV };
+           PAIR = DIM == 128 ? (int)B128::PAIR : (int)B64::PAIR };
 };
 /* the picked configuration itself where XS is its share (one kernel instance fewer to compile) */
 template <int DIM, int V, int XS> struct wg_xp_of {
@@ -491,10 +491,9 @@ static const Impl tune_impls[] = {
     { "wg64_per2", 2, wg_config<wg64_per2>, 64 },               { "wg128_picked", 2, wg_config<fa__wg_d128, true>, 128 },
     { "wg64_picked", 2, wg_config<fa__wg_d64, true>, 64 },          { "wg128_ov0", 2, wg_config<wg128_ov<0>::type>, 128 },
     { "wg128_ov1", 2, wg_config<wg128_ov<1>::type>, 128 },           { "wg64_qe0", 2, wg_config<wg64_qe0, true>, 64 },
-    { "wg128_kv3", 2, wg_config<wg128_bk<128, 3, 1>, true>, 128 },    { "wg128_k176st2", 2, wg_config<wg128_bk<176, 2, 0> >, 128 },
-    { "wg128_k176kv", 2, wg_config<fa__wg_d128k176, true>, 128 },    { "wg128_k176r240", 2, wg_config<wg128_bk<176, 2, 1, 240> >, 128 },
-    { "wg128_k160kv", 2, wg_config<wg128_bk<160, 2, 1> >, 128 },     { "wg128_k192kv", 2, wg_config<wg128_bk<192, 2, 1, 240> >, 128 },
-    { "wg128_st2kv", 2, wg_config<wg128_bk<128, 2, 1> >, 128 },
+    { "wg128_pair3", 2, wg_config<wg128_bk<128, 3, 1>, true>, 128 },  { "wg128_pair2", 2, wg_config<wg128_bk<128, 2, 1> >, 128 },
+    { "wg128_k176", 2, wg_config<fa__wg_d128k176, true>, 128 },      { "wg128_k192", 2, wg_config<wg128_bk<192, 2, 1, 240>, true>, 128 },
+    { "wg128_k192r232", 2, wg_config<wg128_bk<192, 2, 1> >, 128 },   { "wg128_k160", 2, wg_config<wg128_bk<160, 2, 1> >, 128 },
 };
 #else
 static const Impl tune_impls[] = { { "tc_tiled", 2, tc_default, 0 } };
