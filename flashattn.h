@@ -6626,7 +6626,8 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    threads in all). REG_P / REG_C: the registers a producer / consumer thread keeps after
    setmaxnreg (the launch caps at 65536 / WG; REG_P * 128 + REG_C * 32 NW <= 65536). ST: as many
    stages as fit beside the Q tile in 227 KB (3 at D = 128: 224 KB; 4 at D = 64: 152 KB). D = 128:
-   two consumers (o, S and P take 160 of their 232 registers; 196 at BK = 176). D = 64: three consumers of 160
+   two consumers (o, S and P take 160 of their 232 registers; 196 at BK = 176, no spill; BK = 192
+   needs 240, the producer at 24). D = 64: three consumers of 160
    registers (o 32, S 64, P 32), 192 rows a block, so that two consumers' softmax runs while the
    third's GEMMs hold the tensor pipe, where rows see >= 1024 keys (fa__wg_wide, 8f; else
    fa__wg_d64x2). PP: the consumers take turns at their GEMMs (ping-pong, in
@@ -6660,19 +6661,18 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    first step K alone, its last V alone), released once the step's wait has passed: a stage is then
    free a step sooner than one of K and V of a tile (whose V is read a step after its K), which
    with ST = 2 is the difference between the next tile's load under one softmax (2 stages of tiles:
-   -12%) and under a GEMM step and two softmaxes; 0: a tile a stage (the overlap's loop only knows
-   that one). fa__wg_d128k176: D = 128 with key tiles of 176 (FlashAttention-3's non-causal tile),
-   two stages (three do not fit: 212 KB with the Q tile), PAIR; fa__wg_pick takes it for [RULE]. */
+   -12%) and under a GEMM step and two softmaxes; the overlap's loop (8a's OV) keeps a tile a stage.
+   fa__wg_d128: 1, so variants 0 and 4 (one H100 call, plain: causal +0.6-5.9% at S = 2k-4.6k,
+   non-causal 0.996-1.010, 16k 0.90-1.00 to be measured again; 2 stages with it ran as 3:
+   bench/RESULTS.md, "Hopper forward (issue 15)", "Key tiles of 176 and 192"). Key tiles of 160, 176 or 192 (2 stages and PAIR; the
+   bench's wg128_k*) gained 4-6% non-causal only where the tile divides Sk, and lost 0.5-2% at
+   2k and 4k (the last tile pads 3% of the keys) and 3-10% causal: none is picked. */
 #ifndef FA__CU_WG_OV
 #define FA__CU_WG_OV 6
 #endif
 struct fa__wg_d128 {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = FA__CU_WG_OV, QE = 0, PAIR = 0 };
-};
-struct fa__wg_d128k176 {
-    enum { D = 128, NW = 8, MT = 1, BK = 176, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 0, PAIR = 1 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = FA__CU_WG_OV, QE = 0, PAIR = 1 };
 };
 struct fa__wg_d64 {
     enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1,
@@ -9013,7 +9013,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     enum { BQ = G::BQ, BK = G::BK, D = G::D, ST = G::ST, NC = C::NW / 4 };
     enum { XP = MOD == 0 ? C::XP0 : MOD == 1 ? C::XP1 : MOD == 2 ? C::XP2 : 0 };   /* the exps' FMA-pipe share */
     enum { OV = MOD < 3 && (C::OV >> MOD & 1) };   /* 8a's OV (variant 4's constants leave no registers for it) */
-    static_assert(!(OV && C::PAIR), "8a's PAIR: built for the one-group step");
+    enum { PAIR = C::PAIR && !OV };   /* 8a's PAIR: the one-group step's stages */
     static_assert(BK % 16 == 0 && (D == 64 ? BK == 128 : BK == 128 || BK == 160 || BK == 176 || BK == 192),
                   "the Hopper kernel's key tiles (fa__wg_mma's N)");
     static_assert(D == 64 || D == 128, "the Hopper kernel's head dims");
@@ -9062,7 +9062,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                     for (int p = 0; p < G::PANELS; p++) fa__tma_load(sQ + p * BQ * 128, &w.tq, qbar, 64 * p, i0, h, b);
                 } else
                     fa__mb_arrive(qbar);
-                if (C::PAIR)   /* 8a's PAIR: stage gi holds GEMM step j's K of tile j and V of tile j-1 */
+                if (PAIR)   /* 8a's PAIR: stage gi holds GEMM step j's K of tile j and V of tile j-1 */
                     for (int j = 0; nt > 0 && j <= nt; j++, gi++) {
                         const int s = gi % ST;
                         if (gi >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(gi / ST - 1) & 1u);   /* stage s consumed */
@@ -9184,14 +9184,14 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                 for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
                     const bool qk = j < nt, pv = j > 0;
                     /* the stages of K of tile j and V of tile j-1: one (8a's PAIR: the step's), or each its tile's */
-                    const int sq = (gc + j) % ST, sp = C::PAIR ? sq : (gc + j + ST - 1) % ST;
+                    const int sq = (gc + j) % ST, sp = PAIR ? sq : (gc + j + ST - 1) % ST;
                     /* 8d's rare case: a partial tile whose V holds an inf or a NaN takes fa__tc_pv_clean, voted
                        by the warpgroup over the stage (which no thread writes: the TMA's alone) */
                     bool bad = false;
-                    if (C::PAIR && (qk || pv)) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
+                    if (PAIR && (qk || pv)) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
                     if (pv && ppart)   /* (the warp vote on top lets ptxas see a warp-uniform branch) */
                         bad = __any_sync(0xffffffffu, fa__wg_vote(FA__WG_BAR_VOTE + cw, fa__tc_scan<D, BK, 128, T>(sV + sp * G::KB, tid & 127)));
-                    if (!C::PAIR && qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
+                    if (!PAIR && qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
                     if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
                     fa__wg_keep(o);
                     fa__wg_keep(s);
@@ -9207,7 +9207,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                         __syncwarp();
                         if (lane == 0) fa__mb_arrive(qfree);
                     }
-                    if (pv || (C::PAIR && qk)) {   /* this warp is done with stage sp (K and V of tile j-1; PAIR: the step's) */
+                    if (pv || (PAIR && qk)) {   /* this warp is done with stage sp (K and V of tile j-1; PAIR: the step's) */
                         if (bad) fa__tc_pv_clean<T, C>(o, pa, fa__wg_vrows<BK>{ sV + sp * G::KB }, lane);
                         __syncwarp();
                         if (lane == 0) fa__mb_arrive(empty + 8 * sp);
@@ -9220,7 +9220,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                         fa__tc_softmax<T, C, XP>(s, m, l, o, pa, mv.f);
                     }
                 }
-            gc += nt + (C::PAIR && nt > 0);   /* the stages this item used: a tile each, or (PAIR) a GEMM step each */
+            gc += nt + (PAIR && nt > 0);   /* the stages this item used: a tile each, or (PAIR) a GEMM step each */
             if (C::PER != 0)   /* straight from the registers: the Q tile is the next item's */
                 fa__tc_write<T, C, 0, C::QE>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);
             else {

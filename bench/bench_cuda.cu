@@ -412,7 +412,7 @@ template <int V> struct wg128_ov_c {
 template <int V> struct wg128_ov {
     typedef typename std::conditional<((int)fa__wg_d128::OV & 1) == V, fa__wg_d128, wg128_ov_c<V> >::type type;
 };
-/* Key tiles of BK at D = 128 (the header's fa__wg_d128k176 and its neighbours): S = Q K^T on
+/* Key tiles of BK at D = 128 (160, 176: FlashAttention-3's non-causal tile, 192): S = Q K^T on
    wgmma m64nBKk16, ST stages, a stage a GEMM step or a tile (the header's PAIR), RC registers a
    consumer (above 232 the producer keeps 24) */
 template <int BK_, int ST_, int PAIR_, int RC = 232> struct wg128_bk {
@@ -492,7 +492,7 @@ static const Impl tune_impls[] = {
     { "wg64_picked", 2, wg_config<fa__wg_d64, true>, 64 },          { "wg128_ov0", 2, wg_config<wg128_ov<0>::type>, 128 },
     { "wg128_ov1", 2, wg_config<wg128_ov<1>::type>, 128 },           { "wg64_qe0", 2, wg_config<wg64_qe0, true>, 64 },
     { "wg128_pair3", 2, wg_config<wg128_bk<128, 3, 1>, true>, 128 },  { "wg128_pair2", 2, wg_config<wg128_bk<128, 2, 1> >, 128 },
-    { "wg128_k176", 2, wg_config<fa__wg_d128k176, true>, 128 },      { "wg128_k192", 2, wg_config<wg128_bk<192, 2, 1, 240>, true>, 128 },
+    { "wg128_k176", 2, wg_config<wg128_bk<176, 2, 1>, true>, 128 },      { "wg128_k192", 2, wg_config<wg128_bk<192, 2, 1, 240>, true>, 128 },
     { "wg128_k192r232", 2, wg_config<wg128_bk<192, 2, 1> >, 128 },   { "wg128_k160", 2, wg_config<wg128_bk<160, 2, 1> >, 128 },
 };
 #else
