@@ -491,9 +491,10 @@ static const Impl tune_impls[] = {
     { "wg64_per2", 2, wg_config<wg64_per2>, 64 },               { "wg128_picked", 2, wg_config<fa__wg_d128, true>, 128 },
     { "wg64_picked", 2, wg_config<fa__wg_d64, true>, 64 },          { "wg128_ov0", 2, wg_config<wg128_ov<0>::type>, 128 },
     { "wg128_ov1", 2, wg_config<wg128_ov<1>::type>, 128 },           { "wg64_qe0", 2, wg_config<wg64_qe0, true>, 64 },
-    { "wg128_pair3", 2, wg_config<wg128_bk<128, 3, 1>, true>, 128 },  { "wg128_pair2", 2, wg_config<wg128_bk<128, 2, 1> >, 128 },
+    { "wg128_pair2", 2, wg_config<wg128_bk<128, 2, 1> >, 128 },
     { "wg128_k176", 2, wg_config<wg128_bk<176, 2, 1>, true>, 128 },      { "wg128_k192", 2, wg_config<wg128_bk<192, 2, 1, 240>, true>, 128 },
     { "wg128_k192r232", 2, wg_config<wg128_bk<192, 2, 1> >, 128 },   { "wg128_k160", 2, wg_config<wg128_bk<160, 2, 1> >, 128 },
+    { "wg128_tiles3", 2, wg_config<wg128_bk<128, 3, 0>, true>, 128 },
 };
 #else
 static const Impl tune_impls[] = { { "tc_tiled", 2, tc_default, 0 } };
