@@ -6621,13 +6621,12 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
 
 /* The Hopper kernel's configuration (8d3), an fa__tc_* trait so that 8d's steps run on its
    fragments: NW consumer warps (NW / 4 warpgroups of 64 query rows, MT = 1: a warpgroup's m64
-   wgmma accumulator is, warp by warp, 8d's m16 accumulator), BQ = 16 NW rows a block, BK keys a
-   tile (128; 160, 176 or 192 at D = 128: S = Q K^T on wgmma m64nBKk16), ST stages of K/V in the TMA ring, one producer warpgroup besides (WG = 32 NW + 128
+   wgmma accumulator is, warp by warp, 8d's m16 accumulator), BQ = 16 NW rows a block, BK = 128
+   keys a tile, ST stages of K/V in the TMA ring, one producer warpgroup besides (WG = 32 NW + 128
    threads in all). REG_P / REG_C: the registers a producer / consumer thread keeps after
    setmaxnreg (the launch caps at 65536 / WG; REG_P * 128 + REG_C * 32 NW <= 65536). ST: as many
    stages as fit beside the Q tile in 227 KB (3 at D = 128: 224 KB; 4 at D = 64: 152 KB). D = 128:
-   two consumers (o, S and P take 160 of their 232 registers; 196 at BK = 176, no spill; BK = 192
-   needs 240, the producer at 24). D = 64: three consumers of 160
+   two consumers (o, S and P take 160 of their 232 registers). D = 64: three consumers of 160
    registers (o 32, S 64, P 32), 192 rows a block, so that two consumers' softmax runs while the
    third's GEMMs hold the tensor pipe, where rows see >= 1024 keys (fa__wg_wide, 8f; else
    fa__wg_d64x2). PP: the consumers take turns at their GEMMs (ping-pong, in
@@ -6656,34 +6655,24 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    then the first, which sees the fewest keys, rather than the last, which walks every key with
    the padding rows idle. fa__wg_d64 only: 192 rows divide no power of two (S = 2k-4k: ~5% of the
    causal work saved, bench/RESULTS.md, "Query tiles that end at row Sq"); 128 do, and the
-   two-consumer block serves short rows and the bias variant, where it was not measured.
-   PAIR: 1 where a stage holds what one GEMM step reads, K of tile j and V of tile j-1 (a tile's
-   first step K alone, its last V alone), released once the step's wait has passed: a stage is then
-   free a step sooner than one of K and V of a tile (whose V is read a step after its K), which
-   with ST = 2 is the difference between the next tile's load under one softmax (2 stages of tiles:
-   -12%) and under a GEMM step and two softmaxes; the overlap's loop (8a's OV) keeps a tile a stage.
-   fa__wg_d128: 1, so variants 0 and 4 (one H100 call, plain: causal +0.6-5.9% at S = 2k-4.6k,
-   non-causal 0.996-1.010, 16k 0.90-1.00 to be measured again; 2 stages with it ran as 3:
-   bench/RESULTS.md, "Hopper forward (issue 15)", "Key tiles of 176 and 192"). Key tiles of 160, 176 or 192 (2 stages and PAIR; the
-   bench's wg128_k*) gained 4-6% non-causal only where the tile divides Sk, and lost 0.5-2% at
-   2k and 4k (the last tile pads 3% of the keys) and 3-10% causal: none is picked. */
+   two-consumer block serves short rows and the bias variant, where it was not measured. */
 #ifndef FA__CU_WG_OV
 #define FA__CU_WG_OV 6
 #endif
 struct fa__wg_d128 {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = FA__CU_WG_OV, QE = 0, PAIR = 1 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = FA__CU_WG_OV, QE = 0 };
 };
 struct fa__wg_d64 {
     enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 1, PAIR = 0 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 1 };
 };
 /* D = 64's two-consumer block (128 rows, 232 registers a consumer): modifier variant 4 (bias,
    combinations: fa__tc_mods; in 160 registers its constants spill 384 bytes) and rows that see
    few keys (fa__wg_wide, 8f) run on it. */
 struct fa__wg_d64x2 {
     enum { D = 64, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 0, PAIR = 0 };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 0 };
 };
 
 /* The tensor-core backward's configurations (8e2), one per FA__CU_BWD_TC_* kernel: a pair of 8d
@@ -8880,14 +8869,10 @@ template <int N> static __device__ __forceinline__ void fa__wg_keep(float (&c)[1
    D = A B, else D += A B); rs128 and rs64, N = 128 and 64, with A from four registers (8d's A
    fragment) and B N-major (transposed); ss0, ss's D = A B with c written only (no register read:
    the accumulator's old values are not live into it); ss64, N = 64, both K-major (the backward, 8e3). */
-#define FA__WG_L64 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                  \
+#define FA__WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
                    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "       \
                    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "       \
-                   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define FA__WG_D64 "{" FA__WG_L64 "}"
-#define FA__WG_L80 FA__WG_L64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
-#define FA__WG_L88 FA__WG_L80 ", %80, %81, %82, %83, %84, %85, %86, %87"
-#define FA__WG_L96 FA__WG_L88 ", %88, %89, %90, %91, %92, %93, %94, %95"
+                   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define FA__WG_C8(c, i) "+f"(c[i]), "+f"(c[i + 1]), "+f"(c[i + 2]), "+f"(c[i + 3]), "+f"(c[i + 4]), "+f"(c[i + 5]), \
                         "+f"(c[i + 6]), "+f"(c[i + 7])
 #define FA__WG_C64(c) FA__WG_C8(c, 0), FA__WG_C8(c, 8), FA__WG_C8(c, 16), FA__WG_C8(c, 24), FA__WG_C8(c, 32), \
@@ -8896,32 +8881,6 @@ template <int N> static __device__ __forceinline__ void fa__wg_keep(float (&c)[1
                         "=f"(c[i + 6]), "=f"(c[i + 7])
 #define FA__WG_O64(c) FA__WG_O8(c, 0), FA__WG_O8(c, 8), FA__WG_O8(c, 16), FA__WG_O8(c, 24), FA__WG_O8(c, 32), \
                       FA__WG_O8(c, 40), FA__WG_O8(c, 48), FA__WG_O8(c, 56)
-#define FA__WG_C80(c) FA__WG_C64(c), FA__WG_C8(c, 64), FA__WG_C8(c, 72)
-#define FA__WG_C88(c) FA__WG_C80(c), FA__WG_C8(c, 80)
-#define FA__WG_C96(c) FA__WG_C88(c), FA__WG_C8(c, 88)
-#define FA__WG_O80(c) FA__WG_O64(c), FA__WG_O8(c, 64), FA__WG_O8(c, 72)
-#define FA__WG_O88(c) FA__WG_O80(c), FA__WG_O8(c, 80)
-#define FA__WG_O96(c) FA__WG_O88(c), FA__WG_O8(c, 88)
-/* ss and ss0 at N = BK other than 128 (8a's key tiles of the D = 128 forward: 160, 176, 192), told
-   apart by the tag fa__wg_n<N>: L the output operand list, C and O its read-write and write-only
-   constraints, A, B, P the operand numbers of the two descriptors and of acc. */
-template <int N> struct fa__wg_n {};
-#define FA__WG_SSN(PTX, N, L, C, O, A, B, P)                                                                       \
-    static __device__ __forceinline__ void ss(fa__wg_n<N>, float *c, unsigned long long da, unsigned long long db, \
-                                              int acc)                                                             \
-    {                                                                                                              \
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                                              \
-                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " {" L "}, %" #A ", %" #B          \
-                     ", p, 1, 1, 0, 0;\n}\n"                                                                        \
-                     : C(c) : "l"(da), "l"(db), "r"(acc));                                                         \
-    }                                                                                                              \
-    static __device__ __forceinline__ void ss0(fa__wg_n<N>, float *c, unsigned long long da, unsigned long long db) \
-    {                                                                                                              \
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"                                                    \
-                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " {" L "}, %" #A ", %" #B          \
-                     ", p, 1, 1, 0, 0;\n}\n"                                                                        \
-                     : O(c) : "l"(da), "l"(db));                                                                   \
-    }
 #define FA__WG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
                    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FA__WG_C32(c) FA__WG_C8(c, 0), FA__WG_C8(c, 8), FA__WG_C8(c, 16), FA__WG_C8(c, 24)
@@ -8963,20 +8922,10 @@ template <typename T> struct fa__wg_mma;
                          ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                         \
                          : FA__WG_C32(c) : "l"(da), "l"(db), "r"(acc));                                            \
         }                                                                                                          \
-        static __device__ __forceinline__ void ss(fa__wg_n<128>, float *c, unsigned long long da, unsigned long long db, \
-                                                  int acc) { ss(c, da, db, acc); }                                 \
-        static __device__ __forceinline__ void ss0(fa__wg_n<128>, float *c, unsigned long long da, unsigned long long db) \
-        {                                                                                                          \
-            ss0(c, da, db);                                                                                        \
-        }                                                                                                          \
-        FA__WG_SSN(PTX, 160, FA__WG_L80, FA__WG_C80, FA__WG_O80, 80, 81, 82)                                       \
-        FA__WG_SSN(PTX, 176, FA__WG_L88, FA__WG_C88, FA__WG_O88, 88, 89, 90)                                       \
-        FA__WG_SSN(PTX, 192, FA__WG_L96, FA__WG_C96, FA__WG_O96, 96, 97, 98)                                       \
     };
 FA__WG_MMA(__nv_bfloat16, "bf16")
 FA__WG_MMA(__half, "f16")
 #undef FA__WG_MMA
-#undef FA__WG_SSN
 
 /* The consumer's two GEMMs, issued (fa__wg_fence before, fa__wg_commit after, by the caller): S = Q
    K^T (qa: the warpgroup's 64 rows of the Q tile, sk: a K stage; both K-major panels), and O += P V
@@ -8985,10 +8934,10 @@ FA__WG_MMA(__half, "f16")
 template <class X, class G, bool W0>
 static __device__ __forceinline__ void fa__wg_qk(float (&s)[1][G::BK / 8][4], unsigned qa, unsigned sk)
 {
-    if (W0) X::ss0(fa__wg_n<G::BK>(), &s[0][0][0], fa__wg_desc(qa, 16, 1024), fa__wg_desc(sk, 16, 1024));
+    if (W0) X::ss0(&s[0][0][0], fa__wg_desc(qa, 16, 1024), fa__wg_desc(sk, 16, 1024));
 #pragma unroll
     for (int kk = W0 ? 1 : 0; kk < G::D / 16; kk++)
-        X::ss(fa__wg_n<G::BK>(), &s[0][0][0], fa__wg_desc(qa + (kk >> 2) * G::BQ * 128 + (kk & 3) * 32, 16, 1024),
+        X::ss(&s[0][0][0], fa__wg_desc(qa + (kk >> 2) * G::BQ * 128 + (kk & 3) * 32, 16, 1024),
               fa__wg_desc(sk + (kk >> 2) * G::BK * 128 + (kk & 3) * 32, 16, 1024), W0 ? 1 : kk);
 }
 
@@ -9013,9 +8962,6 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     enum { BQ = G::BQ, BK = G::BK, D = G::D, ST = G::ST, NC = C::NW / 4 };
     enum { XP = MOD == 0 ? C::XP0 : MOD == 1 ? C::XP1 : MOD == 2 ? C::XP2 : 0 };   /* the exps' FMA-pipe share */
     enum { OV = MOD < 3 && (C::OV >> MOD & 1) };   /* 8a's OV (variant 4's constants leave no registers for it) */
-    enum { PAIR = C::PAIR && !OV };   /* 8a's PAIR: the one-group step's stages */
-    static_assert(BK % 16 == 0 && (D == 64 ? BK == 128 : BK == 128 || BK == 160 || BK == 176 || BK == 192),
-                  "the Hopper kernel's key tiles (fa__wg_mma's N)");
     static_assert(D == 64 || D == 128, "the Hopper kernel's head dims");
     static_assert(!C::QE || MOD < 3, "8a's QE: padding rows before row 0 would read the bias (fa__tc_scores)");
     static_assert(C::NW % 4 == 0 && NC >= 2 && NC <= 3 && C::WG == 32 * C::NW + 128 &&
@@ -9062,28 +9008,16 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                     for (int p = 0; p < G::PANELS; p++) fa__tma_load(sQ + p * BQ * 128, &w.tq, qbar, 64 * p, i0, h, b);
                 } else
                     fa__mb_arrive(qbar);
-                if (PAIR)   /* 8a's PAIR: stage gi holds GEMM step j's K of tile j and V of tile j-1 */
-                    for (int j = 0; nt > 0 && j <= nt; j++, gi++) {
-                        const int s = gi % ST;
-                        if (gi >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(gi / ST - 1) & 1u);   /* stage s consumed */
-                        fa__mb_expect(full + 8 * s, (j < nt ? G::KB : 0) + (j > 0 ? G::KB : 0));
+                for (int j = 0; j < nt; j++, gi++) {
+                    const int s = gi % ST;
+                    if (gi >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(gi / ST - 1) & 1u);   /* stage s consumed */
+                    fa__mb_expect(full + 8 * s, 2 * G::KB);
 #pragma unroll
-                        for (int p = 0; p < G::PANELS; p++) {
-                            if (j < nt) fa__tma_load(sK + s * G::KB + p * BK * 128, &w.tk, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
-                            if (j > 0) fa__tma_load(sV + s * G::KB + p * BK * 128, &w.tv, full + 8 * s, 64 * p, (t0 + j - 1) * BK, g, b);
-                        }
+                    for (int p = 0; p < G::PANELS; p++) {
+                        fa__tma_load(sK + s * G::KB + p * BK * 128, &w.tk, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
+                        fa__tma_load(sV + s * G::KB + p * BK * 128, &w.tv, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
                     }
-                else
-                    for (int j = 0; j < nt; j++, gi++) {
-                        const int s = gi % ST;
-                        if (gi >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(gi / ST - 1) & 1u);   /* stage s consumed */
-                        fa__mb_expect(full + 8 * s, 2 * G::KB);
-#pragma unroll
-                        for (int p = 0; p < G::PANELS; p++) {
-                            fa__tma_load(sK + s * G::KB + p * BK * 128, &w.tk, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
-                            fa__tma_load(sV + s * G::KB + p * BK * 128, &w.tv, full + 8 * s, 64 * p, (t0 + j) * BK, g, b);
-                        }
-                    }
+                }
             }
         }
     } else {   /* a consumer: 64 query rows, its warps 16 each (8d's warp = cw * 4 + warp of the group) */
@@ -9183,15 +9117,13 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
             else
                 for (int j = 0; j <= nt; j++) {   /* GEMM step j: P V of tile j-1, Q K^T of tile j */
                     const bool qk = j < nt, pv = j > 0;
-                    /* the stages of K of tile j and V of tile j-1: one (8a's PAIR: the step's), or each its tile's */
-                    const int sq = (gc + j) % ST, sp = PAIR ? sq : (gc + j + ST - 1) % ST;
+                    const int sq = (gc + j) % ST, sp = (gc + j + ST - 1) % ST;
                     /* 8d's rare case: a partial tile whose V holds an inf or a NaN takes fa__tc_pv_clean, voted
                        by the warpgroup over the stage (which no thread writes: the TMA's alone) */
                     bool bad = false;
-                    if (PAIR && (qk || pv)) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
                     if (pv && ppart)   /* (the warp vote on top lets ptxas see a warp-uniform branch) */
                         bad = __any_sync(0xffffffffu, fa__wg_vote(FA__WG_BAR_VOTE + cw, fa__tc_scan<D, BK, 128, T>(sV + sp * G::KB, tid & 127)));
-                    if (!PAIR && qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
+                    if (qk) fa__mb_wait(full + 8 * sq, (unsigned)((gc + j) / ST) & 1u);
                     if (C::PP) fa__wg_bar_sync(FA__WG_BAR_TURN + cw);
                     fa__wg_keep(o);
                     fa__wg_keep(s);
@@ -9207,7 +9139,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                         __syncwarp();
                         if (lane == 0) fa__mb_arrive(qfree);
                     }
-                    if (pv || (PAIR && qk)) {   /* this warp is done with stage sp (K and V of tile j-1; PAIR: the step's) */
+                    if (pv) {   /* this warp is done with stage sp (K and V of tile j-1) */
                         if (bad) fa__tc_pv_clean<T, C>(o, pa, fa__wg_vrows<BK>{ sV + sp * G::KB }, lane);
                         __syncwarp();
                         if (lane == 0) fa__mb_arrive(empty + 8 * sp);
@@ -9220,7 +9152,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
                         fa__tc_softmax<T, C, XP>(s, m, l, o, pa, mv.f);
                     }
                 }
-            gc += nt + (PAIR && nt > 0);   /* the stages this item used: a tile each, or (PAIR) a GEMM step each */
+            gc += nt;
             if (C::PER != 0)   /* straight from the registers: the Q tile is the next item's */
                 fa__tc_write<T, C, 0, C::QE>(w.a, o, m, l, mv.f, sQ, b, h, i0, warp, lane);
             else {

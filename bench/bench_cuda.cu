@@ -388,8 +388,8 @@ struct tc128_w4m2k64_pf { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF 
    instead of 3, without the consumers' ping-pong, and at D = 64 the two-consumer block of 128 rows
    (the header's fa__wg_d64x2, everywhere, not only where fa__wg_wide picks it) and three consumers
    without the ping-pong. */
-#define WG128_XP XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2, OV = fa__wg_d128::OV, QE = fa__wg_d128::QE, PAIR = fa__wg_d128::PAIR
-#define WG64_XP XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2, OV = fa__wg_d64::OV, QE = fa__wg_d64::QE, PAIR = fa__wg_d64::PAIR
+#define WG128_XP XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2, OV = fa__wg_d128::OV, QE = fa__wg_d128::QE
+#define WG64_XP XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2, OV = fa__wg_d64::OV, QE = fa__wg_d64::QE
 struct wg128_st2 { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 2, WG = 384, REG_P = 40, REG_C = 232, PP = 1, WG128_XP, PER = 1 }; };
 struct wg128_nopp { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 0, WG128_XP, PER = 1 }; };
 /* The block schedule (the header's PER): one block a query tile, as before the persistent blocks
@@ -406,26 +406,17 @@ WG_PER(per2, 2)
    kernel instance fewer to compile) */
 template <int V> struct wg128_ov_c {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2, PER = 1, OV = V, QE = fa__wg_d128::QE,
-           PAIR = fa__wg_d128::PAIR };
+           XP0 = fa__wg_d128::XP0, XP1 = fa__wg_d128::XP1, XP2 = fa__wg_d128::XP2, PER = 1, OV = V, QE = fa__wg_d128::QE };
 };
 template <int V> struct wg128_ov {
     typedef typename std::conditional<((int)fa__wg_d128::OV & 1) == V, fa__wg_d128, wg128_ov_c<V> >::type type;
-};
-/* Key tiles of BK at D = 128 (160, 176: FlashAttention-3's non-causal tile, 192): S = Q K^T on
-   wgmma m64nBKk16, ST stages, a stage a GEMM step or a tile (the header's PAIR), RC registers a
-   consumer (above 232 the producer keeps 24) */
-template <int BK_, int ST_, int PAIR_, int RC = 232> struct wg128_bk {
-    enum { D = 128, NW = 8, MT = 1, BK = BK_, QREG = 0, PF = 0, MINB = 1, ST = ST_, WG = 384, REG_P = RC > 232 ? 24 : 40,
-           REG_C = RC, PP = 1, XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 0, PAIR = PAIR_ };
 };
 struct wg64_nopp { enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 0, WG64_XP, PER = 1 }; };
 /* The D = 64 three-consumer block with its causal query tiles from row 0 (the header's QE = 0), for
    the A/B against wg64_picked (QE = 1: tiles that end at row Sq); both also at fp16 */
 struct wg64_qe0 {
     enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1,
-           XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2, PER = 1, OV = fa__wg_d64::OV, QE = 0,
-           PAIR = fa__wg_d64::PAIR };
+           XP0 = fa__wg_d64::XP0, XP1 = fa__wg_d64::XP1, XP2 = fa__wg_d64::XP2, PER = 1, OV = fa__wg_d64::OV, QE = 0 };
 };
 /* The exps' FMA-pipe shares (fa__wg_d128's XP0 / XP1 / XP2: plain / softcap / ALiBi, of 16), as
    picked but for the share XS of variant V: --xp times them (bf16, S = 16384 causal, the variant's
@@ -438,8 +429,7 @@ template <int DIM, int V, int XS> struct wg_xp {
            XP0 = V == 0 ? XS : DIM == 128 ? (int)B128::XP0 : (int)B64::XP0,
            XP1 = V == 1 ? XS : DIM == 128 ? (int)B128::XP1 : (int)B64::XP1,
            XP2 = V == 2 ? XS : DIM == 128 ? (int)B128::XP2 : (int)B64::XP2, PER = 1,
-           OV = DIM == 128 ? (int)B128::OV : (int)B64::OV, QE = DIM == 128 ? (int)B128::QE : (int)B64::QE,
-           PAIR = DIM == 128 ? (int)B128::PAIR : (int)B64::PAIR };
+           OV = DIM == 128 ? (int)B128::OV : (int)B64::OV, QE = DIM == 128 ? (int)B128::QE : (int)B64::QE };
 };
 /* the picked configuration itself where XS is its share (one kernel instance fewer to compile) */
 template <int DIM, int V, int XS> struct wg_xp_of {
@@ -488,13 +478,9 @@ static const Impl tune_impls[] = {
     { "wg128_nopp", 2, wg_config<wg128_nopp>, 128 },            { "wg64_nc2", 2, wg_config<fa__wg_d64x2>, 64 },
     { "wg64_nopp", 2, wg_config<wg64_nopp>, 64 },               { "wg128_noper", 2, wg_config<wg128_noper>, 128 },
     { "wg64_noper", 2, wg_config<wg64_noper>, 64 },             { "wg128_per2", 2, wg_config<wg128_per2>, 128 },
-    { "wg64_per2", 2, wg_config<wg64_per2>, 64 },               { "wg128_picked", 2, wg_config<fa__wg_d128, true>, 128 },
+    { "wg64_per2", 2, wg_config<wg64_per2>, 64 },               { "wg128_picked", 2, wg_config<fa__wg_d128>, 128 },
     { "wg64_picked", 2, wg_config<fa__wg_d64, true>, 64 },          { "wg128_ov0", 2, wg_config<wg128_ov<0>::type>, 128 },
     { "wg128_ov1", 2, wg_config<wg128_ov<1>::type>, 128 },           { "wg64_qe0", 2, wg_config<wg64_qe0, true>, 64 },
-    { "wg128_pair2", 2, wg_config<wg128_bk<128, 2, 1> >, 128 },
-    { "wg128_k176", 2, wg_config<wg128_bk<176, 2, 1>, true>, 128 },      { "wg128_k192", 2, wg_config<wg128_bk<192, 2, 1, 240>, true>, 128 },
-    { "wg128_k192r232", 2, wg_config<wg128_bk<192, 2, 1> >, 128 },   { "wg128_k160", 2, wg_config<wg128_bk<160, 2, 1> >, 128 },
-    { "wg128_tiles3", 2, wg_config<wg128_bk<128, 3, 0>, true>, 128 },
 };
 #else
 static const Impl tune_impls[] = { { "tc_tiled", 2, tc_default, 0 } };
