@@ -8851,10 +8851,11 @@ template <class C> struct fa__wg_os<C, decltype((int)C::OS)> { enum { v = C::OS 
 template <class C> struct fa__wg_geom {
     enum { D = C::D, BQ = 16 * C::NW, BK = C::BK, ST = C::ST, PANELS = C::D / 64 };
     enum { QB = BQ * D * 2, KB = BK * D * 2, OB = BQ * D * 2 };
+    enum { TILES = QB + 2 * ST * KB, TAIL = 8 * (2 * ST + 2) + 1024 };   /* Q and the ring; the mbarriers and the alignment */
     enum { OS = C::PER != 0 && (int)fa__wg_os<C>::v != 0 };
-    enum { OWN = OS && (int)QB + 2 * (int)ST * (int)KB + (int)OB + 8 * (2 * (int)ST + 2) + 1024 <= 227 * 1024 };
-    enum { BARS = QB + 2 * ST * KB + (OWN ? (int)OB : 0) };
-    enum { SMEM = BARS + 8 * (2 * ST + 2) + 1024 };
+    enum { OWN = OS && (int)TILES + (int)OB + (int)TAIL <= 227 * 1024 };
+    enum { BARS = TILES + (OWN ? (int)OB : 0) };
+    enum { SMEM = BARS + TAIL };
     static_assert(!OS || OWN || (int)KB >= (int)OB, "8a's OS: the o tile staged in a K stage");
 };
 
