@@ -6761,20 +6761,19 @@ struct fa__tcb_d64 { typedef fa__tcb_kv_d64 KV; typedef fa__tcb_dq_d64 DQ; };
 struct fa__tcb_d128 { typedef fa__tcb_kv_d128 KV; typedef fa__tcb_dq_d128 DQ; };
 
 /* The fp32 tensor-core backward's configurations (8e2, 3xTF32), one per FA__CU_BWD_TC32_* kernel.
-   The dK/dV kernel: KW warps of 16 keys each (a key block of 16 KW keys), the query rows walked in
-   tiles of BQ (two stages); the deterministic dq kernel: QW warps of 16 query rows each, key tiles
-   of BK (two stages); KMINB, QMINB: their blocks per SM. Rows are padded to D + 4 floats in shared
-   memory (8e2's fa__t32_geom), so the D = 128 dK/dV block takes 215 KB: one block of 8 warps an SM
-   at either D (D = 64's 119 KB leaves no room for a second); the D = 64 dq block (103 KB) runs two.
-   Why these: bench/RESULTS.md, "CUDA backward (issue 13)", "fp32 on the tensor cores (3xTF32)".
+   The dK/dV kernel, the only one (dq by atomics, in key-block turns in the deterministic mode): KW
+   warps of 16 keys each (a key block of 16 KW keys), the query rows walked in tiles of BQ (two
+   stages); KMINB: its blocks per SM. Rows are padded to D + 4 floats in shared memory (8e2's
+   fa__t32_geom), so the D = 128 block takes 215 KB: one block of 8 warps an SM at either D (D =
+   64's 119 KB leaves no room for a second). Why these: bench/RESULTS.md, "CUDA backward (issue 13)", "fp32 on the tensor cores (3xTF32)".
    FA__CU_BWD_TC32: 0 under FLASHATTN_CUDA_FP32_FFMA (the fp32 backward stays on the FFMA kernel). */
 #ifdef FLASHATTN_CUDA_FP32_FFMA
 #define FA__CU_BWD_TC32 0
 #else
 #define FA__CU_BWD_TC32 1
 #endif
-struct fa__t32_d64 { enum { D = 64, KW = 8, BQ = 32, KMINB = 1, QW = 8, BK = 32, QMINB = 2 }; };
-struct fa__t32_d128 { enum { D = 128, KW = 8, BQ = 32, KMINB = 1, QW = 8, BK = 32, QMINB = 1 }; };
+struct fa__t32_d64 { enum { D = 64, KW = 8, BQ = 32, KMINB = 1 }; };
+struct fa__t32_d128 { enum { D = 128, KW = 8, BQ = 32, KMINB = 1 }; };
 
 /* The Hopper backward's configurations (8e3), one per FA__CU_BWD_WG_* kernel: its dK/dV kernel
    (fa__wgb_dkv) over key blocks of BKV = 128 keys (64 a consumer warpgroup, 16 a warp), the query
@@ -9500,7 +9499,8 @@ __global__ void fa__cu_merge(int rows, int dv, int parts, fa__cu_parts pp, float
    query block), which walks its key blocks in order and sums dq in registers (S, dP and dS
    computed a second time: 7 GEMM-sized products instead of 5). For fp16/bf16 at D = Dv = 64 or
    128 with aligned rows, fa__cu_pick_backward takes the tensor-core backward below (8e2
-   continued) instead: the same rule and the same two dq modes, on mma.sync. */
+   continued) instead: the same rule and the same two dq modes, on mma.sync; for fp32 there, its
+   3xTF32 form (dq in turns when deterministic, as here). */
 
 /* The FFMA backward's sizes for configuration CFG (8a): shared memory is K, V [BK][LD], Q, dO
    [BQ][LD], P^T and dS^T [BK][LDT], lse and delta [BQ] (the dq kernel leaves P^T unused). */
@@ -10230,6 +10230,7 @@ struct fa__tcb_args {
     const float *delta;
     float *dqacc;              /* fp32 dq [B][Hq][Sq][D] (atomic mode), else NULL */
     const unsigned *flag;      /* fa__cu_bwd_prep's: set, the FFMA fallback runs instead (8e2) */
+    unsigned *turns;           /* fp32's deterministic dq in key-block turns (fa__t32_dkv): the ticket, then the turns */
     void *dq, *dk, *dv;
     int qblocks;               /* the deterministic dq kernel's query blocks per (batch, head) */
     fa__dims d;
@@ -10697,8 +10698,10 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
 }
 
 /* ---- 8e2 (continued). fp32 on the tensor cores: 3xTF32 (D = Dv = 64 or 128, sm_80+) -------------
-   fa__tcb_dkv's and fa__tcb_dq's arrangement, element steps (fa__tcb_pt, fa__tcb_dst,
-   fa__tcb_ds_rows, fa__tcb_load_q, the writes) and dq modes for fp32 storage, every product on
+   fa__tcb_dkv's arrangement and element steps (fa__tcb_pt, fa__tcb_dst, fa__tcb_load_q, the
+   writes) for fp32 storage, dq by atomics and, with p->deterministic, by the same atomics in the
+   FFMA backward's key-block turns (fa__cu_turn_wait: 5 products, not the dq kernel's 7; a dq
+   kernel on these steps measured 1.17-1.36x the default's time, bench/RESULTS.md), every product on
    mma.sync m16n8k8 .tf32 in the 3xTF32 form PyTorch's efficient backward uses (CUTLASS's
    OpMultiplyAddFastF32): each operand x split into big = tf32(x) (cvt.rna) and small =
    tf32(x - big), a b ~= a_small b_big + a_big b_small + a_big b_big, fp32 accumulation. The dropped
@@ -10715,17 +10718,13 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
    fragments of those products being the previous accumulators in registers (fa__tcb_op<float>'s
    permuted k). With dq by atomics, dS^T goes through shared memory as dS ([query][key], rows
    BKV + 4 apart, each 8 keys in the registers' k order) and each warp forms a 16 x D / NS slice of
-   dS K from it by ldmatrix. One warp a 16-key (dK/dV) or 16-row (dq) m16 tile (MT = 1; 8a's
-   fa__t32_* traits). */
+   dS K from it by ldmatrix. One warp a 16-key m16 tile (MT = 1; 8a's fa__t32_* traits). */
 
-/* The fp32 backward's sizes: LD the tile rows' floats; the dK/dV kernel's K, V [BKV][LD], two stages
-   of Q, dO [BQ][LD], dS [BQ][LDS], two stages of lse and delta; the dq kernel's Q, dO [QBQ][LD], two
-   stages of K, V [BK][LD], lse and delta. */
+/* The fp32 backward's sizes: LD the tile rows' floats; shared memory K, V [BKV][LD], two stages of
+   Q, dO [BQ][LD], dS [BQ][LDS], two stages of lse and delta. */
 template <class C> struct fa__t32_geom {
-    enum { D = C::D, LD = D + 4, BKV = 16 * C::KW, BQ = C::BQ, LDS = BKV + 4, KNT = 32 * C::KW, QBQ = 16 * C::QW,
-           BK = C::BK, QNT = 32 * C::QW };
-    enum { KLSE = (2 * BKV * LD + 4 * BQ * LD + BQ * LDS) * 4, KSMEM = KLSE + 4 * BQ * 4,
-           QLSE = (2 * QBQ * LD + 4 * BK * LD) * 4, QSMEM = QLSE + 2 * QBQ * 4 };
+    enum { D = C::D, LD = D + 4, BKV = 16 * C::KW, BQ = C::BQ, LDS = BKV + 4, KNT = 32 * C::KW };
+    enum { KLSE = (2 * BKV * LD + 4 * BQ * LD + BQ * LDS) * 4, KSMEM = KLSE + 4 * BQ * 4 };
 };
 
 /* An operand fragment split for 3xTF32: b the big halves, s the small (A: 4 words, B: the first 2). */
@@ -10831,9 +10830,13 @@ static __device__ __forceinline__ void fa__t32_load_kv(unsigned sK, unsigned sV,
     fa__cu_commit();
 }
 
-/* The fp32 dK/dV kernel (fa__tcb_dkv's walk and steps). C: an fa__t32_* trait; MODS, DQ: as
-   fa__tcb_dkv's. */
-template <class C, bool MODS, bool DQ>
+/* The fp32 dK/dV kernel (fa__tcb_dkv's walk and steps). C: an fa__t32_* trait; MODS: as
+   fa__tcb_dkv's; DQ: FA__BWD_DQ_ATOMIC, dq by atomics into a.dqacc in any order, or
+   FA__BWD_DQ_TURNS (p->deterministic), the same adds in key-block order: the FFMA backward's turns
+   (fa__cu_turn_wait's rule: work items by ticket, query blocks of BQ rows at multiples of BQ, turn
+   counters a.turns + 1 [B][Hq][Sq / BQ rounded up]), so that every gradient's sum order is fixed
+   at the default mode's count of products. */
+template <class C, bool MODS, int DQ>
 __global__ void __launch_bounds__(C::KW * 32, C::KMINB) fa__t32_dkv(const fa__tcb_args a)
 {
     typedef fa__t32_geom<C> G;
@@ -10846,7 +10849,14 @@ __global__ void __launch_bounds__(C::KW * 32, C::KMINB) fa__t32_dkv(const fa__tc
     const unsigned sK = fa__cu_sa(fK), sV = fa__cu_sa(fV), sQ = fa__cu_sa(fQ), sO = fa__cu_sa(fO), sS = fa__cu_sa(fS);
     const fa__dims &d = a.d;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2;
-    const int nbg = d.B * d.Hkv, kb = (int)blockIdx.x / nbg, bg = (int)blockIdx.x - kb * nbg;
+    __shared__ unsigned ticket;
+    if (*a.flag) return;   /* a non-finite q, d_o or k: the FFMA fallback computes this call */
+    if (DQ == FA__BWD_DQ_TURNS) {   /* the work item by ticket */
+        if (tid == 0) ticket = atomicAdd(a.turns, 1u);
+        __syncthreads();
+    }
+    const int item = DQ == FA__BWD_DQ_TURNS ? (int)ticket : (int)blockIdx.x;
+    const int nbg = d.B * d.Hkv, kb = item / nbg, bg = item - kb * nbg;
     const int b = bg / d.Hkv, g = bg - b * d.Hkv, k0 = kb * BKV, nk = min((int)BKV, d.Sk - k0);
     const float f = d.scale * FA__CU_LOG2E;
     const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
@@ -10860,9 +10870,10 @@ __global__ void __launch_bounds__(C::KW * 32, C::KMINB) fa__t32_dkv(const fa__tc
     const unsigned aS = sS + (unsigned)(16 * rg * LDS + fa__t32_la(lane, LDS)) * 4u;
     const int kc = warp * 16 + (g8 >> 1) + 4 * (g8 & 1);      /* dq: key g8's word in dS's rows */
     int64_t r0_, r1_;
-    if (*a.flag) return;   /* a non-finite q, d_o or k: the FFMA fallback computes this call */
     fa__key_rows(&d, k0, k0 + nk, &r0_, &r1_);
-    const int r0 = (int)r0_, nqb = r1_ > r0_ ? (int)((r1_ - r0_ + BQ - 1) / BQ) : 0, tiles = nqb * d.group;
+    /* the tiles: from the first row that sees the block (turns: from the query block holding it) */
+    const int r0 = DQ == FA__BWD_DQ_TURNS ? (int)(r0_ / BQ) * BQ : (int)r0_;
+    const int nqb = r1_ > r0_ ? (int)((r1_ - r0 + BQ - 1) / BQ) : 0, tiles = nqb * d.group;
 
     float dk[1][CH][4], dv[1][CH][4];
 #pragma unroll
@@ -10899,7 +10910,7 @@ __global__ void __launch_bounds__(C::KW * 32, C::KMINB) fa__t32_dkv(const fa__tc
         fa__t32_abt<NN, D>(dp[0], aV, bO + (unsigned)so * 4u);  /* dP^T = V dO^T */
         fa__tcb_dst<float, 1, NN>(s, dp, pa, tD, cq);
         fa__t32_pv<NN, CH, LD>(dk[0], pa[0], fQ + so + lp);      /* dK += dS^T Q */
-        if (DQ) {
+        {
 #pragma unroll
             for (int n = 0; n < NN; n++)   /* dS^T into fS as dS, each 8 keys in the registers' k order */
 #pragma unroll
@@ -10917,67 +10928,25 @@ __global__ void __launch_bounds__(C::KW * 32, C::KMINB) fa__t32_dkv(const fa__tc
                 fa__t32_ldsm(aS + (unsigned)kk * 32u, af);
                 fa__t32_pv_step<NCW, LD>(acc, af, fK + 8 * kk * LD + lp + 8 * NCW * cs);
             }
+            unsigned *turn = a.turns + 1 + ((int64_t)b * d.Hq + h) * ((d.Sq + BQ - 1) / BQ) + i0 / BQ;
+            if (DQ == FA__BWD_DQ_TURNS) {   /* this block's turn: the key blocks before it have added theirs */
+                int64_t lo, hi;
+                fa__rows_range(&d, i0, (int64_t)i0 + nq, &lo, &hi);
+                fa__cu_turn_wait(turn, (unsigned)(kb - (int)(lo / BKV)));
+            }
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {
                 const int i = i0 + 16 * rg + g8 + 8 * hf;
                 if (i >= d.Sq) continue;
                 fa__tcb_dq_add<NCW>(a.dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i) * D + cq + 8 * cs * NCW, acc, hf);
             }
+            if (DQ == FA__BWD_DQ_TURNS) {
+                __syncthreads();   /* the adds are issued */
+                fa__cu_turn_pass(turn);
+            }
         }
     }
     fa__tcb_write_kv<float, 1, CH>(a, dk, dv, b, g, kr0, cq);
-}
-
-/* The fp32 deterministic dq kernel (fa__tcb_dq's walk and steps): one block per (query block of QBQ
-   rows, batch, head), its key tiles in order, K and V one tile ahead; dq = scale dS K written once. */
-template <class C, bool MODS>
-__global__ void __launch_bounds__(C::QW * 32, C::QMINB) fa__t32_dq(const fa__tcb_args a)
-{
-    typedef fa__t32_geom<C> G;
-    enum { D = G::D, LD = G::LD, BQ = G::QBQ, BK = G::BK, NT = G::QNT, NN = BK / 8, CH = D / 8 };
-    extern __shared__ __align__(128) unsigned char fa__tc_smem[];
-    float *fQ = (float *)fa__tc_smem, *fO = fQ + BQ * LD, *fK = fO + BQ * LD, *fV = fK + 2 * BK * LD;
-    float *sL = (float *)(fa__tc_smem + G::QLSE), *sDl = sL + BQ;
-    const unsigned sQ = fa__cu_sa(fQ), sO = fa__cu_sa(fO), sK = fa__cu_sa(fK), sV = fa__cu_sa(fV);
-    const fa__dims &d = a.d;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2;
-    const int nbh = d.B * d.Hq, qb = a.qblocks - 1 - (int)blockIdx.x / nbh, bh = (int)blockIdx.x % nbh;
-    const int b = bh / d.Hq, h = bh - b * d.Hq, g = h / d.group, i0 = qb * BQ, nq = min((int)BQ, d.Sq - i0);
-    const float *gk = (const float *)a.k + b * d.ks[0] + g * d.ks[1], *gv = (const float *)a.v + b * d.vs[0] + g * d.vs[1];
-    const float f = d.scale * FA__CU_LOG2E;
-    const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
-    const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
-    const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
-    const int t0 = (int)kr.lo / BK, t1 = kr.hi > kr.lo ? ((int)kr.hi + BK - 1) / BK : t0;
-    const int lr = warp * 16 + g8, cq = 2 * (lane & 3);   /* this thread's rows i0 + lr + 8 hf */
-    const unsigned aQ = sQ + (unsigned)(warp * 16 * LD + fa__t32_la(lane, LD)) * 4u, aO = aQ + (unsigned)(BQ * LD) * 4u;
-    const unsigned bK = sK + (unsigned)fa__t32_lb(lane, LD) * 4u, bV = sV + (unsigned)fa__t32_lb(lane, LD) * 4u;
-    const int lp = cq * LD + g8;
-    if (*a.flag) return;   /* a non-finite q, d_o or k: the FFMA fallback computes this call */
-
-    float acc[1][CH][4];
-#pragma unroll
-    for (int n = 0; n < CH; n++) acc[0][n][0] = acc[0][n][1] = acc[0][n][2] = acc[0][n][3] = 0.0f;
-    if (t0 < t1) {
-        fa__tcb_load_q<D, BQ, NT, float>(a, sQ, sO, sL, sDl, b, h, i0, tid);
-        fa__t32_load_kv<D, BK, NT>(sK, sV, gk, gv, d, t0 * BK, tid);
-    }
-    for (int t = t0; t < t1; t++) {
-        const int k0 = t * BK, so = ((t - t0) & 1) * BK * LD;
-        fa__cu_wait<0>();
-        __syncthreads();   /* tile t landed; every warp is done with tile t-1's stage */
-        if (t + 1 < t1) {
-            const unsigned so2 = (unsigned)(BK * LD - so) * 4u;
-            fa__t32_load_kv<D, BK, NT>(sK + so2, sV + so2, gk, gv, d, k0 + BK, tid);
-        }
-        const bool full = fa__keys_full(&kr, k0, k0 + BK) != 0;
-        float s[1][NN][4], dp[1][NN][4], pa[1][NN][4];
-        fa__t32_abt<NN, D>(s[0], aQ, bK + (unsigned)so * 4u);    /* S = Q K^T */
-        fa__t32_abt<NN, D>(dp[0], aO, bV + (unsigned)so * 4u);   /* dP = dO V^T */
-        fa__tcb_ds_rows<float, 1, NN, MODS>(s, dp, pa, d, md, sc, al, bi, f, sL, sDl, i0, lr, k0, cq, full);
-        fa__t32_pv<NN, CH, LD>(acc[0], pa[0], fK + so + lp);     /* dq += dS K */
-    }
-    fa__tcb_write_dq<float, 1, CH>(a, acc, b, h, i0 + lr, cq);
 }
 
 /* ---- 8e3. CUDA: the Hopper backward (sm_90a: wgmma, TMA, an mbarrier ring) -----------------------
@@ -11792,15 +11761,16 @@ template <class CFG> static void fa__tcb_plan_of(const fa__dims *d, fa__cu_bwd_p
     pl->qblocks = ((int64_t)d->Sq + Q::BQ - 1) / Q::BQ;
 }
 
-/* The fp32 tensor-core backward's plan (fa__t32_*), as fa__tcb_plan_of's */
+/* The fp32 tensor-core backward's plan (fa__t32_*): bq, bk its query tile and key block; qblocks
+   the query blocks of its deterministic turns. */
 template <class C> static void fa__t32_plan_of(const fa__dims *d, fa__cu_bwd_plan *pl)
 {
     typedef fa__t32_geom<C> G;
     pl->bq = G::BQ;
     pl->bk = G::BKV;
-    pl->smem = (int)G::KSMEM > (int)G::QSMEM ? (int)G::KSMEM : (int)G::QSMEM;
+    pl->smem = G::KSMEM;
     pl->kblocks = ((int64_t)d->Sk + G::BKV - 1) / G::BKV;
-    pl->qblocks = ((int64_t)d->Sq + G::QBQ - 1) / G::QBQ;
+    pl->qblocks = ((int64_t)d->Sq + G::BQ - 1) / G::BQ;
 }
 
 #if FA__WG
@@ -12024,7 +11994,7 @@ static fa__tcb_args fa__tcb_args_of(const fa__dims *d, const fa__cu_bwd_plan *pl
                                     float *dqacc, void *dq, void *dk, void *dv)
 {
     fa__tcb_args a;
-    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = dqacc; a.flag = flag;
+    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = dqacc; a.flag = flag; a.turns = NULL;
     a.dq = dq; a.dk = dk; a.dv = dv;
     a.qblocks = (int)pl->qblocks;
     a.d = *d;
@@ -12052,22 +12022,24 @@ static fa_status fa__tcb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, in
 }
 
 #if FA__CU_BWD_TC32
-/* The fp32 tensor-core backward (3xTF32) in configuration C, as fa__tcb_launch */
+/* The fp32 tensor-core backward (3xTF32) in configuration C: its dK/dV kernel with dq by atomics
+   into dqacc, in key-block turns where turns is not NULL (fa__cu_pick_backward has checked that it
+   fits; the workspace of every deterministic fp32 call holds the turns, fa__cu_tbwd_layout). */
 template <class C>
-static fa_status fa__t32_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q, const void *k,
-                                const void *v, const void *d_o, const float *delta, const unsigned *flag,
-                                float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
+static fa_status fa__t32_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, unsigned *turns, const void *q,
+                                const void *k, const void *v, const void *d_o, const float *delta,
+                                const unsigned *flag, float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
 {
     typedef fa__t32_geom<C> G;
-    const unsigned kgrid = (unsigned)(pl->kblocks * d->B * d->Hkv), qgrid = (unsigned)(pl->qblocks * d->B * d->Hq);
+    const unsigned kgrid = (unsigned)(pl->kblocks * d->B * d->Hkv);
     const bool mods = d->softcap > 0.0f || d->alibi != NULL || d->bias != NULL;
-    const fa__tcb_args a = fa__tcb_args_of(d, pl, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv);
-    const int kn = G::KNT, ks = G::KSMEM, qn = G::QNT, qs = G::QSMEM, carve = C::QMINB > 1;
-    fa_status s;
-    if (!det) return fa__tcb_go(mods ? fa__t32_dkv<C, true, true> : fa__t32_dkv<C, false, true>, ks, kn, 0, a, kgrid, st);
-    s = fa__tcb_go(mods ? fa__t32_dkv<C, true, false> : fa__t32_dkv<C, false, false>, ks, kn, 0, a, kgrid, st);
-    if (s != FA_OK) return s;
-    return fa__tcb_go(mods ? fa__t32_dq<C, true> : fa__t32_dq<C, false>, qs, qn, carve, a, qgrid, st);
+    fa__tcb_args a = fa__tcb_args_of(d, pl, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv);
+    a.turns = turns;
+    if (turns)
+        return fa__tcb_go(mods ? fa__t32_dkv<C, true, FA__BWD_DQ_TURNS> : fa__t32_dkv<C, false, FA__BWD_DQ_TURNS>, G::KSMEM,
+                          G::KNT, 0, a, kgrid, st);
+    return fa__tcb_go(mods ? fa__t32_dkv<C, true, FA__BWD_DQ_ATOMIC> : fa__t32_dkv<C, false, FA__BWD_DQ_ATOMIC>, G::KSMEM,
+                      G::KNT, 0, a, kgrid, st);
 }
 #endif
 
@@ -12147,12 +12119,14 @@ static fa_status fa__wgb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, co
 }
 #endif
 
-/* The tensor-core backwards of the 16-bit types; fp32's (3xTF32) below. */
+/* The tensor-core backwards of the 16-bit types (det: dq by their dq kernels; turns unused); fp32's
+   (3xTF32) below (turns: its deterministic dq, else atomics). */
 template <typename T>
-static fa_status fa__tcb_dispatch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q, const void *k,
-                                  const void *v, const void *d_o, const float *delta, const unsigned *flag,
-                                  float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
+static fa_status fa__tcb_dispatch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, unsigned *turns, const void *q,
+                                  const void *k, const void *v, const void *d_o, const float *delta,
+                                  const unsigned *flag, float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
 {
+    (void)turns;
 #if FA__WG
     if (pl->kernel == FA__CU_BWD_WG_D64) return fa__wgb_launch<T, fa__wgb_d64>(d, pl, q, k, v, d_o, delta, flag, dq, dk, dv, st);
     if (pl->kernel == FA__CU_BWD_WG_D128) return fa__wgb_launch<T, fa__wgb_d128>(d, pl, q, k, v, d_o, delta, flag, dq, dk, dv, st);
@@ -12163,16 +12137,17 @@ static fa_status fa__tcb_dispatch(const fa__dims *d, const fa__cu_bwd_plan *pl, 
 }
 
 template <>
-fa_status fa__tcb_dispatch<float>(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q, const void *k,
-                                  const void *v, const void *d_o, const float *delta, const unsigned *flag,
-                                  float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
+fa_status fa__tcb_dispatch<float>(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, unsigned *turns,
+                                  const void *q, const void *k, const void *v, const void *d_o, const float *delta,
+                                  const unsigned *flag, float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
 {
+    (void)det;   /* deterministic: turns */
 #if FA__CU_BWD_TC32
     if (pl->kernel == FA__CU_BWD_TC32_D64)
-        return fa__t32_launch<fa__t32_d64>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
-    return fa__t32_launch<fa__t32_d128>(d, pl, det, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
+        return fa__t32_launch<fa__t32_d64>(d, pl, turns, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
+    return fa__t32_launch<fa__t32_d128>(d, pl, turns, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
 #else   /* FLASHATTN_CUDA_FP32_FFMA: the picker never names it */
-    (void)d; (void)pl; (void)det; (void)q; (void)k; (void)v; (void)d_o; (void)delta; (void)flag; (void)dqacc;
+    (void)d; (void)pl; (void)turns; (void)q; (void)k; (void)v; (void)d_o; (void)delta; (void)flag; (void)dqacc;
     (void)dq; (void)dk; (void)dv; (void)st;
     return FA_ERR_UNSUPPORTED;
 #endif
@@ -12911,13 +12886,13 @@ typedef struct fa__cu_tbwd_ws {
 
 /* 1 when the deterministic tiled backward of d takes dq in the FFMA kernel's turns (FA__BWD_DQ_TURNS;
    its workspace holds dq's fp32 buffer and the turns): det, and d is not one the tensor-core
-   backwards take by their dims (fp16/bf16 at D = Dv = 64 or 128, and fp32 there unless
-   FLASHATTN_CUDA_FP32_FFMA, with their own deterministic dq kernels; should their pointers send
-   such a call to the FFMA kernel, it runs its dq pass). */
+   backwards take by their dims (fp16/bf16 at D = Dv = 64 or 128, with their own deterministic dq
+   kernels; should their pointers send such a call to the FFMA kernel, it runs its dq pass). fp32's
+   tensor-core backward takes turns of its own query blocks (fa__t32_dkv): the turns are sized for
+   the finer of the two kernels' query blocks. */
 static int fa__cu_bwd_turns(const fa__dims *d, int det)
 {
-    return det && !((d->dtype == FA_F16 || d->dtype == FA_BF16 || (FA__CU_BWD_TC32 && d->dtype == FA_F32)) &&
-                    d->D == d->Dv && (d->D == 64 || d->D == 128));
+    return det && !((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128));
 }
 
 /* 1 when the tiled backward of d accumulates dq by atomics (so that its workspace holds dq's fp32
@@ -12966,8 +12941,13 @@ static void fa__cu_tbwd_layout(const fa__dims *d, int det, fa__cu_tbwd_ws *w)
     if (d->Sq == 0 || d->Sk == 0) {
         w->total = 0;
     } else if (fa__cu_bwd_turns(d, det)) {
-        fa__cu_bwd_plan fp;
+        fa__cu_bwd_plan fp, tp;
         fa__cu_bwd_ffma_of(d, d->D > d->Dv ? d->D : d->Dv, &fp);
+        if (FA__CU_BWD_TC32 && d->dtype == FA_F32 && d->D == d->Dv && (d->D == 64 || d->D == 128)) {
+            if (d->D == 64) fa__t32_plan_of<fa__t32_d64>(d, &tp);
+            else fa__t32_plan_of<fa__t32_d128>(d, &tp);
+            if (tp.qblocks > fp.qblocks) fp.qblocks = tp.qblocks;
+        }
         w->turn = fa__add_size(w->dq, fa__cu_round(fa__mul_size(fa__mul_size(rows, (size_t)d->D), sizeof(float))));
         /* the ticket counter, then the turns [B][Hq][query blocks] */
         w->total = fa__add_size(w->turn, fa__mul_size(fa__add_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq),
@@ -13019,8 +12999,10 @@ static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, i
     const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
     float *delta = (float *)mem, *lx = (float *)(mem + w->lx), *kbad = (float *)(mem + w->kbad);
     const int tc = pl->kernel >= FA__CU_BWD_TC_D64;
-    /* deterministic dq in the FFMA kernel's turns: asked for, the FFMA kernel picked, and the workspace has them */
-    const int turns = det && !tc && w->turn != 0;
+    const int t32 = pl->kernel == FA__CU_BWD_TC32_D64 || pl->kernel == FA__CU_BWD_TC32_D128;
+    /* deterministic dq in key-block turns: asked for, the FFMA kernel or fp32's tensor-core one picked, and
+       the workspace has them */
+    const int turns = det && (!tc || t32) && w->turn != 0;
     /* dq by its own kernel: asked for, or the Hopper backward's way (8e3), or the workspace has no dq buffer */
     const int kdet = !turns && (det || pl->kernel == FA__CU_BWD_WG_D64 || pl->kernel == FA__CU_BWD_WG_D128 || w->total <= w->dq);
     const int dqm = turns ? FA__BWD_DQ_TURNS : kdet ? FA__BWD_DQ_NONE : FA__BWD_DQ_ATOMIC;
@@ -13037,7 +13019,7 @@ static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, i
     case FA__CU_BWD_D64: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d64>(&dl, pl, dqm, q, k, v, d_o, delta, kbad, flag, cap, dqacc, turn, dq, dk, dv, s); break;
     case FA__CU_BWD_D128: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d128>(&dl, pl, dqm, q, k, v, d_o, delta, kbad, flag, cap, dqacc, turn, dq, dk, dv, s); break;
     case FA__CU_BWD_D256: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d256>(&dl, pl, dqm, q, k, v, d_o, delta, kbad, flag, cap, dqacc, turn, dq, dk, dv, s); break;
-    default: st = fa__tcb_dispatch<T>(&dl, pl, kdet, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, s); break;
+    default: st = fa__tcb_dispatch<T>(&dl, pl, kdet, turn, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, s); break;
     }
     if (st == FA_OK && tc) {   /* the tensor-core backward's fallback */
         fa__cu_bwd_plan fb;
