@@ -71,6 +71,10 @@
                                   they sleep (default 2000, ~10-100 us)
        FLASHATTN_OPENBLAS_1T_MNK  the largest GEMM (m n k) OpenBLAS runs on the calling thread
                                   (default 262144: 65536 x its GEMM_MULTITHREAD_THRESHOLD of 4)
+       FLASHATTN_CUDA_FP32_FFMA   fa_cuda_tiled_backward keeps fp32 on its exact-fp32 FFMA kernel
+                                  (default: fp32 at head_dim = head_dim_v = 64 or 128 with aligned
+                                  rows runs on the tensor cores as three TF32 products, 3xTF32,
+                                  about 1e-6 relative error; see CUDA below)
 
    SEMANTICS (b batch, h query head, g = h / (Hq/Hkv) its kv head, i query row, j key)
 
@@ -229,7 +233,7 @@
    (H100, H200) at head_dim = head_dim_v = 64 or 128 with seq_k >= 1 and q/k/v strides that TMA takes
    (positive multiples of 8 elements, 16-byte aligned bases) on a Hopper kernel (wgmma, TMA,
    warp-specialised; every mask and modifier), which needs the sm_90a code above in the build
-   (without it, mma.sync serves); fp32 is FFMA only (no TF32). One
+   (without it, mma.sync serves); the forward's fp32 is FFMA only (no TF32). One
    function picks the kernel of each fa_cuda_tiled call from the request (dtype, head dims,
    alignment, strides, block_q/block_k, modifiers), before anything is launched.
    DECODE: with few query rows per (batch, kv head) (Sq <= 16 and (heads / kv_heads) * Sq <= 64,
@@ -261,7 +265,13 @@
    of q, k, v, d_o, dq, dk, dv (sm_80+) run on a tensor-core backward (mma.sync, the
    FlashAttention-2 arrangement; deterministic mode 0.8-1.25x the default's time; on an H100/H200
    the wgmma/TMA kernels of section 8e3 where TMA takes q, k, v, d_o, with the second dq pass in
-   both modes and, for such dims and strides, no fp32 dq buffer in the workspace); everything else
+   both modes and, for such dims and strides, no fp32 dq buffer in the workspace); fp32 under the
+   same rule (4-element strides) on its 3xTF32 form: each fp32 operand split into a TF32 value and
+   a TF32 remainder, three tensor-core products for each product (as PyTorch's efficient backward
+   does, whatever allow_tf32 says), fp32 accumulation: about 1e-6 relative error, within API.md's
+   fp32 backward tolerance, and about 1.3-1.6x PyTorch's efficient fp32 backward on an H100
+   (deterministic: dq's atomics in key-block turns, 1.15-1.20x the default's time);
+   FLASHATTN_CUDA_FP32_FFMA keeps fp32 on FFMA; everything else
    on an exact-fp32 FFMA kernel (head_dim <= 256; deterministic: dq's atomics in key-block turns
    inside the dK/dV kernel, 1.06-1.10x the default's time on the H200). A NaN or inf reaches
    only the gradients it reaches, as on the CPU: the first pass (delta) also reads q and k, and a
@@ -6572,7 +6582,8 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
    TMA into an mbarrier ring, a producer warpgroup and two ping-ponging consumers, on 8d's steps);
    8e the naive path's and merge's kernels;
    8e2 the backward (the naive path's kernels, the FFMA tiled backward with its dq turns and its
-   dq pass for non-finite inputs, the tensor-core tiled backward and its deterministic dq pass); 8e3 the Hopper backward
+   dq pass for non-finite inputs, the tensor-core tiled backward and its deterministic dq pass, and
+   its fp32 form on 3xTF32 products with dq in turns); 8e3 the Hopper backward
    (sm_90a: wgmma dK/dV and dq kernels on 8e2's element steps, TMA); 8f the kernel pickers (forward and
    backward) and the launches; 8g the entry points. */
 
@@ -6765,8 +6776,19 @@ struct fa__tcb_d128 { typedef fa__tcb_kv_d128 KV; typedef fa__tcb_dq_d128 DQ; };
    warps of 16 keys each (a key block of 16 KW keys), the query rows walked in tiles of BQ (two
    stages); KMINB: its blocks per SM. Rows are padded to D + 4 floats in shared memory (8e2's
    fa__t32_geom), so the D = 128 block takes 215 KB: one block of 8 warps an SM at either D (D =
-   64's 119 KB leaves no room for a second). Why these: bench/RESULTS.md, "CUDA backward (issue 13)", "fp32 on the tensor cores (3xTF32)".
-   FA__CU_BWD_TC32: 0 under FLASHATTN_CUDA_FP32_FFMA (the fp32 backward stays on the FFMA kernel). */
+   64's 119 KB leaves no room for a second).
+   Why these: bench/RESULTS.md, "CUDA backward (issue 13)", "fp32 on the tensor cores (3xTF32)".
+   FA__CU_BWD_TC32: 0 under FLASHATTN_CUDA_FP32_FFMA (the fp32 backward stays on the FFMA kernel).
+   FA__CU_T32_SPLIT, the 3xTF32 split of an operand x (fa__t32_split): 0 big = cvt.rna.tf32(x), small
+   = cvt.rna.tf32(x - big); 1 the same big, small = x - big as it is (the tensor core truncates it);
+   2 big = x with its low 13 bits cleared (truncated), small as 1; 3 big = x rounded as cvt.rna does
+   by an add and a mask, small as 1 (the same bits as 1 for finite x). H100 (bench/RESULTS.md, "fp32
+   on the tensor cores (3xTF32)", the split): 1 takes 0.87-0.92x 0's time (cvt.rna.tf32.f32 is a
+   compare-and-select sequence in SASS, not one instruction), 3 0.82-0.87x 1's; 2 0.75-0.86x 1's but
+   fails API.md's fp32 tolerance (its dropped small x small is biased: dk 3e-4 off with a bias). */
+#ifndef FA__CU_T32_SPLIT
+#define FA__CU_T32_SPLIT 3
+#endif
 #ifdef FLASHATTN_CUDA_FP32_FFMA
 #define FA__CU_BWD_TC32 0
 #else
@@ -10700,19 +10722,22 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
 /* ---- 8e2 (continued). fp32 on the tensor cores: 3xTF32 (D = Dv = 64 or 128, sm_80+) -------------
    fa__tcb_dkv's arrangement and element steps (fa__tcb_pt, fa__tcb_dst, fa__tcb_load_q, the
    writes) for fp32 storage, dq by atomics and, with p->deterministic, by the same atomics in the
-   FFMA backward's key-block turns (fa__cu_turn_wait: 5 products, not the dq kernel's 7; a dq
-   kernel on these steps measured 1.17-1.36x the default's time, bench/RESULTS.md), every product on
+   FFMA backward's key-block turns (fa__cu_turn_wait: 5 products, not a dq kernel's 7; a dq kernel
+   on these steps measured 1.18-1.35x the default's time, bench/RESULTS.md), every product on
    mma.sync m16n8k8 .tf32 in the 3xTF32 form PyTorch's efficient backward uses (CUTLASS's
-   OpMultiplyAddFastF32): each operand x split into big = tf32(x) (cvt.rna) and small =
-   tf32(x - big), a b ~= a_small b_big + a_big b_small + a_big b_big, fp32 accumulation. The dropped
-   a_small b_small and small's rounding leave about 2^-21 of each term: fp32's level (API.md's fp32
-   backward tolerance; bench/RESULTS.md, "fp32 on the tensor cores (3xTF32)"). Why: the FFMA pipe
-   caps the FFMA backward near half its peak, and the tensor pipe runs even the 3 products of each
-   fp32 product several times faster. FLASHATTN_CUDA_FP32_FFMA keeps fp32 on the FFMA backward.
+   OpMultiplyAddFastF32): each operand x split into big = x rounded to TF32 (to nearest, as
+   cvt.rna) and small = x - big, which the tensor core reads as TF32 (fa__t32_split, 8a's
+   FA__CU_T32_SPLIT), a b ~= a_small b_big + a_big b_small + a_big b_big, fp32 accumulation. The
+   dropped a_small b_small and small's truncation leave about 2^-21 of each term: fp32's level
+   (API.md's fp32 backward tolerance; bench/RESULTS.md, "fp32 on the tensor cores (3xTF32)"). Why:
+   the FFMA backward reaches about half the FMA pipe's peak, and the tensor pipe's TF32 rate is
+   several times that pipe's: three TF32 products for each fp32 one run 1.5-1.9x faster than the
+   FFMA kernel (H100; about 1.3-1.6x PyTorch's efficient backward, which does the same).
+   FLASHATTN_CUDA_FP32_FFMA keeps fp32 on the FFMA backward.
    Shared-memory tiles are rows of D + 4 floats (fa__t32_load): 16-byte rows that ldmatrix (.b16,
    not transposed) reads as 8 x 4-word matrices, giving lane l the word (row l / 4, word l % 4): the
    A fragment of a row-major [m][k] tile and the B fragment of an [n][k] tile (fa__t32_abt: S^T =
-   K Q^T and dP^T = V dO^T; S = Q K^T and dP = dO V^T). A [k][n] B operand (dO, Q, K in dV += P^T
+   K Q^T and dP^T = V dO^T). A [k][n] B operand (dO, Q, K in dV += P^T
    dO, dK += dS^T Q, dq += dS K: .trans cannot transpose 32-bit words) takes two 32-bit loads a
    fragment, rows 2t and 2t + 1 (fa__t32_pv; rows D + 4 apart put its 32 lanes on 32 banks), the A
    fragments of those products being the previous accumulators in registers (fa__tcb_op<float>'s
@@ -10732,10 +10757,23 @@ struct fa__t32_frag {
     unsigned b[4], s[4];
 };
 
+/* x = big + small for 3xTF32 in FA__CU_T32_SPLIT's way (8a). The tensor core reads the top 19 bits
+   of a .tf32 operand (sign, exponent, 10 mantissa bits), so small's low bits need no clearing. Way
+   3 rounds big as cvt.rna does (to nearest, ties away) by adding half of TF32's last place before
+   the mask; a NaN may round to -0 there, but small (x - big) is then the NaN, so that it reaches
+   the products as before. */
 static __device__ __forceinline__ void fa__t32_split(float x, unsigned &big, unsigned &small)
 {
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(big) : "f"(x));
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(x - __uint_as_float(big)));
+    if (FA__CU_T32_SPLIT == 3)
+        big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    else if (FA__CU_T32_SPLIT == 2)
+        big = __float_as_uint(x) & 0xffffe000u;
+    else
+        asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(big) : "f"(x));
+    if (FA__CU_T32_SPLIT == 0)
+        asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(x - __uint_as_float(big)));
+    else
+        small = __float_as_uint(x - __uint_as_float(big));
 }
 
 static __device__ __forceinline__ void fa__t32_mma1(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
@@ -10756,8 +10794,14 @@ static __device__ __forceinline__ void fa__t32_mma(float (&c)[4], const fa__t32_
 /* This lane's ldmatrix offsets (floats) in tiles of rows ld floats apart: A, the m16 x k8 A fragment
    of a row-major [m][k] tile (matrices rows 0-7 / 8-15 x words 0-3, then words 4-7); B, the B
    fragments of two n8 tiles of an [n][k] tile (rows 0-7 words 0-3 / 4-7, then rows 8-15). */
-static __device__ __forceinline__ int fa__t32_la(int lane, int ld) { return ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 4; }
-static __device__ __forceinline__ int fa__t32_lb(int lane, int ld) { return ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 4; }
+static __device__ __forceinline__ int fa__t32_la(int lane, int ld)
+{
+    return ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 4;
+}
+static __device__ __forceinline__ int fa__t32_lb(int lane, int ld)
+{
+    return ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 4;
+}
 
 static __device__ __forceinline__ void fa__t32_ldsm(unsigned addr, fa__t32_frag &f)
 {
@@ -10910,7 +10954,7 @@ __global__ void __launch_bounds__(C::KW * 32, C::KMINB) fa__t32_dkv(const fa__tc
         fa__t32_abt<NN, D>(dp[0], aV, bO + (unsigned)so * 4u);  /* dP^T = V dO^T */
         fa__tcb_dst<float, 1, NN>(s, dp, pa, tD, cq);
         fa__t32_pv<NN, CH, LD>(dk[0], pa[0], fQ + so + lp);      /* dK += dS^T Q */
-        {
+        {   /* dq += dS K by atomics (turns: in key-block order) */
 #pragma unroll
             for (int n = 0; n < NN; n++)   /* dS^T into fS as dS, each 8 keys in the registers' k order */
 #pragma unroll
@@ -10928,7 +10972,8 @@ __global__ void __launch_bounds__(C::KW * 32, C::KMINB) fa__t32_dkv(const fa__tc
                 fa__t32_ldsm(aS + (unsigned)kk * 32u, af);
                 fa__t32_pv_step<NCW, LD>(acc, af, fK + 8 * kk * LD + lp + 8 * NCW * cs);
             }
-            unsigned *turn = a.turns + 1 + ((int64_t)b * d.Hq + h) * ((d.Sq + BQ - 1) / BQ) + i0 / BQ;
+            unsigned *turn = DQ == FA__BWD_DQ_TURNS ? a.turns + 1 + ((int64_t)b * d.Hq + h) * ((d.Sq + BQ - 1) / BQ) + i0 / BQ
+                                                    : NULL;
             if (DQ == FA__BWD_DQ_TURNS) {   /* this block's turn: the key blocks before it have added theirs */
                 int64_t lo, hi;
                 fa__rows_range(&d, i0, (int64_t)i0 + nq, &lo, &hi);
@@ -11968,7 +12013,8 @@ static fa_status fa__tcb_go(void (*kern)(const fa__tcb_args), int smem, int nt, 
 {
     fa_status s = fa__cu(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     if (s != FA_OK) return s;
-    if (carve && (s = fa__cu(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
+    if (carve &&
+        (s = fa__cu(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
         return s;
     kern<<<grid, nt, smem, st>>>(a);
     return fa__cu(cudaGetLastError());

@@ -134,12 +134,10 @@ static fa__cu_bwd_kernel want_kernel(const fa__dims *d, const void *q, const voi
 #endif
         return d->D == 64 ? FA__CU_BWD_TC_D64 : FA__CU_BWD_TC_D128;
     }
-#ifndef FLASHATTN_CUDA_FP32_FFMA
-    if (d->dtype == FA_F32 && d->D == d->Dv && (d->D == 64 || d->D == 128) && major >= 8 && rows16f(q, d->qs) &&
-        rows16f(k, d->ks) && rows16f(v, d->vs) && rows16f(d_o, d->os) && rows16f(dq, d->qs) && rows16f(dk, d->ks) &&
-        rows16f(dv, d->vs))
+    if (FA__CU_BWD_TC32 && d->dtype == FA_F32 && d->D == d->Dv && (d->D == 64 || d->D == 128) && major >= 8 &&
+        rows16f(q, d->qs) && rows16f(k, d->ks) && rows16f(v, d->vs) && rows16f(d_o, d->os) && rows16f(dq, d->qs) &&
+        rows16f(dk, d->ks) && rows16f(dv, d->vs))   /* FA__CU_BWD_TC32: 0 under FLASHATTN_CUDA_FP32_FFMA */
         return d->D == 64 ? FA__CU_BWD_TC32_D64 : FA__CU_BWD_TC32_D128;
-#endif
     return dc <= 64 ? FA__CU_BWD_D64 : dc <= 128 ? FA__CU_BWD_D128 : FA__CU_BWD_D256;
 }
 
