@@ -71,6 +71,10 @@
                                   they sleep (default 2000, ~10-100 us)
        FLASHATTN_OPENBLAS_1T_MNK  the largest GEMM (m n k) OpenBLAS runs on the calling thread
                                   (default 262144: 65536 x its GEMM_MULTITHREAD_THRESHOLD of 4)
+       FLASHATTN_CUDA_FP32_FFMA   fa_cuda_tiled_backward keeps fp32 on its exact-fp32 FFMA kernel
+                                  (default: fp32 at head_dim = head_dim_v = 64 or 128 with aligned
+                                  rows runs on the tensor cores as three TF32 products, 3xTF32,
+                                  about 1e-6 relative error; see CUDA below)
 
    SEMANTICS (b batch, h query head, g = h / (Hq/Hkv) its kv head, i query row, j key)
 
@@ -229,7 +233,7 @@
    (H100, H200) at head_dim = head_dim_v = 64 or 128 with seq_k >= 1 and q/k/v strides that TMA takes
    (positive multiples of 8 elements, 16-byte aligned bases) on a Hopper kernel (wgmma, TMA,
    warp-specialised; every mask and modifier), which needs the sm_90a code above in the build
-   (without it, mma.sync serves); fp32 is FFMA only (no TF32). One
+   (without it, mma.sync serves); the forward's fp32 is FFMA only (no TF32). One
    function picks the kernel of each fa_cuda_tiled call from the request (dtype, head dims,
    alignment, strides, block_q/block_k, modifiers), before anything is launched.
    DECODE: with few query rows per (batch, kv head) (Sq <= 16 and (heads / kv_heads) * Sq <= 64,
@@ -261,7 +265,13 @@
    of q, k, v, d_o, dq, dk, dv (sm_80+) run on a tensor-core backward (mma.sync, the
    FlashAttention-2 arrangement; deterministic mode 0.8-1.25x the default's time; on an H100/H200
    the wgmma/TMA kernels of section 8e3 where TMA takes q, k, v, d_o, with the second dq pass in
-   both modes and, for such dims and strides, no fp32 dq buffer in the workspace); everything else
+   both modes and, for such dims and strides, no fp32 dq buffer in the workspace); fp32 under the
+   same rule (4-element strides) on its 3xTF32 form: each fp32 operand split into a TF32 value and
+   a TF32 remainder, three tensor-core products for each product (as PyTorch's efficient backward
+   does, whatever allow_tf32 says), fp32 accumulation: about 1e-6 relative error, within API.md's
+   fp32 backward tolerance, and about 1.3-1.6x PyTorch's efficient fp32 backward on an H100
+   (deterministic: dq's atomics in key-block turns, 1.15-1.20x the default's time);
+   FLASHATTN_CUDA_FP32_FFMA keeps fp32 on FFMA; everything else
    on an exact-fp32 FFMA kernel (head_dim <= 256; deterministic: dq's atomics in key-block turns
    inside the dK/dV kernel, 1.06-1.10x the default's time on the H200). A NaN or inf reaches
    only the gradients it reaches, as on the CPU: the first pass (delta) also reads q and k, and a
@@ -6572,7 +6582,8 @@ FLASHATTN__CPU_DEF size_t fa_describe(const fa_params *p, fa_call call, char *bu
    TMA into an mbarrier ring, a producer warpgroup and two ping-ponging consumers, on 8d's steps);
    8e the naive path's and merge's kernels;
    8e2 the backward (the naive path's kernels, the FFMA tiled backward with its dq turns and its
-   dq pass for non-finite inputs, the tensor-core tiled backward and its deterministic dq pass); 8e3 the Hopper backward
+   dq pass for non-finite inputs, the tensor-core tiled backward and its deterministic dq pass, and
+   its fp32 form on 3xTF32 products with dq in turns); 8e3 the Hopper backward
    (sm_90a: wgmma dK/dV and dq kernels on 8e2's element steps, TMA); 8f the kernel pickers (forward and
    backward) and the launches; 8g the entry points. */
 
@@ -6616,7 +6627,8 @@ typedef enum fa__cu_kernel {
    FFMA backward of each head-dim class (D and Dv padded up to it), any storage type and layout, the
    tensor-core backward (fp16/bf16, D = Dv = 64 or 128, 16-byte aligned rows, sm_80+), and on
    compute capability 9.0 with this build's sm_90a code the Hopper one (the same requests where TMA
-   takes q, k, v and d_o). A separate
+   takes q, k, v and d_o), and its fp32 form on 3xTF32 products (fp32, the same head dims and
+   alignment, sm_80+; not built under FLASHATTN_CUDA_FP32_FFMA). A separate
    enum from the forward's, so that the forward's "every kernel served" count stays its own. */
 typedef enum fa__cu_bwd_kernel {
     FA__CU_BWD_D64 = 0,     /* D, Dv <= 64 */
@@ -6626,6 +6638,8 @@ typedef enum fa__cu_bwd_kernel {
     FA__CU_BWD_TC_D128,     /*   the same at D = Dv = 128 */
     FA__CU_BWD_WG_D64,      /* Hopper (8e3, sm_90a): wgmma dK/dV and dq kernels, TMA; fp16/bf16, D = Dv = 64, TMA-able q, k, v, d_o */
     FA__CU_BWD_WG_D128,     /*   the same at D = Dv = 128 */
+    FA__CU_BWD_TC32_D64,    /* tensor cores for fp32 (3xTF32 mma.sync, sm_80+), D = Dv = 64, 16-byte aligned rows */
+    FA__CU_BWD_TC32_D128,   /*   the same at D = Dv = 128 */
     FA__CU_BWD_KERNELS
 } fa__cu_bwd_kernel;
 
@@ -6756,6 +6770,32 @@ struct fa__tcb_kv_d128 { enum { D = 128, NW = 8, MT = 1, BK = 64, QREG = 0, PF =
 struct fa__tcb_dq_d128 { enum { D = 128, NW = 4, MT = 1, BK = 64, QREG = 0, PF = 0, MINB = 2 }; };
 struct fa__tcb_d64 { typedef fa__tcb_kv_d64 KV; typedef fa__tcb_dq_d64 DQ; };
 struct fa__tcb_d128 { typedef fa__tcb_kv_d128 KV; typedef fa__tcb_dq_d128 DQ; };
+
+/* The fp32 tensor-core backward's configurations (8e2, 3xTF32), one per FA__CU_BWD_TC32_* kernel.
+   The dK/dV kernel, the only one (dq by atomics, in key-block turns in the deterministic mode): KW
+   warps of 16 keys each (a key block of 16 KW keys), the query rows walked in tiles of BQ (two
+   stages); KMINB: its blocks per SM. Rows are padded to D + 4 floats in shared memory (8e2's
+   fa__t32_geom), so the D = 128 block takes 215 KB: one block of 8 warps an SM at either D (D =
+   64's 119 KB leaves no room for a second).
+   Why these: bench/RESULTS.md, "CUDA backward (issue 13)", "fp32 on the tensor cores (3xTF32)".
+   FA__CU_BWD_TC32: 0 under FLASHATTN_CUDA_FP32_FFMA (the fp32 backward stays on the FFMA kernel).
+   FA__CU_T32_SPLIT, the 3xTF32 split of an operand x (fa__t32_split): 0 big = cvt.rna.tf32(x), small
+   = cvt.rna.tf32(x - big); 1 the same big, small = x - big as it is (the tensor core truncates it);
+   2 big = x with its low 13 bits cleared (truncated), small as 1; 3 big = x rounded as cvt.rna does
+   by an add and a mask, small as 1 (the same bits as 1 for finite x). H100 (bench/RESULTS.md, "fp32
+   on the tensor cores (3xTF32)", the split): 1 takes 0.87-0.92x 0's time (cvt.rna.tf32.f32 is a
+   compare-and-select sequence in SASS, not one instruction), 3 0.82-0.87x 1's; 2 0.75-0.86x 1's but
+   fails API.md's fp32 tolerance (its dropped small x small is biased: dk 3e-4 off with a bias). */
+#ifndef FA__CU_T32_SPLIT
+#define FA__CU_T32_SPLIT 3
+#endif
+#ifdef FLASHATTN_CUDA_FP32_FFMA
+#define FA__CU_BWD_TC32 0
+#else
+#define FA__CU_BWD_TC32 1
+#endif
+struct fa__t32_d64 { enum { D = 64, KW = 8, BQ = 32, KMINB = 1 }; };
+struct fa__t32_d128 { enum { D = 128, KW = 8, BQ = 32, KMINB = 1 }; };
 
 /* The Hopper backward's configurations (8e3), one per FA__CU_BWD_WG_* kernel: its dK/dV kernel
    (fa__wgb_dkv) over key blocks of BKV = 128 keys (64 a consumer warpgroup, 16 a warp), the query
@@ -9481,7 +9521,8 @@ __global__ void fa__cu_merge(int rows, int dv, int parts, fa__cu_parts pp, float
    query block), which walks its key blocks in order and sums dq in registers (S, dP and dS
    computed a second time: 7 GEMM-sized products instead of 5). For fp16/bf16 at D = Dv = 64 or
    128 with aligned rows, fa__cu_pick_backward takes the tensor-core backward below (8e2
-   continued) instead: the same rule and the same two dq modes, on mma.sync. */
+   continued) instead: the same rule and the same two dq modes, on mma.sync; for fp32 there, its
+   3xTF32 form (dq in turns when deterministic, as here). */
 
 /* The FFMA backward's sizes for configuration CFG (8a): shared memory is K, V [BK][LD], Q, dO
    [BQ][LD], P^T and dS^T [BK][LDT], lse and delta [BQ] (the dq kernel leaves P^T unused). */
@@ -10211,6 +10252,7 @@ struct fa__tcb_args {
     const float *delta;
     float *dqacc;              /* fp32 dq [B][Hq][Sq][D] (atomic mode), else NULL */
     const unsigned *flag;      /* fa__cu_bwd_prep's: set, the FFMA fallback runs instead (8e2) */
+    unsigned *turns;           /* fp32's deterministic dq in key-block turns (fa__t32_dkv): the ticket, then the turns */
     void *dq, *dk, *dv;
     int qblocks;               /* the deterministic dq kernel's query blocks per (batch, head) */
     fa__dims d;
@@ -10225,6 +10267,60 @@ template <class C> struct fa__tcb_kgeom {
 template <class C> struct fa__tcb_qgeom {
     enum { BQ = fa__tc_geom<C>::BQ, BK = C::BK, D = C::D };
     enum { LSE = (2 * BQ * D + 4 * BK * D) * 2, SMEM = LSE + 2 * BQ * 4 };
+};
+
+/* R rows of D floats from global (row stride st) into a tile of rows LD = D + 4 floats apart (the
+   fp32 backward's, fa__t32_geom: 16-byte rows for ldmatrix, and the padding that keeps its 32-bit
+   loads free of bank conflicts); rows >= n zero-filled. */
+template <int D, int R, int NT>
+static __device__ __forceinline__ void fa__t32_load(unsigned dst, const float *src, int64_t st, int n, int tid)
+{
+    enum { CH = D / 4, IT = R * CH / NT };
+    static_assert(R * CH % NT == 0, "tile load must split evenly over the threads");
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
+        const bool ok = r < n;
+        fa__cu_cp16(dst + (unsigned)(r * (D + 4) + 4 * c) * 4u, ok ? (const void *)(src + r * st + 4 * c) : (const void *)src,
+                    ok ? 16 : 0);
+    }
+}
+
+/* What the tensor-core backward's shared steps do per storage type T: tile, a tile of R rows of Q
+   or dO into shared memory (the 16-bit kernels' swizzled layout, fa__tc_load; fp32's padded rows,
+   fa__t32_load); put, two values of the same row of an m16 x n8 accumulator (row 8 hf + g of m16
+   tile mt, columns 8 n + 2t + e, e = 0, 1; g = lane / 4, t = lane % 4) into the A fragments pa of
+   the next product, whose k index is the accumulator's column: 16-bit, packed in pairs, k16 step
+   n / 2; fp32 (m16n8k8 .tf32), k8 step n as pa[mt][n][hf + 2e], floats: the step's k permuted so
+   that no value moves between lanes (A position t is column 2t, position t + 4 column 2t + 1; the
+   B operand of that product takes rows 2t and 2t + 1 of its k8 slice, fa__t32_pv); st2, two
+   adjacent outputs. */
+template <typename T> struct fa__tcb_op {
+    template <int D, int R, int NT>
+    static __device__ __forceinline__ void tile(unsigned dst, const T *src, int64_t st, int n, int tid)
+    {
+        fa__tc_load<D, R, NT>(dst, src, st, n, tid);
+    }
+    template <int MT, int KB>
+    static __device__ __forceinline__ void put(unsigned (&pa)[MT][KB][4], int mt, int n, int hf, float v0, float v1)
+    {
+        pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(v0, v1);
+    }
+    static __device__ __forceinline__ void st2(T *p, float v0, float v1) { *(unsigned *)p = fa__tc_type<T>::pack(v0, v1); }
+};
+template <> struct fa__tcb_op<float> {
+    template <int D, int R, int NT>
+    static __device__ __forceinline__ void tile(unsigned dst, const float *src, int64_t st, int n, int tid)
+    {
+        fa__t32_load<D, R, NT>(dst, src, st, n, tid);
+    }
+    template <int MT, int NN>
+    static __device__ __forceinline__ void put(float (&pa)[MT][NN][4], int mt, int n, int hf, float v0, float v1)
+    {
+        pa[mt][n][hf] = v0;
+        pa[mt][n][hf + 2] = v1;
+    }
+    static __device__ __forceinline__ void st2(float *p, float v0, float v1) { *(float2 *)p = make_float2(v0, v1); }
 };
 
 /* The lse in log2 units (+INFINITY for a row with no visible key and past Sq, so that its P is 0)
@@ -10244,15 +10340,17 @@ static __device__ __forceinline__ void fa__tcb_load_ld(const fa__tcb_args &a, fl
 }
 
 /* The Q and dO tiles of query rows [i0, i0 + R) of (b, h) (rows past Sq zero-filled) into sQ, sO
-   (one cp.async group), and their lse and delta (fa__tcb_load_ld). */
+   (one cp.async group; T's layout, fa__tcb_op), and their lse and delta (fa__tcb_load_ld). */
 template <int D, int R, int NT, typename T>
 static __device__ __forceinline__ void fa__tcb_load_q(const fa__tcb_args &a, unsigned sQ, unsigned sO, float *sL,
                                                       float *sDl, int b, int h, int i0, int tid)
 {
     const fa__dims &d = a.d;
     const int nq = min(R, d.Sq - i0);
-    fa__tc_load<D, R, NT>(sQ, (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i0 * d.qs[2], d.qs[2], nq, tid);
-    fa__tc_load<D, R, NT>(sO, (const T *)a.d_o + b * d.os[0] + h * d.os[1] + (int64_t)i0 * d.os[2], d.os[2], nq, tid);
+    fa__tcb_op<T>::template tile<D, R, NT>(sQ, (const T *)a.q + b * d.qs[0] + h * d.qs[1] + (int64_t)i0 * d.qs[2], d.qs[2],
+                                           nq, tid);
+    fa__tcb_op<T>::template tile<D, R, NT>(sO, (const T *)a.d_o + b * d.os[0] + h * d.os[1] + (int64_t)i0 * d.os[2],
+                                           d.os[2], nq, tid);
     fa__cu_commit();
     fa__tcb_load_ld<R, NT>(a, sL, sDl, b, h, i0, tid);
 }
@@ -10293,8 +10391,8 @@ template <int BQ> static __device__ __forceinline__ int fa__tcb_swz(int r, int c
    dot products) becomes P g and pa the packed P^T A fragments (fa__tcb_p; the mask by
    fa__cu_row_keys unless the block is full for the tile); tL: the tile's lse in log2 units. FULL:
    full known true at compile time (8e3 calls it so for full blocks: no key test is compiled). */
-template <typename T, int MT, int NN, bool MODS, bool FULL = false>
-static __device__ __forceinline__ void fa__tcb_pt(float (&s)[MT][NN][4], unsigned (&pa)[MT][NN / 2][4], const fa__dims &d,
+template <typename T, int MT, int NN, bool MODS, bool FULL = false, class PA>
+static __device__ __forceinline__ void fa__tcb_pt(float (&s)[MT][NN][4], PA &pa, const fa__dims &d,
                                                   const fa__cu_mods &md, bool sc, bool al, bool bi, float f,
                                                   const float *tL, int i0, int cq, int kr0, bool full)
 {
@@ -10316,16 +10414,16 @@ static __device__ __forceinline__ void fa__tcb_pt(float (&s)[MT][NN][4], unsigne
                     s[mt][n][2 * hf + e] = fa__tcb_p<MODS>(d, md, sc, al, bi, s[mt][n][2 * hf + e], f, tL[c], i0 + c, j,
                                                            FULL || (j >= lo[e] && j < hi[e]), &p[e]);
                 }
-                pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(p[0], p[1]);
+                fa__tcb_op<T>::put(pa, mt, n, hf, p[0], p[1]);
             }
     }
 }
 
 /* dS^T = P g (dP^T - delta) of the same fragments (s: fa__tcb_pt's P g, dp: dP^T), packed into pa;
    tD: the tile's delta */
-template <typename T, int MT, int NN>
-static __device__ __forceinline__ void fa__tcb_dst(const float (&s)[MT][NN][4], const float (&dp)[MT][NN][4],
-                                                   unsigned (&pa)[MT][NN / 2][4], const float *tD, int cq)
+template <typename T, int MT, int NN, class PA>
+static __device__ __forceinline__ void fa__tcb_dst(const float (&s)[MT][NN][4], const float (&dp)[MT][NN][4], PA &pa,
+                                                   const float *tD, int cq)
 {
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -10335,7 +10433,7 @@ static __device__ __forceinline__ void fa__tcb_dst(const float (&s)[MT][NN][4], 
             for (int hf = 0; hf < 2; hf++) {
                 const float d0 = fa__tcb_ds(s[mt][n][2 * hf], dp[mt][n][2 * hf], tD[cq + 8 * n]);
                 const float d1 = fa__tcb_ds(s[mt][n][2 * hf + 1], dp[mt][n][2 * hf + 1], tD[cq + 8 * n + 1]);
-                pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(d0, d1);
+                fa__tcb_op<T>::put(pa, mt, n, hf, d0, d1);
             }
 }
 
@@ -10378,9 +10476,9 @@ static __device__ __forceinline__ void fa__tcb_dq_add(float *dst, const float (&
    fa__tcb_ds; the mask by fa__cu_row_keys unless the tile is full for the block) packed into pa,
    the A fragments of dq += dS K; sL, sDl: the block's lse (log2 units) and delta, indexed from i0.
    FULL: as fa__tcb_pt's. */
-template <typename T, int MT, int NN, bool MODS, bool FULL = false>
+template <typename T, int MT, int NN, bool MODS, bool FULL = false, class PA>
 static __device__ __forceinline__ void fa__tcb_ds_rows(const float (&s)[MT][NN][4], const float (&dp)[MT][NN][4],
-                                                       unsigned (&pa)[MT][NN / 2][4], const fa__dims &d,
+                                                       PA &pa, const fa__dims &d,
                                                        const fa__cu_mods &md, bool sc, bool al, bool bi, float f,
                                                        const float *sL, const float *sDl, int i0, int lr, int k0,
                                                        int cq, bool full)
@@ -10404,7 +10502,7 @@ static __device__ __forceinline__ void fa__tcb_ds_rows(const float (&s)[MT][NN][
                                                      FULL || (j >= lo && j < hi), &p);
                     v2[e] = fa__tcb_ds(pg, dp[mt][n][2 * hf + e], dl);
                 }
-                pa[mt][n >> 1][(n & 1) * 2 + hf] = fa__tc_type<T>::pack(v2[0], v2[1]);
+                fa__tcb_op<T>::put(pa, mt, n, hf, v2[0], v2[1]);
             }
         }
 }
@@ -10425,7 +10523,7 @@ static __device__ __forceinline__ void fa__tcb_write_dq(const fa__tcb_args &a, c
             T *pq = (T *)a.dq + b * d.qs[0] + h * d.qs[1] + (int64_t)i * d.qs[2] + cq;
 #pragma unroll
             for (int n = 0; n < CH; n++)
-                *(unsigned *)(pq + 8 * n) = fa__tc_type<T>::pack(acc[mt][n][2 * hf] * d.scale, acc[mt][n][2 * hf + 1] * d.scale);
+                fa__tcb_op<T>::st2(pq + 8 * n, acc[mt][n][2 * hf] * d.scale, acc[mt][n][2 * hf + 1] * d.scale);
         }
 }
 
@@ -10446,8 +10544,8 @@ static __device__ __forceinline__ void fa__tcb_write_kv(const fa__tcb_args &a, c
             T *pv = (T *)a.dv + b * d.vs[0] + g * d.vs[1] + (int64_t)j * d.vs[2] + cq;
 #pragma unroll
             for (int n = 0; n < CH; n++) {
-                *(unsigned *)(pk + 8 * n) = fa__tc_type<T>::pack(dk[mt][n][2 * hf] * d.scale, dk[mt][n][2 * hf + 1] * d.scale);
-                *(unsigned *)(pv + 8 * n) = fa__tc_type<T>::pack(dv[mt][n][2 * hf], dv[mt][n][2 * hf + 1]);
+                fa__tcb_op<T>::st2(pk + 8 * n, dk[mt][n][2 * hf] * d.scale, dk[mt][n][2 * hf + 1] * d.scale);
+                fa__tcb_op<T>::st2(pv + 8 * n, dv[mt][n][2 * hf], dv[mt][n][2 * hf + 1]);
             }
         }
 }
@@ -10619,6 +10717,281 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
         fa__tc_pv<T, C>(acc, pa, tK, st);   /* dq += dS K */
     }
     fa__tcb_write_dq<T, MT, CH>(a, acc, b, h, i0 + lr, cq);
+}
+
+/* ---- 8e2 (continued). fp32 on the tensor cores: 3xTF32 (D = Dv = 64 or 128, sm_80+) -------------
+   fa__tcb_dkv's arrangement and element steps (fa__tcb_pt, fa__tcb_dst, fa__tcb_load_q, the
+   writes) for fp32 storage, dq by atomics and, with p->deterministic, by the same atomics in the
+   FFMA backward's key-block turns (fa__cu_turn_wait: 5 products, not a dq kernel's 7; a dq kernel
+   on these steps measured 1.18-1.35x the default's time, bench/RESULTS.md), every product on
+   mma.sync m16n8k8 .tf32 in the 3xTF32 form PyTorch's efficient backward uses (CUTLASS's
+   OpMultiplyAddFastF32): each operand x split into big = x rounded to TF32 (to nearest, as
+   cvt.rna) and small = x - big, which the tensor core reads as TF32 (fa__t32_split, 8a's
+   FA__CU_T32_SPLIT), a b ~= a_small b_big + a_big b_small + a_big b_big, fp32 accumulation. The
+   dropped a_small b_small and small's truncation leave about 2^-21 of each term: fp32's level
+   (API.md's fp32 backward tolerance; bench/RESULTS.md, "fp32 on the tensor cores (3xTF32)"). Why:
+   the FFMA backward reaches about half the FMA pipe's peak, and the tensor pipe's TF32 rate is
+   several times that pipe's: three TF32 products for each fp32 one run 1.5-1.9x faster than the
+   FFMA kernel (H100; about 1.3-1.6x PyTorch's efficient backward, which does the same).
+   FLASHATTN_CUDA_FP32_FFMA keeps fp32 on the FFMA backward.
+   Shared-memory tiles are rows of D + 4 floats (fa__t32_load): 16-byte rows that ldmatrix (.b16,
+   not transposed) reads as 8 x 4-word matrices, giving lane l the word (row l / 4, word l % 4): the
+   A fragment of a row-major [m][k] tile and the B fragment of an [n][k] tile (fa__t32_abt: S^T =
+   K Q^T and dP^T = V dO^T). A [k][n] B operand (dO, Q, K in dV += P^T
+   dO, dK += dS^T Q, dq += dS K: .trans cannot transpose 32-bit words) takes two 32-bit loads a
+   fragment, rows 2t and 2t + 1 (fa__t32_pv; rows D + 4 apart put its 32 lanes on 32 banks), the A
+   fragments of those products being the previous accumulators in registers (fa__tcb_op<float>'s
+   permuted k). With dq by atomics, dS^T goes through shared memory as dS ([query][key], rows
+   BKV + 4 apart, each 8 keys in the registers' k order) and each warp forms a 16 x D / NS slice of
+   dS K from it by ldmatrix. One warp a 16-key m16 tile (MT = 1; 8a's fa__t32_* traits). */
+
+/* The fp32 backward's sizes: LD the tile rows' floats; shared memory K, V [BKV][LD], two stages of
+   Q, dO [BQ][LD], dS [BQ][LDS], two stages of lse and delta. */
+template <class C> struct fa__t32_geom {
+    enum { D = C::D, LD = D + 4, BKV = 16 * C::KW, BQ = C::BQ, LDS = BKV + 4, KNT = 32 * C::KW };
+    enum { KLSE = (2 * BKV * LD + 4 * BQ * LD + BQ * LDS) * 4, KSMEM = KLSE + 4 * BQ * 4 };
+};
+
+/* An operand fragment split for 3xTF32: b the big halves, s the small (A: 4 words, B: the first 2). */
+struct fa__t32_frag {
+    unsigned b[4], s[4];
+};
+
+/* x = big + small for 3xTF32 in FA__CU_T32_SPLIT's way (8a). The tensor core reads the top 19 bits
+   of a .tf32 operand (sign, exponent, 10 mantissa bits), so small's low bits need no clearing. Way
+   3 rounds big as cvt.rna does (to nearest, ties away) by adding half of TF32's last place before
+   the mask; a NaN may round to -0 there, but small (x - big) is then the NaN, so that it reaches
+   the products as before. */
+static __device__ __forceinline__ void fa__t32_split(float x, unsigned &big, unsigned &small)
+{
+    if (FA__CU_T32_SPLIT == 3)
+        big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    else if (FA__CU_T32_SPLIT == 2)
+        big = __float_as_uint(x) & 0xffffe000u;
+    else
+        asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(big) : "f"(x));
+    if (FA__CU_T32_SPLIT == 0)
+        asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(x - __uint_as_float(big)));
+    else
+        small = __float_as_uint(x - __uint_as_float(big));
+}
+
+static __device__ __forceinline__ void fa__t32_mma1(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* c += a b in 3xTF32, the small products first */
+static __device__ __forceinline__ void fa__t32_mma(float (&c)[4], const fa__t32_frag &a, const fa__t32_frag &b)
+{
+    fa__t32_mma1(c, a.s, b.b[0], b.b[1]);
+    fa__t32_mma1(c, a.b, b.s[0], b.s[1]);
+    fa__t32_mma1(c, a.b, b.b[0], b.b[1]);
+}
+
+/* This lane's ldmatrix offsets (floats) in tiles of rows ld floats apart: A, the m16 x k8 A fragment
+   of a row-major [m][k] tile (matrices rows 0-7 / 8-15 x words 0-3, then words 4-7); B, the B
+   fragments of two n8 tiles of an [n][k] tile (rows 0-7 words 0-3 / 4-7, then rows 8-15). */
+static __device__ __forceinline__ int fa__t32_la(int lane, int ld)
+{
+    return ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 4;
+}
+static __device__ __forceinline__ int fa__t32_lb(int lane, int ld)
+{
+    return ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 4;
+}
+
+static __device__ __forceinline__ void fa__t32_ldsm(unsigned addr, fa__t32_frag &f)
+{
+    unsigned w[4];
+    fa__tc_ldsm(addr, w[0], w[1], w[2], w[3]);
+#pragma unroll
+    for (int j = 0; j < 4; j++) fa__t32_split(__uint_as_float(w[j]), f.b[j], f.s[j]);
+}
+
+/* acc = A B^T over k = D, NN n8 tiles: A the m16 tile whose lane address (fa__t32_la) is la, B the
+   NN * 8 rows from lb (fa__t32_lb), both in tiles of rows D + 4 floats (byte addresses) */
+template <int NN, int D>
+static __device__ __forceinline__ void fa__t32_abt(float (&acc)[NN][4], unsigned la, unsigned lb)
+{
+    static_assert(NN % 2 == 0, "two n8 tiles an ldmatrix");
+#pragma unroll
+    for (int n = 0; n < NN; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 8; kk++) {
+        fa__t32_frag af, bf;
+        fa__t32_ldsm(la + (unsigned)kk * 32u, af);
+#pragma unroll
+        for (int n = 0; n < NN; n += 2) {
+            fa__t32_ldsm(lb + (unsigned)(n * 8 * (D + 4) + kk * 8) * 4u, bf);
+            fa__t32_frag b1;
+            b1.b[0] = bf.b[2]; b1.b[1] = bf.b[3]; b1.s[0] = bf.s[2]; b1.s[1] = bf.s[3];
+            fa__t32_mma(acc[n], af, bf);
+            fa__t32_mma(acc[n + 1], af, b1);
+        }
+    }
+}
+
+/* acc (CH n8 tiles) += a B for one k8 step: a split, B's rows 2t and 2t + 1 of the step (k permuted
+   as fa__tcb_op<float>::put's) read from pb, this lane's word (row 2t, column lane / 4) of the
+   first n8 tile, rows LD floats apart */
+template <int CH, int LD>
+static __device__ __forceinline__ void fa__t32_pv_step(float (&acc)[CH][4], const fa__t32_frag &a, const float *pb)
+{
+#pragma unroll
+    for (int n = 0; n < CH; n++) {
+        fa__t32_frag bf;
+        fa__t32_split(pb[8 * n], bf.b[0], bf.s[0]);
+        fa__t32_split(pb[LD + 8 * n], bf.b[1], bf.s[1]);
+        fa__t32_mma(acc[n], a, bf);
+    }
+}
+
+/* acc += P B over KN k8 steps: pa P's A fragments (fa__tcb_op<float>::put), B the [k][n] tile whose
+   rows start at pb (this lane's word of row 2t, column lane / 4) */
+template <int KN, int CH, int LD>
+static __device__ __forceinline__ void fa__t32_pv(float (&acc)[CH][4], const float (&pa)[KN][4], const float *pb)
+{
+#pragma unroll
+    for (int kk = 0; kk < KN; kk++) {
+        fa__t32_frag af;
+#pragma unroll
+        for (int j = 0; j < 4; j++) fa__t32_split(pa[kk][j], af.b[j], af.s[j]);
+        fa__t32_pv_step<CH, LD>(acc, af, pb + kk * 8 * LD);
+    }
+}
+
+/* The K and V tiles of keys [k0, k0 + R) (rows past Sk zero-filled) into sK, sV, one cp.async group */
+template <int D, int R, int NT>
+static __device__ __forceinline__ void fa__t32_load_kv(unsigned sK, unsigned sV, const float *gk, const float *gv,
+                                                       const fa__dims &d, int k0, int tid)
+{
+    const int n = min(R, d.Sk - k0);
+    fa__t32_load<D, R, NT>(sK, gk + (int64_t)k0 * d.ks[2], d.ks[2], n, tid);
+    fa__t32_load<D, R, NT>(sV, gv + (int64_t)k0 * d.vs[2], d.vs[2], n, tid);
+    fa__cu_commit();
+}
+
+/* The fp32 dK/dV kernel (fa__tcb_dkv's walk and steps). C: an fa__t32_* trait; MODS: as
+   fa__tcb_dkv's; DQ: FA__BWD_DQ_ATOMIC, dq by atomics into a.dqacc in any order, or
+   FA__BWD_DQ_TURNS (p->deterministic), the same adds in key-block order: the FFMA backward's turns
+   (fa__cu_turn_wait's rule: work items by ticket, query blocks of BQ rows at multiples of BQ, turn
+   counters a.turns + 1 [B][Hq][Sq / BQ rounded up]), so that every gradient's sum order is fixed
+   at the default mode's count of products. */
+template <class C, bool MODS, int DQ>
+__global__ void __launch_bounds__(C::KW * 32, C::KMINB) fa__t32_dkv(const fa__tcb_args a)
+{
+    typedef fa__t32_geom<C> G;
+    enum { D = G::D, LD = G::LD, BKV = G::BKV, BQ = G::BQ, LDS = G::LDS, NT = G::KNT, NN = BQ / 8, CH = D / 8 };
+    enum { NS = C::KW * 16 / BQ, NCW = CH / NS };   /* dq: BQ/16 row groups x NS column slices of NCW n8 tiles */
+    static_assert(BQ % 16 == 0 && (C::KW * 16) % BQ == 0 && CH % NS == 0, "fp32 tc backward tile");
+    extern __shared__ __align__(128) unsigned char fa__tc_smem[];
+    float *fK = (float *)fa__tc_smem, *fV = fK + BKV * LD, *fQ = fV + BKV * LD, *fO = fQ + 2 * BQ * LD;
+    float *fS = fO + 2 * BQ * LD, *sL = (float *)(fa__tc_smem + G::KLSE), *sDl = sL + 2 * BQ;
+    const unsigned sK = fa__cu_sa(fK), sV = fa__cu_sa(fV), sQ = fa__cu_sa(fQ), sO = fa__cu_sa(fO), sS = fa__cu_sa(fS);
+    const fa__dims &d = a.d;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2;
+    __shared__ unsigned ticket;
+    if (*a.flag) return;   /* a non-finite q, d_o or k: the FFMA fallback computes this call */
+    if (DQ == FA__BWD_DQ_TURNS) {   /* the work item by ticket */
+        if (tid == 0) ticket = atomicAdd(a.turns, 1u);
+        __syncthreads();
+    }
+    const int item = DQ == FA__BWD_DQ_TURNS ? (int)ticket : (int)blockIdx.x;
+    const int nbg = d.B * d.Hkv, kb = item / nbg, bg = item - kb * nbg;
+    const int b = bg / d.Hkv, g = bg - b * d.Hkv, k0 = kb * BKV, nk = min((int)BKV, d.Sk - k0);
+    const float f = d.scale * FA__CU_LOG2E;
+    const bool sc = d.softcap > 0.0f, al = d.alibi != 0, bi = d.bias != 0;
+    const int kr0 = k0 + warp * 16 + g8, cq = 2 * (lane & 3);   /* this thread's keys kr0 + 8 hf */
+    /* byte addresses: the warp's K and V rows (A), the tiles' Q and dO rows (B) at stage 0; the
+       lane's word of the [k][n] operands (row 2t, column g) */
+    const unsigned aK = sK + (unsigned)(warp * 16 * LD + fa__t32_la(lane, LD)) * 4u, aV = aK + (unsigned)(BKV * LD) * 4u;
+    const unsigned bQ = sQ + (unsigned)fa__t32_lb(lane, LD) * 4u, bO = sO + (unsigned)fa__t32_lb(lane, LD) * 4u;
+    const int lp = cq * LD + g8;
+    const int rg = warp % (BQ / 16), cs = warp / (BQ / 16);   /* dq: this warp's row group and column slice */
+    const unsigned aS = sS + (unsigned)(16 * rg * LDS + fa__t32_la(lane, LDS)) * 4u;
+    const int kc = warp * 16 + (g8 >> 1) + 4 * (g8 & 1);      /* dq: key g8's word in dS's rows */
+    int64_t r0_, r1_;
+    fa__key_rows(&d, k0, k0 + nk, &r0_, &r1_);
+    /* the tiles: from the first row that sees the block (turns: from the query block holding it) */
+    const int r0 = DQ == FA__BWD_DQ_TURNS ? (int)(r0_ / BQ) * BQ : (int)r0_;
+    const int nqb = r1_ > r0_ ? (int)((r1_ - r0 + BQ - 1) / BQ) : 0, tiles = nqb * d.group;
+
+    float dk[1][CH][4], dv[1][CH][4];
+#pragma unroll
+    for (int n = 0; n < CH; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[0][n][e] = dv[0][n][e] = 0.0f;
+
+    if (tiles > 0) {   /* K, V and the first tile: one cp.async group */
+        fa__t32_load<D, BKV, NT>(sK, (const float *)a.k + b * d.ks[0] + g * d.ks[1] + (int64_t)k0 * d.ks[2], d.ks[2], nk, tid);
+        fa__t32_load<D, BKV, NT>(sV, (const float *)a.v + b * d.vs[0] + g * d.vs[1] + (int64_t)k0 * d.vs[2], d.vs[2], nk, tid);
+        fa__tcb_load_q<D, BQ, NT, float>(a, sQ, sO, sL, sDl, b, g * d.group, r0, tid);
+    }
+
+    for (int t = 0; t < tiles; t++) {
+        const int hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ, nq = min((int)BQ, d.Sq - i0);
+        const int so = (t & 1) * BQ * LD;   /* this tile's stage, floats */
+        const float *tL = sL + (t & 1) * BQ, *tD = sDl + (t & 1) * BQ;
+        fa__cu_wait<0>();
+        __syncthreads();   /* tile t landed; every warp is done with tile t-1 (its stage and dS) */
+        if (t + 1 < tiles) {
+            const int h2 = (t + 1) / nqb, i2 = r0 + (t + 1 - h2 * nqb) * BQ;
+            const unsigned so2 = (unsigned)(BQ * LD - so) * 4u;
+            fa__tcb_load_q<D, BQ, NT, float>(a, sQ + so2, sO + so2, sL + ((t + 1) & 1) * BQ, sDl + ((t + 1) & 1) * BQ, b,
+                                             g * d.group + h2, i2, tid);
+        }
+        const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
+        const bool full = fa__keys_full(&kr, k0, k0 + BKV) != 0;
+        const fa__cu_mods md = fa__cu_mods_of(d, b, h, d.scale, FA__CU_LOG2E, sc, al, false);
+        float s[1][NN][4], dp[1][NN][4], pa[1][NN][4];
+
+        fa__t32_abt<NN, D>(s[0], aK, bQ + (unsigned)so * 4u);   /* S^T: this warp's keys x the tile's query rows */
+        fa__tcb_pt<float, 1, NN, MODS>(s, pa, d, md, sc, al, bi, f, tL, i0, cq, kr0, full);
+        fa__t32_pv<NN, CH, LD>(dv[0], pa[0], fO + so + lp);      /* dV += P^T dO */
+        fa__t32_abt<NN, D>(dp[0], aV, bO + (unsigned)so * 4u);  /* dP^T = V dO^T */
+        fa__tcb_dst<float, 1, NN>(s, dp, pa, tD, cq);
+        fa__t32_pv<NN, CH, LD>(dk[0], pa[0], fQ + so + lp);      /* dK += dS^T Q */
+        {   /* dq += dS K by atomics (turns: in key-block order) */
+#pragma unroll
+            for (int n = 0; n < NN; n++)   /* dS^T into fS as dS, each 8 keys in the registers' k order */
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) fS[(8 * n + cq + e) * LDS + kc + 8 * hf] = pa[0][n][hf + 2 * e];
+            __syncthreads();
+            /* dq rows 16 rg .. +15 of the tile, n8 tiles cs NCW .. +NCW-1: dS (A, ldmatrix) K (B, rows 2t, 2t + 1) */
+            float acc[NCW][4];
+#pragma unroll
+            for (int n = 0; n < NCW; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll 4
+            for (int kk = 0; kk < BKV / 8; kk++) {
+                fa__t32_frag af;
+                fa__t32_ldsm(aS + (unsigned)kk * 32u, af);
+                fa__t32_pv_step<NCW, LD>(acc, af, fK + 8 * kk * LD + lp + 8 * NCW * cs);
+            }
+            unsigned *turn = DQ == FA__BWD_DQ_TURNS ? a.turns + 1 + ((int64_t)b * d.Hq + h) * ((d.Sq + BQ - 1) / BQ) + i0 / BQ
+                                                    : NULL;
+            if (DQ == FA__BWD_DQ_TURNS) {   /* this block's turn: the key blocks before it have added theirs */
+                int64_t lo, hi;
+                fa__rows_range(&d, i0, (int64_t)i0 + nq, &lo, &hi);
+                fa__cu_turn_wait(turn, (unsigned)(kb - (int)(lo / BKV)));
+            }
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int i = i0 + 16 * rg + g8 + 8 * hf;
+                if (i >= d.Sq) continue;
+                fa__tcb_dq_add<NCW>(a.dqacc + (((int64_t)b * d.Hq + h) * d.Sq + i) * D + cq + 8 * cs * NCW, acc, hf);
+            }
+            if (DQ == FA__BWD_DQ_TURNS) {
+                __syncthreads();   /* the adds are issued */
+                fa__cu_turn_pass(turn);
+            }
+        }
+    }
+    fa__tcb_write_kv<float, 1, CH>(a, dk, dv, b, g, kr0, cq);
 }
 
 /* ---- 8e3. CUDA: the Hopper backward (sm_90a: wgmma, TMA, an mbarrier ring) -----------------------
@@ -11403,6 +11776,8 @@ static const char *fa__cu_bwd_kernel_name(fa__cu_bwd_kernel k)
     case FA__CU_BWD_TC_D128: return "bwd_tc_d128";
     case FA__CU_BWD_WG_D64: return "bwd_wg_d64";
     case FA__CU_BWD_WG_D128: return "bwd_wg_d128";
+    case FA__CU_BWD_TC32_D64: return "bwd_tc32_d64";
+    case FA__CU_BWD_TC32_D128: return "bwd_tc32_d128";
     case FA__CU_BWD_KERNELS: break;
     }
     return "none";
@@ -11429,6 +11804,18 @@ template <class CFG> static void fa__tcb_plan_of(const fa__dims *d, fa__cu_bwd_p
     pl->smem = (int)K::SMEM > (int)Q::SMEM ? (int)K::SMEM : (int)Q::SMEM;
     pl->kblocks = ((int64_t)d->Sk + K::BKV - 1) / K::BKV;
     pl->qblocks = ((int64_t)d->Sq + Q::BQ - 1) / Q::BQ;
+}
+
+/* The fp32 tensor-core backward's plan (fa__t32_*): bq, bk its query tile and key block; qblocks
+   the query blocks of its deterministic turns. */
+template <class C> static void fa__t32_plan_of(const fa__dims *d, fa__cu_bwd_plan *pl)
+{
+    typedef fa__t32_geom<C> G;
+    pl->bq = G::BQ;
+    pl->bk = G::BKV;
+    pl->smem = G::KSMEM;
+    pl->kblocks = ((int64_t)d->Sk + G::BKV - 1) / G::BKV;
+    pl->qblocks = ((int64_t)d->Sq + G::BQ - 1) / G::BQ;
 }
 
 #if FA__WG
@@ -11492,6 +11879,14 @@ static fa__cu_bwd_kernel fa__cu_bwd_ffma_of(const fa__dims *d, int dc, fa__cu_bw
     return k;
 }
 
+/* 1 when every row of a tensor of es-byte elements starts 16-byte aligned and its width is whole
+   16-byte vectors (fa__cu_bwd_in_tile's loads) */
+static int fa__cu_bwd_vec(const void *x, const int64_t s[3], int width, size_t es)
+{
+    const int64_t n = (int64_t)(16 / es);
+    return ((uintptr_t)x & 15) == 0 && width % n == 0 && s[0] % n == 0 && s[1] % n == 0 && s[2] % n == 0;
+}
+
 /* 1 when plan pl's shared memory fits (optin bytes) and its grids stay within 2^31 - 1 blocks */
 static int fa__cu_bwd_fits(const fa__dims *d, const fa__cu_bwd_plan *pl, int optin)
 {
@@ -11505,8 +11900,9 @@ static int fa__cu_bwd_fits(const fa__dims *d, const fa__cu_bwd_plan *pl, int opt
    gradients have 16-byte aligned rows and the device is sm_80+ (every modifier, mask and GQA
    included): on a compute capability 9.0 device running this build's sm_90a code, with q, k, v
    and d_o in layouts TMA takes, its Hopper kernels (fa__wgb_pick, 8e3), elsewhere the mma.sync
-   ones; else the FFMA backward of the head-dim class of max(D, Dv) (<= 64, <= 128, <= 256), any
-   dtype and layout. FA_ERR_UNSUPPORTED when its shared memory (or, for the tensor-core
+   ones; for fp32 under the same head dims, alignment and device (unless FLASHATTN_CUDA_FP32_FFMA),
+   its 3xTF32 form (fa__t32_*); else the FFMA backward of the head-dim class of max(D, Dv) (<= 64,
+   <= 128, <= 256), any dtype and layout. FA_ERR_UNSUPPORTED when its shared memory (or, for the tensor-core
    backward, that of its FFMA fallback) does not fit this device or a grid would pass 2^31 - 1
    blocks; FA_ERR_DEVICE when the device cannot be queried. It launches nothing. */
 static fa_status fa__cu_pick_backward(const fa__dims *d, const void *q, const void *k, const void *v, const void *d_o,
@@ -11524,10 +11920,10 @@ static fa_status fa__cu_pick_backward(const fa__dims *d, const void *q, const vo
         (void)cudaGetLastError();
         return FA_ERR_DEVICE;
     }
-    if ((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128) && major >= 8 &&
-        fa__tc_aligned(q, d->qs) && fa__tc_aligned(k, d->ks) && fa__tc_aligned(v, d->vs) &&
-        fa__tc_aligned(d_o, d->os) && fa__tc_aligned(dq, d->qs) && fa__tc_aligned(dk, d->ks) &&
-        fa__tc_aligned(dv, d->vs)) {
+    const int tcd = d->D == d->Dv && (d->D == 64 || d->D == 128) && major >= 8;
+    if ((d->dtype == FA_F16 || d->dtype == FA_BF16) && tcd && fa__tc_aligned(q, d->qs) && fa__tc_aligned(k, d->ks) &&
+        fa__tc_aligned(v, d->vs) && fa__tc_aligned(d_o, d->os) && fa__tc_aligned(dq, d->qs) &&
+        fa__tc_aligned(dk, d->ks) && fa__tc_aligned(dv, d->vs)) {
         pl->kernel = d->D == 64 ? FA__CU_BWD_TC_D64 : FA__CU_BWD_TC_D128;
         if (d->D == 64) fa__tcb_plan_of<fa__tcb_d64>(d, pl);
         else fa__tcb_plan_of<fa__tcb_d128>(d, pl);
@@ -11538,19 +11934,20 @@ static fa_status fa__cu_pick_backward(const fa__dims *d, const void *q, const vo
 #endif
         fa__cu_bwd_ffma_of(d, dc, &fb);
         if (!fa__cu_bwd_fits(d, &fb, optin)) return FA_ERR_UNSUPPORTED;
+    } else if (FA__CU_BWD_TC32 && d->dtype == FA_F32 && tcd && fa__cu_bwd_vec(q, d->qs, d->D, 4) &&
+               fa__cu_bwd_vec(k, d->ks, d->D, 4) && fa__cu_bwd_vec(v, d->vs, d->D, 4) &&
+               fa__cu_bwd_vec(d_o, d->os, d->D, 4) && fa__cu_bwd_vec(dq, d->qs, d->D, 4) &&
+               fa__cu_bwd_vec(dk, d->ks, d->D, 4) && fa__cu_bwd_vec(dv, d->vs, d->D, 4)) {
+        pl->kernel = d->D == 64 ? FA__CU_BWD_TC32_D64 : FA__CU_BWD_TC32_D128;
+        if (d->D == 64) fa__t32_plan_of<fa__t32_d64>(d, pl);
+        else fa__t32_plan_of<fa__t32_d128>(d, pl);
+        fa__cu_bwd_ffma_of(d, dc, &fb);
+        if (!fa__cu_bwd_fits(d, &fb, optin)) return FA_ERR_UNSUPPORTED;
     } else {
         fa__cu_bwd_ffma_of(d, dc, pl);
     }
     pl->sms = sms;
     return fa__cu_bwd_fits(d, pl, optin) ? FA_OK : FA_ERR_UNSUPPORTED;
-}
-
-/* 1 when every row of a tensor of es-byte elements starts 16-byte aligned and its width is whole
-   16-byte vectors (fa__cu_bwd_in_tile's loads) */
-static int fa__cu_bwd_vec(const void *x, const int64_t s[3], int width, size_t es)
-{
-    const int64_t n = (int64_t)(16 / es);
-    return ((uintptr_t)x & 15) == 0 && width % n == 0 && s[0] % n == 0 && s[1] % n == 0 && s[2] % n == 0;
 }
 
 /* Launches the FFMA backward's kernels in configuration CFG (fa__cu_pick_backward has checked
@@ -11608,29 +12005,46 @@ static fa_status fa__cu_bwd_launch2(const fa__dims *d, const fa__cu_bwd_plan *pl
                                            st);
 }
 
+/* Launches kern, a kernel of the tensor-core backwards (8e2), on grid blocks of nt threads with smem
+   bytes of shared memory; carve: ask for the largest shared-memory carveout (the dq kernels that
+   run more than one block an SM). */
+static fa_status fa__tcb_go(void (*kern)(const fa__tcb_args), int smem, int nt, int carve, const fa__tcb_args &a,
+                            unsigned grid, cudaStream_t st)
+{
+    fa_status s = fa__cu(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (s != FA_OK) return s;
+    if (carve &&
+        (s = fa__cu(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
+        return s;
+    kern<<<grid, nt, smem, st>>>(a);
+    return fa__cu(cudaGetLastError());
+}
+
 /* Launches the tensor-core dK/dV kernel (DQ: with dq by atomics) or the deterministic dq kernel
    of configuration C. */
 template <typename T, class C, bool MODS, bool DQ>
 static fa_status fa__tcb_go_dkv(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
 {
-    const fa_status s = fa__cu(cudaFuncSetAttribute(fa__tcb_dkv<T, C, MODS, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    (int)fa__tcb_kgeom<C>::SMEM));
-    if (s != FA_OK) return s;
-    fa__tcb_dkv<T, C, MODS, DQ><<<grid, C::NW * 32, fa__tcb_kgeom<C>::SMEM, st>>>(a);
-    return fa__cu(cudaGetLastError());
+    return fa__tcb_go(fa__tcb_dkv<T, C, MODS, DQ>, (int)fa__tcb_kgeom<C>::SMEM, C::NW * 32, 0, a, grid, st);
 }
 
 template <typename T, class C, bool MODS>
 static fa_status fa__tcb_go_dq(const fa__tcb_args &a, unsigned grid, cudaStream_t st)
 {
-    fa_status s = fa__cu(cudaFuncSetAttribute(fa__tcb_dq<T, C, MODS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              (int)fa__tcb_qgeom<C>::SMEM));
-    if (s != FA_OK) return s;
-    if (C::MINB > 1 &&
-        (s = fa__cu(cudaFuncSetAttribute(fa__tcb_dq<T, C, MODS>, cudaFuncAttributePreferredSharedMemoryCarveout, 100))) != FA_OK)
-        return s;
-    fa__tcb_dq<T, C, MODS><<<grid, C::NW * 32, fa__tcb_qgeom<C>::SMEM, st>>>(a);
-    return fa__cu(cudaGetLastError());
+    return fa__tcb_go(fa__tcb_dq<T, C, MODS>, (int)fa__tcb_qgeom<C>::SMEM, C::NW * 32, C::MINB > 1, a, grid, st);
+}
+
+/* The kernel arguments of a call (dqacc NULL: dq by a dq kernel) */
+static fa__tcb_args fa__tcb_args_of(const fa__dims *d, const fa__cu_bwd_plan *pl, const void *q, const void *k,
+                                    const void *v, const void *d_o, const float *delta, const unsigned *flag,
+                                    float *dqacc, void *dq, void *dk, void *dv)
+{
+    fa__tcb_args a;
+    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = dqacc; a.flag = flag; a.turns = NULL;
+    a.dq = dq; a.dk = dk; a.dv = dv;
+    a.qblocks = (int)pl->qblocks;
+    a.d = *d;
+    return a;
 }
 
 /* The tensor-core backward in configuration CFG (fa__cu_pick_backward has checked that it fits):
@@ -11645,17 +12059,35 @@ static fa_status fa__tcb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, in
     typedef typename CFG::DQ DQ;
     const unsigned kgrid = (unsigned)(pl->kblocks * d->B * d->Hkv), qgrid = (unsigned)(pl->qblocks * d->B * d->Hq);
     const bool mods = d->softcap > 0.0f || d->alibi != NULL || d->bias != NULL;
-    fa__tcb_args a;
+    const fa__tcb_args a = fa__tcb_args_of(d, pl, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv);
     fa_status s;
-    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = dqacc; a.flag = flag;
-    a.dq = dq; a.dk = dk; a.dv = dv;
-    a.qblocks = (int)pl->qblocks;
-    a.d = *d;
     if (!det) return mods ? fa__tcb_go_dkv<T, KV, true, true>(a, kgrid, st) : fa__tcb_go_dkv<T, KV, false, true>(a, kgrid, st);
     s = mods ? fa__tcb_go_dkv<T, KV, true, false>(a, kgrid, st) : fa__tcb_go_dkv<T, KV, false, false>(a, kgrid, st);
     if (s != FA_OK) return s;
     return mods ? fa__tcb_go_dq<T, DQ, true>(a, qgrid, st) : fa__tcb_go_dq<T, DQ, false>(a, qgrid, st);
 }
+
+#if FA__CU_BWD_TC32
+/* The fp32 tensor-core backward (3xTF32) in configuration C: its dK/dV kernel with dq by atomics
+   into dqacc, in key-block turns where turns is not NULL (fa__cu_pick_backward has checked that it
+   fits; the workspace of every deterministic fp32 call holds the turns, fa__cu_tbwd_layout). */
+template <class C>
+static fa_status fa__t32_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, unsigned *turns, const void *q,
+                                const void *k, const void *v, const void *d_o, const float *delta,
+                                const unsigned *flag, float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
+{
+    typedef fa__t32_geom<C> G;
+    const unsigned kgrid = (unsigned)(pl->kblocks * d->B * d->Hkv);
+    const bool mods = d->softcap > 0.0f || d->alibi != NULL || d->bias != NULL;
+    fa__tcb_args a = fa__tcb_args_of(d, pl, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv);
+    a.turns = turns;
+    if (turns)
+        return fa__tcb_go(mods ? fa__t32_dkv<C, true, FA__BWD_DQ_TURNS> : fa__t32_dkv<C, false, FA__BWD_DQ_TURNS>, G::KSMEM,
+                          G::KNT, 0, a, kgrid, st);
+    return fa__tcb_go(mods ? fa__t32_dkv<C, true, FA__BWD_DQ_ATOMIC> : fa__t32_dkv<C, false, FA__BWD_DQ_ATOMIC>, G::KSMEM,
+                      G::KNT, 0, a, kgrid, st);
+}
+#endif
 
 #if FA__WG
 /* The tensor maps of the Hopper backward's kernels (8e3): q and d_o in boxes of bq rows, k and v of
@@ -11728,22 +12160,19 @@ static fa_status fa__wgb_launch(const fa__dims *d, const fa__cu_bwd_plan *pl, co
 {
     const unsigned kgrid = (unsigned)(pl->kblocks * d->B * d->Hkv), qgrid = (unsigned)(pl->qblocks * d->B * d->Hq);
     const bool mods = d->softcap > 0.0f || d->alibi != NULL || d->bias != NULL;
-    fa__tcb_args a;
-    a.q = q; a.k = k; a.v = v; a.d_o = d_o; a.delta = delta; a.dqacc = NULL; a.flag = flag;
-    a.dq = dq; a.dk = dk; a.dv = dv;
-    a.qblocks = (int)pl->qblocks;
-    a.d = *d;
+    const fa__tcb_args a = fa__tcb_args_of(d, pl, q, k, v, d_o, delta, flag, NULL, dq, dk, dv);
     return mods ? fa__wgb_go_both<T, C, true>(a, kgrid, qgrid, st) : fa__wgb_go_both<T, C, false>(a, kgrid, qgrid, st);
 }
 #endif
 
-/* The tensor-core backward's kernels exist for the 16-bit types only (the picker never names them
-   for fp32). */
+/* The tensor-core backwards of the 16-bit types (det: dq by their dq kernels; turns unused); fp32's
+   (3xTF32) below (turns: its deterministic dq, else atomics). */
 template <typename T>
-static fa_status fa__tcb_dispatch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, const void *q, const void *k,
-                                  const void *v, const void *d_o, const float *delta, const unsigned *flag,
-                                  float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
+static fa_status fa__tcb_dispatch(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, unsigned *turns, const void *q,
+                                  const void *k, const void *v, const void *d_o, const float *delta,
+                                  const unsigned *flag, float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
 {
+    (void)turns;
 #if FA__WG
     if (pl->kernel == FA__CU_BWD_WG_D64) return fa__wgb_launch<T, fa__wgb_d64>(d, pl, q, k, v, d_o, delta, flag, dq, dk, dv, st);
     if (pl->kernel == FA__CU_BWD_WG_D128) return fa__wgb_launch<T, fa__wgb_d128>(d, pl, q, k, v, d_o, delta, flag, dq, dk, dv, st);
@@ -11754,11 +12183,20 @@ static fa_status fa__tcb_dispatch(const fa__dims *d, const fa__cu_bwd_plan *pl, 
 }
 
 template <>
-fa_status fa__tcb_dispatch<float>(const fa__dims *, const fa__cu_bwd_plan *, int, const void *, const void *,
-                                  const void *, const void *, const float *, const unsigned *, float *, void *,
-                                  void *, void *, cudaStream_t)
+fa_status fa__tcb_dispatch<float>(const fa__dims *d, const fa__cu_bwd_plan *pl, int det, unsigned *turns,
+                                  const void *q, const void *k, const void *v, const void *d_o, const float *delta,
+                                  const unsigned *flag, float *dqacc, void *dq, void *dk, void *dv, cudaStream_t st)
 {
+    (void)det;   /* deterministic: turns */
+#if FA__CU_BWD_TC32
+    if (pl->kernel == FA__CU_BWD_TC32_D64)
+        return fa__t32_launch<fa__t32_d64>(d, pl, turns, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
+    return fa__t32_launch<fa__t32_d128>(d, pl, turns, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, st);
+#else   /* FLASHATTN_CUDA_FP32_FFMA: the picker never names it */
+    (void)d; (void)pl; (void)turns; (void)q; (void)k; (void)v; (void)d_o; (void)delta; (void)flag; (void)dqacc;
+    (void)dq; (void)dk; (void)dv; (void)st;
     return FA_ERR_UNSUPPORTED;
+#endif
 }
 
 /* Launches the generic kernel in configuration CFG (fa__cu_pick has checked that it fits). */
@@ -12495,7 +12933,9 @@ typedef struct fa__cu_tbwd_ws {
 /* 1 when the deterministic tiled backward of d takes dq in the FFMA kernel's turns (FA__BWD_DQ_TURNS;
    its workspace holds dq's fp32 buffer and the turns): det, and d is not one the tensor-core
    backwards take by their dims (fp16/bf16 at D = Dv = 64 or 128, with their own deterministic dq
-   kernels; should their pointers send such a call to the FFMA kernel, it runs its dq pass). */
+   kernels; should their pointers send such a call to the FFMA kernel, it runs its dq pass). fp32's
+   tensor-core backward takes turns of its own query blocks (fa__t32_dkv): the turns are sized for
+   the finer of the two kernels' query blocks. */
 static int fa__cu_bwd_turns(const fa__dims *d, int det)
 {
     return det && !((d->dtype == FA_F16 || d->dtype == FA_BF16) && d->D == d->Dv && (d->D == 64 || d->D == 128));
@@ -12547,8 +12987,13 @@ static void fa__cu_tbwd_layout(const fa__dims *d, int det, fa__cu_tbwd_ws *w)
     if (d->Sq == 0 || d->Sk == 0) {
         w->total = 0;
     } else if (fa__cu_bwd_turns(d, det)) {
-        fa__cu_bwd_plan fp;
+        fa__cu_bwd_plan fp, tp;
         fa__cu_bwd_ffma_of(d, d->D > d->Dv ? d->D : d->Dv, &fp);
+        if (FA__CU_BWD_TC32 && d->dtype == FA_F32 && d->D == d->Dv && (d->D == 64 || d->D == 128)) {
+            if (d->D == 64) fa__t32_plan_of<fa__t32_d64>(d, &tp);
+            else fa__t32_plan_of<fa__t32_d128>(d, &tp);
+            if (tp.qblocks > fp.qblocks) fp.qblocks = tp.qblocks;
+        }
         w->turn = fa__add_size(w->dq, fa__cu_round(fa__mul_size(fa__mul_size(rows, (size_t)d->D), sizeof(float))));
         /* the ticket counter, then the turns [B][Hq][query blocks] */
         w->total = fa__add_size(w->turn, fa__mul_size(fa__add_size(fa__mul_size(fa__mul_size((size_t)d->B, (size_t)d->Hq),
@@ -12600,8 +13045,10 @@ static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, i
     const int64_t rows = (int64_t)d->B * d->Hq * d->Sq;
     float *delta = (float *)mem, *lx = (float *)(mem + w->lx), *kbad = (float *)(mem + w->kbad);
     const int tc = pl->kernel >= FA__CU_BWD_TC_D64;
-    /* deterministic dq in the FFMA kernel's turns: asked for, the FFMA kernel picked, and the workspace has them */
-    const int turns = det && !tc && w->turn != 0;
+    const int t32 = pl->kernel == FA__CU_BWD_TC32_D64 || pl->kernel == FA__CU_BWD_TC32_D128;
+    /* deterministic dq in key-block turns: asked for, the FFMA kernel or fp32's tensor-core one picked, and
+       the workspace has them */
+    const int turns = det && (!tc || t32) && w->turn != 0;
     /* dq by its own kernel: asked for, or the Hopper backward's way (8e3), or the workspace has no dq buffer */
     const int kdet = !turns && (det || pl->kernel == FA__CU_BWD_WG_D64 || pl->kernel == FA__CU_BWD_WG_D128 || w->total <= w->dq);
     const int dqm = turns ? FA__BWD_DQ_TURNS : kdet ? FA__BWD_DQ_NONE : FA__BWD_DQ_ATOMIC;
@@ -12618,7 +13065,7 @@ static fa_status fa__cu_tbwd_run(const fa__dims *d, const fa__cu_bwd_plan *pl, i
     case FA__CU_BWD_D64: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d64>(&dl, pl, dqm, q, k, v, d_o, delta, kbad, flag, cap, dqacc, turn, dq, dk, dv, s); break;
     case FA__CU_BWD_D128: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d128>(&dl, pl, dqm, q, k, v, d_o, delta, kbad, flag, cap, dqacc, turn, dq, dk, dv, s); break;
     case FA__CU_BWD_D256: st = fa__cu_bwd_launch2<T, fa__cu_bwd_d256>(&dl, pl, dqm, q, k, v, d_o, delta, kbad, flag, cap, dqacc, turn, dq, dk, dv, s); break;
-    default: st = fa__tcb_dispatch<T>(&dl, pl, kdet, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, s); break;
+    default: st = fa__tcb_dispatch<T>(&dl, pl, kdet, turn, q, k, v, d_o, delta, flag, dqacc, dq, dk, dv, s); break;
     }
     if (st == FA_OK && tc) {   /* the tensor-core backward's fallback */
         fa__cu_bwd_plan fb;

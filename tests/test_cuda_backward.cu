@@ -10,9 +10,10 @@
    checked written in every row and nowhere else. Every tiled run asserts which kernel served it
    (fa__cu_pick_backward against want_kernel, the documented rule written out: the tensor-core
    backward for fp16/bf16 at D = Dv = 64/128 with aligned rows, on an H100/H200 the Hopper backward
-   where TMA takes q, k, v and d_o, else FFMA), and test_kernels_served that each kernel served (the
-   Hopper ones on such a device);
-   test_tc_semantics runs the modifiers, masks and layouts at the tensor-core head dims, and
+   where TMA takes q, k, v and d_o, its 3xTF32 form for fp32 at the same head dims with aligned
+   rows, else FFMA), and test_kernels_served that each kernel served (the Hopper ones on such a
+   device; the 3xTF32 ones unless FLASHATTN_CUDA_FP32_FFMA, and then none);
+   test_tc_semantics runs the modifiers, masks and layouts at the tensor-core head dims (fp32 too), and
    test_tc_mma_on_hopper the same through the mma.sync kernels on a Hopper device.
    Also: deterministic mode gives the same bits in ten runs on a non-default stream; refused
    requests leave every gradient untouched; an impossible naive size is FA_ERR_NO_MEMORY.
@@ -89,9 +90,17 @@ static int rows16(const void *x, const int64_t s[3])
     return ((uintptr_t)x & 15) == 0 && s[0] % 8 == 0 && s[1] % 8 == 0 && s[2] % 8 == 0;
 }
 
+/* 1 when an fp32 tensor's rows all start 16-byte aligned: the pointer, and strides in whole
+   4-element units */
+static int rows16f(const void *x, const int64_t s[3])
+{
+    return ((uintptr_t)x & 15) == 0 && s[0] % 4 == 0 && s[1] % 4 == 0 && s[2] % 4 == 0;
+}
+
 /* The kernel fa_cuda_tiled_backward must run (written out here from the documented rule, not asked
    of the picker): the tensor-core backward for fp16/bf16 at D = Dv = 64 or 128 with every tensor's
-   rows 16-byte aligned on an sm_80+ device; else the FFMA backward of max(D, Dv)'s class. */
+   rows 16-byte aligned on an sm_80+ device, and its fp32 (3xTF32) form for fp32 under the same
+   rule (not under FLASHATTN_CUDA_FP32_FFMA); else the FFMA backward of max(D, Dv)'s class. */
 /* 1 on a device of compute capability 9.0 running this build's sm_90a code: the Hopper backward's
    (8e3) devices */
 static int hopper_bwd(void)
@@ -125,6 +134,10 @@ static fa__cu_bwd_kernel want_kernel(const fa__dims *d, const void *q, const voi
 #endif
         return d->D == 64 ? FA__CU_BWD_TC_D64 : FA__CU_BWD_TC_D128;
     }
+    if (FA__CU_BWD_TC32 && d->dtype == FA_F32 && d->D == d->Dv && (d->D == 64 || d->D == 128) && major >= 8 &&
+        rows16f(q, d->qs) && rows16f(k, d->ks) && rows16f(v, d->vs) && rows16f(d_o, d->os) && rows16f(dq, d->qs) &&
+        rows16f(dk, d->ks) && rows16f(dv, d->vs))   /* FA__CU_BWD_TC32: 0 under FLASHATTN_CUDA_FP32_FFMA */
+        return d->D == 64 ? FA__CU_BWD_TC32_D64 : FA__CU_BWD_TC32_D128;
     return dc <= 64 ? FA__CU_BWD_D64 : dc <= 128 ? FA__CU_BWD_D128 : FA__CU_BWD_D256;
 }
 
@@ -487,9 +500,12 @@ static void test_strides_and_everything(void **state)
     end_test();
 }
 
-/* The tensor-core backward (fp16/bf16, D = Dv = 64 or 128, aligned rows) on every semantic the
-   grid above runs at other head dims: modifiers, biases that hide keys, rows and tiles, windows,
-   causal with Sq != Sk, GQA, strided rows; and one misaligned layout that the rule sends to FFMA. */
+/* The tensor-core backwards (fp16/bf16, and fp32's 3xTF32 form: D = Dv = 64 or 128, aligned rows)
+   on every semantic the grid above runs at other head dims: modifiers, biases that hide keys, rows
+   and tiles, windows, causal with Sq != Sk, GQA, strided rows; and misaligned layouts that the rule
+   sends to FFMA. g_tc_dts: the dtypes (test_tc_mma_on_hopper: the 16-bit ones, fp32's kernel is the
+   same on every device). */
+static int g_tc_dts = ALL_DT;
 static void test_tc_semantics(void **state)
 {
     fa_params p;
@@ -497,56 +513,60 @@ static void test_tc_semantics(void **state)
     (void)state;
     p = shape(2, 4, 2, 97, 140, 64, 64);
     p.causal = 1;
-    run_case("tc alibi per head, causal Sq < Sk, D=64", p, NOBIAS, 1, 6, ALL_PATHS);
+    run_case("tc alibi per head, causal Sq < Sk, D=64", p, NOBIAS, 1, g_tc_dts, ALL_PATHS);
     p = shape(2, 4, 2, 97, 140, 128, 128);
-    run_case("tc alibi per batch, D=128", p, NOBIAS, 2, 6, ALL_PATHS);
+    run_case("tc alibi per batch, D=128", p, NOBIAS, 2, g_tc_dts, ALL_PATHS);
     p = shape(1, 2, 2, 130, 130, 128, 128);
     p.softcap = 1.5f;
-    run_case("tc softcap 1.5, D=128", p, NOBIAS, 0, 6, ALL_PATHS);
+    run_case("tc softcap 1.5, D=128", p, NOBIAS, 0, g_tc_dts, ALL_PATHS);
     p = shape(2, 2, 1, 70, 90, 64, 64);
     p.scale = 0.37f;
     b = NOBIAS; b.on = 1;
-    run_case("tc bias packed, explicit scale, D=64", p, b, 0, 6, ALL_PATHS);
+    run_case("tc bias packed, explicit scale, D=64", p, b, 0, g_tc_dts, ALL_PATHS);
     b.st[0] = 90; b.st[3] = 1; b.hide = HIDE_KEYPAD;
-    run_case("tc bias [B][Sk] key padding, a batch with every key hidden, D=64", p, b, 0, 6, ALL_PATHS);
+    run_case("tc bias [B][Sk] key padding, a batch with every key hidden, D=64", p, b, 0, g_tc_dts, ALL_PATHS);
     b = NOBIAS; b.on = 1; b.st[2] = 90; b.st[3] = 1; b.hide = HIDE_ROWS_TILE;
     p = shape(2, 2, 1, 70, 90, 128, 128);
-    run_case("tc bias [Sq][Sk], hidden rows and a hidden tile, D=128", p, b, 0, 6, ALL_PATHS);
+    run_case("tc bias [Sq][Sk], hidden rows and a hidden tile, D=128", p, b, 0, g_tc_dts, ALL_PATHS);
     p = shape(1, 2, 2, 150, 60, 128, 128);
     p.causal = 1;
-    run_case("tc causal Sq > Sk (hidden rows), D=128", p, NOBIAS, 0, 6, ALL_PATHS);
+    run_case("tc causal Sq > Sk (hidden rows), D=128", p, NOBIAS, 0, g_tc_dts, ALL_PATHS);
     p = shape(1, 2, 2, 300, 170, 64, 64);   /* the dq pass's 128-row blocks: a ragged one, hidden rows */
     p.causal = 1; p.window_left = 40;
-    run_case("tc causal window 40 Sq > Sk (hidden rows), D=64", p, NOBIAS, 0, 6, ALL_PATHS);
+    run_case("tc causal window 40 Sq > Sk (hidden rows), D=64", p, NOBIAS, 0, g_tc_dts, ALL_PATHS);
     p = shape(2, 2, 1, 120, 200, 64, 64);
     p.window_left = 17; p.window_right = 9;
-    run_case("tc window 17/9 Sq < Sk, D=64", p, NOBIAS, 0, 6, ALL_PATHS);
+    run_case("tc window 17/9 Sq < Sk, D=64", p, NOBIAS, 0, g_tc_dts, ALL_PATHS);
     p = shape(2, 4, 2, 150, 190, 64, 64);
     bshd(&p, 8);
     p.causal = 1; p.window_left = 50; p.softcap = 20.0f; p.scale = 0.2f;
     b = NOBIAS; b.on = 1; b.st[2] = 190; b.st[3] = 1;
-    run_case("tc every feature at once, [B][S][H][D] with gaps, D=64", p, b, 2, 6, ALL_PATHS);
+    run_case("tc every feature at once, [B][S][H][D] with gaps, D=64", p, b, 2, g_tc_dts, ALL_PATHS);
     p = shape(2, 4, 2, 100, 120, 64, 64);
     bshd(&p, 4);
     p.causal = 1;
-    run_case("rows not 16-byte aligned (FFMA by rule), D=64", p, NOBIAS, 0, 6, ALL_PATHS);
+    run_case("rows not 16-byte aligned (FFMA by rule), D=64", p, NOBIAS, 0, g_tc_dts, ALL_PATHS);
+    p = shape(2, 4, 2, 100, 120, 128, 128);   /* fp32 rows 8 bytes off (4 floats of padding above are aligned) */
+    bshd(&p, 2);
+    p.window_left = 30;
+    run_case("fp32 rows not 16-byte aligned (FFMA by rule), D=128", p, NOBIAS, 0, 1, ALL_PATHS);
     /* dq's pointer off 16-byte alignment, strides as the Hopper backward takes them: FFMA by rule,
        and on an H100/H200 in the deterministic arrangement in either mode (a workspace sized by the
        dims, fa__cu_bwd_atomics, has no dq buffer) */
     p = shape(2, 4, 2, 100, 120, 64, 64);
     p.causal = 1;
     g_dq_shift = 1;
-    run_case("dq 2 bytes off 16-byte alignment (FFMA by rule), D=64", p, NOBIAS, 0, 6, ALL_PATHS);
+    run_case("dq 2 bytes off 16-byte alignment (FFMA by rule), D=64", p, NOBIAS, 0, g_tc_dts, ALL_PATHS);
     g_dq_shift = 0;
     if (!g_small) {
         p = shape(1, 4, 1, 300, 1100, 128, 128);
         p.causal = 1; p.window_left = 200;
-        run_case("tc MQA causal window 200, Sq < Sk, D=128", p, NOBIAS, 0, 6, ALL_PATHS);
+        run_case("tc MQA causal window 200, Sq < Sk, D=128", p, NOBIAS, 0, g_tc_dts, ALL_PATHS);
         p = shape(1, 2, 2, 1031, 1031, 128, 128);
         p.causal = 1;
-        run_case("tc S=1031 causal, D=128", p, NOBIAS, 0, 6, ALL_PATHS);
+        run_case("tc S=1031 causal, D=128", p, NOBIAS, 0, g_tc_dts, ALL_PATHS);
         p = shape(2, 8, 2, 513, 700, 64, 64);
-        run_case("tc GQA 8/2 513x700, D=64", p, NOBIAS, 0, 6, ALL_PATHS);
+        run_case("tc GQA 8/2 513x700, D=64", p, NOBIAS, 0, g_tc_dts, ALL_PATHS);
     }
     end_test();
 }
@@ -560,7 +580,9 @@ static void test_tc_mma_on_hopper(void **state)
     if (!hopper_bwd()) skip();
 #if FA__WG
     fa__cu_bwd_mma_only = 1;
+    g_tc_dts = 6;
     test_tc_semantics(state);   /* (ends the test) */
+    g_tc_dts = ALL_DT;
     fa__cu_bwd_mma_only = 0;
 #endif
 }
@@ -577,8 +599,9 @@ static void test_empty(void **state)
 /* ---- NaN isolation ------------------------------------------------------------------------------
    API.md: a NaN in the inputs may make the rows it reaches NaN, and no others; and it is never lost.
    One non-finite element in q (a NaN; a +inf in a row that sees many keys), d_o, k or v, hidden from
-   some rows of its tiles by causal or by a window, at head dims that reach the FFMA kernels and (fp16,
-   bf16 at D = 64) the tensor-core backward, whose call then runs its FFMA fallback: every path, every
+   some rows of its tiles by causal or by a window, at head dims that reach the FFMA kernels and (D =
+   64) the tensor-core backwards (fp32's 3xTF32 one too), whose call then runs its FFMA fallback (a v
+   that holds one: the tensor-core kernel itself): every path, every
    dtype. o and lse come from the float64 forward (ref_attention) on the same inputs, so that only
    the backward is under test. A row of dq, dk or dv holds a NaN exactly where the float64 reference's
    (ref_attention_backward, which leaves hidden keys out) does, and the other rows match it. The
@@ -932,9 +955,11 @@ static void test_kernels_served(void **state)
     if (g_small || g_dtypes != 7 || getenv("FA_FILTER")) skip();   /* a reduced run does not reach every kernel */
     for (k = 0; k < FA__CU_BWD_KERNELS; k++) {
         const int wg = k == FA__CU_BWD_WG_D64 || k == FA__CU_BWD_WG_D128;
+        const int t32 = k == FA__CU_BWD_TC32_D64 || k == FA__CU_BWD_TC32_D128, t32off = t32 && !FA__CU_BWD_TC32;
         printf("  %-16s %4d tiled backward runs%s\n", fa__cu_bwd_kernel_name((fa__cu_bwd_kernel)k), g_served[k],
-               wg && !hop ? " (not a Hopper device: not expected)" : "");
-        if (g_served[k] == 0 && (hop || !wg)) n++;
+               wg && !hop ? " (not a Hopper device: not expected)" : t32off ? " (FLASHATTN_CUDA_FP32_FFMA: not expected)" : "");
+        if (g_served[k] == 0 && (hop || !wg) && !t32off) n++;
+        if (g_served[k] != 0 && t32off) n++;
     }
     if (n) fail_msg("%d backward kernel(s) served no run", n);
 }
