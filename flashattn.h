@@ -269,8 +269,8 @@
    same rule (4-element strides) on its 3xTF32 form: each fp32 operand split into a TF32 value and
    a TF32 remainder, three tensor-core products for each product (as PyTorch's efficient backward
    does, whatever allow_tf32 says), fp32 accumulation: about 1e-6 relative error, within API.md's
-   fp32 backward tolerance, and about 1.3-1.6x PyTorch's efficient fp32 backward on an H100
-   (deterministic: dq's atomics in key-block turns, 1.15-1.20x the default's time);
+   fp32 backward tolerance, and 1.35-1.67x PyTorch's efficient fp32 backward on an H100
+   (deterministic: dq's atomics in key-block turns, 1.15-1.21x the default's time);
    FLASHATTN_CUDA_FP32_FFMA keeps fp32 on FFMA; everything else
    on an exact-fp32 FFMA kernel (head_dim <= 256; deterministic: dq's atomics in key-block turns
    inside the dK/dV kernel, 1.06-1.10x the default's time on the H200). A NaN or inf reaches
@@ -10732,7 +10732,7 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dq(const fa__tcb_
    (API.md's fp32 backward tolerance; bench/RESULTS.md, "fp32 on the tensor cores (3xTF32)"). Why:
    the FFMA backward reaches about half the FMA pipe's peak, and the tensor pipe's TF32 rate is
    several times that pipe's: three TF32 products for each fp32 one run 1.5-1.9x faster than the
-   FFMA kernel (H100; about 1.3-1.6x PyTorch's efficient backward, which does the same).
+   FFMA kernel (H100; 1.35-1.67x PyTorch's efficient backward, which does the same).
    FLASHATTN_CUDA_FP32_FFMA keeps fp32 on the FFMA backward.
    Shared-memory tiles are rows of D + 4 floats (fa__t32_load): 16-byte rows that ldmatrix (.b16,
    not transposed) reads as 8 x 4-word matrices, giving lane l the word (row l / 4, word l % 4): the
