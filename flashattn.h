@@ -10323,6 +10323,17 @@ template <> struct fa__tcb_op<float> {
     static __device__ __forceinline__ void st2(float *p, float v0, float v1) { *(float2 *)p = make_float2(v0, v1); }
 };
 
+/* Tile t of a dK/dV block's walk over the query rows that see it (the tensor-core and Hopper
+   backwards'): kv head g's query heads in turn, each in nqb tiles of BQ rows from row r0; *h gets
+   the tile's query head, *i0 its first row. */
+template <int BQ>
+static __device__ __forceinline__ void fa__tcb_tile(const fa__dims &d, int g, int r0, int nqb, int t, int *h, int *i0)
+{
+    const int hh = t / nqb;
+    *h = g * d.group + hh;
+    *i0 = r0 + (t - hh * nqb) * BQ;
+}
+
 /* The lse in log2 units (+INFINITY for a row with no visible key and past Sq, so that its P is 0)
    and delta (0 past Sq) of query rows [i0, i0 + R) of (b, h) into sL, sDl, by NT threads. */
 template <int R, int NT>
@@ -10607,15 +10618,18 @@ __global__ void __launch_bounds__(C::NW * 32, C::MINB) fa__tcb_dkv(const fa__tcb
     }
 
     for (int t = 0; t < tiles; t++) {
-        const int hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ, nq = min((int)BQ, d.Sq - i0);
+        int h, i0;
+        fa__tcb_tile<BQ>(d, g, r0, nqb, t, &h, &i0);
+        const int nq = min((int)BQ, d.Sq - i0);
         const unsigned st = (unsigned)(t & 1) * BQ * D * 2;
         const float *tL = sL + (t & 1) * BQ, *tD = sDl + (t & 1) * BQ;
         fa__cu_wait<0>();
         __syncthreads();   /* tile t landed; every warp is done with tile t-1 (its stage and sS) */
         if (t + 1 < tiles) {
-            const int h2 = (t + 1) / nqb, i2 = r0 + (t + 1 - h2 * nqb) * BQ;
+            int h2, i2;
+            fa__tcb_tile<BQ>(d, g, r0, nqb, t + 1, &h2, &i2);
             fa__tcb_load_q<D, BQ, NT, T>(a, sQ + BQ * D * 2 - st, sO + BQ * D * 2 - st, sL + ((t + 1) & 1) * BQ,
-                                         sDl + ((t + 1) & 1) * BQ, b, g * d.group + h2, i2, tid);
+                                         sDl + ((t + 1) & 1) * BQ, b, h2, i2, tid);
         }
         const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
         const bool full = fa__keys_full(&kr, k0, k0 + BKV) != 0;
@@ -10863,17 +10877,6 @@ static __device__ __forceinline__ void fa__t32_pv(float (&acc)[CH][4], const flo
     }
 }
 
-/* The K and V tiles of keys [k0, k0 + R) (rows past Sk zero-filled) into sK, sV, one cp.async group */
-template <int D, int R, int NT>
-static __device__ __forceinline__ void fa__t32_load_kv(unsigned sK, unsigned sV, const float *gk, const float *gv,
-                                                       const fa__dims &d, int k0, int tid)
-{
-    const int n = min(R, d.Sk - k0);
-    fa__t32_load<D, R, NT>(sK, gk + (int64_t)k0 * d.ks[2], d.ks[2], n, tid);
-    fa__t32_load<D, R, NT>(sV, gv + (int64_t)k0 * d.vs[2], d.vs[2], n, tid);
-    fa__cu_commit();
-}
-
 /* The fp32 dK/dV kernel (fa__tcb_dkv's walk and steps). C: an fa__t32_* trait; MODS: as
    fa__tcb_dkv's; DQ: FA__BWD_DQ_ATOMIC, dq by atomics into a.dqacc in any order, or
    FA__BWD_DQ_TURNS (p->deterministic), the same adds in key-block order: the FFMA backward's turns
@@ -10932,16 +10935,19 @@ __global__ void __launch_bounds__(C::KW * 32, C::KMINB) fa__t32_dkv(const fa__tc
     }
 
     for (int t = 0; t < tiles; t++) {
-        const int hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ, nq = min((int)BQ, d.Sq - i0);
+        int h, i0;
+        fa__tcb_tile<BQ>(d, g, r0, nqb, t, &h, &i0);
+        const int nq = min((int)BQ, d.Sq - i0);
         const int so = (t & 1) * BQ * LD;   /* this tile's stage, floats */
         const float *tL = sL + (t & 1) * BQ, *tD = sDl + (t & 1) * BQ;
         fa__cu_wait<0>();
         __syncthreads();   /* tile t landed; every warp is done with tile t-1 (its stage and dS) */
         if (t + 1 < tiles) {
-            const int h2 = (t + 1) / nqb, i2 = r0 + (t + 1 - h2 * nqb) * BQ;
+            int h2, i2;
+            fa__tcb_tile<BQ>(d, g, r0, nqb, t + 1, &h2, &i2);
             const unsigned so2 = (unsigned)(BQ * LD - so) * 4u;
             fa__tcb_load_q<D, BQ, NT, float>(a, sQ + so2, sO + so2, sL + ((t + 1) & 1) * BQ, sDl + ((t + 1) & 1) * BQ, b,
-                                             g * d.group + h2, i2, tid);
+                                             h2, i2, tid);
         }
         const fa__keys kr = fa__cu_tile_keys(d, i0, nq);
         const bool full = fa__keys_full(&kr, k0, k0 + BKV) != 0;
@@ -11123,7 +11129,9 @@ static __device__ __forceinline__ void fa__wgb_dkv_block(const fa__wgb_args &w, 
                 }
             }
             for (int t = 0; t < tiles; t++) {
-                const int s = t % ST, hh = t / nqb, h = g * d.group + hh, i0 = r0 + (t - hh * nqb) * BQ;
+                const int s = t % ST;
+                int h, i0;
+                fa__tcb_tile<BQ>(d, g, r0, nqb, t, &h, &i0);
                 if (t >= ST) fa__mb_wait(empty + 8 * s, (unsigned)(t / ST - 1) & 1u);   /* stage s consumed */
                 fa__wgb_put_ld<BQ>(a, sL + s * BQ, sDl + s * BQ, b, h, i0, tid, full + 8 * s, 2 * G::QB);
                 if (tid == 0) {
