@@ -1207,10 +1207,12 @@ static FA__HD inline int64_t fa__qtile_group(int64_t nbh, int64_t kv_bytes, int6
     return hg < 1 ? 1 : hg > nbh ? nbh : hg;
 }
 
-static FA__HD inline void fa__qtile_of(int64_t nbh, int64_t qtiles, int64_t hg, int64_t item, int64_t *bh, int64_t *qt)
+/* (32-bit: the CUDA grids keep B Hq qtiles <= INT_MAX, fa__cu_qblocks; 64-bit divisions cost a
+   kernel a subroutine per item) */
+static FA__HD inline void fa__qtile_of(int nbh, int qtiles, int hg, int item, int *bh, int *qt)
 {
-    const int64_t first = item / (hg * qtiles) * hg, gs = nbh - first < hg ? nbh - first : hg;
-    const int64_t r = item - first * qtiles;
+    const int first = item / (hg * qtiles) * hg, gs = nbh - first < hg ? nbh - first : hg;
+    const int r = item - first * qtiles;
     *qt = qtiles - 1 - r / gs;
     *bh = first + r % gs;
 }
@@ -1223,6 +1225,37 @@ static FA__HD inline void fa__qtile_of(int64_t nbh, int64_t qtiles, int64_t hg, 
 static FA__HD inline int64_t fa__sched_item(int64_t grid, int64_t blk, int64_t k)
 {
     return k * grid + (k & 1 ? grid - 1 - blk : blk);
+}
+
+/* The paired order (8d3's PER 3, causal requests with at least two tiles a block): item `pos` of
+   nbh qtiles is query tile *qt of (batch, head) *bh, the heads one after another, each head's tiles
+   as pairs of a long and a short one (qtiles - 1 with 0, qtiles - 2 with 1, ...), so that a pair
+   sees as many keys as any other (a causal tile's keys grow linearly with its index). Where qtiles
+   is odd the middle tile is an even head's last item and the next (odd) head's first, a pair of
+   its own. fa__sched_pair hands block blk of a persistent grid the two items of one pair after the
+   other, the pairs in fa__sched_item's order: every block walks pairs of equal work (balance), and
+   the blocks in flight at once hold the pairs of a few heads, whose K/V stay in L2 (the
+   longest-first run over every head of fa__qtile_of with hg = nbh reads one tile of each head at
+   a time: at S = 2k and B S = 16k, 128 heads' K/V, more than the L2 holds). Each item exactly once
+   (test_qtile_order). */
+static FA__HD inline void fa__qtile_zig(int qtiles, int pos, int *bh, int *qt)
+{
+    const int h = pos / qtiles, mid = (qtiles - 1) / 2;
+    int r = pos - h * qtiles;
+    *bh = h;
+    if (qtiles & 1) {
+        if (h & 1 ? r == 0 : r == qtiles - 1) {
+            *qt = mid;
+            return;
+        }
+        if (h & 1) r--;
+    }
+    *qt = r & 1 ? r / 2 : qtiles - 1 - r / 2;
+}
+
+static FA__HD inline int64_t fa__sched_pair(int64_t grid, int64_t blk, int64_t k)
+{
+    return 2 * fa__sched_item(grid, blk, k >> 1) + (k & 1);
 }
 
 /* ---- The score modifiers, the online step's frame and the log-sum-exp merge, host and device ---
@@ -6708,11 +6741,14 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    a consumer's softmax were bound by its warps' instruction issue rather than by the MUFU
    (bench/RESULTS.md, "Hopper forward (issue 15)", exp shares); kept for the bench's --xp.
    PER: the block schedule. 0: a grid of every query tile, a block each (the hardware hands the next
-   tile to the first SM free). 1 and 2: persistent, at most one block an SM, each walking its tiles
+   tile to the first SM free). 1-3: persistent, at most one block an SM, each walking its tiles
    in section 1's fa__sched_item order, so that a block's next Q tile and first K/V stages load while
    its consumers finish the last tile (the launch, the ring's fill and the output's store no longer
    idle the SM between tiles); causal tiles in one longest-first run over every head (1), which
-   the static schedule balances, or in fa__qtile_group's L2 groups as PER 0 (2, the bench's).
+   the static schedule balances, in fa__qtile_group's L2 groups as PER 0 (2, the bench's), or (3)
+   where each block gets two tiles or more, in section 1's pairs of a head (fa__qtile_zig, walked by
+   fa__sched_pair: a long tile and its short complement, every pair the same work, the heads one
+   after another, so that the blocks in flight read a few heads' K/V, from L2), else as 1.
    OV: the modifier variants (bit v: variant v, of 0-2) whose GEMM step issues S_j = Q K_j^T and
    O += P_{j-1} V_{j-1} as two wgmma groups and runs tile j's scores and softmax once the first
    has retired, under the second; then it rescales O and packs P (FlashAttention-3's
@@ -6740,11 +6776,11 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
 #endif
 struct fa__wg_d128 {
     enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = FA__CU_WG_OV, QE = 0, OS = FA__CU_WG_OS };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 3, OV = FA__CU_WG_OV, QE = 0, OS = FA__CU_WG_OS };
 };
 struct fa__wg_d64 {
     enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1,
-           XP0 = 0, XP1 = 0, XP2 = 0, PER = 1, OV = 0, QE = 1, OS = FA__CU_WG_OS };
+           XP0 = 0, XP1 = 0, XP2 = 0, PER = 3, OV = 0, QE = 1, OS = FA__CU_WG_OS };
 };
 /* D = 64's two-consumer block (128 rows, 232 registers a consumer): modifier variant 4 (bias,
    combinations: fa__tc_mods; in 160 registers its constants spill 384 bytes) and rows that see
@@ -6886,7 +6922,9 @@ struct fa__dec_d128_r32 { enum { D = 128, NW = 8, MT = 1, BK = 16, QREG = 0, PF 
    head)s go in groups whose K and V take at most FA__CU_L2_SET bytes together, so that the blocks
    in flight read a few heads' K/V, which then stay in L2 (the H100's is 50 MB, the H200's 60 MB,
    the A100's 40 MB). */
+#ifndef FA__CU_L2_SET
 #define FA__CU_L2_SET ((int64_t)24 << 20)
+#endif
 
 /* ---- 8b. CUDA: runtime checks, memory, loads and stores, cp.async, the score-modifier rule ----- */
 
@@ -6987,16 +7025,19 @@ static __device__ __forceinline__ bool fa__cu_bad(float x) { return (__float_as_
 /* The forward kernels' block order (8c, 8d, 8d3): section 1's fa__qtile_of over the 1-D grid
    (blockIdx.x the item, or `item` where a persistent block walks several: 8d3), in groups of as
    many (batch, head)s as take FA__CU_L2_SET bytes of K and V (Sk (D + Dv) es bytes each, es bytes
-   an element), or (grouped false) in one group: every head's longest tiles first. */
+   an element) (order FA__ORD_GROUPS), in one group: every head's longest tiles first (FA__ORD_RUN), or
+   in section 1's pairs (FA__ORD_PAIRS, fa__qtile_zig). */
+enum { FA__ORD_RUN, FA__ORD_GROUPS, FA__ORD_PAIRS };
 static __device__ __forceinline__ void fa__cu_qtile(const fa__dims &d, int qtiles, int es, int *bh, int *qt,
-                                                    int64_t item = -1, bool grouped = true)
+                                                    int64_t item = -1, int order = FA__ORD_GROUPS)
 {
-    const int64_t nbh = (int64_t)d.B * d.Hq;
-    int64_t x, y;
-    fa__qtile_of(nbh, qtiles, grouped ? fa__qtile_group(nbh, (int64_t)d.Sk * (d.D + d.Dv) * es, FA__CU_L2_SET) : nbh,
-                 item < 0 ? (int64_t)blockIdx.x : item, &x, &y);
-    *bh = (int)x;
-    *qt = (int)y;
+    const int nbh = d.B * d.Hq, it = item < 0 ? (int)blockIdx.x : (int)item;   /* items < 2^31 (fa__cu_qblocks) */
+    if (order == FA__ORD_PAIRS)
+        fa__qtile_zig(qtiles, it, bh, qt);
+    else
+        fa__qtile_of(nbh, qtiles,
+                     order == FA__ORD_GROUPS ? (int)fa__qtile_group(nbh, (int64_t)d.Sk * (d.D + d.Dv) * es, FA__CU_L2_SET) : nbh,
+                     it, bh, qt);
 }
 
 /* x where it is finite, else 0: the backward's tiles of q, d_o and k (section 8e2) */
@@ -9096,7 +9137,9 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     const fa__dims &d = w.a.d;
     const int tid = threadIdx.x, wg = tid >> 7, qtiles = (d.Sq + BQ - 1) / BQ;
     const int64_t items = (int64_t)d.B * d.Hq * qtiles;   /* the query tiles, fa__cu_qtile's order */
-    const bool grouped = C::PER != 1 || !d.causal;   /* PER 1: causal tiles in one longest-first run */
+    /* 8a's PER: causal tiles in one longest-first run (1), or in pairs (3) where each block gets two */
+    const int order = !d.causal || C::PER == 0 || C::PER == 2 ? (int)FA__ORD_GROUPS
+                      : C::PER == 3 && items >= 2 * (int64_t)gridDim.x ? (int)FA__ORD_PAIRS : (int)FA__ORD_RUN;
     const bool qe = C::QE && d.causal;   /* 8a's QE: causal tiles end at row Sq */
     const unsigned sQ = (fa__cu_sa(fa__wg_smem) + 1023u) & ~1023u, sK = sQ + G::QB, sV = sK + ST * G::KB;
     const unsigned sO = sV + ST * G::KB;   /* 8a's OS: the o tile's own buffer (G::OWN) */
@@ -9115,9 +9158,11 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
        (section 1's fa__sched_item). Per item: the (batch, head) and query tile, the keys of the block
        and its BK-aligned key tiles t0 .. t0 + nt - 1 (8d's), which the producer and the consumers
        both derive. The K/V ring runs on across items (tile number gi / gc from the block's first). */
+#define FA__WG_POS(k) \
+    (order == FA__ORD_PAIRS ? fa__sched_pair(gridDim.x, blockIdx.x, k) : fa__sched_item(gridDim.x, blockIdx.x, k))
 #define FA__WG_ITEM(k)                                                                                             \
     int bh, qt;                                                                                                    \
-    fa__cu_qtile(d, qtiles, 2, &bh, &qt, fa__sched_item(gridDim.x, blockIdx.x, k), grouped);   /* longest first */ \
+    fa__cu_qtile(d, qtiles, 2, &bh, &qt, FA__WG_POS(k), order);   /* longest first */                             \
     const int b = bh / d.Hq, h = bh - b * d.Hq, i0 = fa__cu_qrow0(d, qt, BQ, qe);   /* may be < 0 (qe) */         \
     const fa__keys kr = fa__cu_qtile_keys(d, i0, BQ, qe);                                                           \
     const int t0 = (int)kr.lo / BK, nt = kr.hi > kr.lo ? ((int)kr.hi + BK - 1) / BK - t0 : 0
@@ -9125,7 +9170,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"((int)C::REG_P));
         if (tid == 0) {
             int gi = 0;
-            for (int64_t k = 0; fa__sched_item(gridDim.x, blockIdx.x, k) < items; k++) {
+            for (int64_t k = 0; FA__WG_POS(k) < items; k++) {
                 FA__WG_ITEM(k);
                 const int g = h / d.group;
                 if (k > 0) fa__mb_wait(qfree, (unsigned)(k - 1) & 1u);   /* every consumer done with the last Q */
@@ -9160,7 +9205,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
         for (int n = 0; n < BK / 16; n++) pa[0][n][0] = pa[0][n][1] = pa[0][n][2] = pa[0][n][3] = 0u;
         if (C::PP && cw == NC - 1) fa__wg_bar_arrive(FA__WG_BAR_TURN);   /* consumer 0 takes the first turn */
         int gc = 0;
-        for (int64_t k = 0; fa__sched_item(gridDim.x, blockIdx.x, k) < items; k++) {
+        for (int64_t k = 0; FA__WG_POS(k) < items; k++) {
             FA__WG_ITEM(k);
             const fa__tc_mod mv = fa__tc_mod_of<MOD>(d, b, h);
 #pragma unroll
@@ -9301,6 +9346,7 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
         if (C::PER != 0 && C::PP && cw == 0) fa__wg_bar_sync(FA__WG_BAR_TURN);   /* the last consumer's last arrival */
     }
 #undef FA__WG_ITEM
+#undef FA__WG_POS
 #else
     /* another target: never launched. The static shared word tells fa__wg_built so (8f). */
     __shared__ unsigned fa__wg_absent[1];

@@ -394,12 +394,14 @@ struct wg128_st2 { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, M
 struct wg128_nopp { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 0, WG128_XP, PER = 1 }; };
 /* The block schedule (the header's PER): one block a query tile, as before the persistent blocks
    (PER = 0); persistent blocks with the causal tiles in fa__qtile_group's L2 groups (PER = 2)
-   rather than in one longest-first run (PER = 1, the header's) */
+   or in one longest-first run (PER = 1) rather than in section 1's pairs of a head (PER = 3, the
+   header's, fa__qtile_zig) */
 #define WG_PER(N, P) \
     struct wg128_##N { enum { D = 128, NW = 8, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 3, WG = 384, REG_P = 40, REG_C = 232, PP = 1, WG128_XP, PER = P }; }; \
     struct wg64_##N { enum { D = 64, NW = 12, MT = 1, BK = 128, QREG = 0, PF = 0, MINB = 1, ST = 4, WG = 512, REG_P = 24, REG_C = 160, PP = 1, WG64_XP, PER = P }; };
 WG_PER(noper, 0)
 WG_PER(per2, 2)
+WG_PER(per1, 1)
 #undef WG_PER
 /* The softmax overlap (the header's OV, a mask of modifier variants) for plain rows at D = 128: on
    (1) and off (0); the one that is the header's choice for variant 0 is fa__wg_d128 itself (one
@@ -478,7 +480,8 @@ static const Impl tune_impls[] = {
     { "wg128_nopp", 2, wg_config<wg128_nopp>, 128 },            { "wg64_nc2", 2, wg_config<fa__wg_d64x2>, 64 },
     { "wg64_nopp", 2, wg_config<wg64_nopp>, 64 },               { "wg128_noper", 2, wg_config<wg128_noper>, 128 },
     { "wg64_noper", 2, wg_config<wg64_noper>, 64 },             { "wg128_per2", 2, wg_config<wg128_per2>, 128 },
-    { "wg64_per2", 2, wg_config<wg64_per2>, 64 },               { "wg128_picked", 2, wg_config<fa__wg_d128>, 128 },
+    { "wg64_per2", 2, wg_config<wg64_per2>, 64 },               { "wg128_per1", 2, wg_config<wg128_per1, true>, 128 },
+    { "wg64_per1", 2, wg_config<wg64_per1, true>, 64 },               { "wg128_picked", 2, wg_config<fa__wg_d128, true>, 128 },
     { "wg64_picked", 2, wg_config<fa__wg_d64, true>, 64 },          { "wg128_ov0", 2, wg_config<wg128_ov<0>::type>, 128 },
     { "wg128_ov1", 2, wg_config<wg128_ov<1>::type>, 128 },           { "wg64_qe0", 2, wg_config<wg64_qe0, true>, 64 },
 };

@@ -1706,7 +1706,7 @@ static void test_reproducible(void **state)
         }
 }
 
-/* ---- 8a's OS: the persistent Hopper kernel's staged o store moves bits, nothing else ------------- */
+/* ---- 8a's OS and PER: the persistent Hopper kernel's staged o store and its schedule move bits, nothing else */
 
 #if FA__WG
 /* configuration C with o stored from the registers (8a's OS 0: the store before the staging) */
@@ -1717,28 +1717,30 @@ static fa_status wg_os0_run(const fa__dims *d, const void *q, const void *k, con
 {
     return fa__wg_run<wg_os0<C> >(d, fa__wg_fwd<__nv_bfloat16, wg_os0<C>, MOD>, q, k, v, o, 0);
 }
+
+/* configuration C with its persistent blocks walking the causal tiles in schedule P (8a's PER: 1 one
+   longest-first run, 3 pairs of a head) */
+template <class C, int P> struct wg_per : C { enum { PER = P }; };
+
+template <class C, int P>
+static fa_status wg_per_run(const fa__dims *d, const void *q, const void *k, const void *v, void *o)
+{
+    return fa__wg_run<wg_per<C, P> >(d, fa__wg_fwd<__nv_bfloat16, wg_per<C, P>, 0>, q, k, v, o, 0);
+}
 #endif
 
-/* bf16 o and lse of fa_cuda_tiled (the picked Hopper kernel, OS 1: o staged in shared memory) bit
-   for bit those of the same kernel with OS 0, on fresh normal inputs: every block (D = 128; D = 64's
-   192- and 128-row blocks), the plain and the overlapped (softcap at D = 128) loops, partial tiles,
-   QE's rows before row 0, tiles with no key (o from the registers either way), and more tiles than
-   SMs with items of 1-3 key tiles (the K stage that holds o at D = 128 is the ring's next refill). */
-static void test_wg_store(void **state)
+/* A Hopper-kernel request, and the other run of the same kernel that must give its bits (the
+   picked kernel's plan in pl) */
+typedef struct wg_case { const char *name; int B, Hq, Hkv, Sq, Sk, D, causal; float cap; int bq, small; } wg_case;
+typedef fa_status (*wg_other_fn)(const wg_case *c, const fa__dims *d, const fa__cu_plan *pl, const void *q, const void *k,
+                                 const void *v, void *o);
+
+/* bf16 o and lse of fa_cuda_tiled bit for bit those of `other` on the same fresh normal inputs (both
+   outputs poisoned alike: rows a run skips compare too); o finite and not mostly 0. */
+static void wg_same_bits(const char *what, const wg_case *sh, size_t n, wg_other_fn other)
 {
-    static const struct { const char *name; int B, Hq, Hkv, Sq, Sk, D, causal; float cap; int bq, small; } sh[] = {
-        { "d128 causal sq>sk 288 tiles", 3, 8, 2, 1500, 300, 128, 1, 0.0f, 128, 1 },
-        { "d128 384 tiles of 2 key tiles", 4, 16, 4, 700, 200, 128, 0, 0.0f, 128, 1 },
-        { "d128 1000x1100 softcap", 1, 6, 3, 1000, 1100, 128, 0, 10.0f, 128, 0 },
-        { "d128 causal 1031 softcap 160 tiles", 2, 10, 5, 1031, 1031, 128, 1, 5.0f, 128, 0 },
-        { "d64 causal 2176 (192 rows)", 2, 6, 2, 2176, 2176, 64, 1, 0.0f, 192, 0 },
-        { "d64 600x1500 (192 rows)", 2, 16, 4, 600, 1500, 64, 0, 0.0f, 192, 0 },
-        { "d64 causal sq>sk 288 tiles (128 rows)", 3, 8, 2, 1500, 300, 64, 1, 0.0f, 128, 1 },
-    };
-    (void)state;
-    if (!g_hopper) skip();
 #if FA__WG
-    for (size_t c = 0; c < COUNT(sh); c++) {
+    for (size_t c = 0; c < n; c++) {
         if (g_small && !sh[c].small) continue;
         const int B = sh[c].B, Hq = sh[c].Hq, Hkv = sh[c].Hkv, Sq = sh[c].Sq, Sk = sh[c].Sk, D = sh[c].D;
         const size_t nq = (size_t)B * Hq * Sq * D, nk = (size_t)B * Hkv * Sk * D, nl = (size_t)B * Hq * Sq;
@@ -1761,7 +1763,7 @@ static void test_wg_store(void **state)
         p.batch = B; p.heads = Hq; p.kv_heads = Hkv; p.seq_q = Sq; p.seq_k = Sk; p.head_dim = D;
         p.causal = sh[c].causal; p.softcap = sh[c].cap; p.dtype = FA_BF16;
         q = upload(hq, nq, FA_BF16); k = upload(hk, nk, FA_BF16); v = upload(hv, nk, FA_BF16);
-        do1 = dalloc(nq * 2); do0 = dalloc(nq * 2);   /* both poisoned alike: rows a run skips compare too */
+        do1 = dalloc(nq * 2); do0 = dalloc(nq * 2);
         dl1 = (float *)dalloc(nl * 4); dl0 = (float *)dalloc(nl * 4);
         p.lse = dl1;
         assert_int_equal(fa_cuda_tiled(&p, q, k, v, do1), FA_OK);
@@ -1772,14 +1774,7 @@ static void test_wg_store(void **state)
         assert_int_equal(pl.kernel, D == 128 ? FA__CU_WG_D128 : FA__CU_WG_D64);
         assert_int_equal(pl.mods, sh[c].cap > 0.0f ? 1 : 0);
         assert_int_equal(pl.bq, sh[c].bq);
-        assert_true((int)fa__wg_geom<fa__wg_d128>::OS && (int)fa__wg_geom<fa__wg_d64>::OS && (int)fa__wg_geom<fa__wg_d64x2>::OS);
-        {
-            const fa_status st = D == 128 ? (pl.mods ? wg_os0_run<fa__wg_d128, 1>(&d, q, k, v, do0)
-                                                     : wg_os0_run<fa__wg_d128, 0>(&d, q, k, v, do0))
-                               : sh[c].bq == 192 ? wg_os0_run<fa__wg_d64, 0>(&d, q, k, v, do0)
-                                                 : wg_os0_run<fa__wg_d64x2, 0>(&d, q, k, v, do0);
-            assert_int_equal(st, FA_OK);
-        }
+        assert_int_equal(other(&sh[c], &d, &pl, q, k, v, do0), FA_OK);
         CU(cudaDeviceSynchronize());
         CU(cudaMemcpy(o1, do1, nq * 2, cudaMemcpyDeviceToHost));
         CU(cudaMemcpy(o0, do0, nq * 2, cudaMemcpyDeviceToHost));
@@ -1788,7 +1783,7 @@ static void test_wg_store(void **state)
         if (memcmp(o1, o0, nq * 2) || memcmp(l1, l0, nl * 4)) {
             size_t first = 0;
             while (first < nq && !memcmp(o1 + 2 * first, o0 + 2 * first, 2)) first++;
-            print_error("wg store: %s: o %s (first element %zu), lse %s\n", sh[c].name,
+            print_error("%s: %s: o %s (first element %zu), lse %s\n", what, sh[c].name,
                         memcmp(o1, o0, nq * 2) ? "differs" : "same", first, memcmp(l1, l0, nl * 4) ? "differs" : "same");
             fail();
         }
@@ -1802,6 +1797,76 @@ static void test_wg_store(void **state)
         cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(do1); cudaFree(do0); cudaFree(dl1); cudaFree(dl0);
         free(hq); free(hk); free(hv); free(o1); free(o0); free(l1); free(l0);
     }
+#else
+    (void)what; (void)sh; (void)n; (void)other;
+#endif
+}
+
+#if FA__WG
+static fa_status wg_os0_other(const wg_case *c, const fa__dims *d, const fa__cu_plan *pl, const void *q, const void *k,
+                              const void *v, void *o)
+{
+    assert_true((int)fa__wg_geom<fa__wg_d128>::OS && (int)fa__wg_geom<fa__wg_d64>::OS && (int)fa__wg_geom<fa__wg_d64x2>::OS);
+    return c->D == 128 ? (pl->mods ? wg_os0_run<fa__wg_d128, 1>(d, q, k, v, o) : wg_os0_run<fa__wg_d128, 0>(d, q, k, v, o))
+           : c->bq == 192 ? wg_os0_run<fa__wg_d64, 0>(d, q, k, v, o)
+                          : wg_os0_run<fa__wg_d64x2, 0>(d, q, k, v, o);
+}
+
+/* the picked configuration in the schedule that it does not use (8a's PER: 1 <-> 3) */
+static fa_status wg_per_other(const wg_case *c, const fa__dims *d, const fa__cu_plan *pl, const void *q, const void *k,
+                              const void *v, void *o)
+{
+    (void)pl;
+    if (c->D == 128) return fa__wg_d128::PER == 3 ? wg_per_run<fa__wg_d128, 1>(d, q, k, v, o) : wg_per_run<fa__wg_d128, 3>(d, q, k, v, o);
+    if (c->bq == 192) return fa__wg_d64::PER == 3 ? wg_per_run<fa__wg_d64, 1>(d, q, k, v, o) : wg_per_run<fa__wg_d64, 3>(d, q, k, v, o);
+    return fa__wg_d64x2::PER == 3 ? wg_per_run<fa__wg_d64x2, 1>(d, q, k, v, o) : wg_per_run<fa__wg_d64x2, 3>(d, q, k, v, o);
+}
+#endif
+
+/* bf16 o and lse of fa_cuda_tiled (the picked Hopper kernel, OS 1: o staged in shared memory) bit
+   for bit those of the same kernel with OS 0, on fresh normal inputs: every block (D = 128; D = 64's
+   192- and 128-row blocks), the plain and the overlapped (softcap at D = 128) loops, partial tiles,
+   QE's rows before row 0, tiles with no key (o from the registers either way), and more tiles than
+   SMs with items of 1-3 key tiles (the K stage that holds o at D = 128 is the ring's next refill). */
+static void test_wg_store(void **state)
+{
+    static const wg_case sh[] = {
+        { "d128 causal sq>sk 288 tiles", 3, 8, 2, 1500, 300, 128, 1, 0.0f, 128, 1 },
+        { "d128 384 tiles of 2 key tiles", 4, 16, 4, 700, 200, 128, 0, 0.0f, 128, 1 },
+        { "d128 1000x1100 softcap", 1, 6, 3, 1000, 1100, 128, 0, 10.0f, 128, 0 },
+        { "d128 causal 1031 softcap 160 tiles", 2, 10, 5, 1031, 1031, 128, 1, 5.0f, 128, 0 },
+        { "d64 causal 2176 (192 rows)", 2, 6, 2, 2176, 2176, 64, 1, 0.0f, 192, 0 },
+        { "d64 600x1500 (192 rows)", 2, 16, 4, 600, 1500, 64, 0, 0.0f, 192, 0 },
+        { "d64 causal sq>sk 288 tiles (128 rows)", 3, 8, 2, 1500, 300, 64, 1, 0.0f, 128, 1 },
+    };
+    (void)state;
+    if (!g_hopper) skip();
+#if FA__WG
+    wg_same_bits("wg store", sh, COUNT(sh), wg_os0_other);
+#endif
+}
+
+/* The persistent blocks' causal schedules (8a's PER 1: one longest-first run; 3: pairs of a head,
+   section 1's fa__qtile_zig) give the same bits: a block's tile is its own work whoever walks it.
+   Shapes with at least two tiles a block on a 132-SM device (PER 3's pairs in use): an even and an
+   odd count of tiles a head, an odd count of heads (a pair of middle tiles across two heads, a
+   lone last tile), Sq != Sk (bottom-right), GQA, and each block (D = 128; D = 64's 192 rows with
+   tiles that end at row Sq; D = 64's 128-row block, where rows see fewer than 1024 keys). */
+static void test_wg_order(void **state)
+{
+    static const wg_case sh[] = {
+        { "d128 causal 512, 66 heads (4 tiles a head)", 3, 22, 11, 512, 512, 128, 1, 0.0f, 128, 1 },
+        { "d128 causal 1024 (8 tiles a head)", 4, 16, 4, 1024, 1024, 128, 1, 0.0f, 128, 0 },
+        { "d128 causal 1100, 33 heads (9 tiles)", 3, 11, 1, 1100, 1100, 128, 1, 0.0f, 128, 0 },
+        { "d128 causal 1500x1800", 2, 24, 6, 1500, 1800, 128, 1, 0.0f, 128, 0 },
+        { "d64 causal 1990, 25 heads (11 tiles of 192)", 5, 5, 5, 1990, 1990, 64, 1, 0.0f, 192, 0 },
+        { "d64 causal 2176 (12 tiles of 192)", 2, 12, 3, 2176, 2176, 64, 1, 0.0f, 192, 0 },
+        { "d64 causal 900, 45 heads (128 rows)", 3, 15, 5, 900, 900, 64, 1, 0.0f, 128, 1 },
+    };
+    (void)state;
+    if (!g_hopper) skip();
+#if FA__WG
+    wg_same_bits("wg order", sh, COUNT(sh), wg_per_other);
 #endif
 }
 
@@ -1958,6 +2023,7 @@ int main(void)
         cmocka_unit_test(test_nan_hidden),
         cmocka_unit_test(test_reproducible),
         cmocka_unit_test(test_wg_store),
+        cmocka_unit_test(test_wg_order),
         cmocka_unit_test(test_kernels_served),
         cmocka_unit_test(test_timing),
     };

@@ -2951,8 +2951,8 @@ static void test_qtile_order(void **state)
         if (shapes[s][2] > 0 && budget / shapes[s][2] >= 1 && budget / shapes[s][2] <= nbh)
             assert_int_equal(hg, budget / shapes[s][2]);
         for (item = 0; item < n; item++) {
-            int64_t bh, qt;
-            fa__qtile_of(nbh, qt_n, hg, item, &bh, &qt);
+            int bh, qt;
+            fa__qtile_of((int)nbh, (int)qt_n, (int)hg, (int)item, &bh, &qt);
             assert_true(bh >= 0 && bh < nbh && qt >= 0 && qt < qt_n);
             assert_int_equal(bh / hg, item / (hg * qt_n));   /* the group's blocks are one run */
             assert_false(seen[bh * qt_n + qt]);
@@ -2977,6 +2977,46 @@ static void test_qtile_order(void **state)
                         assert_false(seen[item]);
                         seen[item] = 1;
                         count++;
+                    }
+                assert_int_equal(count, n);
+            }
+        }
+        {   /* the paired order (fa__qtile_zig) and its schedule (fa__sched_pair): each tile exactly once; a
+               block's two items of a pair are one head's tiles t and qtiles - 1 - t, or two middle tiles */
+            static const int64_t grids[] = { 1, 2, 3, 7, 132 };
+            size_t gi;
+            memset(seen, 0, (size_t)n);
+            for (item = 0; item < n; item++) {
+                int bh, qt;
+                fa__qtile_zig((int)qt_n, (int)item, &bh, &qt);
+                assert_true(bh >= 0 && bh < nbh && qt >= 0 && qt < qt_n);
+                assert_false(seen[bh * qt_n + qt]);
+                seen[bh * qt_n + qt] = 1;
+            }
+            for (gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
+                const int64_t grid = grids[gi];
+                int64_t blk, k, count = 0;
+                memset(seen, 0, (size_t)n);
+                for (blk = 0; blk < grid; blk++)
+                    for (k = 0; (item = fa__sched_pair(grid, blk, k)) < n; k++) {
+                        int bh, qt;
+                        assert_true(item >= 0);
+                        assert_false(seen[item]);
+                        seen[item] = 1;
+                        count++;
+                        if (k & 1) {   /* the pair's second item: its first is this block's item before */
+                            int bh0, qt0;
+                            assert_int_equal(item, fa__sched_pair(grid, blk, k - 1) + 1);
+                            fa__qtile_zig((int)qt_n, (int)item - 1, &bh0, &qt0);
+                            fa__qtile_zig((int)qt_n, (int)item, &bh, &qt);
+                            if (bh == bh0) {
+                                assert_int_equal(qt0 + qt, qt_n - 1);
+                                assert_true(qt0 >= qt);   /* the long tile first */
+                            } else {
+                                assert_int_equal(bh, bh0 + 1);
+                                assert_true(qt_n % 2 == 1 && qt0 == (qt_n - 1) / 2 && qt == qt0);
+                            }
+                        }
                     }
                 assert_int_equal(count, n);
             }
