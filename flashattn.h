@@ -6749,6 +6749,9 @@ struct fa__tc_d128 { enum { D = 128, NW = 4, MT = 2, BK = 64, QREG = 0, PF = 1, 
    where each block gets two tiles or more, in section 1's pairs of a head (fa__qtile_zig, walked by
    fa__sched_pair: a long tile and its short complement, every pair the same work, the heads one
    after another, so that the blocks in flight read a few heads' K/V, from L2), else as 1.
+   Non-causal tiles go in the L2 groups with PER 0-2, and with PER 3 the heads one after another
+   (groups of one head), which ran D = 128 5-6% faster at 2k-4k on an H100 than groups of
+   FA__CU_L2_SET bytes (bench/RESULTS.md, "Causal tiles in pairs of a head").
    OV: the modifier variants (bit v: variant v, of 0-2) whose GEMM step issues S_j = Q K_j^T and
    O += P_{j-1} V_{j-1} as two wgmma groups and runs tile j's scores and softmax once the first
    has retired, under the second; then it rescales O and packs P (FlashAttention-3's
@@ -7025,9 +7028,10 @@ static __device__ __forceinline__ bool fa__cu_bad(float x) { return (__float_as_
 /* The forward kernels' block order (8c, 8d, 8d3): section 1's fa__qtile_of over the 1-D grid
    (blockIdx.x the item, or `item` where a persistent block walks several: 8d3), in groups of as
    many (batch, head)s as take FA__CU_L2_SET bytes of K and V (Sk (D + Dv) es bytes each, es bytes
-   an element) (order FA__ORD_GROUPS), in one group: every head's longest tiles first (FA__ORD_RUN), or
-   in section 1's pairs (FA__ORD_PAIRS, fa__qtile_zig). */
-enum { FA__ORD_RUN, FA__ORD_GROUPS, FA__ORD_PAIRS };
+   an element) (order FA__ORD_GROUPS), in one group: every head's longest tiles first (FA__ORD_RUN), in
+   groups of one head: the heads one after another (FA__ORD_HEADS), or in section 1's pairs
+   (FA__ORD_PAIRS, fa__qtile_zig). */
+enum { FA__ORD_RUN, FA__ORD_GROUPS, FA__ORD_HEADS, FA__ORD_PAIRS };
 static __device__ __forceinline__ void fa__cu_qtile(const fa__dims &d, int qtiles, int es, int *bh, int *qt,
                                                     int64_t item = -1, int order = FA__ORD_GROUPS)
 {
@@ -7036,7 +7040,8 @@ static __device__ __forceinline__ void fa__cu_qtile(const fa__dims &d, int qtile
         fa__qtile_zig(qtiles, it, bh, qt);
     else
         fa__qtile_of(nbh, qtiles,
-                     order == FA__ORD_GROUPS ? (int)fa__qtile_group(nbh, (int64_t)d.Sk * (d.D + d.Dv) * es, FA__CU_L2_SET) : nbh,
+                     order == FA__ORD_GROUPS ? (int)fa__qtile_group(nbh, (int64_t)d.Sk * (d.D + d.Dv) * es, FA__CU_L2_SET)
+                     : order == FA__ORD_HEADS ? 1 : nbh,
                      it, bh, qt);
 }
 
@@ -9137,9 +9142,10 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     const fa__dims &d = w.a.d;
     const int tid = threadIdx.x, wg = tid >> 7, qtiles = (d.Sq + BQ - 1) / BQ;
     const int64_t items = (int64_t)d.B * d.Hq * qtiles;   /* the query tiles, fa__cu_qtile's order */
-    /* 8a's PER: causal tiles in one longest-first run (1), or in pairs (3) where each block gets two */
-    const int order = !d.causal || C::PER == 0 || C::PER == 2 ? (int)FA__ORD_GROUPS
-                      : C::PER == 3 && items >= 2 * (int64_t)gridDim.x ? (int)FA__ORD_PAIRS : (int)FA__ORD_RUN;
+    /* 8a's PER: 0-2 non-causal in L2 groups; causal in them (0, 2) or in one longest-first run (1);
+       3: non-causal the heads one after another, causal in pairs where each block gets two (else a run) */
+    const int order = C::PER == 3 ? (!d.causal ? (int)FA__ORD_HEADS : items >= 2 * (int64_t)gridDim.x ? (int)FA__ORD_PAIRS : (int)FA__ORD_RUN)
+                      : !d.causal || C::PER != 1 ? (int)FA__ORD_GROUPS : (int)FA__ORD_RUN;
     const bool qe = C::QE && d.causal;   /* 8a's QE: causal tiles end at row Sq */
     const unsigned sQ = (fa__cu_sa(fa__wg_smem) + 1023u) & ~1023u, sK = sQ + G::QB, sV = sK + ST * G::KB;
     const unsigned sO = sV + ST * G::KB;   /* 8a's OS: the o tile's own buffer (G::OWN) */

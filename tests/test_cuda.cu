@@ -1846,8 +1846,9 @@ static void test_wg_store(void **state)
 #endif
 }
 
-/* The persistent blocks' causal schedules (8a's PER 1: one longest-first run; 3: pairs of a head,
-   section 1's fa__qtile_zig) give the same bits: a block's tile is its own work whoever walks it.
+/* The persistent blocks' schedules (8a's PER 1: causal in one longest-first run, non-causal in L2
+   groups; 3: causal in pairs of a head, section 1's fa__qtile_zig, non-causal the heads one after
+   another) give the same bits: a block's tile is its own work whoever walks it.
    Shapes with at least two tiles a block on a 132-SM device (PER 3's pairs in use): an even and an
    odd count of tiles a head, an odd count of heads (a pair of middle tiles across two heads, a
    lone last tile), Sq != Sk (bottom-right), GQA, and each block (D = 128; D = 64's 192 rows with
@@ -1859,9 +1860,11 @@ static void test_wg_order(void **state)
         { "d128 causal 1024 (8 tiles a head)", 4, 16, 4, 1024, 1024, 128, 1, 0.0f, 128, 0 },
         { "d128 causal 1100, 33 heads (9 tiles)", 3, 11, 1, 1100, 1100, 128, 1, 0.0f, 128, 0 },
         { "d128 causal 1500x1800", 2, 24, 6, 1500, 1800, 128, 1, 0.0f, 128, 0 },
-        { "d64 causal 1990, 25 heads (11 tiles of 192)", 5, 5, 5, 1990, 1990, 64, 1, 0.0f, 192, 0 },
+        { "d64 causal 2112, 25 heads (11 tiles of 192)", 5, 5, 5, 2112, 2112, 64, 1, 0.0f, 192, 0 },
         { "d64 causal 2176 (12 tiles of 192)", 2, 12, 3, 2176, 2176, 64, 1, 0.0f, 192, 0 },
         { "d64 causal 900, 45 heads (128 rows)", 3, 15, 5, 900, 900, 64, 1, 0.0f, 128, 1 },
+        { "d128 non-causal 700x900, 40 heads", 2, 20, 4, 700, 900, 128, 0, 0.0f, 128, 1 },
+        { "d64 non-causal 2100x1300 (192 rows)", 2, 8, 8, 2100, 1300, 64, 0, 0.0f, 192, 0 },
     };
     (void)state;
     if (!g_hopper) skip();
