@@ -8883,9 +8883,9 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
      fa__tc_scores and fa__tc_softmax_p on a copy of S while P V runs, then waits for it, and
      rescales O (fa__tc_rescale) and packs P (fa__tc_pack); the first and last steps of a tile and
      a V stage with an inf or a NaN take the one-group step.
-   With 8a's PER (persistent blocks) a block walks several query tiles (section 1's fa__sched_item
-   over fa__cu_qtile's order): the K/V ring runs on from one tile to the next, the producer
-   reloads the Q tile once every consumer warp has arrived on the "qfree" mbarrier after its last
+   With 8a's PER (persistent blocks) a block walks several query tiles (section 1's fa__sched_item, or
+   fa__sched_pair for PER 3's pairs, over fa__cu_qtile's order): the K/V ring runs on from one tile
+   to the next, the producer reloads the Q tile once every consumer warp has arrived on the "qfree" mbarrier after its last
    Q K^T retired (the tile's last softmax, P V and output store then run under that load), and
    with 8a's OS each warp stages its 16 rows of o in shared memory that is free at that moment (the
    Q tile is not: the next one loads there), written back as 16-byte row pieces: at D = 64 in a
