@@ -8884,16 +8884,16 @@ __global__ void __launch_bounds__(FA__CU_DEC_THREADS) fa__cu_dec_merge(const fa_
      rescales O (fa__tc_rescale) and packs P (fa__tc_pack); the first and last steps of a tile and
      a V stage with an inf or a NaN take the one-group step.
    With 8a's PER (persistent blocks) a block walks several query tiles (section 1's fa__sched_item, or
-   fa__sched_pair for PER 3's pairs, over fa__cu_qtile's order): the K/V ring runs on from one tile
-   to the next, the producer reloads the Q tile once every consumer warp has arrived on the "qfree" mbarrier after its last
-   Q K^T retired (the tile's last softmax, P V and output store then run under that load), and
-   with 8a's OS each warp stages its 16 rows of o in shared memory that is free at that moment (the
-   Q tile is not: the next one loads there), written back as 16-byte row pieces: at D = 64 in a
-   buffer of its own (fa__wg_geom's OWN), at D = 128 in the K half of the tile's last stage, once
-   the qfree phase shows every consumer's last Q K^T retired, the warp's "empty" arrival on that
-   stage held back from the last GEMM step until the store has read its rows (the producer's
-   next copy into the stage, a tile or more ahead, waits on it; a tile with no key tile stores
-   from the registers). With OS 0 o goes from the registers to global memory.
+   fa__sched_pair for PER 3's pairs, over fa__cu_qtile's order): the K/V ring runs on from one tile to
+   the next, the producer reloads the Q tile once every consumer warp has arrived on the "qfree"
+   mbarrier after its last Q K^T retired (the tile's last softmax, P V and output store then run under
+   that load), and with 8a's OS each warp stages its 16 rows of o in shared memory that is free at that
+   moment (the Q tile is not: the next one loads there), written back as 16-byte row pieces: at D = 64
+   in a buffer of its own (fa__wg_geom's OWN), at D = 128 in the K half of the tile's last stage, once
+   the qfree phase shows every consumer's last Q K^T retired, the warp's "empty" arrival on that stage
+   held back from the last GEMM step until the store has read its rows (the producer's next copy into
+   the stage, a tile or more ahead, waits on it; a tile with no key tile stores from the registers).
+   With OS 0 o goes from the registers to global memory.
    The key tiles are 8d's: fa__cu_tile_keys of the block's rows, fa__keys_full for the tiles that
    need no mask, the longest (causal) blocks first. With 8a's QE a causal request's tiles end at
    row Sq (8b's fa__cu_qrow0): the first tile's rows before row 0 are padding, which the Q copy
@@ -9144,8 +9144,9 @@ __global__ void __launch_bounds__(C::WG, 1) fa__wg_fwd(const __grid_constant__ f
     const int64_t items = (int64_t)d.B * d.Hq * qtiles;   /* the query tiles, fa__cu_qtile's order */
     /* 8a's PER: 0-2 non-causal in L2 groups; causal in them (0, 2) or in one longest-first run (1);
        3: non-causal the heads one after another, causal in pairs where each block gets two (else a run) */
-    const int order = C::PER == 3 ? (!d.causal ? (int)FA__ORD_HEADS : items >= 2 * (int64_t)gridDim.x ? (int)FA__ORD_PAIRS : (int)FA__ORD_RUN)
-                      : !d.causal || C::PER != 1 ? (int)FA__ORD_GROUPS : (int)FA__ORD_RUN;
+    const int order = C::PER == 3 ? (!d.causal ? (int)FA__ORD_HEADS
+                                     : items >= 2 * (int64_t)gridDim.x ? (int)FA__ORD_PAIRS : (int)FA__ORD_RUN)
+                                  : !d.causal || C::PER != 1 ? (int)FA__ORD_GROUPS : (int)FA__ORD_RUN;
     const bool qe = C::QE && d.causal;   /* 8a's QE: causal tiles end at row Sq */
     const unsigned sQ = (fa__cu_sa(fa__wg_smem) + 1023u) & ~1023u, sK = sQ + G::QB, sV = sK + ST * G::KB;
     const unsigned sO = sV + ST * G::KB;   /* 8a's OS: the o tile's own buffer (G::OWN) */
