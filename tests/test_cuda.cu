@@ -1852,7 +1852,8 @@ static void test_wg_store(void **state)
    Shapes with at least two tiles a block on a 132-SM device (PER 3's pairs in use): an even and an
    odd count of tiles a head, an odd count of heads (a pair of middle tiles across two heads, a
    lone last tile), Sq != Sk (bottom-right), GQA, and each block (D = 128; D = 64's 192 rows with
-   tiles that end at row Sq; D = 64's 128-row block, where rows see fewer than 1024 keys). */
+   tiles that end at row Sq; D = 64's 128-row block, where rows see fewer than 1024 keys); and two
+   non-causal requests (PER 3's heads one after another against PER 1's L2 groups). */
 static void test_wg_order(void **state)
 {
     static const wg_case sh[] = {
